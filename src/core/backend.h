@@ -1,0 +1,175 @@
+// backend.h - the one interface between the model/trainer and the hardware.
+//
+// Two implementations: the CPU reference (src/cpu/, plain C loops, always built, tested in CI) and CUDA
+// (kernels/, cuDNN + cuBLAS + custom kernels). The model, AMP logic, distributed logic and trainer call
+// only through a Backend and never know which one runs.
+//
+// Conventions for every op:
+// - Buffers are backend memory (host memory for the CPU backend, device memory for CUDA), passed as
+//   void* with their dtype named by a DType argument.
+// - Activations are NHWC (channels-last): (N, H, W, C), C fastest.
+// - Convolution weights are (C_out, kh, kw, C_in/groups) ("OHWI"); checkpoints permute to torchvision's
+//   (C_out, C_in/groups, kh, kw). Linear weights are (out, in) as in torch.
+// - `dt` is the dtype of activations, compute weights and gradients of the op. Under AMP it is fp16 for
+//   everything the autocast table (src/amp/autocast.h) puts in fp16; math accumulates in fp32 always.
+// - Batch-norm affine parameters (gamma, beta), running and saved statistics are always fp32.
+// - Gradient outputs of parameters (`dw`, `dgamma`, ...) honour `accumulate`: 0 overwrites, 1 adds
+//   (gradient accumulation across micro-steps; identity-shortcut gradients).
+// - Everything is asynchronous on CUDA (one compute stream, in order); `sync` waits for all of it.
+#ifndef AMPTRAIN_BACKEND_H
+#define AMPTRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtype.h"
+
+// A 2-D convolution, NHWC. out_h = (h + 2*pad - kh) / stride + 1 (same for w).
+typedef struct ConvShape {
+    int n, h, w, c_in;                    // input  (n, h, w, c_in)
+    int c_out, kh, kw, stride, pad, groups;
+    int out_h, out_w;                     // output (n, out_h, out_w, c_out)
+} ConvShape;
+
+// Fills out_h/out_w from the rest.
+static inline void conv_shape_finish(ConvShape *s) {
+    s->out_h = (s->h + 2 * s->pad - s->kh) / s->stride + 1;
+    s->out_w = (s->w + 2 * s->pad - s->kw) / s->stride + 1;
+}
+
+// Max pool with a square window, NHWC. out = (in + 2*pad - k) / stride + 1; padding never wins the max.
+typedef struct PoolShape {
+    int n, h, w, c;
+    int k, stride, pad;
+    int out_h, out_w;
+} PoolShape;
+
+// Device-side loss-scaler state: the scaler's whole state lives here so nothing in the step needs the
+// host (PyTorch GradScaler keeps the same two numbers on the device).
+typedef struct ScalerState {
+    float scale;           // S: the loss scale
+    int32_t growth_count;  // clean steps in a row since the last change of S
+    float found_inf;       // the agreed verdict of the current step: 0 clean, 1 inf/NaN somewhere
+    int32_t skipped_total; // steps skipped since the start of training (for logging)
+} ScalerState;
+
+// Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics, dampening 0).
+typedef struct SgdParams {
+    float lr, momentum, weight_decay;
+    int nesterov;
+} SgdParams;
+
+typedef struct Backend Backend;
+struct Backend {
+    const char *name;  // "cpu" or "cuda"
+
+    // ---- memory ----------------------------------------------------------------------------------
+    void *(*alloc)(Backend *be, size_t bytes);  // never NULL; contents undefined
+    void (*free)(Backend *be, void *ptr);
+    void (*zero)(Backend *be, void *ptr, size_t bytes);
+    void (*to_device)(Backend *be, void *dst, const void *host_src, size_t bytes);  // waits
+    void (*to_host)(Backend *be, void *host_dst, const void *src, size_t bytes);    // waits
+    void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);            // device to device
+    void (*sync)(Backend *be);
+    size_t (*peak_bytes)(Backend *be);     // like torch.cuda.max_memory_allocated
+    size_t (*current_bytes)(Backend *be);
+
+    // Asynchronous read-back for logging: enqueue the copy now, `readback_wait` before reading dst.
+    // dst must be host memory from `host_alloc` (pinned on CUDA).
+    void *(*host_alloc)(Backend *be, size_t bytes);
+    void (*host_free)(Backend *be, void *ptr);
+    void (*readback_begin)(Backend *be, void *host_dst, const void *src, size_t bytes);
+    void (*readback_wait)(Backend *be);
+
+    // ---- casts -----------------------------------------------------------------------------------
+    // dst[i] = (dst_dt) src[i]; fp32 -> fp16 rounds to nearest even, overflows to inf.
+    void (*cast)(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n);
+
+    // ---- convolution (NHWC x, OHWI w, no bias) ---------------------------------------------------
+    // x (n,h,w,c_in) dt, w (c_out,kh,kw,c_in/g) dt -> y (n,out_h,out_w,c_out) dt
+    void (*conv_forward)(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
+    // dy (n,out_h,out_w,c_out), w -> dx (n,h,w,c_in); accumulate: dx += instead of dx =
+    void (*conv_backward_data)(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
+                               void *dx, int accumulate);
+    // x, dy -> dw (c_out,kh,kw,c_in/g) dt; accumulate: dw += instead of dw =
+    void (*conv_backward_filter)(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy,
+                                 void *dw, int accumulate);
+
+    // ---- batch norm over NHWC rows (rows = n*h*w), fused with an optional residual add and ReLU ---------
+    // Training: y = act(gamma * (x - mean) / sqrt(var + eps) + beta + residual) with batch statistics
+    // (biased variance); running = (1 - momentum) * running + momentum * batch stat (unbiased variance for
+    // running_var, as torch). Saves mean and 1/sqrt(var + eps) for backward.
+    // x, residual (nullable), y: (rows, c) dt; gamma, beta, running_*, save_*: (c) fp32.
+    void (*bn_forward_train)(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
+                             int relu, const float *gamma, const float *beta, float *running_mean,
+                             float *running_var, float momentum, float eps, float *save_mean,
+                             float *save_invstd, void *y);
+    // Inference: running statistics, same fusion.
+    void (*bn_forward_eval)(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
+                            int relu, const float *gamma, const float *beta, const float *running_mean,
+                            const float *running_var, float eps, void *y);
+    // Backward of bn_forward_train. y is the forward output (for the ReLU mask when relu=1).
+    // Writes dx (rows,c) dt (accumulate: dx +=), dgamma/dbeta (c) in grad dtype dt (accumulate_params:
+    // +=), and, when d_residual is not NULL, d_residual = dy masked by the ReLU (always overwritten).
+    void (*bn_backward)(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
+                        int relu, const float *gamma, const float *save_mean, const float *save_invstd,
+                        void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
+                        void *d_residual);
+
+    // ---- pooling ---------------------------------------------------------------------------------
+    // x (n,h,w,c) -> y (n,out_h,out_w,c), max over the window (padding excluded).
+    void (*maxpool_forward)(Backend *be, const PoolShape *s, DType dt, const void *x, void *y);
+    // Routes each dy to the first position in its window (row-major) whose x equals y; dx is overwritten.
+    void (*maxpool_backward)(Backend *be, const PoolShape *s, DType dt, const void *x, const void *y,
+                             const void *dy, void *dx);
+    // x (n,hw,c) -> y (n,c): mean over hw.
+    void (*avgpool_forward)(Backend *be, int n, int hw, int c, DType dt, const void *x, void *y);
+    // dy (n,c) -> dx (n,hw,c) = dy / hw (overwritten).
+    void (*avgpool_backward)(Backend *be, int n, int hw, int c, DType dt, const void *dy, void *dx);
+
+    // ---- classifier ------------------------------------------------------------------------------
+    // x (n,in) dt, w (out,in) dt, b (out) dt -> y (n,out) dt;  y = x w^T + b, fp32 accumulation.
+    void (*linear_forward)(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,
+                           const void *b, void *y);
+    // dy (n,out) -> dx (n,in) (overwritten), dw (out,in), db (out) (accumulate: +=).
+    void (*linear_backward)(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,
+                            const void *dy, void *dx, void *dw, void *db, int accumulate);
+
+    // ---- loss (always computed in fp32) ----------------------------------------------------------
+    // logits (n,classes) logits_dt, labels (n) int32 in [0,classes).
+    // loss_out (1 float) = mean over n of -log softmax(logits)[label]   (the unscaled local loss)
+    // dlogits (n,classes) logits_dt = (softmax - onehot) * (*scale) * seed_factor
+    //   where scale is the device loss scale (NULL means 1) and seed_factor = 1 / (ranks * n * accum).
+    void (*softmax_xent)(Backend *be, int n, int classes, DType logits_dt, const void *logits,
+                         const int32_t *labels, float *loss_out, void *dlogits, const float *scale,
+                         float seed_factor);
+
+    // ---- AMP and optimizer (fused, device-side; no host sync) ------------------------------------
+    // flag (1 float) = 1 if any of grad[0..n) (dt) is inf or NaN; leaves it unchanged otherwise.
+    // The caller zeroes the flag once per step, then may call this on several buffers.
+    void (*nonfinite_check)(Backend *be, DType dt, const void *grad, size_t n, float *flag);
+    // Unless state->found_inf != 0 (then nothing is written):
+    //   g = grad[i] (dt) / state->scale + wd * master[i]
+    //   mom[i] = momentum * mom[i] + g;  step = nesterov ? g + momentum * mom[i] : mom[i]
+    //   master[i] -= lr * step;  copy[i] = (fp16) master[i]  when copy != NULL
+    // master, mom (n) fp32; copy (n) fp16 or NULL.
+    void (*sgd_step)(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
+                     void *copy, const SgdParams *p, const ScalerState *state);
+    // GradScaler's update, one thread: found_inf -> scale *= backoff, count = 0, skipped_total++;
+    // else count++ and, when count == interval, scale *= growth, count = 0. With dynamic == 0 the scale
+    // never changes (skips are still counted).
+    void (*scaler_update)(Backend *be, ScalerState *state, float growth, float backoff, int interval,
+                          int dynamic);
+
+    void (*destroy)(Backend *be);
+    void *impl;  // the implementation's private state
+};
+
+// The CPU reference backend (src/cpu/). Always available.
+Backend *cpu_backend_create(void);
+
+// The CUDA backend (kernels/). Returns NULL with a reason in `why` when built without CUDA or when no
+// usable GPU exists. device: the CUDA device ordinal to bind. benchmark: cudnn.benchmark; tf32 allowed.
+Backend *cuda_backend_create(int device, int cudnn_benchmark, int allow_tf32, char *why, size_t why_len);
+
+#endif

@@ -1,0 +1,117 @@
+// config.h - the run's configuration: defaults, YAML file, command-line overrides, validation.
+//
+// Load order: defaults -> YAML file -> `section.key=value` overrides, each validated as it is applied.
+// Any problem is one line `FILE:LINE: KEY: what is wrong` (overrides: `command line: KEY: ...`),
+// and config_load returns nonzero; main then exits 2 before writing anything.
+// docs/config.md is the reference for every key below.
+#ifndef AMPTRAIN_CONFIG_H
+#define AMPTRAIN_CONFIG_H
+
+#include <stdio.h>
+
+#define CONFIG_PATH_MAX 512
+
+typedef struct ModelConfig {
+    char arch[32];      // resnext50_32x4d | resnext101_32x4d | resnext101_32x8d | custom
+    int layers[4];      // bottleneck blocks per stage (presets fill these)
+    int cardinality;    // groups of the 3x3 convolution
+    int base_width;     // torchvision's width_per_group
+    int planes;         // stage-1 planes; stem width; doubles each stage (torchvision: 64)
+    int num_classes;
+    int image_size;     // square input side
+} ModelConfig;
+
+typedef struct DataConfig {
+    char source[16];    // synthetic | learnable | cifar10
+    char path[CONFIG_PATH_MAX];  // cifar10: folder with data_batch_1..5.bin, test_batch.bin
+    int train_size;     // synthetic/learnable: samples per epoch
+    int val_size;       // synthetic/learnable: validation samples (0: no evaluation)
+    int batch_size;     // per rank
+    int augment;        // cifar10: random crop (pad 4) + horizontal flip
+    int prefetch;       // batches prepared ahead by the loader thread (0: synchronous)
+} DataConfig;
+
+typedef struct TrainConfig {
+    int epochs;
+    int steps;          // stop after this many optimizer steps (0: run all epochs)
+    double lr;
+    double momentum;
+    double weight_decay;
+    int nesterov;
+    char schedule[16];  // constant | step | cosine
+    int warmup_steps;   // linear warm-up from 0 to lr over this many steps
+    int step_every;     // schedule step: multiply lr by step_gamma every this many epochs
+    double step_gamma;
+    double min_lr;      // cosine floor
+    long seed;
+    int accum_steps;    // micro-batches per optimizer step
+    char lr_scaling[16];// none | linear (lr *= global_batch / 256)
+} TrainConfig;
+
+typedef struct AmpConfig {
+    int enabled;
+    int dynamic;        // 0: static scale = init_scale, never updated
+    double init_scale;
+    double growth_factor;
+    double backoff_factor;
+    int growth_interval;
+} AmpConfig;
+
+typedef struct LogConfig {
+    int every;          // steps between log lines / metrics records
+    char metrics[CONFIG_PATH_MAX];  // JSON-lines metrics file ("" : none)
+    char progress[8];   // auto | always | never (auto: bar when stdout is a terminal)
+} LogConfig;
+
+typedef struct CheckpointConfig {
+    char dir[CONFIG_PATH_MAX];     // where checkpoints go ("" : none)
+    int every;                     // steps between checkpoints (0: only at the end)
+    char resume[CONFIG_PATH_MAX];  // checkpoint file to resume from ("" : fresh start)
+} CheckpointConfig;
+
+typedef struct DistConfig {
+    double bucket_mb;       // gradient bucket size
+    double first_bucket_mb; // the first (last-layer) bucket, small so communication starts early
+    double timeout_s;       // a rank silent this long ends the job
+} DistConfig;
+
+typedef struct BackendConfig {
+    char device[8];     // auto | cpu | cuda
+} BackendConfig;
+
+typedef struct CudnnConfig {
+    int benchmark;      // timed algorithm search once per shape
+    int tf32;           // allow TF32 in fp32 mode
+} CudnnConfig;
+
+typedef struct DebugConfig {
+    int inject_step;    // step at which gradients are poisoned (-1: never)
+    int inject_rank;    // which rank poisons its local gradients (-1: every rank)
+    double inject_value;// the value written into the first gradient element (.inf, .nan, or e.g. 40000)
+} DebugConfig;
+
+typedef struct Config {
+    ModelConfig model;
+    DataConfig data;
+    TrainConfig train;
+    AmpConfig amp;
+    LogConfig log;
+    CheckpointConfig checkpoint;
+    DistConfig dist;
+    BackendConfig backend;
+    CudnnConfig cudnn;
+    DebugConfig debug;
+    char source_path[CONFIG_PATH_MAX];  // the YAML file it came from
+} Config;
+
+// Defaults (the tiny CPU demo's values where a choice is needed).
+void config_defaults(Config *cfg);
+
+// Reads `path` over the defaults, then applies `n_overrides` strings "section.key=value".
+// On error writes one line to `err` (may be stderr) and returns 2; returns 0 when valid.
+int config_load(Config *cfg, const char *path, int n_overrides, char **overrides, FILE *err);
+
+// Writes the merged config as YAML that config_load reads back to the same values.
+void config_print(const Config *cfg, FILE *out);
+
+#endif

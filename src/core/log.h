@@ -1,0 +1,13 @@
+// log.h - messages with the rank in front. log_info prints on rank 0 only; log_error on every rank.
+#ifndef AMPTRAIN_LOG_H
+#define AMPTRAIN_LOG_H
+
+// Called once by src/dist after start-up; before that, the process counts as rank 0 of 1.
+void log_set_rank(int rank, int world_size);
+int log_rank(void);
+
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stdout, rank 0
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stderr, rank 0
+void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  // stderr, every rank
+
+#endif

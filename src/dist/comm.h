@@ -1,0 +1,47 @@
+// comm.h - the communicator: how ranks sum gradients and agree on verdicts.
+//
+// Three implementations behind one interface:
+//   single  one process, every collective is the identity (no MPI needed at run time)
+//   mpi     host buffers (CPU backend); fp16 sums use a user-defined MPI op (see comm_mpi.c for why)
+//   nccl    device buffers (CUDA backend), on its own stream chained to compute with events
+// All collectives are in place. Counts are ELEMENTS, never bytes.
+#ifndef AMPTRAIN_COMM_H
+#define AMPTRAIN_COMM_H
+
+#include <stddef.h>
+
+#include "../core/dtype.h"
+
+typedef struct Comm Comm;
+struct Comm {
+    const char *name;  // "single", "mpi", "nccl"
+    int rank, size;    // in the world
+    int local_rank, local_size;  // on this host (shared-memory split of the world)
+
+    // buf[i] = sum over ranks of buf[i]; n elements of dt. fp16 sums accumulate pairwise in fp32 and
+    // round once per combine, overflowing to inf exactly like a fp16 add would.
+    void (*allreduce_sum)(Comm *c, void *buf, size_t n, DType dt);
+    // flag[0] = max over ranks (the inf/NaN verdict; 1 float).
+    void (*allreduce_max_flag)(Comm *c, float *flag);
+    // buf from `root` to every rank; n bytes.
+    void (*broadcast)(Comm *c, void *buf, size_t bytes, int root);
+    void (*barrier)(Comm *c);
+    // Waits until every collective issued so far has finished (NCCL: stream order; MPI: already done).
+    void (*wait)(Comm *c);
+    void (*destroy)(Comm *c);
+    void *impl;
+};
+
+// Start-up: under mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE, ... set) initialises MPI and returns the MPI
+// communicator; otherwise the single-process one without touching MPI. Installs the MPI_Abort hook for
+// amp_fatal and the rank prefix for logging. timeout_s bounds how long a rank waits for a dead peer.
+Comm *comm_init(int *argc, char ***argv, double timeout_s);
+
+// The NCCL communicator over device buffers, bootstrapped through `host` (rank 0 makes the unique id,
+// host->broadcast sends it). stream: the compute stream (cudaStream_t) to chain to. NULL without CUDA.
+Comm *comm_nccl_create(Comm *host, void *compute_stream);
+
+// Ends MPI cleanly (after comm destroy) when it was started.
+void comm_finalize(void);
+
+#endif

@@ -1,0 +1,70 @@
+#include "test_util.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi) {
+    uint64_t state = seed;
+    for (size_t i = 0; i < n; i++) {
+        double u = (double)(splitmix64(&state) >> 11) / 9007199254740992.0;
+        x[i] = lo + (float)u * (hi - lo);
+    }
+}
+
+double tu_rel_error(const float *a, const float *b, size_t n) {
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) return INFINITY;
+        double d = (double)a[i] - (double)b[i];
+        diff += d * d;
+        ref += (double)b[i] * (double)b[i];
+    }
+    if (ref == 0) return sqrt(diff);
+    return sqrt(diff / ref);
+}
+
+int tu_run_cli(const char *args, char *output, size_t cap) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s 2>&1", AMPTRAIN_BIN, args);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t len = 0;
+    if (cap) output[0] = 0;
+    char chunk[4096];
+    size_t got;
+    while ((got = fread(chunk, 1, sizeof chunk, p)) > 0) {
+        if (cap && len + 1 < cap) {
+            size_t take = got < cap - 1 - len ? got : cap - 1 - len;
+            memcpy(output + len, chunk, take);
+            len += take;
+            output[len] = 0;
+        }
+    }
+    int status = pclose(p);
+    if (status == -1 || !WIFEXITED(status)) return -1;
+    return WEXITSTATUS(status);
+}
+
+const char *tu_write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return NULL;
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+int tu_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}

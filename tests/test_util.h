@@ -1,0 +1,24 @@
+// test_util.h - helpers shared by the Check suites: random fills, error norms, running the CLI.
+#ifndef AMPTRAIN_TEST_UTIL_H
+#define AMPTRAIN_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Deterministic uniform floats in [lo, hi) from a seed (splitmix64).
+void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
+
+// ||a - b|| / ||b|| over n floats; returns +inf if either contains a NaN or inf.
+double tu_rel_error(const float *a, const float *b, size_t n);
+
+// Runs `AMPTRAIN_BIN args` through /bin/sh in the current folder; captures stdout+stderr (up to cap
+// bytes, NUL-terminated) and returns the exit status (or -1 if it did not exit normally).
+int tu_run_cli(const char *args, char *output, size_t cap);
+
+// Writes text to a file (overwrites); returns the path for convenience.
+const char *tu_write_file(const char *path, const char *text);
+
+// 1 if the file exists.
+int tu_file_exists(const char *path);
+
+#endif

@@ -1,0 +1,46 @@
+# One Check executable per tests/<label>/test_*.c, labelled by its folder:
+#   unit  CPU only, forked Check runner
+#   mpi   CPU backend under mpiexec with 1, 2 and 3 ranks (CK_FORK=no)
+#   gpu   CUDA backend; each test prints "skipped: no GPU" and passes its skip when no GPU is present
+# Tests run in their own scratch folder under the build tree, and find the binary, the sources and the
+# configs through compile definitions.
+set(AMPTRAIN_TEST_MPI_RANKS 1 2 3)
+
+function(amptrain_add_check_test label src)
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src} tests/test_util.c)
+  target_link_libraries(${name} PRIVATE amptrain_lib PkgConfig::CHECK)
+  target_include_directories(${name} PRIVATE tests)
+  target_compile_definitions(${name} PRIVATE
+    AMPTRAIN_BIN="$<TARGET_FILE:amptrain>"
+    AMPTRAIN_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  add_dependencies(${name} amptrain)
+  set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
+  file(MAKE_DIRECTORY ${workdir})
+  if(label STREQUAL "mpi")
+    if(NOT HAVE_MPI)
+      return()
+    endif()
+    foreach(np ${AMPTRAIN_TEST_MPI_RANKS})
+      add_test(NAME ${name}_np${np}
+               COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
+                       $<TARGET_FILE:${name}>
+               WORKING_DIRECTORY ${workdir})
+      set_tests_properties(${name}_np${np} PROPERTIES LABELS mpi ENVIRONMENT "CK_FORK=no" TIMEOUT 600)
+    endforeach()
+  else()
+    add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${workdir})
+    if(label STREQUAL "gpu")
+      set_tests_properties(${name} PROPERTIES LABELS gpu ENVIRONMENT "CK_FORK=no" TIMEOUT 900)
+    else()
+      set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 600)
+    endif()
+  endif()
+endfunction()
+
+foreach(label unit mpi gpu)
+  file(GLOB srcs CONFIGURE_DEPENDS tests/${label}/test_*.c)
+  foreach(src ${srcs})
+    amptrain_add_check_test(${label} ${src})
+  endforeach()
+endforeach()
