@@ -1,0 +1,21 @@
+// cuda_backend.h - what the host code outside kernels/ may ask of the CUDA backend beyond backend.h:
+// the compute stream, for the NCCL communicator to chain its own stream to with events.
+#ifndef AMPTRAIN_CUDA_BACKEND_H
+#define AMPTRAIN_CUDA_BACKEND_H
+
+#include "core/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// The backend's cudaStream_t, as void* so C files need no CUDA headers.
+void *cuda_backend_stream(Backend *be);
+// Number of CUDA devices visible to this process (CUDA_VISIBLE_DEVICES respected); 0 when none.
+int cuda_visible_device_count(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

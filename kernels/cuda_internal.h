@@ -1,0 +1,104 @@
+// cuda_internal.h - what the CUDA backend's files share: the backend state, the check macros, the
+// caching allocator and the per-op entry points each kernels/*.cu file exports to cuda_backend.cu.
+// Included only by kernels/ (CUDA C, compiled by nvcc); the rest of amptrain sees src/core/backend.h.
+#ifndef AMPTRAIN_CUDA_INTERNAL_H
+#define AMPTRAIN_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "core/backend.h"
+#include "core/check.h"
+#ifdef __cplusplus
+}
+#endif
+
+// One check macro per library: name the failing expression, file and line, then end the job.
+#define CUDA_CHECK(expr)                                                                            \
+    do {                                                                                            \
+        cudaError_t err_ = (expr);                                                                  \
+        if (err_ != cudaSuccess) amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(err_)); \
+    } while (0)
+#define CUDNN_CHECK(expr)                                                                           \
+    do {                                                                                            \
+        cudnnStatus_t st_ = (expr);                                                                 \
+        if (st_ != CUDNN_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudnnGetErrorString(st_)); \
+    } while (0)
+#define CUBLAS_CHECK(expr)                                                                          \
+    do {                                                                                            \
+        cublasStatus_t st_ = (expr);                                                                \
+        if (st_ != CUBLAS_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cublasGetStatusString(st_)); \
+    } while (0)
+// After every kernel launch.
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
+
+typedef struct CudaConvCache CudaConvCache;  // cudnn_conv.cu: descriptors + chosen algorithms per shape
+
+typedef struct CudaBackend {
+    int device;
+    cudaStream_t stream;          // the one compute stream; everything is ordered on it
+    cudnnHandle_t cudnn;
+    cublasHandle_t cublas;
+    int cudnn_benchmark;          // cudnn.benchmark: timed algorithm search once per shape
+    int allow_tf32;               // fp32 convolutions/matmuls may use TF32
+    void *workspace;              // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
+    size_t workspace_bytes;
+    CudaConvCache *conv_cache;
+    cudaEvent_t readback_done;
+} CudaBackend;
+
+static inline CudaBackend *cuda_state(Backend *be) { return (CudaBackend *)be->impl; }
+static inline cudnnDataType_t cudnn_dtype(DType dt) { return dt == DTYPE_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT; }
+
+// Workspace of at least `bytes` on the compute stream (cuda_backend.cu).
+void *cuda_workspace(CudaBackend *cb, size_t bytes);
+
+// ---- cudnn_conv.cu ------------------------------------------------------------------------------
+void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
+void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
+                             void *dx, int accumulate);
+void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy,
+                               void *dw, int accumulate);
+void cuda_conv_cache_destroy(CudaBackend *cb);
+
+// ---- cudnn_batchnorm.cu -------------------------------------------------------------------------
+void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
+                           int relu, const float *gamma, const float *beta, float *running_mean,
+                           float *running_var, float momentum, float eps, float *save_mean,
+                           float *save_invstd, void *y);
+void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
+                          int relu, const float *gamma, const float *beta, const float *running_mean,
+                          const float *running_var, float eps, void *y);
+void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
+                      int relu, const float *gamma, const float *save_mean, const float *save_invstd,
+                      void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
+                      void *d_residual);
+
+// ---- cuda_pool.cu -------------------------------------------------------------------------------
+void cuda_maxpool_forward(Backend *be, const PoolShape *s, DType dt, const void *x, void *y);
+void cuda_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void *x, const void *y,
+                           const void *dy, void *dx);
+void cuda_avgpool_forward(Backend *be, int n, int hw, int c, DType dt, const void *x, void *y);
+void cuda_avgpool_backward(Backend *be, int n, int hw, int c, DType dt, const void *dy, void *dx);
+
+// ---- cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu, cuda_cast.cu ----------------------------
+void cuda_linear_forward(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,
+                         const void *b, void *y);
+void cuda_linear_backward(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,
+                          const void *dy, void *dx, void *dw, void *db, int accumulate);
+void cuda_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const void *logits,
+                       const int32_t *labels, float *loss_out, void *dlogits, const float *scale,
+                       float seed_factor);
+void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, float *flag);
+void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
+                   void *copy, const SgdParams *p, const ScalerState *state);
+void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
+                        int dynamic);
+void cuda_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n);
+
+#endif
