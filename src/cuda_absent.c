@@ -1,10 +1,18 @@
 // Linked instead of kernels/ when the build has no CUDA: the CUDA backend reports why it is missing.
 #include <stdio.h>
 
-#include "backend.h"
+#include "core/backend.h"
+#include "../kernels/cuda_backend.h"
 
 Backend *cuda_backend_create(int device, int cudnn_benchmark, int allow_tf32, char *why, size_t why_len) {
     (void)device, (void)cudnn_benchmark, (void)allow_tf32;
     snprintf(why, why_len, "amptrain was built without CUDA (cmake found no nvcc/cuDNN/cuBLAS)");
+    return NULL;
+}
+
+int cuda_visible_device_count(void) { return 0; }
+
+void *cuda_backend_stream(Backend *be) {
+    (void)be;
     return NULL;
 }
