@@ -1,0 +1,406 @@
+#include "resnext.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/autocast.h"
+#include "core/check.h"
+#include "core/rng.h"
+
+// ---- building the shapes and the registry (torchvision order) ----------------------------------------
+
+static ConvLayer conv_make(Model *m, const char *name, int n, int h, int w, int c_in, int c_out, int k,
+                           int stride, int pad, int groups) {
+    ConvLayer l = {.shape = {.n = n, .h = h, .w = w, .c_in = c_in, .c_out = c_out, .kh = k, .kw = k,
+                             .stride = stride, .pad = pad, .groups = groups}};
+    conv_shape_finish(&l.shape);
+    int64_t shape[4] = {c_out, c_in / groups, k, k};
+    l.weight = params_add(&m->params, name, PARAM_CONV_WEIGHT, 4, shape);
+    return l;
+}
+
+static void bn_make(Model *m, BnLayer *bn, const char *prefix, int c) {
+    char name[PARAM_NAME_MAX];
+    int64_t shape[1] = {c};
+    bn->c = c;
+    snprintf(bn->prefix, sizeof bn->prefix, "%s", prefix);
+    snprintf(name, sizeof name, "%s.weight", prefix);
+    bn->gamma = params_add(&m->params, name, PARAM_BN_WEIGHT, 1, shape);
+    snprintf(name, sizeof name, "%s.bias", prefix);
+    bn->beta = params_add(&m->params, name, PARAM_BN_BIAS, 1, shape);
+    bn->stats_offset = m->stats_numel;
+    m->stats_numel += 2 * (size_t)c;
+    m->bn_list[m->n_bn++] = bn;
+}
+
+// Places parameters in the order model_backward finishes their gradients.
+static void place_in_backward_order(Model *m) {
+    params_place(&m->params, m->fc_weight);
+    params_place(&m->params, m->fc_bias);
+    for (int i = m->n_blocks - 1; i >= 0; i--) {
+        Block *b = &m->blocks[i];
+        params_place(&m->params, b->bn3.gamma);
+        params_place(&m->params, b->bn3.beta);
+        if (b->has_down) {
+            params_place(&m->params, b->down_bn.gamma);
+            params_place(&m->params, b->down_bn.beta);
+            params_place(&m->params, b->down.weight);
+        }
+        params_place(&m->params, b->conv3.weight);
+        params_place(&m->params, b->bn2.gamma);
+        params_place(&m->params, b->bn2.beta);
+        params_place(&m->params, b->conv2.weight);
+        params_place(&m->params, b->bn1.gamma);
+        params_place(&m->params, b->bn1.beta);
+        params_place(&m->params, b->conv1.weight);
+    }
+    params_place(&m->params, m->stem_bn.gamma);
+    params_place(&m->params, m->stem_bn.beta);
+    params_place(&m->params, m->stem.weight);
+}
+
+void model_init_shapes(Model *m, const ModelConfig *cfg, int max_batch, int amp) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    m->max_batch = max_batch;
+    m->amp = amp;
+    m->act_dt = autocast_dtype(OP_CONV, amp, DTYPE_F32);
+    for (int s = 0; s < 4; s++) m->n_blocks += cfg->layers[s];
+    m->blocks = xcalloc((size_t)m->n_blocks, sizeof *m->blocks);
+    m->bn_list = xcalloc((size_t)(1 + 4 * m->n_blocks), sizeof *m->bn_list);
+
+    int n = max_batch, side = cfg->image_size, planes = cfg->planes;
+    m->stem = conv_make(m, "conv1.weight", n, side, side, 3, planes, 7, 2, 3, 1);
+    bn_make(m, &m->stem_bn, "bn1", planes);
+    int h = (m->stem.shape.out_h + 2 - 3) / 2 + 1, w = (m->stem.shape.out_w + 2 - 3) / 2 + 1;
+    int in_c = planes, bi = 0;
+    char name[PARAM_NAME_MAX], prefix[PARAM_NAME_MAX];
+    for (int s = 0; s < 4; s++) {
+        int stage_planes = planes << s;
+        int width = (int)((int64_t)stage_planes * cfg->base_width / 64) * cfg->cardinality;
+        int out_c = stage_planes * 4;
+        for (int j = 0; j < cfg->layers[s]; j++, bi++) {
+            Block *b = &m->blocks[bi];
+            int stride = (j == 0 && s > 0) ? 2 : 1;
+            snprintf(prefix, sizeof prefix, "layer%d.%d", s + 1, j);
+#define LAYER_NAME(suffix) (snprintf(name, sizeof name, "%s.%s", prefix, suffix), name)
+            b->conv1 = conv_make(m, LAYER_NAME("conv1.weight"), n, h, w, in_c, width, 1, 1, 0, 1);
+            bn_make(m, &b->bn1, LAYER_NAME("bn1"), width);
+            b->conv2 = conv_make(m, LAYER_NAME("conv2.weight"), n, h, w, width, width, 3, stride, 1,
+                                 cfg->cardinality);
+            bn_make(m, &b->bn2, LAYER_NAME("bn2"), width);
+            int oh = b->conv2.shape.out_h, ow = b->conv2.shape.out_w;
+            b->conv3 = conv_make(m, LAYER_NAME("conv3.weight"), n, oh, ow, width, out_c, 1, 1, 0, 1);
+            bn_make(m, &b->bn3, LAYER_NAME("bn3"), out_c);
+            b->has_down = (stride != 1 || in_c != out_c);
+            if (b->has_down) {
+                b->down = conv_make(m, LAYER_NAME("downsample.0.weight"), n, h, w, in_c, out_c, 1, stride, 0, 1);
+                bn_make(m, &b->down_bn, LAYER_NAME("downsample.1"), out_c);
+            }
+#undef LAYER_NAME
+            h = oh, w = ow, in_c = out_c;
+        }
+    }
+    m->final_hw = h * w;
+    m->fc_in = in_c;
+    int64_t fc_w_shape[2] = {cfg->num_classes, in_c}, fc_b_shape[1] = {cfg->num_classes};
+    m->fc_weight = params_add(&m->params, "fc.weight", PARAM_FC_WEIGHT, 2, fc_w_shape);
+    m->fc_bias = params_add(&m->params, "fc.bias", PARAM_FC_BIAS, 1, fc_b_shape);
+    place_in_backward_order(m);
+}
+
+double model_macs_per_image(const Model *m) {
+    double macs = 0;
+    const ConvLayer *convs[4];
+#define CONV_MACS(l) ((double)(l).shape.out_h * (l).shape.out_w * (l).shape.c_out * (l).shape.kh * (l).shape.kw * ((l).shape.c_in / (l).shape.groups))
+    macs += CONV_MACS(m->stem);
+    for (int i = 0; i < m->n_blocks; i++) {
+        const Block *b = &m->blocks[i];
+        convs[0] = &b->conv1, convs[1] = &b->conv2, convs[2] = &b->conv3, convs[3] = &b->down;
+        for (int k = 0; k < (b->has_down ? 4 : 3); k++) macs += CONV_MACS(*convs[k]);
+    }
+#undef CONV_MACS
+    return macs + (double)m->fc_in * m->cfg.num_classes;
+}
+
+// ---- memory and initialisation ---------------------------------------------------------------------
+
+static void *act_alloc(Model *m, Backend *be, size_t elems, DType dt) {
+    size_t bytes = elems * dtype_size(dt);
+    m->activation_bytes += bytes;
+    return be->alloc(be, bytes);
+}
+
+static size_t conv_in_elems(const ConvShape *s) { return (size_t)s->n * s->h * s->w * s->c_in; }
+static size_t conv_out_elems(const ConvShape *s) { return (size_t)s->n * s->out_h * s->out_w * s->c_out; }
+
+// torchvision: kaiming_normal_(fan_out, relu) for convs; BN 1/0; nn.Linear default (U(+-1/sqrt(in))).
+static void init_host_weights(const Model *m, float *master, uint64_t seed) {
+    Rng rng;
+    rng_seed(&rng, seed, 0x1417);
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.items[i];
+        float *dst = master + p->offset;
+        switch (p->kind) {
+        case PARAM_CONV_WEIGHT: {
+            double fan_out = (double)p->shape[0] * p->shape[2] * p->shape[3];
+            float std = (float)sqrt(2.0 / fan_out);
+            for (size_t k = 0; k < p->numel; k++) dst[k] = std * rng_normal(&rng);
+            break;
+        }
+        case PARAM_BN_WEIGHT:
+            for (size_t k = 0; k < p->numel; k++) dst[k] = 1.0f;
+            break;
+        case PARAM_BN_BIAS: break;  // zero from calloc
+        case PARAM_FC_WEIGHT:
+        case PARAM_FC_BIAS: {
+            float bound = 1.0f / sqrtf((float)m->fc_in);
+            for (size_t k = 0; k < p->numel; k++) dst[k] = bound * (2.0f * rng_uniform(&rng) - 1.0f);
+            break;
+        }
+        }
+    }
+}
+
+void model_alloc(Model *m, Backend *be, uint64_t seed) {
+    size_t np = m->params.padded_numel;
+    size_t dts = dtype_size(m->act_dt);
+    m->master = be->alloc(be, np * sizeof(float));
+    m->compute = m->amp ? be->alloc(be, np * dts) : (void *)m->master;
+    m->grads = be->alloc(be, np * dts);
+    be->zero(be, m->grads, np * dts);  // the alignment gaps are never written by backward
+    m->running = be->alloc(be, m->stats_numel * sizeof(float));
+    m->saved = be->alloc(be, m->stats_numel * sizeof(float));
+    be->zero(be, m->saved, m->stats_numel * sizeof(float));
+
+    float *host = xcalloc(np > m->stats_numel ? np : m->stats_numel, sizeof(float));
+    init_host_weights(m, host, seed);
+    be->to_device(be, m->master, host, np * sizeof(float));
+    // running_mean 0, running_var 1
+    memset(host, 0, m->stats_numel * sizeof(float));
+    for (int i = 0; i < m->n_bn; i++) {
+        const BnLayer *bn = m->bn_list[i];
+        for (int k = 0; k < bn->c; k++) host[bn->stats_offset + bn->c + k] = 1.0f;
+    }
+    be->to_device(be, m->running, host, m->stats_numel * sizeof(float));
+    free(host);
+    model_refresh_compute(m, be);
+
+    int n = m->max_batch, side = m->cfg.image_size;
+    size_t in_elems = (size_t)n * side * side * 3;
+    m->input_f32 = act_alloc(m, be, in_elems, DTYPE_F32);
+    m->input = m->amp ? act_alloc(m, be, in_elems, m->act_dt) : (void *)m->input_f32;
+    m->labels = be->alloc(be, (size_t)n * sizeof(int32_t));
+    m->loss = be->alloc(be, sizeof(float));
+
+    DType dt = m->act_dt;
+    size_t largest = conv_out_elems(&m->stem.shape);
+    m->stem_a = act_alloc(m, be, conv_out_elems(&m->stem.shape), dt);
+    m->stem_b = act_alloc(m, be, conv_out_elems(&m->stem.shape), dt);
+    m->stem_pool = act_alloc(m, be, conv_in_elems(&m->blocks[0].conv1.shape), dt);
+    for (int i = 0; i < m->n_blocks; i++) {
+        Block *b = &m->blocks[i];
+        size_t e1 = conv_out_elems(&b->conv1.shape), e2 = conv_out_elems(&b->conv2.shape);
+        size_t e3 = conv_out_elems(&b->conv3.shape);
+        b->a1 = act_alloc(m, be, e1, dt), b->b1 = act_alloc(m, be, e1, dt);
+        b->a2 = act_alloc(m, be, e2, dt), b->b2 = act_alloc(m, be, e2, dt);
+        b->a3 = act_alloc(m, be, e3, dt), b->out = act_alloc(m, be, e3, dt);
+        if (b->has_down) b->down_a = act_alloc(m, be, e3, dt), b->down_b = act_alloc(m, be, e3, dt);
+        size_t biggest = e1 > e2 ? e1 : e2;
+        biggest = biggest > e3 ? biggest : e3;
+        if (biggest > largest) largest = biggest;
+    }
+    int classes = m->cfg.num_classes;
+    m->pooled = act_alloc(m, be, (size_t)n * m->fc_in, dt);
+    m->dpooled = act_alloc(m, be, (size_t)n * m->fc_in, dt);
+    m->logits = act_alloc(m, be, (size_t)n * classes, dt);
+    m->dlogits = act_alloc(m, be, (size_t)n * classes, dt);
+    for (int k = 0; k < 5; k++) m->scratch[k] = act_alloc(m, be, largest, dt);
+}
+
+void model_free(Model *m, Backend *be) {
+    if (m->master) {
+        void *bufs[] = {m->grads, m->running, m->saved, m->labels, m->loss, m->input_f32, m->stem_a,
+                        m->stem_b, m->stem_pool, m->pooled, m->dpooled, m->logits, m->dlogits,
+                        m->scratch[0], m->scratch[1], m->scratch[2], m->scratch[3], m->scratch[4]};
+        for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) be->free(be, bufs[k]);
+        if (m->amp) be->free(be, m->compute), be->free(be, m->input);
+        be->free(be, m->master);
+        for (int i = 0; i < m->n_blocks; i++) {
+            Block *b = &m->blocks[i];
+            void *acts[] = {b->a1, b->b1, b->a2, b->b2, b->a3, b->out};
+            for (int k = 0; k < 6; k++) be->free(be, acts[k]);
+            if (b->has_down) be->free(be, b->down_a), be->free(be, b->down_b);
+        }
+    }
+    free(m->blocks);
+    free(m->bn_list);
+    params_free(&m->params);
+    memset(m, 0, sizeof *m);
+}
+
+void model_refresh_compute(Model *m, Backend *be) {
+    if (m->amp) be->cast(be, m->compute, m->act_dt, m->master, DTYPE_F32, m->params.padded_numel);
+}
+
+// ---- forward ------------------------------------------------------------------------------------
+
+static const void *weight_of(const Model *m, int param) {
+    return (const char *)m->compute + m->params.items[param].offset * dtype_size(m->act_dt);
+}
+static void *grad_of(const Model *m, int param) {
+    return (char *)m->grads + m->params.items[param].offset * dtype_size(m->act_dt);
+}
+static const float *master_of(const Model *m, int param) { return m->master + m->params.items[param].offset; }
+
+static ConvShape at_batch(const ConvLayer *l, int n) {
+    ConvShape s = l->shape;
+    s.n = n;
+    return s;
+}
+
+static void conv_fwd(Model *m, Backend *be, const ConvLayer *l, int n, const void *x, void *y) {
+    ConvShape s = at_batch(l, n);
+    be->conv_forward(be, &s, m->act_dt, x, weight_of(m, l->weight), y);
+}
+
+// y = relu?(bn(x) + residual?) with batch statistics (train) or running statistics (eval).
+static void bn_fwd(Model *m, Backend *be, const BnLayer *bn, int rows, int train, const void *x,
+                   const void *residual, int relu, void *y) {
+    float *rm = m->running + bn->stats_offset, *rv = rm + bn->c;
+    const float *gamma = master_of(m, bn->gamma), *beta = master_of(m, bn->beta);
+    if (train) {
+        float *sm = m->saved + bn->stats_offset, *si = sm + bn->c;
+        be->bn_forward_train(be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 0.1f,
+                             1e-5f, sm, si, y);
+    } else {
+        be->bn_forward_eval(be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 1e-5f, y);
+    }
+}
+
+static int rows_of(const ConvLayer *l, int n) { return n * l->shape.out_h * l->shape.out_w; }
+
+static PoolShape stem_pool_shape(const Model *m, int n) {
+    PoolShape p = {.n = n, .h = m->stem.shape.out_h, .w = m->stem.shape.out_w, .c = m->stem.shape.c_out,
+                   .k = 3, .stride = 2, .pad = 1};
+    p.out_h = (p.h + 2 * p.pad - p.k) / p.stride + 1;
+    p.out_w = (p.w + 2 * p.pad - p.k) / p.stride + 1;
+    return p;
+}
+
+static const void *block_input(const Model *m, int i) { return i == 0 ? m->stem_pool : m->blocks[i - 1].out; }
+
+void model_forward(Model *m, Backend *be, int n, int train) {
+    AMP_ASSERT(n >= 1 && n <= m->max_batch, "batch %d outside 1..%d", n, m->max_batch);
+    if (m->amp) {
+        size_t elems = (size_t)n * m->cfg.image_size * m->cfg.image_size * 3;
+        be->cast(be, m->input, m->act_dt, m->input_f32, DTYPE_F32, elems);
+    }
+    conv_fwd(m, be, &m->stem, n, m->input, m->stem_a);
+    bn_fwd(m, be, &m->stem_bn, rows_of(&m->stem, n), train, m->stem_a, NULL, 1, m->stem_b);
+    PoolShape ps = stem_pool_shape(m, n);
+    be->maxpool_forward(be, &ps, m->act_dt, m->stem_b, m->stem_pool);
+    for (int i = 0; i < m->n_blocks; i++) {
+        Block *b = &m->blocks[i];
+        const void *in = block_input(m, i);
+        conv_fwd(m, be, &b->conv1, n, in, b->a1);
+        bn_fwd(m, be, &b->bn1, rows_of(&b->conv1, n), train, b->a1, NULL, 1, b->b1);
+        conv_fwd(m, be, &b->conv2, n, b->b1, b->a2);
+        bn_fwd(m, be, &b->bn2, rows_of(&b->conv2, n), train, b->a2, NULL, 1, b->b2);
+        conv_fwd(m, be, &b->conv3, n, b->b2, b->a3);
+        const void *residual = in;
+        if (b->has_down) {
+            conv_fwd(m, be, &b->down, n, in, b->down_a);
+            bn_fwd(m, be, &b->down_bn, rows_of(&b->down, n), train, b->down_a, NULL, 0, b->down_b);
+            residual = b->down_b;
+        }
+        bn_fwd(m, be, &b->bn3, rows_of(&b->conv3, n), train, b->a3, residual, 1, b->out);
+    }
+    be->avgpool_forward(be, n, m->final_hw, m->fc_in, m->act_dt, m->blocks[m->n_blocks - 1].out, m->pooled);
+    be->linear_forward(be, n, m->fc_in, m->cfg.num_classes, m->act_dt, m->pooled, weight_of(m, m->fc_weight),
+                       weight_of(m, m->fc_bias), m->logits);
+    if (train) m->num_batches_tracked++;
+}
+
+void model_loss(Model *m, Backend *be, int n, const float *scale, float seed_factor) {
+    DType logits_dt = autocast_dtype(OP_LINEAR, m->amp, m->act_dt);
+    be->softmax_xent(be, n, m->cfg.num_classes, logits_dt, m->logits, m->labels, m->loss, m->dlogits, scale,
+                     seed_factor);
+}
+
+// ---- backward -----------------------------------------------------------------------------------
+
+typedef struct BackwardCtx {
+    Model *m;
+    Backend *be;
+    int n, accumulate;
+    GradReadyFn ready;
+    void *ready_ctx;
+} BackwardCtx;
+
+static void notify(BackwardCtx *c, int param) {
+    if (c->ready) c->ready(c->ready_ctx, &c->m->params.items[param]);
+}
+
+// Backward of a conv: filter gradient (ready at once), and, when dx is given, the data gradient.
+static void conv_bwd(BackwardCtx *c, const ConvLayer *l, const void *x, const void *dy, void *dx,
+                     int dx_accumulate) {
+    ConvShape s = at_batch(l, c->n);
+    Model *m = c->m;
+    c->be->conv_backward_filter(c->be, &s, m->act_dt, x, dy, grad_of(m, l->weight), c->accumulate);
+    notify(c, l->weight);
+    if (dx) c->be->conv_backward_data(c->be, &s, m->act_dt, dy, weight_of(m, l->weight), dx, dx_accumulate);
+}
+
+static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, const void *y, const void *dy,
+                   int relu, void *dx, void *d_residual) {
+    Model *m = c->m;
+    const float *sm = m->saved + bn->stats_offset, *si = sm + bn->c;
+    c->be->bn_backward(c->be, rows, bn->c, m->act_dt, x, y, dy, relu, master_of(m, bn->gamma), sm, si, dx, 0,
+                       grad_of(m, bn->gamma), grad_of(m, bn->beta), c->accumulate, d_residual);
+    notify(c, bn->gamma);
+    notify(c, bn->beta);
+}
+
+// Gradient buffers rotate through m->scratch: dout is this block's output gradient, d_in receives its
+// input gradient; t1..t3 are temporaries. Shapes fit because every scratch holds the largest activation.
+static void block_backward(BackwardCtx *c, Block *b, const void *in, const void *dout, void *d_in, void *t1,
+                           void *t2, void *t3) {
+    int n = c->n;
+    int rows_out = rows_of(&b->conv3, n);
+    // bn3 (+ residual + relu): d_a3 -> t1; the residual's gradient -> d_in (identity) or t3 (downsample)
+    bn_bwd(c, &b->bn3, rows_out, b->a3, b->out, dout, 1, t1, b->has_down ? t3 : d_in);
+    if (b->has_down) {
+        bn_bwd(c, &b->down_bn, rows_out, b->down_a, b->down_b, t3, 0, t2, NULL);
+        conv_bwd(c, &b->down, in, t2, d_in, 0);
+    }
+    conv_bwd(c, &b->conv3, b->b2, t1, t2, 0);                                   // d_b2 -> t2
+    bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), b->a2, b->b2, t2, 1, t1, NULL);   // d_a2 -> t1
+    conv_bwd(c, &b->conv2, b->b1, t1, t2, 0);                                   // d_b1 -> t2
+    bn_bwd(c, &b->bn1, rows_of(&b->conv1, n), b->a1, b->b1, t2, 1, t1, NULL);   // d_a1 -> t1
+    conv_bwd(c, &b->conv1, in, t1, d_in, 1);                                    // d_in += conv1's
+}
+
+void model_backward(Model *m, Backend *be, int n, int accumulate, GradReadyFn ready, void *ctx) {
+    BackwardCtx c = {.m = m, .be = be, .n = n, .accumulate = accumulate, .ready = ready, .ready_ctx = ctx};
+    DType dt = m->act_dt;
+    be->linear_backward(be, n, m->fc_in, m->cfg.num_classes, dt, m->pooled, weight_of(m, m->fc_weight),
+                        m->dlogits, m->dpooled, grad_of(m, m->fc_weight), grad_of(m, m->fc_bias), accumulate);
+    notify(&c, m->fc_weight);
+    notify(&c, m->fc_bias);
+    void *dout = m->scratch[0], *d_in = m->scratch[1];
+    be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, m->dpooled, dout);
+    for (int i = m->n_blocks - 1; i >= 0; i--) {
+        block_backward(&c, &m->blocks[i], block_input(m, i), dout, d_in, m->scratch[2], m->scratch[3],
+                       m->scratch[4]);
+        void *t = dout;
+        dout = d_in, d_in = t;
+    }
+    // stem: maxpool -> bn+relu -> conv (the image needs no gradient)
+    PoolShape ps = stem_pool_shape(m, n);
+    be->maxpool_backward(be, &ps, dt, m->stem_b, m->stem_pool, dout, d_in);
+    bn_bwd(&c, &m->stem_bn, rows_of(&m->stem, n), m->stem_a, m->stem_b, d_in, 1, m->scratch[2], NULL);
+    conv_bwd(&c, &m->stem, m->input, m->scratch[2], NULL, 0);
+}
