@@ -1,0 +1,24 @@
+// optimizer.h - SGD with momentum, weight decay and optional Nesterov (torch.optim.SGD semantics,
+// dampening 0), as one fused pass over the flat parameter buffers.
+//
+// The step reads each gradient (fp16 under AMP), unscales it by 1/S, updates the fp32 master and the
+// fp32 momentum and writes the fp16 compute copy; when the agreed verdict (scaler state) says inf/NaN,
+// nothing is written. Zero-initialised momentum equals torch's "buf = grad" on the first step.
+#ifndef AMPTRAIN_OPTIMIZER_H
+#define AMPTRAIN_OPTIMIZER_H
+
+#include "amp/scaler.h"
+#include "core/backend.h"
+#include "core/config.h"
+#include "model/resnext.h"
+
+typedef struct Sgd {
+    float *momentum;  // (padded_numel) fp32, same layout as the masters
+    SgdParams params; // lr set per step by the schedule
+} Sgd;
+
+void sgd_init(Sgd *opt, Backend *be, const Model *m, const TrainConfig *t);
+void sgd_step(Sgd *opt, Backend *be, Model *m, const LossScaler *scaler, float lr);
+void sgd_free(Sgd *opt, Backend *be);
+
+#endif
