@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "core/backend.h"
-#include "../kernels/cuda_backend.h"
+#include "kernels/cuda_backend.h"
 
 Backend *cuda_backend_create(int device, int cudnn_benchmark, int allow_tf32, char *why, size_t why_len) {
     (void)device, (void)cudnn_benchmark, (void)allow_tf32;

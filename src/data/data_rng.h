@@ -1,66 +1,29 @@
-// data_rng.h - the counter-based random numbers of the data pipeline.
+// data_rng.h - how the data pipeline keys its random streams (the generator is core/rng.h's).
 //
-// Every random choice in src/data is a pure function of a few integers (seed, epoch, sample index,
-// stream), never of a generator's history: that is what makes a sample identical on every rank, on the
-// loader thread and on the caller's thread, and after a resume. data_rng_for hashes the integers into a
-// starting state; the stream is then splitmix64 (64-bit state, full period, passes BigCrush), which is
-// plenty for shuffles, crops and noise.
+// Every random choice in src/data is a pure function of a few integers (seed, purpose, epoch or split,
+// sample index), never of a generator's history: that is what makes a sample identical on every rank,
+// on the loader thread and on the caller's thread, and after a resume. data_rng_seed packs the integers
+// into core/rng.h's stream id, so distinct keys give independent streams.
 #ifndef AMPTRAIN_DATA_RNG_H
 #define AMPTRAIN_DATA_RNG_H
 
-#include <math.h>
 #include <stdint.h>
 
-typedef struct DataRng {
-    uint64_t state;
-} DataRng;
+#include "../core/rng.h"
 
-// Stream ids keep the uses of one seed apart (a shuffle never reuses a crop's numbers).
+// Purposes keep the uses of one seed apart (a shuffle never reuses a crop's numbers).
 enum {
-    DATA_STREAM_SHUFFLE = 1,    // sampler: the epoch's permutation
-    DATA_STREAM_AUGMENT = 2,    // per-sample crop offsets and flip
-    DATA_STREAM_LABEL = 3,      // synthetic/learnable: the label of sample i
-    DATA_STREAM_WINDOW = 4,     // synthetic/learnable: where sample i's values start in the pool
-    DATA_STREAM_POOL = 5,       // synthetic/learnable: the pool of N(0,1) values
-    DATA_STREAM_TEMPLATE = 6,   // learnable: the class templates
+    DATA_STREAM_SHUFFLE = 1,   // sampler: the epoch's permutation, key (epoch, 0)
+    DATA_STREAM_AUGMENT = 2,   // cifar10: crop offsets and flip, key (epoch, index)
+    DATA_STREAM_SAMPLE = 3,    // synthetic/learnable: label and pool window, key (split, index)
+    DATA_STREAM_POOL = 4,      // synthetic/learnable: the pool of N(0,1) values, key (0, 0)
+    DATA_STREAM_TEMPLATE = 5,  // learnable: class c's template parameters, key (0, c)
 };
 
-static inline uint64_t data_rng_next(DataRng *r) {
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// A generator whose numbers depend only on (a, b, c): each word is folded in through a splitmix64 step,
-// so neighbouring inputs (index i and i+1) give unrelated streams.
-static inline DataRng data_rng_for(uint64_t a, uint64_t b, uint64_t c) {
-    DataRng r = {a};
-    r.state = data_rng_next(&r) ^ b;
-    r.state = data_rng_next(&r) ^ c;
-    r.state = data_rng_next(&r);
-    return r;
-}
-
-// Uniform integer in [0, n), n >= 1, without modulo bias (rejects the short top slice of 2^64).
-static inline uint64_t data_rng_below(DataRng *r, uint64_t n) {
-    uint64_t limit = UINT64_MAX - UINT64_MAX % n;
-    uint64_t x;
-    do {
-        x = data_rng_next(r);
-    } while (x >= limit);
-    return x % n;
-}
-
-// Uniform double in (0, 1): 53 random bits, never 0 so log() below is finite.
-static inline double data_rng_uniform(DataRng *r) {
-    return ((double)(data_rng_next(r) >> 11) + 0.5) / 9007199254740992.0;
-}
-
-// Standard normal (Box-Muller, one value per call: simple, and cost does not matter where it is used).
-static inline float data_rng_normal(DataRng *r) {
-    double u1 = data_rng_uniform(r), u2 = data_rng_uniform(r);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+// stream = purpose (4 bits) | a (28 bits: epochs and splits stay far below 2^28) | b (32 bits: index).
+static inline void data_rng_seed(Rng *r, uint64_t seed, int purpose, uint32_t a, uint32_t b) {
+    uint64_t stream = ((uint64_t)purpose << 60) | ((uint64_t)(a & 0x0FFFFFFFu) << 32) | b;
+    rng_seed(r, seed, stream);
 }
 
 #endif

@@ -127,14 +127,57 @@ double model_macs_per_image(const Model *m) {
 
 // ---- memory and initialisation ---------------------------------------------------------------------
 
-static void *act_alloc(Model *m, Backend *be, size_t elems, DType dt) {
-    size_t bytes = elems * dtype_size(dt);
-    m->activation_bytes += bytes;
-    return be->alloc(be, bytes);
-}
-
 static size_t conv_in_elems(const ConvShape *s) { return (size_t)s->n * s->h * s->w * s->c_in; }
 static size_t conv_out_elems(const ConvShape *s) { return (size_t)s->n * s->out_h * s->out_w * s->c_out; }
+
+// Every per-batch buffer of the model, so allocation and the --dry-run estimate agree by construction.
+typedef struct ActivationBuffer {
+    void **slot;
+    size_t bytes;
+} ActivationBuffer;
+#define ACTIVATION_PLAN_MAX(m) (16 + 8 * (m)->n_blocks)
+
+static int activation_plan(Model *m, ActivationBuffer *plan) {
+    int count = 0;
+    DType dt = m->act_dt;
+    size_t e = dtype_size(dt);
+#define PLAN(ptr, elems, elem_bytes) (plan[count++] = (ActivationBuffer){(void **)&(ptr), (size_t)(elems) * (elem_bytes)})
+    int n = m->max_batch, side = m->cfg.image_size, classes = m->cfg.num_classes;
+    size_t in_elems = (size_t)n * side * side * 3;
+    PLAN(m->input_f32, in_elems, sizeof(float));
+    if (m->amp) PLAN(m->input, in_elems, e);
+    size_t largest = conv_out_elems(&m->stem.shape);
+    PLAN(m->stem_a, conv_out_elems(&m->stem.shape), e);
+    PLAN(m->stem_b, conv_out_elems(&m->stem.shape), e);
+    PLAN(m->stem_pool, conv_in_elems(&m->blocks[0].conv1.shape), e);
+    for (int i = 0; i < m->n_blocks; i++) {
+        Block *b = &m->blocks[i];
+        size_t e1 = conv_out_elems(&b->conv1.shape), e2 = conv_out_elems(&b->conv2.shape);
+        size_t e3 = conv_out_elems(&b->conv3.shape);
+        PLAN(b->a1, e1, e), PLAN(b->b1, e1, e), PLAN(b->a2, e2, e), PLAN(b->b2, e2, e);
+        PLAN(b->a3, e3, e), PLAN(b->out, e3, e);
+        if (b->has_down) PLAN(b->down_a, e3, e), PLAN(b->down_b, e3, e);
+        size_t biggest = e1 > e2 ? e1 : e2;
+        biggest = biggest > e3 ? biggest : e3;
+        if (biggest > largest) largest = biggest;
+    }
+    PLAN(m->pooled, (size_t)n * m->fc_in, e);
+    PLAN(m->dpooled, (size_t)n * m->fc_in, e);
+    PLAN(m->logits, (size_t)n * classes, e);
+    PLAN(m->dlogits, (size_t)n * classes, e);
+    for (int k = 0; k < 5; k++) PLAN(m->scratch[k], largest, e);
+#undef PLAN
+    return count;
+}
+
+size_t model_activation_bytes(Model *m) {
+    ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
+    int count = activation_plan(m, plan);
+    size_t total = 0;
+    for (int i = 0; i < count; i++) total += plan[i].bytes;
+    free(plan);
+    return total;
+}
 
 // torchvision: kaiming_normal_(fan_out, relu) for convs; BN 1/0; nn.Linear default (U(+-1/sqrt(in))).
 static void init_host_weights(const Model *m, float *master, uint64_t seed) {
@@ -188,52 +231,29 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     free(host);
     model_refresh_compute(m, be);
 
-    int n = m->max_batch, side = m->cfg.image_size;
-    size_t in_elems = (size_t)n * side * side * 3;
-    m->input_f32 = act_alloc(m, be, in_elems, DTYPE_F32);
-    m->input = m->amp ? act_alloc(m, be, in_elems, m->act_dt) : (void *)m->input_f32;
-    m->labels = be->alloc(be, (size_t)n * sizeof(int32_t));
-    m->loss = be->alloc(be, sizeof(float));
-
-    DType dt = m->act_dt;
-    size_t largest = conv_out_elems(&m->stem.shape);
-    m->stem_a = act_alloc(m, be, conv_out_elems(&m->stem.shape), dt);
-    m->stem_b = act_alloc(m, be, conv_out_elems(&m->stem.shape), dt);
-    m->stem_pool = act_alloc(m, be, conv_in_elems(&m->blocks[0].conv1.shape), dt);
-    for (int i = 0; i < m->n_blocks; i++) {
-        Block *b = &m->blocks[i];
-        size_t e1 = conv_out_elems(&b->conv1.shape), e2 = conv_out_elems(&b->conv2.shape);
-        size_t e3 = conv_out_elems(&b->conv3.shape);
-        b->a1 = act_alloc(m, be, e1, dt), b->b1 = act_alloc(m, be, e1, dt);
-        b->a2 = act_alloc(m, be, e2, dt), b->b2 = act_alloc(m, be, e2, dt);
-        b->a3 = act_alloc(m, be, e3, dt), b->out = act_alloc(m, be, e3, dt);
-        if (b->has_down) b->down_a = act_alloc(m, be, e3, dt), b->down_b = act_alloc(m, be, e3, dt);
-        size_t biggest = e1 > e2 ? e1 : e2;
-        biggest = biggest > e3 ? biggest : e3;
-        if (biggest > largest) largest = biggest;
+    ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
+    int count = activation_plan(m, plan);
+    m->activation_bytes = 0;
+    for (int i = 0; i < count; i++) {
+        *plan[i].slot = be->alloc(be, plan[i].bytes);
+        m->activation_bytes += plan[i].bytes;
     }
-    int classes = m->cfg.num_classes;
-    m->pooled = act_alloc(m, be, (size_t)n * m->fc_in, dt);
-    m->dpooled = act_alloc(m, be, (size_t)n * m->fc_in, dt);
-    m->logits = act_alloc(m, be, (size_t)n * classes, dt);
-    m->dlogits = act_alloc(m, be, (size_t)n * classes, dt);
-    for (int k = 0; k < 5; k++) m->scratch[k] = act_alloc(m, be, largest, dt);
+    free(plan);
+    if (!m->amp) m->input = m->input_f32;
+    m->labels = be->alloc(be, (size_t)m->max_batch * sizeof(int32_t));
+    m->loss = be->alloc(be, sizeof(float));
 }
 
 void model_free(Model *m, Backend *be) {
     if (m->master) {
-        void *bufs[] = {m->grads, m->running, m->saved, m->labels, m->loss, m->input_f32, m->stem_a,
-                        m->stem_b, m->stem_pool, m->pooled, m->dpooled, m->logits, m->dlogits,
-                        m->scratch[0], m->scratch[1], m->scratch[2], m->scratch[3], m->scratch[4]};
+        ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
+        int count = activation_plan(m, plan);
+        for (int i = 0; i < count; i++) be->free(be, *plan[i].slot);
+        free(plan);
+        void *bufs[] = {m->grads, m->running, m->saved, m->labels, m->loss};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) be->free(be, bufs[k]);
-        if (m->amp) be->free(be, m->compute), be->free(be, m->input);
+        if (m->amp) be->free(be, m->compute);
         be->free(be, m->master);
-        for (int i = 0; i < m->n_blocks; i++) {
-            Block *b = &m->blocks[i];
-            void *acts[] = {b->a1, b->b1, b->a2, b->b2, b->a3, b->out};
-            for (int k = 0; k < 6; k++) be->free(be, acts[k]);
-            if (b->has_down) be->free(be, b->down_a), be->free(be, b->down_b);
-        }
     }
     free(m->blocks);
     free(m->bn_list);

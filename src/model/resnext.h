@@ -89,6 +89,8 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int max_batch, int amp)
 void model_alloc(Model *m, Backend *be, uint64_t seed);
 void model_free(Model *m, Backend *be);
 
+// Bytes of every per-batch buffer model_alloc makes (activations, their gradients' scratch, input).
+size_t model_activation_bytes(Model *m);
 // Multiply-adds per image of the forward pass (convolutions and the classifier).
 double model_macs_per_image(const Model *m);
 

@@ -1,0 +1,88 @@
+// dataset.h - the sources of training and validation samples (docs/data.md describes each).
+//
+// A Dataset is a random-access list of `size` samples; sample i is one image (side, side, 3) float32,
+// HWC with the three channels of a pixel adjacent (a batch of them is NHWC), already normalised, plus
+// one int32 label in [0, classes). Implementations:
+//   synthetic  N(0,1) images, uniform labels, nothing to learn (the throughput benchmark's data)
+//   learnable  image = class template + noise; a small CNN learns it in a few hundred steps
+//   cifar10    the CIFAR-10 binary files, read into memory at open; optional crop + flip augmentation
+// Sample i is a pure function of (seed, i) and, with augmentation, of (seed, epoch, i): every rank and
+// thread that asks for it gets the same bits. `get` only reads the dataset, so the loader thread and the
+// caller may call it at the same time.
+#ifndef AMPTRAIN_DATASET_H
+#define AMPTRAIN_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/config.h"
+#include "data_rng.h"
+
+// CIFAR-10 per-channel statistics of the training set on [0,1] pixels (R, G, B), the usual constants.
+#define CIFAR10_MEAN_R 0.4914f
+#define CIFAR10_MEAN_G 0.4822f
+#define CIFAR10_MEAN_B 0.4465f
+#define CIFAR10_STD_R 0.2470f
+#define CIFAR10_STD_G 0.2435f
+#define CIFAR10_STD_B 0.2616f
+#define CIFAR10_SIDE 32
+#define CIFAR10_CLASSES 10
+#define CIFAR10_RECORD_BYTES 3073  // 1 label byte, then 1024 R, 1024 G, 1024 B bytes (row-major planes)
+
+typedef struct Dataset Dataset;
+struct Dataset {
+    const char *name;   // "synthetic", "learnable", "cifar10"
+    int size;           // samples
+    int side;           // images are (side, side, 3)
+    int classes;        // labels are in [0, classes)
+    uint64_t seed;      // TrainConfig.seed: fixes data, templates and augmentation
+    int augment;        // 1: `get` draws crop/flip from its rng (cifar10 training split only)
+
+    // img (side, side, 3) float32 normalised; *label int32. rng: this sample's augmentation numbers
+    // (data_rng_seed(rng, seed, DATA_STREAM_AUGMENT, epoch, index), see dataset_get_batch); NULL or
+    // augment == 0: no augmentation.
+    void (*get)(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng);
+    void (*destroy)(Dataset *ds);
+    void *impl;
+};
+
+// Opens the training split from the config. seed: TrainConfig.seed; model gives image_size and
+// num_classes (cifar10 requires 32 and 10). Returns 0 and sets *out, or returns 2 (the CLI's exit code
+// for bad input), sets *out = NULL and writes one line naming the problem (e.g. the missing or truncated
+// file and its size) into err[err_cap]; the caller reports it and exits. Nothing is left allocated.
+int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, Dataset **out,
+                       char *err, size_t err_cap);
+
+// Same for the validation split (cifar10: test_batch.bin; synthetic/learnable: val_size samples drawn
+// from a stream separate from the training samples). Returns 0 with *out = NULL when there is no
+// validation split (synthetic/learnable with val_size 0). Validation never augments.
+int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, Dataset **out,
+                     char *err, size_t err_cap);
+
+// One sample; see Dataset.get.
+void dataset_get(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng);
+
+// count samples indices[0..count) into images (count, side, side, 3) float32 and labels (count) int32.
+// With augmentation, sample indices[k] draws from the stream keyed (DATA_STREAM_AUGMENT, epoch,
+// indices[k]): its crop and flip depend on the epoch and the index only, not on rank, batch position or
+// thread.
+void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, float *images,
+                       int32_t *labels);
+
+// Floats in one image: side * side * 3.
+size_t dataset_image_floats(const Dataset *ds);
+
+void dataset_close(Dataset *ds);
+
+// ---- the sources, for callers that do not start from a config (the factories above use these) ----
+
+// split: 0 training, 1 validation (the same pool, different samples).
+Dataset *dataset_synthetic_create(int size, int side, int classes, long seed, int split);
+Dataset *dataset_learnable_create(int size, int side, int classes, long seed, int split);
+
+// dir: folder holding data_batch_1..5.bin (train) or test_batch.bin (!train). Same return and error
+// convention as dataset_open_train. augment only applies to the training split.
+int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dataset **out, char *err,
+                         size_t err_cap);
+
+#endif

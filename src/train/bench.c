@@ -1,0 +1,69 @@
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "data/dataset.h"
+#include "metrics.h"
+#include "trainer.h"
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, const BenchOptions *opt) {
+    Config cfg = *cfg_in;
+    snprintf(cfg.data.source, sizeof cfg.data.source, "synthetic");
+    cfg.data.val_size = 0;
+    cfg.checkpoint.dir[0] = 0;
+    cfg.checkpoint.resume[0] = 0;
+    cfg.log.metrics[0] = 0;
+    cfg.train.accum_steps = 1;
+    Trainer t;
+    int rc = trainer_init(&t, &cfg, be, comm, grad_comm);
+    if (rc != 0) return rc;
+
+    int b = cfg.data.batch_size, nb = opt->nbatches;
+    size_t image_floats = dataset_image_floats(t.train_set);
+    float *host_images = xcalloc((size_t)b * image_floats, sizeof(float));
+    int32_t *host_labels = xcalloc((size_t)b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
+    MicroBatch *batches = xcalloc((size_t)nb, sizeof *batches);
+    for (int k = 0; k < nb; k++) {
+        for (int i = 0; i < b; i++) indices[i] = (k * b + i) % t.train_set->size;
+        dataset_get_batch(t.train_set, indices, b, 0, host_images, host_labels);
+        batches[k] = (MicroBatch){.count = b, .step_total = b * comm->size};
+        batches[k].device_images = be->alloc(be, (size_t)b * image_floats * sizeof(float));
+        batches[k].device_labels = be->alloc(be, (size_t)b * sizeof(int32_t));
+        be->to_device(be, batches[k].device_images, host_images, (size_t)b * image_floats * sizeof(float));
+        be->to_device(be, batches[k].device_labels, host_labels, (size_t)b * sizeof(int32_t));
+    }
+    double *times = xcalloc((size_t)opt->steps, sizeof(double));
+    for (int i = 0; i < opt->warmup + opt->steps; i++) {
+        be->sync(be);
+        double t0 = metrics_now();
+        trainer_step_array(&t, &batches[i % nb], 1);
+        be->sync(be);
+        if (i >= opt->warmup) times[i - opt->warmup] = metrics_now() - t0;
+    }
+    qsort(times, (size_t)opt->steps, sizeof *times, compare_doubles);
+    double median = opt->steps % 2 ? times[opt->steps / 2] : 0.5 * (times[opt->steps / 2 - 1] + times[opt->steps / 2]);
+    float loss;
+    be->to_host(be, &loss, t.model.loss, sizeof loss);
+    ScalerState st = scaler_read(&t.scaler, be);
+    if (comm->rank == 0) {
+        printf("{\"tag\": \"%s\", \"impl\": \"amptrain\", \"backend\": \"%s\", \"world\": %d, \"batch_per_gpu\": %d, "
+               "\"amp\": %d, \"channels_last\": 1, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
+               "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, \"loss\": %.6g, \"scale\": %g, \"skipped\": %d}\n",
+               opt->tag ? opt->tag : "", be->name, comm->size, b, cfg.amp.enabled, median * 1e3, b / median,
+               (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, loss, st.scale, st.skipped_total);
+        fflush(stdout);
+    }
+    for (int k = 0; k < nb; k++) be->free(be, batches[k].device_images), be->free(be, batches[k].device_labels);
+    free(batches), free(times), free(host_images), free(host_labels), free(indices);
+    trainer_free(&t);
+    return 0;
+}

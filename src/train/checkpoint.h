@@ -1,0 +1,26 @@
+// checkpoint.h - a training run in one safetensors file.
+//
+// Tensors (fp32 unless noted), with torchvision's names and layouts so that
+// `torchvision.models.resnext50_32x4d().load_state_dict(..., strict=False)` takes the model:
+//   <param>                         every parameter (conv weights permuted back to (C_out, C_in/g, kh, kw))
+//   <bn>.running_mean, .running_var BN statistics (averaged over ranks before writing)
+//   <bn>.num_batches_tracked        I64 scalar
+//   amptrain.momentum.<param>       SGD momentum, same layout as the parameter
+// Metadata (strings): format, arch and model shape, amp, scale, growth_count, skipped_total, step,
+// epoch, samples_done (of that epoch), seed, world_size, batch_size, accum_steps.
+// Written atomically (temp file, fsync, rename). Loading checks every name, dtype and shape before it
+// changes anything, so a bad file leaves the run untouched and the message says what is wrong.
+#ifndef AMPTRAIN_CHECKPOINT_H
+#define AMPTRAIN_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "trainer.h"
+
+#define CHECKPOINT_MOMENTUM_PREFIX "amptrain.momentum."
+
+int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len);
+// Restores weights, momentum, BN statistics, scaler state and the data position.
+int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len);
+
+#endif

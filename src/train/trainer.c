@@ -1,0 +1,289 @@
+#include "trainer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "data/loader.h"
+#include "lr_schedule.h"
+
+// ---- set-up ---------------------------------------------------------------------------------------
+
+static long total_steps_of(const Config *cfg, int steps_per_epoch) {
+    long by_epochs = (long)cfg->train.epochs * steps_per_epoch;
+    return cfg->train.steps > 0 && cfg->train.steps < by_epochs ? cfg->train.steps : by_epochs;
+}
+
+int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
+    memset(t, 0, sizeof *t);
+    t->cfg = cfg, t->be = be, t->comm = comm, t->grad_comm = grad_comm;
+    char err[1024];
+    if (dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &t->train_set, err, sizeof err) != 0 ||
+        dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, &t->val_set, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return 2;
+    }
+    sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
+                 cfg->train.accum_steps, cfg->train.seed);
+    t->steps_per_epoch = sampler_steps_per_epoch(&t->sampler);
+    t->total_steps = total_steps_of(cfg, t->steps_per_epoch);
+    t->base_lr = lr_base(&cfg->train, cfg->data.batch_size * comm->size * cfg->train.accum_steps);
+
+    model_init_shapes(&t->model, &cfg->model, cfg->data.batch_size, cfg->amp.enabled);
+    model_alloc(&t->model, be, (uint64_t)cfg->train.seed);
+    scaler_init(&t->scaler, be, &cfg->amp);
+    sgd_init(&t->opt, be, &t->model, &cfg->train);
+    buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
+    t->readback = be->host_alloc(be, sizeof(float) + sizeof(ScalerState));
+
+    if (cfg->checkpoint.resume[0]) {
+        if (checkpoint_load(t, cfg->checkpoint.resume, err, sizeof err) != 0) {
+            log_error("%s", err);
+            return 2;
+        }
+        log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, t->epoch, t->step);
+    }
+    if (metrics_open(&t->metrics, &cfg->log, comm->rank, t->total_steps) != 0) return 1;
+    return 0;
+}
+
+void trainer_free(Trainer *t) {
+    metrics_close(&t->metrics);
+    if (t->readback) t->be->host_free(t->be, t->readback);
+    buckets_free(&t->buckets);
+    sgd_free(&t->opt, t->be);
+    scaler_free(&t->scaler, t->be);
+    model_free(&t->model, t->be);
+    sampler_free(&t->sampler);
+    if (t->train_set) dataset_close(t->train_set);
+    if (t->val_set) dataset_close(t->val_set);
+    memset(t, 0, sizeof *t);
+}
+
+// ---- the step -------------------------------------------------------------------------------------
+
+static GradInjection injection_for(const Trainer *t) {
+    const DebugConfig *d = &t->cfg->debug;
+    GradInjection inj = {0};
+    if (d->inject_step == t->step && (d->inject_rank < 0 || d->inject_rank == t->comm->rank)) {
+        inj.active = 1;
+        inj.value = d->inject_value;
+    }
+    return inj;
+}
+
+void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
+    Backend *be = t->be;
+    Model *m = &t->model;
+    float *own_input = m->input_f32;
+    int32_t *own_labels = m->labels;
+    int wrote_grads = 0;
+    scaler_begin_step(&t->scaler, be);
+    for (int k = 0; k < n_micro; k++) {
+        const MicroBatch *mb = next(ctx, k);
+        buckets_begin(&t->buckets, k == n_micro - 1, injection_for(t));
+        if (mb->count == 0) continue;
+        size_t image_floats = (size_t)m->cfg.image_size * m->cfg.image_size * 3;
+        if (mb->host_images) {
+            be->to_device(be, own_input, mb->host_images, (size_t)mb->count * image_floats * sizeof(float));
+            be->to_device(be, own_labels, mb->host_labels, (size_t)mb->count * sizeof(int32_t));
+            m->input_f32 = own_input, m->labels = own_labels;
+        } else {
+            m->input_f32 = mb->device_images, m->labels = mb->device_labels;
+        }
+        model_forward(m, be, mb->count, 1);
+        // Seed S / (samples of the whole step): after the sum over ranks (and micro-steps) the gradient is
+        // S x the gradient of the global-batch mean loss.
+        model_loss(m, be, mb->count, &t->scaler.state->scale, 1.0f / (float)mb->step_total);
+        model_backward(m, be, mb->count, wrote_grads, buckets_on_grad_ready, &t->buckets);
+        wrote_grads = 1;
+    }
+    m->input_f32 = own_input, m->labels = own_labels;
+    if (!wrote_grads) be->zero(be, m->grads, m->params.padded_numel * dtype_size(m->act_dt));
+    buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
+
+    // Verdict: local check of the reduced buffer, then MAX over ranks, all on the device.
+    float *found_inf = &t->scaler.state->found_inf;
+    be->nonfinite_check(be, m->act_dt, m->grads, m->params.padded_numel, found_inf);
+    t->grad_comm->allreduce_max_flag(t->grad_comm, found_inf);
+    t->grad_comm->wait(t->grad_comm);
+
+    float lr = (float)lr_at(&t->cfg->train, t->base_lr, (int)t->step, t->steps_per_epoch, (int)t->total_steps);
+    sgd_step(&t->opt, be, m, &t->scaler, lr);
+    scaler_update(&t->scaler, be);
+    t->step++;
+}
+
+static const MicroBatch *array_micro(void *ctx, int k) { return (const MicroBatch *)ctx + k; }
+
+void trainer_step_array(Trainer *t, const MicroBatch *micro, int n_micro) {
+    trainer_step(t, array_micro, (void *)micro, n_micro);
+}
+
+// ---- evaluation and BN statistics -------------------------------------------------------------------
+
+void trainer_sync_bn_stats(Trainer *t) {
+    if (t->comm->size == 1) return;
+    Model *m = &t->model;
+    size_t bytes = m->stats_numel * sizeof(float);
+    float *host = xcalloc(m->stats_numel, sizeof(float));
+    t->be->to_host(t->be, host, m->running, bytes);
+    t->comm->allreduce_sum(t->comm, host, m->stats_numel, DTYPE_F32);
+    for (size_t i = 0; i < m->stats_numel; i++) host[i] /= (float)t->comm->size;
+    t->be->to_device(t->be, m->running, host, bytes);
+    free(host);
+}
+
+// Top-1 and top-5 hits of one row of logits.
+static void count_hits(const float *row, int classes, int label, double *top1, double *top5) {
+    int better = 0;
+    for (int c = 0; c < classes; c++)
+        if (row[c] > row[label] || (row[c] == row[label] && c < label)) better++;
+    *top1 += better == 0;
+    *top5 += better < 5;
+}
+
+EvalRecord trainer_evaluate(Trainer *t) {
+    EvalRecord r = {.epoch = t->epoch, .step = t->step};
+    if (!t->val_set) return r;
+    trainer_sync_bn_stats(t);
+    Model *m = &t->model;
+    Backend *be = t->be;
+    int b = m->max_batch, classes = m->cfg.num_classes, world = t->comm->size;
+    size_t image_floats = dataset_image_floats(t->val_set);
+    float *images = xcalloc((size_t)b * image_floats, sizeof(float));
+    int32_t *labels = xcalloc((size_t)b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
+    float *logits_host = xcalloc((size_t)b * classes, sizeof(float));
+    float *logits_f32 = be->alloc(be, (size_t)b * classes * sizeof(float));
+    double sums[4] = {0};  // loss*count, top1, top5, count
+    for (int first = t->comm->rank; first < t->val_set->size;) {
+        int count = 0;
+        for (; count < b && first < t->val_set->size; first += world) indices[count++] = first;
+        dataset_get_batch(t->val_set, indices, count, 0, images, labels);
+        be->to_device(be, m->input_f32, images, (size_t)count * image_floats * sizeof(float));
+        be->to_device(be, m->labels, labels, (size_t)count * sizeof(int32_t));
+        model_forward(m, be, count, 0);
+        model_loss(m, be, count, NULL, 0.0f);
+        float loss;
+        be->to_host(be, &loss, m->loss, sizeof loss);
+        be->cast(be, logits_f32, DTYPE_F32, m->logits, m->act_dt, (size_t)count * classes);
+        be->to_host(be, logits_host, logits_f32, (size_t)count * classes * sizeof(float));
+        sums[0] += (double)loss * count;
+        for (int i = 0; i < count; i++) count_hits(logits_host + (size_t)i * classes, classes, labels[i], &sums[1], &sums[2]);
+        sums[3] += count;
+    }
+    float sums32[4] = {(float)sums[0], (float)sums[1], (float)sums[2], (float)sums[3]};
+    t->comm->allreduce_sum(t->comm, sums32, 4, DTYPE_F32);
+    r.samples = (long)sums32[3];
+    if (r.samples > 0) r.loss = sums32[0] / sums32[3], r.top1 = sums32[1] / sums32[3], r.top5 = sums32[2] / sums32[3];
+    be->free(be, logits_f32);
+    free(images), free(labels), free(indices), free(logits_host);
+    return r;
+}
+
+// ---- the loop ------------------------------------------------------------------------------------
+
+static void log_step(Trainer *t, int force) {
+    const LogConfig *log = &t->cfg->log;
+    if (!force && t->step % log->every != 0 && t->step != t->total_steps) return;
+    Backend *be = t->be;
+    be->readback_begin(be, t->readback, t->model.loss, sizeof(float));
+    be->readback_begin(be, t->readback + 1, t->scaler.state, sizeof(ScalerState));
+    be->readback_wait(be);
+    ScalerState st;
+    memcpy(&st, t->readback + 1, sizeof st);
+    double now = metrics_now();
+    long steps = t->step - t->last_log_step;
+    long global_batch = (long)t->cfg->data.batch_size * t->comm->size * t->cfg->train.accum_steps;
+    StepRecord r = {
+        .step = t->step,
+        .epoch = t->epoch,
+        .loss = t->readback[0],
+        .lr = lr_at(&t->cfg->train, t->base_lr, (int)t->step - 1, t->steps_per_epoch, (int)t->total_steps),
+        .scale = st.scale,
+        .skipped_total = st.skipped_total,
+        .skipped = st.found_inf != 0,
+        .images_per_s = steps > 0 ? steps * global_batch / (now - t->last_log_time) : 0,
+        .step_ms = steps > 0 ? 1e3 * (now - t->last_log_time) / steps : 0,
+        .memory_mib = be->peak_bytes(be) / 1048576.0,
+    };
+    t->last_loss = r.loss;
+    metrics_step(&t->metrics, &r);
+    t->last_log_step = t->step;
+    t->last_log_time = now;
+}
+
+static void save_checkpoint(Trainer *t, const char *tag) {
+    const char *dir = t->cfg->checkpoint.dir;
+    if (!dir[0]) return;
+    trainer_sync_bn_stats(t);
+    if (t->comm->rank != 0) return;
+    char path[CONFIG_PATH_MAX + 64], err[1024];
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, tag);
+    if (checkpoint_save(t, path, err, sizeof err) != 0) amp_fatal(__FILE__, __LINE__, "%s", err);
+    metrics_note(&t->metrics, "checkpoint written: %s (step %ld)", path, t->step);
+}
+
+// 1 on every rank if any rank asked to stop (SIGTERM/SIGINT), so all stop after the same step.
+static int agreed_stop(Trainer *t, volatile sig_atomic_t *stop) {
+    float flag = stop && *stop ? 1.0f : 0.0f;
+    if (t->comm->size > 1) t->comm->allreduce_max_flag(t->comm, &flag);
+    return flag != 0;
+}
+
+// Feeds trainer_step from the loader; remembers where the data stands.
+typedef struct LoaderFeed {
+    Loader *loader;
+    MicroBatch current;
+} LoaderFeed;
+
+static const MicroBatch *loader_micro(void *ctx, int k) {
+    LoaderFeed *f = ctx;
+    (void)k;
+    const Batch *b = loader_next(f->loader);
+    AMP_ASSERT(b, "the loader ran out of batches inside a step");
+    f->current = (MicroBatch){.count = b->count, .step_total = b->step_total, .host_images = b->images,
+                              .host_labels = b->labels};
+    return &f->current;
+}
+
+int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
+    const Config *cfg = t->cfg;
+    double start = metrics_now();
+    t->last_log_time = start;
+    t->last_log_step = t->step;
+    long step_at_start = t->step;
+    int stopped = 0;
+    LoaderFeed feed = {0};
+    if (t->step < t->total_steps)
+        feed.loader = loader_create(t->train_set, &t->sampler, cfg->data.prefetch, t->epoch, t->step_in_epoch,
+                                    cfg->train.epochs);
+    while (t->step < t->total_steps) {
+        trainer_step(t, loader_micro, &feed, cfg->train.accum_steps);
+        t->images_seen += feed.current.step_total;
+        if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
+        log_step(t, 0);
+        if (t->step_in_epoch == 0 && t->val_set) {
+            t->last_eval = trainer_evaluate(t);
+            t->has_eval = 1;
+            metrics_eval(&t->metrics, &t->last_eval);
+        }
+        if (cfg->checkpoint.every > 0 && t->step % cfg->checkpoint.every == 0 && t->step < t->total_steps)
+            save_checkpoint(t, "last");
+        if (agreed_stop(t, stop)) {
+            stopped = 1;
+            break;
+        }
+    }
+    if (feed.loader) loader_destroy(feed.loader);
+    t->be->sync(t->be);
+    t->train_seconds = metrics_now() - start;
+    if (t->step > step_at_start && t->step != t->last_log_step) log_step(t, 1);
+    save_checkpoint(t, "last");
+    if (stopped) metrics_note(&t->metrics, "stopped by signal after step %ld", t->step);
+    return 0;
+}
