@@ -20,6 +20,7 @@ typedef enum {
 
 #define CONFIG_LIST_LEN 4
 #define CONFIG_MAX_CHOICES 4
+#define CONFIG_MAX_KEYS 64   // config.c keeps per-key state in arrays of this size
 
 typedef struct ConfigKey {
     const char *section;

@@ -38,11 +38,18 @@ static void parse_fail(YtParse *p, size_t line0, const char *fmt, ...) {
     va_end(args);
 }
 
-// Pulls the next event; a libyaml error becomes "NAME:LINE: <problem>".
+// Pulls the next event; a libyaml error becomes "NAME:LINE: <problem>", plus where the construct it
+// was parsing began, since an unclosed `[` is only noticed lines later.
 static int parse_next(YtParse *p, yaml_event_t *event) {
     if (yaml_parser_parse(&p->parser, event)) return 1;
-    const char *problem = p->parser.problem ? p->parser.problem : "malformed document";
-    parse_fail(p, p->parser.problem_mark.line, "%s", problem);
+    const yaml_parser_t *parser = &p->parser;
+    const char *problem = parser->problem ? parser->problem : "malformed document";
+    if (parser->context && parser->context_mark.line != parser->problem_mark.line) {
+        parse_fail(p, parser->problem_mark.line, "%s (%s at line %zu)", problem, parser->context,
+                   parser->context_mark.line + 1);
+    } else {
+        parse_fail(p, parser->problem_mark.line, "%s", problem);
+    }
     return 0;
 }
 

@@ -1,0 +1,192 @@
+// comm_mpi.c - MPI start-up and the communicator over host buffers (the CPU backend's gradients).
+//
+// Also the bootstrap for NCCL: rank 0's NCCL unique id travels through this communicator's broadcast.
+// Every blocking call is bracketed by the watchdog (watchdog.h), so a dead or stalled peer ends the job
+// after dist.timeout_s instead of hanging it.
+#include "comm_mpi.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../core/check.h"
+#include "../core/log.h"
+#include "mpi_check.h"
+#include "watchdog.h"
+
+typedef struct {
+    MPI_Comm world;  // a duplicate of MPI_COMM_WORLD, so amptrain's messages never match anyone else's
+    MPI_Op fp16_sum;
+    Watchdog *watchdog;  // NULL when dist.timeout_s <= 0
+} MpiComm;
+
+// ---- MPI_CHECK and the error handler -------------------------------------------------------------
+
+static struct {
+    const char *expr, *file;
+    int line;
+} noted_call;
+
+void mpi_check_note(const char *expr, const char *file, int line) {
+    noted_call.expr = expr;
+    noted_call.file = file;
+    noted_call.line = line;
+}
+
+static void mpi_check_fail(int err) __attribute__((noreturn));
+static void mpi_check_fail(int err) {
+    char reason[MPI_MAX_ERROR_STRING + 1];
+    int len = 0;
+    if (MPI_Error_string(err, reason, &len) != MPI_SUCCESS)
+        len = snprintf(reason, sizeof reason, "MPI error code %d", err);
+    reason[len] = 0;
+    if (noted_call.expr)
+        amp_fatal(noted_call.file, noted_call.line, "MPI call failed: %s: %s", noted_call.expr, reason);
+    amp_fatal(__FILE__, __LINE__, "MPI error outside MPI_CHECK: %s", reason);
+}
+
+void mpi_check_result(int err) {
+    if (err != MPI_SUCCESS) mpi_check_fail(err);
+    noted_call.expr = NULL;
+}
+
+static void comm_mpi_error_handler(MPI_Comm *comm, int *err, ...) {
+    (void)comm;
+    mpi_check_fail(*err);
+}
+
+// amp_fatal's hook: one rank's failure takes the whole job down instead of leaving peers in a collective.
+static void comm_mpi_abort(int exit_code) {
+    int started = 0, finished = 0;
+    MPI_Initialized(&started);
+    MPI_Finalized(&finished);
+    if (started && !finished) MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
+// ---- fp16 sum ---------------------------------------------------------------------------------------
+
+// MPI has no standard binary16 datatype (MPIX_C_FLOAT16 is an MPICH extension; Open MPI has none), so
+// fp16 buffers travel as MPI_UINT16_T. MPI_SUM on those would add bit patterns as integers: wrong values,
+// with carries running from mantissa into exponent. So the sum is this user-defined op: decode each pair
+// to fp32, add, round back to fp16 - one rounding per pairwise combine. fp32 has 24 bits >= 2*11+2, so
+// add-then-round equals a correctly rounded fp16 add, and it overflows exactly like one: 40000 + 40000
+// is +inf, the verdict the inf/NaN check must see.
+static void comm_mpi_fp16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const _Float16 *a = in;
+    _Float16 *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = (_Float16)((float)a[i] + (float)b[i]);
+}
+
+// ---- collectives (MPI counts are int: large buffers go in INT_MAX-element chunks) ---------------------
+
+static void comm_mpi_allreduce_sum(Comm *c, void *buf, size_t n, DType dt) {
+    MpiComm *m = c->impl;
+    MPI_Datatype type = dt == DTYPE_F16 ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_Op op = dt == DTYPE_F16 ? m->fp16_sum : MPI_SUM;
+    char *bytes = buf;
+    watchdog_enter(m->watchdog, "allreduce_sum");
+    for (size_t done = 0; done < n;) {
+        int count = n - done > INT_MAX ? INT_MAX : (int)(n - done);
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done * dtype_size(dt), count, type, op, m->world));
+        done += (size_t)count;
+    }
+    watchdog_leave(m->watchdog);
+}
+
+static void comm_mpi_allreduce_max_flag(Comm *c, float *flag) {
+    MpiComm *m = c->impl;
+    watchdog_enter(m->watchdog, "allreduce_max_flag");
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, flag, 1, MPI_FLOAT, MPI_MAX, m->world));
+    watchdog_leave(m->watchdog);
+}
+
+static void comm_mpi_broadcast(Comm *c, void *buf, size_t bytes, int root) {
+    MpiComm *m = c->impl;
+    char *p = buf;
+    watchdog_enter(m->watchdog, "broadcast");
+    for (size_t done = 0; done < bytes;) {
+        int count = bytes - done > INT_MAX ? INT_MAX : (int)(bytes - done);
+        MPI_CHECK(MPI_Bcast(p + done, count, MPI_BYTE, root, m->world));
+        done += (size_t)count;
+    }
+    watchdog_leave(m->watchdog);
+}
+
+static void comm_mpi_barrier(Comm *c) {
+    MpiComm *m = c->impl;
+    watchdog_enter(m->watchdog, "barrier");
+    MPI_CHECK(MPI_Barrier(m->world));
+    watchdog_leave(m->watchdog);
+}
+
+// Blocking MPI calls have finished by the time they return: nothing is ever outstanding.
+static void comm_mpi_wait(Comm *c) { (void)c; }
+
+static void comm_mpi_destroy(Comm *c) {
+    MpiComm *m = c->impl;
+    watchdog_stop(m->watchdog);
+    MPI_CHECK(MPI_Op_free(&m->fp16_sum));
+    MPI_CHECK(MPI_Comm_free(&m->world));
+    free(m);
+    free(c);
+}
+
+// ---- start-up ------------------------------------------------------------------------------------------
+
+// Ranks that share memory with this one, i.e. the ranks on this host: they pick GPUs by local rank.
+static void comm_mpi_local_ranks(MPI_Comm world, int rank, int *local_rank, int *local_size) {
+    MPI_Comm local;
+    MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
+    MPI_CHECK(MPI_Comm_rank(local, local_rank));
+    MPI_CHECK(MPI_Comm_size(local, local_size));
+    MPI_CHECK(MPI_Comm_free(&local));
+}
+
+Comm *comm_mpi_create(int *argc, char ***argv, double timeout_s) {
+    // FUNNELED: only the main thread calls MPI, but other threads exist (the collective watchdog, the
+    // data loader's prefetch workers), which MPI_THREAD_SINGLE would forbid. Nothing needs MULTIPLE.
+    int provided = 0;
+    MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided));
+    amp_set_abort_hook(comm_mpi_abort);
+
+    MPI_Errhandler handler;
+    MPI_CHECK(MPI_Comm_create_errhandler(comm_mpi_error_handler, &handler));
+    MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, handler));
+    MPI_CHECK(MPI_Errhandler_free(&handler));  // stays attached to the communicators that use it
+
+    Comm *c = xcalloc(1, sizeof *c);
+    MpiComm *m = xcalloc(1, sizeof *m);
+    c->name = "mpi";
+    c->impl = m;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+    log_set_rank(c->rank, c->size);
+    AMP_ASSERT(provided >= MPI_THREAD_FUNNELED,
+               "this MPI provides thread level %d, amptrain needs MPI_THREAD_FUNNELED (%d)", provided,
+               MPI_THREAD_FUNNELED);
+
+    m->watchdog = watchdog_start(timeout_s);
+    watchdog_enter(m->watchdog, "start-up");
+    MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->world));  // inherits the error handler
+    comm_mpi_local_ranks(m->world, c->rank, &c->local_rank, &c->local_size);
+    watchdog_leave(m->watchdog);
+    MPI_CHECK(MPI_Op_create(comm_mpi_fp16_sum, 1, &m->fp16_sum));
+
+    c->allreduce_sum = comm_mpi_allreduce_sum;
+    c->allreduce_max_flag = comm_mpi_allreduce_max_flag;
+    c->broadcast = comm_mpi_broadcast;
+    c->barrier = comm_mpi_barrier;
+    c->wait = comm_mpi_wait;
+    c->destroy = comm_mpi_destroy;
+    return c;
+}
+
+void comm_mpi_finalize(void) {
+    int started = 0, finished = 0;
+    MPI_CHECK(MPI_Initialized(&started));
+    MPI_CHECK(MPI_Finalized(&finished));
+    if (!started || finished) return;
+    amp_set_abort_hook(NULL);  // after MPI_Finalize a fatal error is a plain exit(1)
+    MPI_CHECK(MPI_Finalize());
+}

@@ -1,0 +1,205 @@
+// test_comm.c - the MPI communicator under mpiexec with 1, 2 and 3 ranks: exact fp32 and fp16 sums
+// (fp16 overflowing to inf only in the sum, like a fp16 add), bitwise-identical results on every rank,
+// the MAX verdict, broadcast from any root, barrier, and the ranks-per-GPU start-up check.
+//
+// Every rank runs every test in the same order (CK_FORK=no), so the collectives match up. The comm runs
+// with a 120 s watchdog: if a failed assertion ever desynchronised the ranks, the job ends instead of
+// hanging until ctest's timeout.
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dist/comm.h"
+#include "dist/dist.h"
+#include "test_util.h"
+
+static Comm *comm;
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+START_TEST(mpi_path_taken_under_mpiexec) {
+    ck_assert_str_eq(comm->name, "mpi");
+    ck_assert_int_ge(comm->size, 1);
+    ck_assert_int_ge(comm->rank, 0);
+    ck_assert_int_lt(comm->rank, comm->size);
+    // ctest launches every rank on this one host, so the shared-memory split is the whole world.
+    ck_assert_int_eq(comm->local_size, comm->size);
+    ck_assert_int_eq(comm->local_rank, comm->rank);
+}
+END_TEST
+
+START_TEST(fp32_sum_is_exact) {
+    enum { N = 1000 };
+    float buf[N];
+    for (int i = 0; i < N; i++) buf[i] = (float)comm->rank * 1000.0f + (float)i * 0.5f;
+    comm->allreduce_sum(comm, buf, N, DTYPE_F32);
+    comm->wait(comm);
+    // Every partial sum is an integer or half-integer below 2^24: exact in fp32 whatever the order.
+    int p = comm->size;
+    for (int i = 0; i < N; i++) {
+        float want = 1000.0f * (float)(p * (p - 1) / 2) + (float)p * (float)i * 0.5f;
+        ck_assert_msg(buf[i] == want, "element %d: %.9g, want %.9g", i, buf[i], want);
+    }
+}
+END_TEST
+
+START_TEST(fp16_sum_is_exact_and_overflows_like_fp16) {
+    enum { N = 515, OVERFLOW_AT = N - 3, NAN_AT = N - 2, NEGATIVE_AT = N - 1 };
+    _Float16 buf[N];
+    // (r + 1) * k / 4 with |k| < 64: multiples of 1/4 below 128, exact in fp16, and so is every partial sum.
+    for (int i = 0; i < OVERFLOW_AT; i++) {
+        int k = (i % 64) * (i % 2 ? -1 : 1);
+        buf[i] = (_Float16)((float)(comm->rank + 1) * (float)k * 0.25f);
+    }
+    buf[OVERFLOW_AT] = (_Float16)40000.0f;  // finite on every rank; 2 x 40000 > 65504
+    buf[NAN_AT] = comm->rank == comm->size - 1 ? (_Float16)NAN : (_Float16)1.0f;
+    buf[NEGATIVE_AT] = (_Float16)-40000.0f;
+    comm->allreduce_sum(comm, buf, N, DTYPE_F16);
+    comm->wait(comm);
+
+    int p = comm->size;
+    for (int i = 0; i < OVERFLOW_AT; i++) {
+        int k = (i % 64) * (i % 2 ? -1 : 1);
+        float want = (float)(p * (p + 1) / 2) * (float)k * 0.25f;
+        ck_assert_msg((float)buf[i] == want, "element %d: %.9g, want %.9g", i, (float)buf[i], want);
+    }
+    if (p >= 2) {
+        float sum = (float)buf[OVERFLOW_AT], negative_sum = (float)buf[NEGATIVE_AT];
+        ck_assert_msg(isinf(sum) && sum > 0, "40000 x %d = %g, want +inf", p, sum);
+        ck_assert_msg(isinf(negative_sum) && negative_sum < 0, "-40000 x %d = %g, want -inf", p, negative_sum);
+    } else {
+        ck_assert_float_eq((float)buf[OVERFLOW_AT], 40000.0f);
+        ck_assert_float_eq((float)buf[NEGATIVE_AT], -40000.0f);
+    }
+    ck_assert_msg(isnan((float)buf[NAN_AT]), "a NaN on one rank must reach all, got %g", (float)buf[NAN_AT]);
+}
+END_TEST
+
+// Sums that round: the order is MPI's, but the bits must be the same on every rank (the invariant that
+// keeps master weights identical). 1 Mi elements, so Open MPI's segmented large-message algorithms run.
+START_TEST(fp16_sum_is_bitwise_identical_on_every_rank) {
+    size_t n = (size_t)1 << 20;
+    float *values = malloc(n * sizeof *values);
+    _Float16 *mine = malloc(n * sizeof *mine), *root = malloc(n * sizeof *root);
+    tu_fill_uniform(values, n, 1234 + (uint64_t)comm->rank, -1.0f, 1.0f);
+    for (size_t i = 0; i < n; i++) mine[i] = (_Float16)values[i];
+    comm->allreduce_sum(comm, mine, n, DTYPE_F16);
+    memcpy(root, mine, n * sizeof *mine);
+    comm->broadcast(comm, root, n * sizeof *root, 0);
+
+    ck_assert_msg(memcmp(mine, root, n * sizeof *mine) == 0, "rank %d's sum differs from rank 0's", comm->rank);
+    // And it is the sum: operands and partial sums stay below 4 in magnitude, where half an fp16 ulp is
+    // 2^-10, and size - 1 combines round.
+    double *want = calloc(n, sizeof *want);
+    for (int r = 0; r < comm->size; r++) {
+        tu_fill_uniform(values, n, 1234 + (uint64_t)r, -1.0f, 1.0f);
+        for (size_t i = 0; i < n; i++) want[i] += (double)(_Float16)values[i];
+    }
+    double bound = (comm->size - 1) * 0x1p-10, worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)mine[i] - want[i]));
+    ck_assert_msg(worst <= bound, "worst error %g > %g", worst, bound);
+    free(want);
+    free(values);
+    free(mine);
+    free(root);
+}
+END_TEST
+
+START_TEST(max_flag_is_agreed) {
+    float flag = comm->rank == comm->size - 1 ? 1.0f : 0.0f;
+    comm->allreduce_max_flag(comm, &flag);
+    ck_assert_float_eq(flag, 1.0f);
+    flag = 0.0f;
+    comm->allreduce_max_flag(comm, &flag);
+    ck_assert_float_eq(flag, 0.0f);
+}
+END_TEST
+
+static void check_broadcast_from(int root) {
+    enum { BYTES = 1024 };
+    unsigned char buf[BYTES];
+    for (int i = 0; i < BYTES; i++) buf[i] = comm->rank == root ? (unsigned char)(i * 7 + root) : 0xEE;
+    comm->broadcast(comm, buf, BYTES, root);
+    for (int i = 0; i < BYTES; i++)
+        ck_assert_msg(buf[i] == (unsigned char)(i * 7 + root), "byte %d from root %d: %d", i, root, buf[i]);
+}
+
+START_TEST(broadcast_from_first_and_last_rank) {
+    check_broadcast_from(0);
+    check_broadcast_from(comm->size - 1);
+}
+END_TEST
+
+// The last rank arrives 300 ms late: nobody may leave the barrier before it arrives.
+START_TEST(barrier_waits_for_the_last_rank) {
+    comm->barrier(comm);
+    double start = seconds_now();
+    if (comm->rank == comm->size - 1) usleep(300 * 1000);
+    comm->barrier(comm);
+    double waited = seconds_now() - start;
+    ck_assert_msg(waited >= 0.25, "rank %d left the barrier after %.3f s", comm->rank, waited);
+}
+END_TEST
+
+START_TEST(local_gpu_check_refuses_more_ranks_than_gpus) {
+    char why[512] = "";
+    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size, why, sizeof why), 0);
+    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size + 3, why, sizeof why), 0);
+
+    ck_assert_int_ne(comm_check_local_gpus(comm, comm->local_size - 1, why, sizeof why), 0);
+    char want[128];
+    snprintf(want, sizeof want, "%d ranks on host ", comm->local_size);
+    ck_assert_msg(strstr(why, want) != NULL, "%s", why);
+    snprintf(want, sizeof want, "but only %d visible GPUs (CUDA_VISIBLE_DEVICES", comm->local_size - 1);
+    ck_assert_msg(strstr(why, want) != NULL, "%s", why);
+}
+END_TEST
+
+// Only rank 0 is short of GPUs; every rank must refuse, the others pointing at rank 0's host.
+START_TEST(local_gpu_check_is_agreed_on_every_rank) {
+    if (comm->size < 2) return;
+    char why[512] = "";
+    int visible = comm->rank == 0 ? comm->local_size - 1 : comm->local_size;
+    ck_assert_int_ne(comm_check_local_gpus(comm, visible, why, sizeof why), 0);
+    if (comm->rank == 0)
+        ck_assert_msg(strstr(why, "visible GPUs (CUDA_VISIBLE_DEVICES") != NULL, "%s", why);
+    else
+        ck_assert_msg(strstr(why, "another host runs more ranks than it has visible GPUs"), "%s", why);
+}
+END_TEST
+
+static Suite *comm_suite(void) {
+    Suite *s = suite_create("comm");
+    TCase *tc = tcase_create("mpi");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, mpi_path_taken_under_mpiexec);
+    tcase_add_test(tc, fp32_sum_is_exact);
+    tcase_add_test(tc, fp16_sum_is_exact_and_overflows_like_fp16);
+    tcase_add_test(tc, fp16_sum_is_bitwise_identical_on_every_rank);
+    tcase_add_test(tc, max_flag_is_agreed);
+    tcase_add_test(tc, broadcast_from_first_and_last_rank);
+    tcase_add_test(tc, barrier_waits_for_the_last_rank);
+    tcase_add_test(tc, local_gpu_check_refuses_more_ranks_than_gpus);
+    tcase_add_test(tc, local_gpu_check_is_agreed_on_every_rank);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    comm = comm_init(&argc, &argv, 120.0);
+    SRunner *runner = srunner_create(comm_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    comm->destroy(comm);
+    comm_finalize();
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

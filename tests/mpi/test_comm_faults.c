@@ -1,0 +1,223 @@
+// test_comm_faults.c - a dead or stalled rank, or a failing MPI call, ends the whole job with a clear
+// message within a bounded time; and without a launcher comm_init makes no MPI call at all.
+//
+// Each scenario kills (or avoids) an MPI job, so it cannot run inside the job ctest started. This binary
+// plays two parts: given a scenario name it is the program under test (one rank of a job); otherwise it
+// is the Check suite, which launches `mpiexec -np 2 <itself> <scenario>` (or the single scenario with no
+// launcher at all) and asserts on exit status, output and elapsed time. ctest starts the suite under
+// mpiexec with 1, 2 and 3 ranks; the scenarios run once, from the 1-rank launch, and the 2- and 3-rank
+// launches say so and pass without testing anything.
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#ifdef AMPTRAIN_HAVE_MPI
+#include <mpi.h>
+#endif
+
+#include "dist/comm.h"
+#include "dist/dist.h"
+
+extern char **environ;
+
+// ---- the program under test ------------------------------------------------------------------------
+
+// The last rank sleeps far past the 2 s timeout; the others wait in an allreduce and their watchdog ends
+// the job.
+static int scenario_stall(int argc, char **argv) {
+    Comm *c = comm_init(&argc, &argv, 2.0);
+    float x = 1.0f;
+    if (c->rank == c->size - 1)
+        sleep(60);
+    else
+        c->allreduce_sum(c, &x, 1, DTYPE_F32);
+    c->destroy(c);
+    comm_finalize();
+    return 0;
+}
+
+// The last rank dies outright while the others wait in a barrier with the watchdog disabled: mpirun
+// alone must tear the job down.
+static int scenario_die(int argc, char **argv) {
+    Comm *c = comm_init(&argc, &argv, 0.0);
+    if (c->rank == c->size - 1) {
+        fprintf(stderr, "rank %d dies now\n", c->rank);
+        _exit(7);
+    }
+    c->barrier(c);
+    c->destroy(c);
+    comm_finalize();
+    return 0;
+}
+
+// A broadcast from a root that does not exist: MPI's error handler must name the call and end the job.
+static int scenario_mpi_error(int argc, char **argv) {
+    Comm *c = comm_init(&argc, &argv, 20.0);
+    char byte = 0;
+    c->broadcast(c, &byte, 1, c->size + 5);
+    c->destroy(c);
+    comm_finalize();
+    return 0;
+}
+
+// No launcher variables: the single communicator, identity collectives, and MPI never initialised.
+static int scenario_single(int argc, char **argv) {
+    Comm *c = comm_init(&argc, &argv, 2.0);
+    _Float16 h = (_Float16)40000.0f;
+    float flag = 0.5f;
+    unsigned char bytes[4] = {1, 2, 3, 4};
+    c->allreduce_sum(c, &h, 1, DTYPE_F16);
+    c->allreduce_max_flag(c, &flag);
+    c->broadcast(c, bytes, sizeof bytes, 0);
+    c->barrier(c);
+    c->wait(c);
+    int mpi_started = 0;
+#ifdef AMPTRAIN_HAVE_MPI
+    MPI_Initialized(&mpi_started);
+#endif
+    printf("name=%s rank=%d size=%d local=%d/%d sum=%g flag=%g bytes=%d%d%d%d mpi_started=%d\n", c->name,
+           c->rank, c->size, c->local_rank, c->local_size, (float)h, flag, bytes[0], bytes[1], bytes[2],
+           bytes[3], mpi_started);
+    c->destroy(c);
+    comm_finalize();
+    return 0;
+}
+
+// ---- the suite ----------------------------------------------------------------------------------------
+
+static char self_path[4096];
+
+// The suite runs inside a launch of its own; a nested mpiexec that inherited that launch's variables
+// would try to join it, and comm_init would take the MPI path in the single scenario.
+static void environment_forget_launcher(void) {
+    static const char *const prefixes[] = {"OMPI_", "PMIX_", "PMI_", "MV2_"};
+    for (int again = 1; again;) {
+        again = 0;
+        for (char **e = environ; *e && !again; e++)
+            for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
+                if (strncmp(*e, prefixes[p], strlen(prefixes[p])) == 0) {
+                    char name[256];
+                    size_t len = strcspn(*e, "=");
+                    snprintf(name, sizeof name, "%.*s", (int)len, *e);
+                    unsetenv(name);  // environ changed under us: scan again from the start
+                    again = 1;
+                    break;
+                }
+    }
+}
+
+typedef struct {
+    int status;  // exit status, or -1 if the command did not exit normally
+    double seconds;
+    char output[16384];
+} Run;
+
+// `timeout 90` bounds the test itself even if the job under test hangs.
+static void run_scenario(Run *run, int ranks, const char *scenario) {
+    char command[8192];
+    if (ranks > 0)
+        snprintf(command, sizeof command,
+                 "timeout 90 mpiexec --allow-run-as-root --oversubscribe -np %d '%s' %s 2>&1", ranks,
+                 self_path, scenario);
+    else
+        snprintf(command, sizeof command, "timeout 90 '%s' %s 2>&1", self_path, scenario);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    FILE *p = popen(command, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t len = fread(run->output, 1, sizeof run->output - 1, p);
+    run->output[len] = 0;
+    char drain[4096];
+    while (fread(drain, 1, sizeof drain, p) > 0) continue;
+    int status = pclose(p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    run->status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("---- %s (np %d): exit %d after %.1f s\n%s", scenario, ranks, run->status, run->seconds,
+           run->output);
+}
+
+START_TEST(stalled_rank_ends_the_job_after_the_timeout) {
+    static Run run;
+    run_scenario(&run, 2, "stall");
+    // Open MPI's mpiexec exits with the status of the first rank that failed: the watchdog's.
+    ck_assert_int_eq(run.status, COMM_EXIT_TIMEOUT);
+    ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum waited 2.0 s for other ranks "
+                                     "(dist.timeout_s); a peer rank died or stalled; aborting") != NULL,
+                  "%s", run.output);
+    // It waited the timeout, then ended the job long before the stalled rank's 60 s sleep.
+    ck_assert_msg(run.seconds >= 2.0 && run.seconds < 30.0, "took %.1f s", run.seconds);
+}
+END_TEST
+
+START_TEST(dead_rank_ends_the_job) {
+    static Run run;
+    run_scenario(&run, 2, "die");
+    ck_assert_msg(run.status != 0 && run.status != 124, "exit status %d", run.status);
+    ck_assert_msg(strstr(run.output, "rank 1 dies now") != NULL, "%s", run.output);
+    ck_assert_msg(run.seconds < 30.0, "took %.1f s", run.seconds);
+}
+END_TEST
+
+START_TEST(failing_mpi_call_is_named) {
+    static Run run;
+    run_scenario(&run, 2, "mpi_error");
+    ck_assert_msg(run.status != 0 && run.status != 124, "exit status %d", run.status);
+    ck_assert_msg(strstr(run.output, "error: ") && strstr(run.output, "src/dist/comm_mpi.c:") &&
+                      strstr(run.output, "MPI call failed: MPI_Bcast(") && strstr(run.output, "MPI_ERR_ROOT"),
+                  "%s", run.output);
+    ck_assert_msg(run.seconds < 30.0, "took %.1f s", run.seconds);
+}
+END_TEST
+
+START_TEST(no_launcher_means_single_and_no_mpi) {
+    static Run run;
+    run_scenario(&run, 0, "single");
+    ck_assert_int_eq(run.status, 0);
+    ck_assert_msg(strstr(run.output, "name=single rank=0 size=1 local=0/1 sum=40000 flag=0.5 bytes=1234 "
+                                     "mpi_started=0") != NULL,
+                  "%s", run.output);
+}
+END_TEST
+
+static Suite *comm_faults_suite(void) {
+    Suite *s = suite_create("comm_faults");
+    TCase *tc = tcase_create("faults");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, stalled_rank_ends_the_job_after_the_timeout);
+    tcase_add_test(tc, dead_rank_ends_the_job);
+    tcase_add_test(tc, failing_mpi_call_is_named);
+    tcase_add_test(tc, no_launcher_means_single_and_no_mpi);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        if (strcmp(argv[1], "stall") == 0) return scenario_stall(argc, argv);
+        if (strcmp(argv[1], "die") == 0) return scenario_die(argc, argv);
+        if (strcmp(argv[1], "mpi_error") == 0) return scenario_mpi_error(argc, argv);
+        if (strcmp(argv[1], "single") == 0) return scenario_single(argc, argv);
+        fprintf(stderr, "unknown scenario '%s'\n", argv[1]);
+        return 2;
+    }
+    const char *launch_size = getenv("OMPI_COMM_WORLD_SIZE");
+    if (launch_size && atoi(launch_size) > 1) {
+        printf("rank %s of %s: nothing tested here; the fault scenarios run from the 1-rank launch\n",
+               getenv("OMPI_COMM_WORLD_RANK"), launch_size);
+        return EXIT_SUCCESS;
+    }
+    ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (n <= 0) return EXIT_FAILURE;
+    self_path[n] = 0;
+    environment_forget_launcher();
+
+    SRunner *runner = srunner_create(comm_faults_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

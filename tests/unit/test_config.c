@@ -1,0 +1,417 @@
+// test_config.c - the config contract users rely on: defaults are valid, every shipped config loads,
+// overrides apply and are checked, config_print reads back to identical values, and each kind of bad
+// config gets exit value 2 with ONE line naming the file, the line and the key.
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "test_util.h"
+
+#define SHIPPED(name) AMPTRAIN_SOURCE_DIR "/configs/" name
+
+// ---- helpers ---------------------------------------------------------------------------------------
+
+typedef struct {
+    int rc;
+    char message[2048];   // everything config_load wrote to err
+} LoadResult;
+
+static LoadResult load(Config *cfg, const char *path, int n, char **overrides) {
+    LoadResult r = {0};
+    char *text = NULL;
+    size_t len = 0;
+    FILE *err = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(err);
+    r.rc = config_load(cfg, path, n, overrides, err);
+    fclose(err);
+    snprintf(r.message, sizeof r.message, "%s", text);
+    free(text);
+    return r;
+}
+
+static void load_ok(Config *cfg, const char *path, int n, char **overrides) {
+    LoadResult r = load(cfg, path, n, overrides);
+    ck_assert_msg(r.rc == 0, "%s rejected: %s", path ? path : "(no file)", r.message);
+    ck_assert_str_eq(r.message, "");
+}
+
+// config_print's text; config_print gives every value in full, so equal text means equal values.
+static char *printed(const Config *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    ck_assert_ptr_nonnull(out);
+    config_print(cfg, out);
+    fclose(out);
+    return text;
+}
+
+// Field-by-field equality, NaN equal to NaN (inject_value may be .nan); source_path is not compared.
+static void assert_same_values(const Config *a, const Config *b) {
+    ck_assert_str_eq(a->model.arch, b->model.arch);
+    ck_assert_mem_eq(a->model.layers, b->model.layers, sizeof a->model.layers);
+    ck_assert_int_eq(a->model.cardinality, b->model.cardinality);
+    ck_assert_int_eq(a->model.base_width, b->model.base_width);
+    ck_assert_int_eq(a->model.planes, b->model.planes);
+    ck_assert_int_eq(a->model.num_classes, b->model.num_classes);
+    ck_assert_int_eq(a->model.image_size, b->model.image_size);
+    ck_assert_mem_eq(&a->data, &b->data, sizeof a->data);
+    ck_assert_int_eq(a->train.epochs, b->train.epochs);
+    ck_assert_int_eq(a->train.steps, b->train.steps);
+    ck_assert(a->train.lr == b->train.lr);
+    ck_assert(a->train.momentum == b->train.momentum);
+    ck_assert(a->train.weight_decay == b->train.weight_decay);
+    ck_assert_int_eq(a->train.nesterov, b->train.nesterov);
+    ck_assert_str_eq(a->train.schedule, b->train.schedule);
+    ck_assert_int_eq(a->train.warmup_steps, b->train.warmup_steps);
+    ck_assert_int_eq(a->train.step_every, b->train.step_every);
+    ck_assert(a->train.step_gamma == b->train.step_gamma);
+    ck_assert(a->train.min_lr == b->train.min_lr);
+    ck_assert_int_eq(a->train.seed, b->train.seed);
+    ck_assert_int_eq(a->train.accum_steps, b->train.accum_steps);
+    ck_assert_str_eq(a->train.lr_scaling, b->train.lr_scaling);
+    ck_assert_int_eq(a->amp.enabled, b->amp.enabled);
+    ck_assert_int_eq(a->amp.dynamic, b->amp.dynamic);
+    ck_assert(a->amp.init_scale == b->amp.init_scale);
+    ck_assert(a->amp.growth_factor == b->amp.growth_factor);
+    ck_assert(a->amp.backoff_factor == b->amp.backoff_factor);
+    ck_assert_int_eq(a->amp.growth_interval, b->amp.growth_interval);
+    ck_assert_int_eq(a->log.every, b->log.every);
+    ck_assert_str_eq(a->log.metrics, b->log.metrics);
+    ck_assert_str_eq(a->log.progress, b->log.progress);
+    ck_assert_str_eq(a->checkpoint.dir, b->checkpoint.dir);
+    ck_assert_int_eq(a->checkpoint.every, b->checkpoint.every);
+    ck_assert_str_eq(a->checkpoint.resume, b->checkpoint.resume);
+    ck_assert(a->dist.bucket_mb == b->dist.bucket_mb);
+    ck_assert(a->dist.first_bucket_mb == b->dist.first_bucket_mb);
+    ck_assert(a->dist.timeout_s == b->dist.timeout_s);
+    ck_assert_str_eq(a->backend.device, b->backend.device);
+    ck_assert_int_eq(a->cudnn.benchmark, b->cudnn.benchmark);
+    ck_assert_int_eq(a->cudnn.tf32, b->cudnn.tf32);
+    ck_assert_int_eq(a->debug.inject_step, b->debug.inject_step);
+    ck_assert_int_eq(a->debug.inject_rank, b->debug.inject_rank);
+    double va = a->debug.inject_value, vb = b->debug.inject_value;
+    ck_assert_msg(va == vb || (isnan(va) && isnan(vb)), "inject_value %g != %g", va, vb);
+}
+
+// ---- defaults and shipped configs ------------------------------------------------------------------
+
+START_TEST(defaults_are_the_tiny_demo_and_valid) {
+    Config d, loaded;
+    config_defaults(&d);
+    ck_assert_str_eq(d.model.arch, "custom");
+    int ones[4] = {1, 1, 1, 1};
+    ck_assert_mem_eq(d.model.layers, ones, sizeof ones);
+    ck_assert_int_eq(d.model.cardinality, 4);
+    ck_assert_int_eq(d.model.base_width, 16);
+    ck_assert_int_eq(d.model.planes, 16);
+    ck_assert_str_eq(d.data.source, "learnable");
+    ck_assert_int_eq(d.data.batch_size, 32);
+    ck_assert(d.train.lr == 0.1 && d.train.weight_decay == 5e-4);
+    ck_assert_str_eq(d.train.schedule, "cosine");
+    ck_assert(d.amp.init_scale == 65536.0 && d.amp.growth_factor == 2.0 && d.amp.backoff_factor == 0.5);
+    ck_assert_int_eq(d.amp.growth_interval, 2000);
+    ck_assert(isinf(d.debug.inject_value) && d.debug.inject_value > 0);
+    // No file, no overrides: the defaults pass every rule unchanged.
+    load_ok(&loaded, NULL, 0, NULL);
+    assert_same_values(&loaded, &d);
+}
+END_TEST
+
+START_TEST(tiny_yaml_is_the_defaults_written_out) {
+    Config d, tiny;
+    config_defaults(&d);
+    load_ok(&tiny, SHIPPED("tiny.yaml"), 0, NULL);
+    ck_assert_str_eq(tiny.log.metrics, "runs/tiny/metrics.jsonl");
+    ck_assert_str_eq(tiny.checkpoint.dir, "runs/tiny");
+    ck_assert_str_eq(tiny.source_path, SHIPPED("tiny.yaml"));
+    tiny.log.metrics[0] = '\0';
+    tiny.checkpoint.dir[0] = '\0';
+    assert_same_values(&tiny, &d);
+}
+END_TEST
+
+START_TEST(every_shipped_config_loads) {
+    DIR *dir = opendir(AMPTRAIN_SOURCE_DIR "/configs");
+    ck_assert_ptr_nonnull(dir);
+    int loaded = 0;
+    for (struct dirent *e; (e = readdir(dir));) {
+        size_t n = strlen(e->d_name);
+        if (n < 6 || strcmp(e->d_name + n - 5, ".yaml") != 0) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/configs/%s", AMPTRAIN_SOURCE_DIR, e->d_name);
+        Config cfg;
+        load_ok(&cfg, path, 0, NULL);
+        loaded++;
+    }
+    closedir(dir);
+    ck_assert_int_ge(loaded, 5);
+}
+END_TEST
+
+START_TEST(seed_config_is_the_seed_experiment) {
+    Config c;
+    load_ok(&c, SHIPPED("seed_resnext50.yaml"), 0, NULL);
+    int layers[4] = {3, 4, 6, 3};
+    ck_assert_str_eq(c.model.arch, "resnext50_32x4d");
+    ck_assert_mem_eq(c.model.layers, layers, sizeof layers);
+    ck_assert_int_eq(c.model.cardinality, 32);
+    ck_assert_int_eq(c.model.base_width, 4);
+    ck_assert_int_eq(c.model.planes, 64);
+    ck_assert_int_eq(c.model.num_classes, 1000);
+    ck_assert_int_eq(c.model.image_size, 224);
+    ck_assert_str_eq(c.data.source, "synthetic");
+    ck_assert_int_eq(c.data.train_size / c.data.batch_size, 50);
+    ck_assert_int_eq(c.data.batch_size, 70);
+    ck_assert_int_eq(c.train.epochs, 3);
+    ck_assert(c.train.lr == 0.001 && c.train.momentum == 0.9 && c.train.weight_decay == 0);
+    ck_assert_str_eq(c.train.schedule, "constant");
+    ck_assert_int_eq(c.train.warmup_steps, 0);
+    ck_assert_int_eq(c.amp.enabled, 1);
+    char *fp32[] = {"amp.enabled=false"};
+    load_ok(&c, SHIPPED("seed_resnext50.yaml"), 1, fp32);
+    ck_assert_int_eq(c.amp.enabled, 0);
+}
+END_TEST
+
+START_TEST(imagenet_and_cifar_configs_have_their_shapes) {
+    Config c;
+    int layers101[4] = {3, 4, 23, 3};
+    load_ok(&c, SHIPPED("resnext101_32x8d_imagenet.yaml"), 0, NULL);
+    ck_assert_mem_eq(c.model.layers, layers101, sizeof layers101);
+    ck_assert_int_eq(c.model.base_width, 8);
+    ck_assert_int_eq(c.data.batch_size, 256);
+    ck_assert_str_eq(c.train.lr_scaling, "linear");
+    ck_assert(c.train.weight_decay == 1e-4);
+    load_ok(&c, SHIPPED("cifar10.yaml"), 0, NULL);
+    ck_assert_str_eq(c.data.source, "cifar10");
+    ck_assert_str_eq(c.data.path, "data/cifar-10-batches-bin");
+    ck_assert_int_eq(c.model.num_classes, 10);
+    ck_assert_int_eq(c.model.image_size, 32);
+}
+END_TEST
+
+// ---- values and overrides ----------------------------------------------------------------------------
+
+START_TEST(yaml_floats_parse) {
+    tu_write_file("floats.yaml", "amp:\n  init_scale: 65536\n  growth_factor: 2.5e0\n"
+                                 "train:\n  lr: 1e-3\n  min_lr: .5e-4\n  momentum: +0.\n"
+                                 "debug:\n  inject_value: -.Inf\n");
+    Config c;
+    load_ok(&c, "floats.yaml", 0, NULL);
+    ck_assert(c.amp.init_scale == 65536.0);
+    ck_assert(c.amp.growth_factor == 2.5);
+    ck_assert(c.train.lr == 1e-3);
+    ck_assert(c.train.min_lr == 0.5e-4);
+    ck_assert(c.train.momentum == 0.0);
+    ck_assert(isinf(c.debug.inject_value) && c.debug.inject_value < 0);
+    char *nan[] = {"debug.inject_value=.nan"};
+    load_ok(&c, "floats.yaml", 1, nan);
+    ck_assert(isnan(c.debug.inject_value));
+    char *big[] = {"debug.inject_value=40000"};
+    load_ok(&c, NULL, 1, big);
+    ck_assert(c.debug.inject_value == 40000.0);
+}
+END_TEST
+
+START_TEST(overrides_apply_after_the_file) {
+    char *overrides[] = {"train.lr=0.01",          "model.layers=[2, 3, 4, 5]", "amp.enabled=false",
+                         "log.metrics=out/m.jsonl", "data.path=\"with space\"",  "train.seed=123456789012",
+                         "train.lr=0.02",          "checkpoint.dir="};
+    Config c;
+    load_ok(&c, SHIPPED("tiny.yaml"), 8, overrides);
+    ck_assert(c.train.lr == 0.02);   // the last one wins
+    int layers[4] = {2, 3, 4, 5};
+    ck_assert_mem_eq(c.model.layers, layers, sizeof layers);
+    ck_assert_int_eq(c.amp.enabled, 0);
+    ck_assert_str_eq(c.log.metrics, "out/m.jsonl");
+    ck_assert_str_eq(c.data.path, "with space");
+    ck_assert_int_eq(c.train.seed, 123456789012L);
+    ck_assert_str_eq(c.checkpoint.dir, "");
+    // A preset chosen on the command line fills the shape the file left alone.
+    char *preset[] = {"model.arch=resnext101_32x4d"};
+    load_ok(&c, SHIPPED("seed_resnext50.yaml"), 1, preset);
+    ck_assert_int_eq(c.model.layers[2], 23);
+    ck_assert_int_eq(c.model.base_width, 4);
+}
+END_TEST
+
+START_TEST(print_reads_back_to_identical_values) {
+    char *overrides[] = {"train.lr=0.0123456789012345", "train.momentum=0.3", "debug.inject_value=.nan",
+                         "train.seed=9007199254740993", "log.metrics=\"q\\\"uote\\\\back\\nline: #x\"",
+                         "dist.timeout_s=1e-7",         "amp.init_scale=1e300",  "train.nesterov=true",
+                         "cudnn.tf32=true",             "model.arch=resnext50_32x4d"};
+    Config a, b;
+    load_ok(&a, SHIPPED("seed_resnext50.yaml"), 10, overrides);
+    ck_assert_str_eq(a.log.metrics, "q\"uote\\back\nline: #x");
+    char *text_a = printed(&a);
+    tu_write_file("printed.yaml", text_a);
+    load_ok(&b, "printed.yaml", 0, NULL);
+    assert_same_values(&a, &b);
+    char *text_b = printed(&b);
+    // Only the header's "from FILE" differs.
+    ck_assert_str_eq(strchr(text_a, '\n'), strchr(text_b, '\n'));
+    free(text_a);
+    free(text_b);
+
+    // The defaults and a custom model too (the preset's shape is printed commented out above).
+    config_defaults(&a);
+    text_a = printed(&a);
+    tu_write_file("printed_defaults.yaml", text_a);
+    load_ok(&b, "printed_defaults.yaml", 0, NULL);
+    assert_same_values(&a, &b);
+    free(text_a);
+}
+END_TEST
+
+START_TEST(cifar10_fixes_classes_and_image_size) {
+    tu_write_file("cifar_shape.yaml", "data:\n  source: cifar10\n  path: somewhere\n");
+    char *keep[] = {"model.num_classes=10", "model.image_size=32"};
+    Config c;
+    load_ok(&c, "cifar_shape.yaml", 2, keep);
+    ck_assert_int_eq(c.model.num_classes, 10);
+    ck_assert_int_eq(c.model.image_size, 32);
+}
+END_TEST
+
+// ---- errors --------------------------------------------------------------------------------------------
+
+typedef struct {
+    const char *file;       // written into the test's folder; NULL: no file
+    const char *text;
+    const char *override;   // NULL: none
+    const char *expected;   // the line must contain this (file, line and key included)
+} BadConfig;
+
+static const BadConfig bad_configs[] = {
+    {"unknown_key.yaml", "model:\n  planes: 16\ntrain:\n  epochs: 1\n  lerning_rate: 0.1\n", NULL,
+     "unknown_key.yaml:5: train.lerning_rate: unknown key (did you mean train.lr?)"},
+    {"wrong_section.yaml", "train:\n  batch_size: 8\n", NULL,
+     "wrong_section.yaml:2: train.batch_size: unknown key (did you mean data.batch_size?)"},
+    {"unknown_section.yaml", "model:\n  planes: 16\ntrian:\n  lr: 0.1\n", NULL,
+     "unknown_section.yaml:3: trian: unknown section (did you mean train?)"},
+    {"string_for_int.yaml", "data:\n  batch_size: \"abc\"\n", NULL,
+     "string_for_int.yaml:2: data.batch_size: expected an integer, got \"abc\""},
+    {"float_for_int.yaml", "train:\n  lr: 0.1\n  epochs: 3.5\n", NULL,
+     "float_for_int.yaml:3: train.epochs: expected an integer, got 3.5"},
+    {"map_for_scalar.yaml", "train:\n  lr:\n    value: 0.1\n", NULL,
+     "map_for_scalar.yaml:2: train.lr: expected a number, got a map"},
+    {"bad_bool.yaml", "amp:\n  enabled: yes\n", NULL,
+     "bad_bool.yaml:2: amp.enabled: expected true or false, got yes"},
+    {"lr_zero.yaml", "train:\n  lr: 0\n", NULL, "lr_zero.yaml:2: train.lr: must be > 0 (got 0)"},
+    {"momentum_one.yaml", "train:\n  momentum: 1.0\n", NULL,
+     "momentum_one.yaml:2: train.momentum: must be in [0, 1) (got 1)"},
+    {"backoff.yaml", "amp:\n  dynamic: true\n  backoff_factor: 1.5\n", NULL,
+     "backoff.yaml:3: amp.backoff_factor: must be in (0, 1) (got 1.5)"},
+    {"growth.yaml", "amp:\n  growth_factor: 1\n", NULL,
+     "growth.yaml:2: amp.growth_factor: must be > 1 (got 1)"},
+    {"batch_zero.yaml", "data:\n  batch_size: 0\n", NULL,
+     "batch_zero.yaml:2: data.batch_size: must be >= 1 (got 0)"},
+    {"small_image.yaml", "model:\n  image_size: 16\n", NULL,
+     "small_image.yaml:2: model.image_size: must be in [32, 1024] (got 16)"},
+    {"nan_scale.yaml", "amp:\n  init_scale: .nan\n", NULL,
+     "nan_scale.yaml:2: amp.init_scale: must be > 0 (got .nan)"},
+    {"bad_enum.yaml", "train:\n  schedule: cosinus\n", NULL,
+     "bad_enum.yaml:2: train.schedule: expected one of constant, step, cosine, got cosinus"},
+    {"bad_layers.yaml", "model:\n  layers:\n    - 1\n    - 0\n    - 1\n    - 1\n", NULL,
+     "bad_layers.yaml:4: model.layers[1]: must be in [1, 64] (got 0)"},
+    {"short_layers.yaml", "model:\n  layers: [1, 1, 1]\n", NULL,
+     "short_layers.yaml:2: model.layers: expected a list of 4 integers, got 3"},
+    {"section_scalar.yaml", "model:\n  planes: 16\ntrain: 0.1\n", NULL,
+     "section_scalar.yaml:3: train: a section must be a map"},
+    {"root_list.yaml", "- model\n- train\n", NULL,
+     "root_list.yaml:1: the document must be a map of sections"},
+    {"syntax.yaml", "train:\n  lr: 0.1\n  epochs: [1, 2\n", NULL, "syntax.yaml:4: "},
+    {"preset_layers.yaml", "model:\n  arch: resnext50_32x4d\n  num_classes: 1000\n  layers: [3, 4, 6, 3]\n",
+     NULL, "preset_layers.yaml:4: model.layers: model.arch resnext50_32x4d fixes layers [3, 4, 6, 3]"},
+    {"preset_width.yaml", "model:\n  base_width: 8\n  arch: resnext101_32x4d\n", NULL,
+     "preset_width.yaml:2: model.base_width: model.arch resnext101_32x4d fixes"},
+    {"cifar_no_path.yaml", "model:\n  planes: 16\ndata:\n  source: cifar10\n", NULL,
+     "cifar_no_path.yaml:4: data.source: cifar10 needs data.path"},
+    {"cifar_classes.yaml", "model:\n  num_classes: 100\ndata:\n  source: cifar10\n  path: x\n", NULL,
+     "cifar_classes.yaml:2: model.num_classes: data.source cifar10 has 10 classes (got 100)"},
+    {"warmup.yaml", "train:\n  warmup_steps: -1\n", NULL, "warmup.yaml:2: train.warmup_steps: must be >= 0"},
+    {"inject_rank.yaml", "debug:\n  inject_rank: -2\n", NULL,
+     "inject_rank.yaml:2: debug.inject_rank: must be >= -1"},
+    {"nesterov.yaml", "train:\n  momentum: 0\n  nesterov: true\n", NULL,
+     "nesterov.yaml:3: train.nesterov: needs train.momentum > 0"},
+    {NULL, NULL, NULL, "no_such_dir/x.yaml: cannot read: No such file or directory"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "train.lr", "command line: train.lr: expected section.key=value"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "train.lerning_rate=0.1",
+     "command line: train.lerning_rate: unknown key (did you mean train.lr?)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "lr=0.5",
+     "command line: lr: expected section.key=value (did you mean train.lr=0.5?)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "train.lr=abc", "command line: train.lr: expected a number, got abc"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "amp.growth_interval=0",
+     "command line: amp.growth_interval: must be >= 1 (got 0)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "model.layers=[1, 1,",
+     "command line: model.layers: cannot parse the value"},
+    {"preset.yaml", "model:\n  arch: resnext50_32x4d\n", "model.planes=64",
+     "command line: model.planes: model.arch resnext50_32x4d fixes"},
+};
+
+// Each bad config: exit value 2, exactly one line that names the place and the key, Config untouched.
+START_TEST(bad_config_is_one_line_and_exit_2) {
+    const BadConfig *bad = &bad_configs[_i];
+    const char *path = "no_such_dir/x.yaml";
+    if (bad->file)
+        path = tu_write_file(bad->file, bad->text);
+    ck_assert_ptr_nonnull(path);
+    char *override = bad->override ? strdup(bad->override) : NULL;
+    Config c, d;
+    LoadResult r = load(&c, path, override ? 1 : 0, &override);
+    free(override);
+    ck_assert_msg(r.rc == 2, "%s: returned %d", bad->expected, r.rc);
+    ck_assert_msg(strstr(r.message, bad->expected) == r.message, "got '%s', expected '%s...'", r.message,
+                  bad->expected);
+    char *newline = strchr(r.message, '\n');
+    ck_assert_msg(newline && newline[1] == '\0', "not one line: '%s'", r.message);
+    config_defaults(&d);
+    assert_same_values(&c, &d);
+}
+END_TEST
+
+// Quoted keys and values may hold newlines; the message still is one line.
+START_TEST(control_characters_stay_on_one_line) {
+    tu_write_file("newline_key.yaml", "train:\n  \"a\\nb\": 1\n");
+    Config c;
+    LoadResult r = load(&c, "newline_key.yaml", 0, NULL);
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_msg(strstr(r.message, "newline_key.yaml:2: train.a b: unknown key") == r.message, "%s",
+                  r.message);
+    ck_assert_ptr_eq(strchr(r.message, '\n'), r.message + strlen(r.message) - 1);
+}
+END_TEST
+
+static Suite *config_suite(void) {
+    Suite *s = suite_create("config");
+    TCase *good = tcase_create("valid");
+    tcase_add_test(good, defaults_are_the_tiny_demo_and_valid);
+    tcase_add_test(good, tiny_yaml_is_the_defaults_written_out);
+    tcase_add_test(good, every_shipped_config_loads);
+    tcase_add_test(good, seed_config_is_the_seed_experiment);
+    tcase_add_test(good, imagenet_and_cifar_configs_have_their_shapes);
+    tcase_add_test(good, yaml_floats_parse);
+    tcase_add_test(good, overrides_apply_after_the_file);
+    tcase_add_test(good, print_reads_back_to_identical_values);
+    tcase_add_test(good, cifar10_fixes_classes_and_image_size);
+    suite_add_tcase(s, good);
+    TCase *bad = tcase_create("invalid");
+    tcase_add_loop_test(bad, bad_config_is_one_line_and_exit_2, 0,
+                        (int)(sizeof bad_configs / sizeof bad_configs[0]));
+    tcase_add_test(bad, control_characters_stay_on_one_line);
+    suite_add_tcase(s, bad);
+    return s;
+}
+
+int main(void) {
+    SRunner *runner = srunner_create(config_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
