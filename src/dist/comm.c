@@ -29,7 +29,7 @@ static void comm_single_barrier(Comm *c) { (void)c; }
 static void comm_single_wait(Comm *c) { (void)c; }
 static void comm_single_destroy(Comm *c) { free(c); }
 
-static Comm *comm_single_create(void) {
+Comm *comm_single_create(void) {
     Comm *c = xcalloc(1, sizeof *c);
     c->name = "single";
     c->rank = 0, c->size = 1;
