@@ -30,12 +30,4 @@ static inline float dtype_load(const void *p, DType dt, size_t i) {
     return dt == DTYPE_F16 ? half_to_float(((const half *)p)[i]) : ((const float *)p)[i];
 }
 
-// Stores v as element i of a buffer of dtype dt (rounded to nearest even for fp16).
-static inline void dtype_store(void *p, DType dt, size_t i, float v) {
-    if (dt == DTYPE_F16)
-        ((half *)p)[i] = half_from_float(v);
-    else
-        ((float *)p)[i] = v;
-}
-
 #endif
