@@ -16,7 +16,7 @@
 #include "../core/check.h"
 
 #define POOL_OFFSETS (1 << 18)   // distinct windows; the pool is image_floats + POOL_OFFSETS floats
-#define LEARNABLE_NOISE 0.5f     // noise sigma relative to the templates' std of 1
+#define LEARNABLE_NOISE 5.0f  // noise sigma relative to the templates' std of 1
 
 // ---- the interface -------------------------------------------------------------------------------
 

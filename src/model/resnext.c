@@ -76,7 +76,7 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int max_batch, int amp)
     bn_make(m, &m->stem_bn, "bn1", planes);
     int h = (m->stem.shape.out_h + 2 - 3) / 2 + 1, w = (m->stem.shape.out_w + 2 - 3) / 2 + 1;
     int in_c = planes, bi = 0;
-    char name[PARAM_NAME_MAX], prefix[PARAM_NAME_MAX];
+    char name[2 * PARAM_NAME_MAX], prefix[PARAM_NAME_MAX];
     for (int s = 0; s < 4; s++) {
         int stage_planes = planes << s;
         int width = (int)((int64_t)stage_planes * cfg->base_width / 64) * cfg->cardinality;

@@ -189,7 +189,7 @@ EvalRecord trainer_evaluate(Trainer *t) {
 
 static void log_step(Trainer *t, int force) {
     const LogConfig *log = &t->cfg->log;
-    if (!force && t->step % log->every != 0 && t->step != t->total_steps) return;
+    if (!force && t->step % log->every != 0 && t->step != 1 && t->step != t->total_steps) return;
     Backend *be = t->be;
     be->readback_begin(be, t->readback, t->model.loss, sizeof(float));
     be->readback_begin(be, t->readback + 1, t->scaler.state, sizeof(ScalerState));

@@ -251,15 +251,17 @@ START_TEST(test_learnable_same_index_same_image) {
 }
 END_TEST
 
-// Class means from 200 training samples, then nearest-mean classification of 200 validation samples.
+// Class means from 4000 training samples, then nearest-mean classification of 200 validation samples.
+// The noise (5x the templates' std) is strong on purpose, so the demo's loss falls visibly over epochs
+// instead of in the first steps; averaging ~400 samples per class brings it down to 0.25.
 START_TEST(test_learnable_is_learnable) {
-    Dataset *train = dataset_learnable_create(200, L_SIDE, L_CLASSES, 11, 0);
+    Dataset *train = dataset_learnable_create(4000, L_SIDE, L_CLASSES, 11, 0);
     Dataset *val = dataset_learnable_create(200, L_SIDE, L_CLASSES, 11, 1);
     static double means[L_CLASSES][L_FLOATS];
     int per_class[L_CLASSES] = {0};
     float x[L_FLOATS];
     int32_t label;
-    for (int i = 0; i < 200; i++) {
+    for (int i = 0; i < 4000; i++) {
         dataset_get(train, i, x, &label, NULL);
         ck_assert(label >= 0 && label < L_CLASSES);
         per_class[label]++;
@@ -289,7 +291,7 @@ START_TEST(test_learnable_is_learnable) {
         }
         correct += best == label;
     }
-    ck_assert_int_gt(correct, 180);
+    ck_assert_int_gt(correct, 150);  // 75%; chance is 10%
     dataset_close(train);
     dataset_close(val);
 }
