@@ -1,0 +1,156 @@
+// test_cli.c - the amptrain command line as a user meets it: help, version, exit codes, config errors that
+// write nothing, --print-config round trip, --dry-run facts, a short run's outputs, SIGTERM.
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test_util.h"
+
+#define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
+#define SEED AMPTRAIN_SOURCE_DIR "/configs/seed_resnext50.yaml"
+// Overrides that keep a CLI run small and quiet.
+#define QUICK "backend.device=cpu data.train_size=256 data.val_size=64 data.prefetch=0 log.progress=never"
+
+static char out[1 << 16];
+
+START_TEST(test_help_and_version) {
+    ck_assert_int_eq(tu_run_cli("--help", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "usage: amptrain"));
+    ck_assert_ptr_nonnull(strstr(out, "--dry-run"));
+    ck_assert_ptr_nonnull(strstr(out, "exit codes"));
+    ck_assert_int_eq(tu_run_cli("--version", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "amptrain " AMPTRAIN_VERSION));
+}
+END_TEST
+
+START_TEST(test_usage_errors_exit_2) {
+    ck_assert_int_eq(tu_run_cli("", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "no CONFIG given"));
+    ck_assert_int_eq(tu_run_cli("--frobnicate " TINY, out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "unknown option '--frobnicate'"));
+    ck_assert_int_eq(tu_run_cli("no_such.yaml", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "no_such.yaml: cannot read"));
+    ck_assert_int_eq(tu_run_cli(TINY " --bench-steps zero", out, sizeof out), 2);
+}
+END_TEST
+
+// A config error names file, line and key, exits 2, and creates none of the run's outputs.
+START_TEST(test_config_error_writes_nothing) {
+    tu_write_file("bad.yaml", "log:\n  metrics: bad_run/metrics.jsonl\ncheckpoint:\n  dir: bad_run\n"
+                              "train:\n  lr: 0.1\n  momentun: 0.9\n");
+    ck_assert_int_eq(tu_run_cli("bad.yaml", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "bad.yaml:7: train.momentun: unknown key (did you mean train.momentum?)") != NULL,
+                  "got: %s", out);
+    ck_assert(!tu_file_exists("bad_run"));
+    ck_assert_int_eq(tu_run_cli(TINY " train.lr=-1 log.metrics=bad_run2/m.jsonl", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "command line: train.lr"));
+    ck_assert(!tu_file_exists("bad_run2"));
+}
+END_TEST
+
+START_TEST(test_print_config_round_trips) {
+    ck_assert_int_eq(tu_run_cli(TINY " --print-config train.lr=0.05 model.layers=[2,1,1,1]", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "lr: 0.05"));
+    tu_write_file("printed.yaml", out);
+    static char again[1 << 16];
+    ck_assert_int_eq(tu_run_cli("printed.yaml --print-config", again, sizeof again), 0);
+    // Identical but for the first line, which names the file it came from.
+    ck_assert_str_eq(strchr(out, '\n'), strchr(again, '\n'));
+}
+END_TEST
+
+START_TEST(test_dry_run_describes_resnext50) {
+    ck_assert_int_eq(tu_run_cli(SEED " --dry-run", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "parameters   25028904"));
+    ck_assert_ptr_nonnull(strstr(out, "multiply-adds per image  4.230 G"));
+    ck_assert_ptr_nonnull(strstr(out, "activations"));
+    ck_assert(!tu_file_exists("runs"));  // a dry run writes nothing
+}
+END_TEST
+
+// A short run: plain progress lines (not a terminal), the metrics file, the summary, the checkpoint.
+START_TEST(test_short_run_outputs) {
+    ck_assert_int_eq(system("rm -rf short"), 0);
+    ck_assert_int_eq(tu_run_cli(TINY " " QUICK " train.steps=4 log.every=2 log.metrics=short/m.jsonl "
+                                "checkpoint.dir=short", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "step 2/4"));
+    ck_assert_ptr_nonnull(strstr(out, "summary: 4 steps"));
+    ck_assert_ptr_nonnull(strstr(out, "images/s"));
+    ck_assert_ptr_nonnull(strstr(out, "peak cpu memory"));
+    ck_assert_ptr_nonnull(strstr(out, "steps skipped"));
+    ck_assert(tu_file_exists("short/last.safetensors"));
+    FILE *f = fopen("short/m.jsonl", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    int records = 0;
+    while (fgets(line, sizeof line, f)) {
+        ck_assert_ptr_nonnull(strstr(line, "\"loss\":"));
+        ck_assert_ptr_nonnull(strstr(line, "\"scale\":"));
+        ck_assert_ptr_nonnull(strstr(line, "\"images_per_s\":"));
+        records++;
+    }
+    fclose(f);
+    ck_assert_int_eq(records, 3);  // steps 1, 2, 4
+}
+END_TEST
+
+// SIGTERM: the step finishes, a checkpoint is written, exit 0.
+START_TEST(test_sigterm_checkpoints_and_exits_0) {
+    // Outputs of an earlier run of this test would make the wait below end too early.
+    ck_assert_int_eq(system("rm -rf sig sigterm.log"), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        freopen("sigterm.log", "w", stdout);
+        execl(AMPTRAIN_BIN, AMPTRAIN_BIN, TINY, "backend.device=cpu", "data.prefetch=0", "log.every=1",
+              "log.metrics=sig/m.jsonl", "checkpoint.dir=sig", "train.epochs=50", "log.progress=never", (char *)NULL);
+        _exit(127);
+    }
+    // Wait until it has trained a step (the metrics file has a line), then ask it to stop.
+    for (int i = 0; i < 600; i++) {
+        struct stat st;
+        if (stat("sig/m.jsonl", &st) == 0 && st.st_size > 0) break;
+        usleep(50000);
+    }
+    kill(pid, SIGTERM);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert(tu_file_exists("sig/last.safetensors"));
+    FILE *f = fopen("sigterm.log", "r");
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = 0;
+    fclose(f);
+    ck_assert_ptr_nonnull(strstr(out, "stopped by signal"));
+}
+END_TEST
+
+Suite *cli_suite(void) {
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("cli");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_help_and_version);
+    tcase_add_test(tc, test_usage_errors_exit_2);
+    tcase_add_test(tc, test_config_error_writes_nothing);
+    tcase_add_test(tc, test_print_config_round_trips);
+    tcase_add_test(tc, test_dry_run_describes_resnext50);
+    tcase_add_test(tc, test_short_run_outputs);
+    tcase_add_test(tc, test_sigterm_checkpoints_and_exits_0);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(cli_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
