@@ -38,6 +38,7 @@ extern "C" {
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
 typedef struct CudaConvCache CudaConvCache;  // cudnn_conv.cu: descriptors + chosen algorithms per shape
+typedef struct CudaBnCache CudaBnCache;      // cudnn_batchnorm.cu: per-layer cuDNN reserve space
 
 typedef struct CudaBackend {
     int device;
@@ -50,6 +51,7 @@ typedef struct CudaBackend {
     size_t workspace_bytes;
     CudaConvCache *conv_cache;
     cudaEvent_t readback_done;
+    CudaBnCache *bn_cache;        // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
 } CudaBackend;
 
 static inline CudaBackend *cuda_state(Backend *be) { return (CudaBackend *)be->impl; }
@@ -78,6 +80,7 @@ void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, con
                       int relu, const float *gamma, const float *save_mean, const float *save_invstd,
                       void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
                       void *d_residual);
+void cuda_bn_cache_destroy(CudaBackend *cb);
 
 // ---- cuda_pool.cu -------------------------------------------------------------------------------
 void cuda_maxpool_forward(Backend *be, const PoolShape *s, DType dt, const void *x, void *y);

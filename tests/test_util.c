@@ -68,3 +68,13 @@ int tu_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
+
+int tu_skip_gpu(const char *suite, const char *why) {
+    const char *require = getenv("AMPTRAIN_REQUIRE_GPU");
+    if (require && strcmp(require, "1") == 0) {
+        printf("%s: FAILED: AMPTRAIN_REQUIRE_GPU=1 but the CUDA backend is unavailable: %s\n", suite, why);
+        return 1;
+    }
+    printf("%s: skipped: %s\n", suite, why);
+    return TU_SKIP_EXIT;
+}

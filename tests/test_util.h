@@ -21,4 +21,10 @@ const char *tu_write_file(const char *path, const char *text);
 // 1 if the file exists.
 int tu_file_exists(const char *path);
 
+// GPU suites without a usable GPU: print why and exit with this code, which ctest reports as "Skipped"
+// (SKIP_RETURN_CODE in tests/tests.cmake), never as passed. With AMPTRAIN_REQUIRE_GPU=1 in the
+// environment (the device machine) a missing GPU is a failure instead.
+#define TU_SKIP_EXIT 77
+int tu_skip_gpu(const char *suite, const char *why);
+
 #endif

@@ -1,0 +1,145 @@
+// cuda_alloc.cu - the caching device allocator (see cuda_alloc.h for why it exists and why reuse is
+// safe without events).
+//
+// Size classes: up to 1 MiB, multiples of 512 B (what torch rounds to); above, eight classes per power
+// of two (2^e < size <= 2^(e+1) rounds up to a multiple of 2^(e-3)), so rounding wastes at most 12.5%
+// and a model's fixed set of tensor sizes maps onto a few classes that are reused every step.
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cuda_alloc.h"
+#include "cuda_internal.h"
+
+#define ALLOC_SMALL_STEP 512
+#define ALLOC_SMALL_LIMIT (1u << 20)
+#define ALLOC_SMALL_CLASSES (ALLOC_SMALL_LIMIT / ALLOC_SMALL_STEP)  // 2048 classes of 512 B steps
+#define ALLOC_STEPS_PER_OCTAVE 8
+#define ALLOC_CLASSES (ALLOC_SMALL_CLASSES + (64 - 20) * ALLOC_STEPS_PER_OCTAVE)
+#define ALLOC_BUCKETS 4096  // hash buckets for the blocks held by the caller
+
+typedef struct Block {
+    void *ptr;          // device memory from cudaMalloc
+    size_t size;        // its class size in bytes
+    int cls;            // its size class
+    struct Block *next; // the next block in its free list or hash bucket
+} Block;
+
+struct CudaAllocator {
+    pthread_mutex_t lock;            // the loader thread may allocate while the trainer does
+    Block *free_list[ALLOC_CLASSES]; // cached blocks per class
+    Block *held[ALLOC_BUCKETS];      // blocks handed out, by pointer hash
+    size_t current, peak, reserved;
+};
+
+// The class of a request and its rounded size.
+static int alloc_class(size_t bytes, size_t *rounded) {
+    if (bytes <= ALLOC_SMALL_LIMIT) {
+        size_t r = bytes == 0 ? ALLOC_SMALL_STEP : (bytes + ALLOC_SMALL_STEP - 1) / ALLOC_SMALL_STEP * ALLOC_SMALL_STEP;
+        *rounded = r;
+        return (int)(r / ALLOC_SMALL_STEP) - 1;
+    }
+    const int e = 63 - __builtin_clzll((unsigned long long)(bytes - 1));  // 2^e < bytes <= 2^(e+1), e >= 20
+    const size_t step = (size_t)1 << (e - 3);
+    const size_t r = (bytes + step - 1) / step * step;
+    *rounded = r;
+    return ALLOC_SMALL_CLASSES + (e - 20) * ALLOC_STEPS_PER_OCTAVE + (int)(r / step) - 9;  // r/step in 9..16
+}
+
+static size_t alloc_bucket(const void *ptr) {
+    return (size_t)(((uintptr_t)ptr >> 9) * 0x9E3779B97F4A7C15ull >> 52) % ALLOC_BUCKETS;
+}
+
+// Gives every cached block back to the driver (only when cudaMalloc failed, or at destroy).
+static void alloc_release_cached(CudaAllocator *a) {
+    for (int c = 0; c < ALLOC_CLASSES; c++) {
+        while (a->free_list[c]) {
+            Block *b = a->free_list[c];
+            a->free_list[c] = b->next;
+            CUDA_CHECK(cudaFree(b->ptr));
+            a->reserved -= b->size;
+            free(b);
+        }
+    }
+}
+
+static Block *alloc_fresh_block(CudaAllocator *a, size_t rounded, int cls) {
+    void *ptr = NULL;
+    cudaError_t err = cudaMalloc(&ptr, rounded);
+    if (err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();  // not sticky, but it would be reported by the next launch check
+        alloc_release_cached(a);
+        err = cudaMalloc(&ptr, rounded);
+    }
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        amp_fatal(__FILE__, __LINE__, "cudaMalloc of %zu bytes failed: %s (allocated %zu, reserved %zu bytes)",
+                  rounded, cudaGetErrorString(err), a->current, a->reserved);
+    }
+    Block *b = (Block *)xcalloc(1, sizeof(Block));
+    b->ptr = ptr;
+    b->size = rounded;
+    b->cls = cls;
+    a->reserved += rounded;
+    return b;
+}
+
+CudaAllocator *cuda_alloc_create(void) {
+    CudaAllocator *a = (CudaAllocator *)xcalloc(1, sizeof(CudaAllocator));
+    AMP_ASSERT(pthread_mutex_init(&a->lock, NULL) == 0, "cuda allocator: pthread_mutex_init failed");
+    return a;
+}
+
+void cuda_alloc_destroy(CudaAllocator *a) {
+    if (!a) return;
+    for (int i = 0; i < ALLOC_BUCKETS; i++) {
+        while (a->held[i]) {
+            Block *b = a->held[i];
+            a->held[i] = b->next;
+            CUDA_CHECK(cudaFree(b->ptr));
+            free(b);
+        }
+    }
+    alloc_release_cached(a);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+void *cuda_alloc_get(CudaAllocator *a, size_t bytes) {
+    size_t rounded;
+    const int cls = alloc_class(bytes, &rounded);
+    pthread_mutex_lock(&a->lock);
+    Block *b = a->free_list[cls];
+    if (b)
+        a->free_list[cls] = b->next;
+    else
+        b = alloc_fresh_block(a, rounded, cls);
+    const size_t h = alloc_bucket(b->ptr);
+    b->next = a->held[h];
+    a->held[h] = b;
+    a->current += b->size;
+    if (a->current > a->peak) a->peak = a->current;
+    pthread_mutex_unlock(&a->lock);
+    return b->ptr;
+}
+
+void cuda_alloc_put(CudaAllocator *a, void *ptr) {
+    if (!ptr) return;
+    pthread_mutex_lock(&a->lock);
+    Block **link = &a->held[alloc_bucket(ptr)];
+    while (*link && (*link)->ptr != ptr) link = &(*link)->next;
+    if (!*link) {
+        pthread_mutex_unlock(&a->lock);
+        amp_fatal(__FILE__, __LINE__, "cuda allocator: free of %p, which it did not hand out", ptr);
+    }
+    Block *b = *link;
+    *link = b->next;
+    b->next = a->free_list[b->cls];
+    a->free_list[b->cls] = b;
+    a->current -= b->size;
+    pthread_mutex_unlock(&a->lock);
+}
+
+size_t cuda_alloc_current_bytes(const CudaAllocator *a) { return a->current; }
+size_t cuda_alloc_peak_bytes(const CudaAllocator *a) { return a->peak; }
+size_t cuda_alloc_reserved_bytes(const CudaAllocator *a) { return a->reserved; }

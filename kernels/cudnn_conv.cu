@@ -1,0 +1,301 @@
+// cudnn_conv.cu - NHWC convolutions (forward, backward data, backward filter) on cuDNN's legacy API.
+//
+// Layouts: activations (n, h, w, c) are CUDNN_TENSOR_NHWC tensors; weights (c_out, kh, kw, c_in/g) are
+// CUDNN_TENSOR_NHWC filters, which is exactly our OHWI. Math accumulates in fp32 (the convolution
+// descriptor's compute type). fp16 may use tensor cores; fp32 uses TF32 tensor cores only when the
+// backend allows TF32 (CUDNN_DEFAULT_MATH), else CUDNN_FMA_MATH keeps it in true fp32.
+//
+// Per-shape cache: the descriptors and the algorithm of each direction are made once per (shape, dtype)
+// and reused. With cudnn_benchmark the algorithm is the fastest of a timed search (cudnnFind*Ex), run
+// once per shape and direction; without it, cuDNN's heuristic list (cudnnGet*_v7), preferring the first
+// deterministic algorithm that succeeds and fits the workspace cap, so runs repeat bitwise.
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+// The largest workspace an algorithm may ask for; the shared workspace grows up to this on demand.
+#define CONV_WORKSPACE_CAP ((size_t)1 << 30)
+// How many candidates to ask cuDNN for in one heuristic query or timed search.
+#define CONV_ALGO_CANDIDATES 16
+
+typedef enum { CONV_FWD = 0, CONV_BWD_DATA = 1, CONV_BWD_FILTER = 2 } ConvDirection;
+
+typedef struct ConvPlan {
+    ConvShape shape;
+    DType dt;
+    cudnnTensorDescriptor_t x_desc;      // (n, h, w, c_in) NHWC
+    cudnnTensorDescriptor_t y_desc;      // (n, out_h, out_w, c_out) NHWC
+    cudnnFilterDescriptor_t w_desc;      // (c_out, kh, kw, c_in/g) OHWI
+    cudnnConvolutionDescriptor_t conv_desc;
+    int chosen[3];                       // per ConvDirection: 1 once its algorithm is picked
+    cudnnConvolutionFwdAlgo_t fwd_algo;
+    cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+    size_t workspace[3];                 // per ConvDirection: bytes the chosen algorithm needs
+} ConvPlan;
+
+struct CudaConvCache {
+    ConvPlan *plans;  // linear table: a model has a few dozen distinct shapes
+    int count, capacity;
+};
+
+// ---- the per-shape cache --------------------------------------------------------------------------
+
+static int conv_shape_equal(const ConvShape *a, const ConvShape *b) {
+    return a->n == b->n && a->h == b->h && a->w == b->w && a->c_in == b->c_in && a->c_out == b->c_out &&
+           a->kh == b->kh && a->kw == b->kw && a->stride == b->stride && a->pad == b->pad &&
+           a->groups == b->groups && a->out_h == b->out_h && a->out_w == b->out_w;
+}
+
+static cudnnMathType_t conv_math_type(const CudaBackend *cb, DType dt) {
+    if (dt == DTYPE_F16) return CUDNN_TENSOR_OP_MATH;
+    return cb->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+static void conv_plan_init(CudaBackend *cb, ConvPlan *p, const ConvShape *s, DType dt) {
+    memset(p, 0, sizeof *p);
+    p->shape = *s;
+    p->dt = dt;
+    cudnnDataType_t t = cudnn_dtype(dt);
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x_desc));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x_desc, CUDNN_TENSOR_NHWC, t, s->n, s->c_in, s->h, s->w));
+    CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y_desc));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y_desc, CUDNN_TENSOR_NHWC, t, s->n, s->c_out, s->out_h,
+                                           s->out_w));
+    CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w_desc));
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w_desc, t, CUDNN_TENSOR_NHWC, s->c_out, s->c_in / s->groups,
+                                           s->kh, s->kw));
+    CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&p->conv_desc));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(p->conv_desc, s->pad, s->pad, s->stride, s->stride, 1, 1,
+                                                CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionGroupCount(p->conv_desc, s->groups));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv_desc, conv_math_type(cb, dt)));
+
+    int n_out, c_out, h_out, w_out;
+    CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(p->conv_desc, p->x_desc, p->w_desc, &n_out, &c_out,
+                                                      &h_out, &w_out));
+    AMP_ASSERT(n_out == s->n && c_out == s->c_out && h_out == s->out_h && w_out == s->out_w,
+               "conv: cuDNN output (%d,%d,%d,%d) differs from ConvShape (%d,%d,%d,%d)", n_out, h_out, w_out,
+               c_out, s->n, s->out_h, s->out_w, s->c_out);
+}
+
+static void conv_plan_destroy(ConvPlan *p) {
+    CUDNN_CHECK(cudnnDestroyTensorDescriptor(p->x_desc));
+    CUDNN_CHECK(cudnnDestroyTensorDescriptor(p->y_desc));
+    CUDNN_CHECK(cudnnDestroyFilterDescriptor(p->w_desc));
+    CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(p->conv_desc));
+}
+
+static ConvPlan *conv_plan_lookup(CudaBackend *cb, const ConvShape *s, DType dt) {
+    AMP_ASSERT(s->groups >= 1 && s->c_in % s->groups == 0 && s->c_out % s->groups == 0,
+               "conv: channels (%d in, %d out) not divisible by groups %d", s->c_in, s->c_out, s->groups);
+    if (!cb->conv_cache) cb->conv_cache = (CudaConvCache *)xcalloc(1, sizeof(CudaConvCache));
+    CudaConvCache *cache = cb->conv_cache;
+    for (int i = 0; i < cache->count; i++)
+        if (cache->plans[i].dt == dt && conv_shape_equal(&cache->plans[i].shape, s)) return &cache->plans[i];
+    if (cache->count == cache->capacity) {
+        int capacity = cache->capacity ? 2 * cache->capacity : 32;
+        ConvPlan *plans = (ConvPlan *)xcalloc((size_t)capacity, sizeof(ConvPlan));
+        if (cache->count) memcpy(plans, cache->plans, (size_t)cache->count * sizeof(ConvPlan));
+        free(cache->plans);
+        cache->plans = plans;
+        cache->capacity = capacity;
+    }
+    ConvPlan *p = &cache->plans[cache->count++];
+    conv_plan_init(cb, p, s, dt);
+    return p;
+}
+
+void cuda_conv_cache_destroy(CudaBackend *cb) {
+    CudaConvCache *cache = cb->conv_cache;
+    if (!cache) return;
+    for (int i = 0; i < cache->count; i++) conv_plan_destroy(&cache->plans[i]);
+    free(cache->plans);
+    free(cache);
+    cb->conv_cache = NULL;
+}
+
+// ---- algorithm choice ----------------------------------------------------------------------------
+// The three perf structs share their leading fields (algo, status, time, memory, determinism); these
+// helpers see one candidate list through (status, memory, determinism) arrays filled per direction.
+
+typedef struct ConvCandidates {
+    int count;
+    int algo[CONV_ALGO_CANDIDATES];
+    cudnnStatus_t status[CONV_ALGO_CANDIDATES];
+    size_t memory[CONV_ALGO_CANDIDATES];
+    int deterministic[CONV_ALGO_CANDIDATES];
+} ConvCandidates;
+
+#define CONV_CANDIDATES_FROM(cands, perf, n)                                                       \
+    do {                                                                                           \
+        (cands)->count = (n);                                                                      \
+        for (int i_ = 0; i_ < (n); i_++) {                                                         \
+            (cands)->algo[i_] = (int)(perf)[i_].algo;                                              \
+            (cands)->status[i_] = (perf)[i_].status;                                               \
+            (cands)->memory[i_] = (perf)[i_].memory;                                               \
+            (cands)->deterministic[i_] = (perf)[i_].determinism == CUDNN_DETERMINISTIC;            \
+        }                                                                                          \
+    } while (0)
+
+// Index of the first candidate that succeeded and fits the cap; with prefer_deterministic, the first
+// deterministic one of those if any. Candidates arrive best first (heuristic rank or measured time).
+static int conv_candidates_pick(const ConvCandidates *c, int prefer_deterministic) {
+    if (prefer_deterministic)
+        for (int i = 0; i < c->count; i++)
+            if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= CONV_WORKSPACE_CAP && c->deterministic[i])
+                return i;
+    for (int i = 0; i < c->count; i++)
+        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= CONV_WORKSPACE_CAP) return i;
+    return -1;
+}
+
+// The largest workspace among the usable heuristic candidates: what a timed search needs to try them all.
+static size_t conv_candidates_max_memory(const ConvCandidates *c) {
+    size_t most = 0;
+    for (int i = 0; i < c->count; i++)
+        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= CONV_WORKSPACE_CAP && c->memory[i] > most)
+            most = c->memory[i];
+    return most;
+}
+
+static void *conv_scratch_alloc(size_t bytes) {
+    void *p = NULL;
+    CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+}
+
+static const char *conv_direction_name(ConvDirection d) {
+    return d == CONV_FWD ? "forward" : d == CONV_BWD_DATA ? "backward data" : "backward filter";
+}
+
+// The chosen candidate's algorithm; marks the direction chosen. The caller then asks cuDNN for the exact
+// workspace of that algorithm (the perf struct's figure is an estimate for heuristic results).
+static int conv_pick_or_die(ConvPlan *p, ConvDirection d, const ConvCandidates *c, int prefer_deterministic) {
+    int i = conv_candidates_pick(c, prefer_deterministic);
+    const ConvShape *s = &p->shape;
+    AMP_ASSERT(i >= 0, "conv %s: no cuDNN algorithm for n=%d h=%d w=%d c_in=%d c_out=%d k=%dx%d stride=%d "
+               "pad=%d groups=%d %s", conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
+               s->kw, s->stride, s->pad, s->groups, dtype_name(p->dt));
+    p->workspace[d] = c->memory[i];
+    p->chosen[d] = 1;
+    return c->algo[i];
+}
+
+// x (n,h,w,c_in), w (c_out,kh,kw,c_in/g) are read; y is the real output (forward never accumulates).
+static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y) {
+    cudnnConvolutionFwdAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
+    ConvCandidates cands;
+    int n = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
+                                                       CONV_ALGO_CANDIDATES, &n, perf));
+    CONV_CANDIDATES_FROM(&cands, perf, n);
+    if (cb->cudnn_benchmark) {
+        size_t ws_bytes = conv_candidates_max_memory(&cands);
+        void *ws = cuda_workspace(cb, ws_bytes);
+        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cb->cudnn, p->x_desc, x, p->w_desc, w, p->conv_desc,
+                                                           p->y_desc, y, CONV_ALGO_CANDIDATES, &n, perf, ws,
+                                                           ws_bytes));
+        CONV_CANDIDATES_FROM(&cands, perf, n);
+    }
+    p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(p, CONV_FWD, &cands, !cb->cudnn_benchmark);
+    size_t exact = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
+                                                        p->fwd_algo, &exact));
+    if (exact > p->workspace[CONV_FWD]) p->workspace[CONV_FWD] = exact;
+}
+
+// dy, w are read; the search writes a scratch dx so an accumulating dx is never touched.
+static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *dy, const void *w) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
+    ConvCandidates cands;
+    int n = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
+                                                            p->x_desc, CONV_ALGO_CANDIDATES, &n, perf));
+    CONV_CANDIDATES_FROM(&cands, perf, n);
+    if (cb->cudnn_benchmark) {
+        const ConvShape *s = &p->shape;
+        size_t ws_bytes = conv_candidates_max_memory(&cands);
+        void *ws = cuda_workspace(cb, ws_bytes);
+        void *dx = conv_scratch_alloc((size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt));
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(cb->cudnn, p->w_desc, w, p->y_desc, dy,
+                                                                p->conv_desc, p->x_desc, dx, CONV_ALGO_CANDIDATES,
+                                                                &n, perf, ws, ws_bytes));
+        CUDA_CHECK(cudaFree(dx));
+        CONV_CANDIDATES_FROM(&cands, perf, n);
+    }
+    p->bwd_data_algo =
+        (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(p, CONV_BWD_DATA, &cands, !cb->cudnn_benchmark);
+    size_t exact = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
+                                                             p->x_desc, p->bwd_data_algo, &exact));
+    if (exact > p->workspace[CONV_BWD_DATA]) p->workspace[CONV_BWD_DATA] = exact;
+}
+
+// x, dy are read; the search writes a scratch dw so an accumulating dw is never touched.
+static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy) {
+    cudnnConvolutionBwdFilterAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
+    ConvCandidates cands;
+    int n = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
+                                                              p->w_desc, CONV_ALGO_CANDIDATES, &n, perf));
+    CONV_CANDIDATES_FROM(&cands, perf, n);
+    if (cb->cudnn_benchmark) {
+        const ConvShape *s = &p->shape;
+        size_t ws_bytes = conv_candidates_max_memory(&cands);
+        void *ws = cuda_workspace(cb, ws_bytes);
+        void *dw = conv_scratch_alloc((size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) *
+                                      dtype_size(p->dt));
+        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(cb->cudnn, p->x_desc, x, p->y_desc, dy,
+                                                                  p->conv_desc, p->w_desc, dw,
+                                                                  CONV_ALGO_CANDIDATES, &n, perf, ws, ws_bytes));
+        CUDA_CHECK(cudaFree(dw));
+        CONV_CANDIDATES_FROM(&cands, perf, n);
+    }
+    p->bwd_filter_algo =
+        (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(p, CONV_BWD_FILTER, &cands, !cb->cudnn_benchmark);
+    size_t exact = 0;
+    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
+                                                               p->w_desc, p->bwd_filter_algo, &exact));
+    if (exact > p->workspace[CONV_BWD_FILTER]) p->workspace[CONV_BWD_FILTER] = exact;
+}
+
+// ---- the three entry points ----------------------------------------------------------------------
+
+// x (n,h,w,c_in) dt, w (c_out,kh,kw,c_in/g) dt -> y (n,out_h,out_w,c_out) dt
+void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {
+    CudaBackend *cb = cuda_state(be);
+    ConvPlan *p = conv_plan_lookup(cb, s, dt);
+    if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);
+    void *ws = cuda_workspace(cb, p->workspace[CONV_FWD]);
+    const float alpha = 1.0f, beta = 0.0f;
+    CUDNN_CHECK(cudnnConvolutionForward(cb->cudnn, &alpha, p->x_desc, x, p->w_desc, w, p->conv_desc, p->fwd_algo,
+                                        ws, p->workspace[CONV_FWD], &beta, p->y_desc, y));
+}
+
+// dy (n,out_h,out_w,c_out) dt, w (c_out,kh,kw,c_in/g) dt -> dx (n,h,w,c_in) dt (= or +=)
+void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w, void *dx,
+                             int accumulate) {
+    CudaBackend *cb = cuda_state(be);
+    ConvPlan *p = conv_plan_lookup(cb, s, dt);
+    if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w);
+    void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_DATA]);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->w_desc, w, p->y_desc, dy, p->conv_desc,
+                                             p->bwd_data_algo, ws, p->workspace[CONV_BWD_DATA], &beta, p->x_desc,
+                                             dx));
+}
+
+// x (n,h,w,c_in) dt, dy (n,out_h,out_w,c_out) dt -> dw (c_out,kh,kw,c_in/g) dt (= or +=)
+void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy, void *dw,
+                               int accumulate) {
+    CudaBackend *cb = cuda_state(be);
+    ConvPlan *p = conv_plan_lookup(cb, s, dt);
+    if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy);
+    void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_FILTER]);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cb->cudnn, &alpha, p->x_desc, x, p->y_desc, dy, p->conv_desc,
+                                               p->bwd_filter_algo, ws, p->workspace[CONV_BWD_FILTER], &beta,
+                                               p->w_desc, dw));
+}

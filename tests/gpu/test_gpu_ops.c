@@ -1,0 +1,722 @@
+// test_gpu_ops.c - every op of the Backend interface on the CUDA backend against the CPU reference
+// backend, on the same inputs, called only through backend.h.
+//
+// Each run draws fresh random inputs (the seed comes from the clock and is printed; AMPTRAIN_TEST_SEED
+// replays one), rounds them to the case's dtype on the host and gives the same bits to both backends.
+// Outputs are poisoned with NaN on both backends before each call, so an element an implementation never
+// writes fails; NaN or inf anywhere fails (tu_rel_error returns inf). Tolerances on the norm-wise
+// relative error ||gpu - cpu|| / ||cpu||: 1e-4 in fp32 (the backend is made with TF32 off), 1e-2 in
+// fp16 (one fp16 rounding is ~5e-4; a wrong formula, layout or missing accumulation is off by O(1)).
+// Accumulating outputs start from random values of the same magnitude as the increment, so ignoring
+// the flag, or overwriting, is off by O(1) too. Exact facts (casts, the overflow check, the scaler,
+// skipped optimizer steps, the allocator's accounting) are compared exactly.
+//
+// With no usable GPU the suite is skipped: it prints "test_gpu_ops: skipped: <why>", runs no checks and
+// exits 0.
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/backend.h"
+#include "test_util.h"
+
+static Backend *cpu, *gpu;
+static uint64_t base_seed;
+
+#define TOL_F32 1e-4
+#define TOL_F16 1e-2
+
+static double tol_for(DType dt) { return dt == DTYPE_F16 ? TOL_F16 : TOL_F32; }
+
+// A fresh seed for each buffer of a case: cases differ from each other and from run to run.
+static uint64_t case_seed(int test, int loop, int buffer) {
+    return base_seed + 1000003ull * (uint64_t)test + 1009ull * (uint64_t)loop + (uint64_t)buffer;
+}
+
+// ---- buffers on both backends ------------------------------------------------------------------------
+
+// Host-side fp16 is gcc's _Float16 (IEEE binary16; conversions round to nearest even, like the GPU's).
+static void host_store(void *p, DType dt, size_t i, float v) {
+    if (dt == DTYPE_F16)
+        ((_Float16 *)p)[i] = (_Float16)v;
+    else
+        ((float *)p)[i] = v;
+}
+
+static float host_load(const void *p, DType dt, size_t i) {
+    return dt == DTYPE_F16 ? (float)((const _Float16 *)p)[i] : ((const float *)p)[i];
+}
+
+// The same n values of dtype dt on the CPU backend and on the GPU.
+typedef struct Twin {
+    void *cpu, *gpu;
+    size_t n;
+    DType dt;
+} Twin;
+
+static void *host_pack(DType dt, const float *src, size_t n) {
+    void *host = malloc(n * dtype_size(dt) + 16);
+    for (size_t i = 0; i < n; i++) host_store(host, dt, i, src[i]);
+    return host;
+}
+
+static void fill(Backend *be, void *p, DType dt, const float *src, size_t n) {
+    void *host = host_pack(dt, src, n);
+    be->to_device(be, p, host, n * dtype_size(dt));
+    free(host);
+}
+
+static float *download(Backend *be, DType dt, const void *p, size_t n) {
+    void *host = malloc(n * dtype_size(dt) + 16);
+    be->to_host(be, host, p, n * dtype_size(dt));
+    float *out = malloc(n * sizeof(float) + 16);
+    for (size_t i = 0; i < n; i++) out[i] = host_load(host, dt, i);
+    free(host);
+    return out;
+}
+
+static void *download_raw(Backend *be, const void *p, size_t bytes) {
+    void *host = malloc(bytes + 16);
+    be->to_host(be, host, p, bytes);
+    return host;
+}
+
+static Twin twin_alloc(DType dt, size_t n) {
+    Twin t = {cpu->alloc(cpu, n * dtype_size(dt) + 16), gpu->alloc(gpu, n * dtype_size(dt) + 16), n, dt};
+    return t;
+}
+
+static Twin twin_values(DType dt, const float *v, size_t n) {
+    Twin t = twin_alloc(dt, n);
+    fill(cpu, t.cpu, dt, v, n);
+    fill(gpu, t.gpu, dt, v, n);
+    return t;
+}
+
+static Twin twin_random(DType dt, size_t n, uint64_t seed, float lo, float hi) {
+    float *v = malloc(n * sizeof(float) + 16);
+    tu_fill_uniform(v, n, seed, lo, hi);
+    Twin t = twin_values(dt, v, n);
+    free(v);
+    return t;
+}
+
+// Both copies set to NaN, so whatever an op does not write stays NaN.
+static void twin_poison(Twin t) {
+    float *v = malloc(t.n * sizeof(float) + 16);
+    for (size_t i = 0; i < t.n; i++) v[i] = NAN;
+    fill(cpu, t.cpu, t.dt, v, t.n);
+    fill(gpu, t.gpu, t.dt, v, t.n);
+    free(v);
+}
+
+static Twin twin_output(DType dt, size_t n) {
+    Twin t = twin_alloc(dt, n);
+    twin_poison(t);
+    return t;
+}
+
+// Gives the GPU copy the CPU copy's values (an op's output reused as the next op's input).
+static void twin_take_cpu(Twin t) {
+    const size_t bytes = t.n * dtype_size(t.dt);
+    void *host = download_raw(cpu, t.cpu, bytes);
+    gpu->to_device(gpu, t.gpu, host, bytes);
+    free(host);
+}
+
+// Refills both copies with random values as large (root mean square) as the CPU copy's current ones:
+// the starting point of an accumulating call.
+static void twin_refill_like(Twin t, uint64_t seed) {
+    float *c = download(cpu, t.dt, t.cpu, t.n);
+    double sq = 0;
+    for (size_t i = 0; i < t.n; i++) sq += (double)c[i] * c[i];
+    const float a = (float)sqrt(3.0 * sq / (double)t.n);
+    tu_fill_uniform(c, t.n, seed, -a, a);
+    fill(cpu, t.cpu, t.dt, c, t.n);
+    fill(gpu, t.gpu, t.dt, c, t.n);
+    free(c);
+}
+
+static void twin_free(Twin t) {
+    cpu->free(cpu, t.cpu);
+    gpu->free(gpu, t.gpu);
+}
+
+static void expect_close_tol(const char *what, Twin t, double tol) {
+    float *g = download(gpu, t.dt, t.gpu, t.n);
+    float *c = download(cpu, t.dt, t.cpu, t.n);
+    const double err = tu_rel_error(g, c, t.n);
+    free(g);
+    free(c);
+    printf("  %-58s %s  rel error %.2e\n", what, dtype_name(t.dt), err);
+    ck_assert_msg(err < tol, "%s (%s, seed %llu): relative error %.3g, tolerance %.0e", what, dtype_name(t.dt),
+                  (unsigned long long)base_seed, err, tol);
+}
+
+// Held to the tolerance of the twin's own dtype.
+static void expect_close(const char *what, Twin t) { expect_close_tol(what, t, tol_for(t.dt)); }
+
+// ---- memory -------------------------------------------------------------------------------------------
+
+START_TEST(test_memory_ops) {
+    const size_t sizes[] = {1, 1000, 3u << 20 | 12345};  // a small class, a 512 B class, a large class
+    for (int k = 0; k < 3; k++) {
+        const size_t bytes = sizes[k];
+        const size_t before = gpu->current_bytes(gpu);
+        unsigned char *src = malloc(bytes), *back = malloc(bytes);
+        for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(i * 131 + base_seed);
+        void *a = gpu->alloc(gpu, bytes), *b = gpu->alloc(gpu, bytes);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_msg(gpu->current_bytes(gpu) >= before + 2 * bytes, "current_bytes did not count %zu bytes", bytes);
+        ck_assert_uint_ge(gpu->peak_bytes(gpu), gpu->current_bytes(gpu));
+
+        gpu->to_device(gpu, a, src, bytes);
+        gpu->copy(gpu, b, a, bytes);
+        gpu->to_host(gpu, back, b, bytes);
+        ck_assert_msg(memcmp(src, back, bytes) == 0, "to_device/copy/to_host changed %zu bytes", bytes);
+
+        unsigned char *pinned = gpu->host_alloc(gpu, bytes);
+        gpu->readback_begin(gpu, pinned, a, bytes);
+        gpu->readback_wait(gpu);
+        ck_assert_msg(memcmp(src, pinned, bytes) == 0, "readback of %zu bytes differs", bytes);
+        gpu->host_free(gpu, pinned);
+
+        gpu->zero(gpu, b, bytes);
+        gpu->sync(gpu);
+        gpu->to_host(gpu, back, b, bytes);
+        for (size_t i = 0; i < bytes; i++) ck_assert_msg(back[i] == 0, "zero left byte %zu of %zu", i, bytes);
+
+        const size_t peak = gpu->peak_bytes(gpu);
+        gpu->free(gpu, a);
+        gpu->free(gpu, b);
+        ck_assert_uint_eq(gpu->current_bytes(gpu), before);
+        ck_assert_uint_eq(gpu->peak_bytes(gpu), peak);
+        free(src);
+        free(back);
+    }
+}
+END_TEST
+
+// ---- cast ---------------------------------------------------------------------------------------------
+
+// fp32 values over fp16's whole range and beyond: subnormals, normals, overflow to inf, both signs.
+static float *cast_inputs(size_t n, uint64_t seed) {
+    float *u = malloc(n * sizeof(float)), *e = malloc(n * sizeof(float));
+    tu_fill_uniform(u, n, seed, -1.0f, 1.0f);
+    tu_fill_uniform(e, n, seed + 1, -28.0f, 18.0f);
+    for (size_t i = 0; i < n; i++) u[i] = ldexpf(u[i], (int)e[i]);
+    free(e);
+    return u;
+}
+
+// Casts are exact rules (round to nearest even, overflow to inf): the bits must match. The loop covers
+// aligned pointers, both shifted by one element, and only one shifted (no common vector alignment).
+START_TEST(test_cast) {
+    const size_t n = 10007;
+    const int src_off = _i == 0 ? 0 : 1, dst_off = _i == 2 ? 0 : src_off;
+    float *v = cast_inputs(n, case_seed(1, _i, 0));
+    Twin f32 = twin_values(DTYPE_F32, v, n);
+    Twin f16 = twin_output(DTYPE_F16, n);
+    Twin back = twin_output(DTYPE_F32, n);
+    const size_t m = n - 1;  // leaves the first or last element unwritten: it must stay NaN on both
+    Backend *bes[2] = {cpu, gpu};
+    for (int k = 0; k < 2; k++) {
+        Backend *be = bes[k];
+        char *src = k ? f32.gpu : f32.cpu, *mid = k ? f16.gpu : f16.cpu, *dst = k ? back.gpu : back.cpu;
+        be->cast(be, mid + 2 * dst_off, DTYPE_F16, src + 4 * src_off, DTYPE_F32, m);
+        be->cast(be, dst + 4 * src_off, DTYPE_F32, mid + 2 * dst_off, DTYPE_F16, m);
+    }
+    gpu->sync(gpu);
+    void *c16 = download_raw(cpu, f16.cpu, n * 2), *g16 = download_raw(gpu, f16.gpu, n * 2);
+    void *c32 = download_raw(cpu, back.cpu, n * 4), *g32 = download_raw(gpu, back.gpu, n * 4);
+    ck_assert_msg(memcmp(c16, g16, n * 2) == 0, "fp32 -> fp16 cast differs from the CPU (offsets %d, %d)", src_off,
+                  dst_off);
+    ck_assert_msg(memcmp(c32, g32, n * 4) == 0, "fp16 -> fp32 cast differs from the CPU (offsets %d, %d)", src_off,
+                  dst_off);
+    free(c16), free(g16), free(c32), free(g32), free(v);
+
+    // Same dtype is a copy.
+    Twin same = twin_output(DTYPE_F32, n);
+    gpu->cast(gpu, same.gpu, DTYPE_F32, f32.gpu, DTYPE_F32, n);
+    void *orig = download_raw(gpu, f32.gpu, n * 4), *copied = download_raw(gpu, same.gpu, n * 4);
+    ck_assert_msg(memcmp(orig, copied, n * 4) == 0, "fp32 -> fp32 cast is not a copy");
+    printf("  cast fp32 <-> fp16, offsets %d %d: bitwise equal to the CPU\n", src_off, dst_off);
+    free(orig), free(copied);
+    twin_free(same), twin_free(f32), twin_free(f16), twin_free(back);
+}
+END_TEST
+
+// ---- convolution -----------------------------------------------------------------------------------
+
+typedef struct ConvCase {
+    const char *label;
+    int n, h, w, c_in, c_out, k, stride, pad, groups;
+} ConvCase;
+
+// ResNeXt-50 32x4d's kinds of convolution at a small spatial size.
+static const ConvCase conv_cases[] = {
+    {"conv 3x3/2 pad 1 groups 32", 4, 14, 14, 128, 128, 3, 2, 1, 32},
+    {"conv 3x3 pad 1 groups 32", 4, 14, 14, 128, 128, 3, 1, 1, 32},
+    {"conv 1x1 64 -> 256", 4, 14, 14, 64, 256, 1, 1, 0, 1},
+    {"conv 1x1/2 256 -> 128 (shortcut)", 4, 14, 14, 256, 128, 1, 2, 0, 1},
+    {"conv 7x7/2 pad 3 3 -> 64 (stem)", 2, 32, 32, 3, 64, 7, 2, 3, 1},
+};
+#define CONV_CASES (int)(sizeof conv_cases / sizeof conv_cases[0])
+
+START_TEST(test_conv) {
+    const ConvCase *cc = &conv_cases[_i / 2];
+    const DType dt = _i % 2 ? DTYPE_F16 : DTYPE_F32;
+    ConvShape s = {cc->n, cc->h, cc->w, cc->c_in, cc->c_out, cc->k, cc->k, cc->stride, cc->pad, cc->groups, 0, 0};
+    conv_shape_finish(&s);
+    const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
+    const size_t nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups);
+    char what[128];
+
+    Twin x = twin_random(dt, nx, case_seed(2, _i, 0), -1, 1);
+    Twin w = twin_random(dt, nw, case_seed(2, _i, 1), -1, 1);
+    Twin dy = twin_random(dt, ny, case_seed(2, _i, 2), -1, 1);
+    Twin y = twin_output(dt, ny), dx = twin_output(dt, nx), dw = twin_output(dt, nw);
+
+    cpu->conv_forward(cpu, &s, dt, x.cpu, w.cpu, y.cpu);
+    gpu->conv_forward(gpu, &s, dt, x.gpu, w.gpu, y.gpu);
+    snprintf(what, sizeof what, "%s forward", cc->label);
+    expect_close(what, y);
+
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc) {
+            twin_refill_like(dx, case_seed(2, _i, 3));
+            twin_refill_like(dw, case_seed(2, _i, 4));
+        }
+        cpu->conv_backward_data(cpu, &s, dt, dy.cpu, w.cpu, dx.cpu, acc);
+        gpu->conv_backward_data(gpu, &s, dt, dy.gpu, w.gpu, dx.gpu, acc);
+        snprintf(what, sizeof what, "%s backward data%s", cc->label, acc ? " accumulate" : "");
+        expect_close(what, dx);
+        cpu->conv_backward_filter(cpu, &s, dt, x.cpu, dy.cpu, dw.cpu, acc);
+        gpu->conv_backward_filter(gpu, &s, dt, x.gpu, dy.gpu, dw.gpu, acc);
+        snprintf(what, sizeof what, "%s backward filter%s", cc->label, acc ? " accumulate" : "");
+        expect_close(what, dw);
+    }
+    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dx), twin_free(dw);
+}
+END_TEST
+
+// ---- batch norm ------------------------------------------------------------------------------------------
+
+// Loop index bits: 0 dtype fp16, 1 residual, 2 relu, 3 the second shape.
+START_TEST(test_batchnorm) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1;
+    const int rows = _i & 8 ? 4 * 7 * 7 : 4 * 14 * 14, c = _i & 8 ? 256 : 128;
+    const size_t nx = (size_t)rows * c;
+    const float momentum = 0.1f, eps = 1e-5f;
+    char what[128], label[64];
+    snprintf(label, sizeof label, "bn rows %d c %d%s%s", rows, c, residual ? " +residual" : "", relu ? " +relu" : "");
+
+    Twin x = twin_random(dt, nx, case_seed(3, _i, 0), -2, 3);  // a non-zero mean, as after a convolution
+    Twin res = twin_random(dt, nx, case_seed(3, _i, 1), -1, 1);
+    Twin gamma = twin_random(DTYPE_F32, c, case_seed(3, _i, 2), 0.5f, 1.5f);
+    Twin beta = twin_random(DTYPE_F32, c, case_seed(3, _i, 3), -0.5f, 0.5f);
+    Twin rmean = twin_random(DTYPE_F32, c, case_seed(3, _i, 4), -0.1f, 0.1f);
+    Twin rvar = twin_random(DTYPE_F32, c, case_seed(3, _i, 5), 0.5f, 1.5f);
+    Twin smean = twin_output(DTYPE_F32, c), sinv = twin_output(DTYPE_F32, c), y = twin_output(dt, nx);
+    const void *res_c = residual ? res.cpu : NULL, *res_g = residual ? res.gpu : NULL;
+
+    cpu->bn_forward_train(cpu, rows, c, dt, x.cpu, res_c, relu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, momentum,
+                          eps, smean.cpu, sinv.cpu, y.cpu);
+    gpu->bn_forward_train(gpu, rows, c, dt, x.gpu, res_g, relu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, momentum,
+                          eps, smean.gpu, sinv.gpu, y.gpu);
+    snprintf(what, sizeof what, "%s train y", label);
+    expect_close(what, y);
+    snprintf(what, sizeof what, "%s train save_mean", label);
+    expect_close_tol(what, smean, TOL_F32);
+    snprintf(what, sizeof what, "%s train save_invstd", label);
+    expect_close_tol(what, sinv, TOL_F32);
+    snprintf(what, sizeof what, "%s train running_mean", label);
+    expect_close_tol(what, rmean, TOL_F32);
+    snprintf(what, sizeof what, "%s train running_var", label);
+    expect_close_tol(what, rvar, TOL_F32);
+
+    Twin y_eval = twin_output(dt, nx);
+    twin_take_cpu(rmean), twin_take_cpu(rvar);
+    cpu->bn_forward_eval(cpu, rows, c, dt, x.cpu, res_c, relu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, eps, y_eval.cpu);
+    gpu->bn_forward_eval(gpu, rows, c, dt, x.gpu, res_g, relu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, eps, y_eval.gpu);
+    snprintf(what, sizeof what, "%s eval y", label);
+    expect_close(what, y_eval);
+
+    // Backward from the CPU's forward results, so it is tested on identical inputs.
+    twin_take_cpu(y), twin_take_cpu(smean), twin_take_cpu(sinv);
+    Twin dy = twin_random(dt, nx, case_seed(3, _i, 6), -1, 1);
+    Twin dx = twin_output(dt, nx), dgamma = twin_output(dt, c), dbeta = twin_output(dt, c);
+    Twin dres = twin_output(dt, nx);
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc) {
+            twin_refill_like(dx, case_seed(3, _i, 7));
+            twin_refill_like(dgamma, case_seed(3, _i, 8));
+            twin_refill_like(dbeta, case_seed(3, _i, 9));
+            twin_poison(dres);  // always overwritten
+        }
+        cpu->bn_backward(cpu, rows, c, dt, x.cpu, y.cpu, dy.cpu, relu, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu, acc,
+                         dgamma.cpu, dbeta.cpu, acc, residual ? dres.cpu : NULL);
+        gpu->bn_backward(gpu, rows, c, dt, x.gpu, y.gpu, dy.gpu, relu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, acc,
+                         dgamma.gpu, dbeta.gpu, acc, residual ? dres.gpu : NULL);
+        snprintf(what, sizeof what, "%s backward dx%s", label, acc ? " accumulate" : "");
+        expect_close(what, dx);
+        snprintf(what, sizeof what, "%s backward dgamma%s", label, acc ? " accumulate" : "");
+        expect_close(what, dgamma);
+        snprintf(what, sizeof what, "%s backward dbeta%s", label, acc ? " accumulate" : "");
+        expect_close(what, dbeta);
+        if (residual) {
+            snprintf(what, sizeof what, "%s backward d_residual", label);
+            expect_close(what, dres);
+        }
+    }
+    twin_free(x), twin_free(res), twin_free(gamma), twin_free(beta), twin_free(rmean), twin_free(rvar);
+    twin_free(smean), twin_free(sinv), twin_free(y), twin_free(y_eval), twin_free(dy), twin_free(dx);
+    twin_free(dgamma), twin_free(dbeta), twin_free(dres);
+}
+END_TEST
+
+// ---- pooling ---------------------------------------------------------------------------------------------
+
+// Loop index bits: 0 fp16, 1 few channels (no vector path), 2 window 2/2 instead of the stem's 3/2 pad 1.
+// Inputs are multiples of 1/4 in [-2, 2], so windows hold ties and the routing rule is exercised.
+START_TEST(test_maxpool) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    PoolShape s = {4, 15, 17, _i & 2 ? 6 : 64, _i & 4 ? 2 : 3, 2, _i & 4 ? 0 : 1, 0, 0};
+    s.out_h = (s.h + 2 * s.pad - s.k) / s.stride + 1;
+    s.out_w = (s.w + 2 * s.pad - s.k) / s.stride + 1;
+    const size_t nx = (size_t)s.n * s.h * s.w * s.c, ny = (size_t)s.n * s.out_h * s.out_w * s.c;
+    char what[128];
+    snprintf(what, sizeof what, "maxpool k%d s%d p%d c%d", s.k, s.stride, s.pad, s.c);
+
+    float *v = malloc(nx * sizeof(float));
+    tu_fill_uniform(v, nx, case_seed(4, _i, 0), -2.0f, 2.0f);
+    for (size_t i = 0; i < nx; i++) v[i] = roundf(v[i] * 4.0f) / 4.0f;
+    Twin x = twin_values(dt, v, nx);
+    free(v);
+    Twin y = twin_output(dt, ny), dx = twin_output(dt, nx);
+    Twin dy = twin_random(dt, ny, case_seed(4, _i, 1), -1, 1);
+
+    cpu->maxpool_forward(cpu, &s, dt, x.cpu, y.cpu);
+    gpu->maxpool_forward(gpu, &s, dt, x.gpu, y.gpu);
+    expect_close(what, y);
+    twin_take_cpu(y);
+    cpu->maxpool_backward(cpu, &s, dt, x.cpu, y.cpu, dy.cpu, dx.cpu);
+    gpu->maxpool_backward(gpu, &s, dt, x.gpu, y.gpu, dy.gpu, dx.gpu);
+    strcat(what, " backward");
+    expect_close(what, dx);
+    twin_free(x), twin_free(y), twin_free(dx), twin_free(dy);
+}
+END_TEST
+
+// Loop index bits: 0 fp16, 1 few channels (no vector path).
+START_TEST(test_avgpool) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const int n = 4, hw = 49, c = _i & 2 ? 10 : 256;
+    Twin x = twin_random(dt, (size_t)n * hw * c, case_seed(5, _i, 0), -1, 1);
+    Twin dy = twin_random(dt, (size_t)n * c, case_seed(5, _i, 1), -1, 1);
+    Twin y = twin_output(dt, (size_t)n * c), dx = twin_output(dt, (size_t)n * hw * c);
+    char what[128];
+    cpu->avgpool_forward(cpu, n, hw, c, dt, x.cpu, y.cpu);
+    gpu->avgpool_forward(gpu, n, hw, c, dt, x.gpu, y.gpu);
+    snprintf(what, sizeof what, "avgpool hw %d c %d forward", hw, c);
+    expect_close(what, y);
+    cpu->avgpool_backward(cpu, n, hw, c, dt, dy.cpu, dx.cpu);
+    gpu->avgpool_backward(gpu, n, hw, c, dt, dy.gpu, dx.gpu);
+    snprintf(what, sizeof what, "avgpool hw %d c %d backward", hw, c);
+    expect_close(what, dx);
+    twin_free(x), twin_free(dy), twin_free(y), twin_free(dx);
+}
+END_TEST
+
+// ---- linear --------------------------------------------------------------------------------------------
+
+// Loop index bits: 0 fp16, 1 odd sizes (no tensor-core-friendly multiples of 8).
+START_TEST(test_linear) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const int n = _i & 2 ? 3 : 4, in = _i & 2 ? 130 : 256, out = _i & 2 ? 10 : 100;
+    char what[128];
+    Twin x = twin_random(dt, (size_t)n * in, case_seed(6, _i, 0), -1, 1);
+    Twin w = twin_random(dt, (size_t)out * in, case_seed(6, _i, 1), -0.1f, 0.1f);
+    Twin b = twin_random(dt, (size_t)out, case_seed(6, _i, 2), -1, 1);
+    Twin dy = twin_random(dt, (size_t)n * out, case_seed(6, _i, 3), -1, 1);
+    Twin y = twin_output(dt, (size_t)n * out), dx = twin_output(dt, (size_t)n * in);
+    Twin dw = twin_output(dt, (size_t)out * in), db = twin_output(dt, (size_t)out);
+
+    cpu->linear_forward(cpu, n, in, out, dt, x.cpu, w.cpu, b.cpu, y.cpu);
+    gpu->linear_forward(gpu, n, in, out, dt, x.gpu, w.gpu, b.gpu, y.gpu);
+    snprintf(what, sizeof what, "linear %d x %d -> %d forward", n, in, out);
+    expect_close(what, y);
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc) {
+            twin_poison(dx);  // dx is always overwritten
+            twin_refill_like(dw, case_seed(6, _i, 4));
+            twin_refill_like(db, case_seed(6, _i, 5));
+        }
+        cpu->linear_backward(cpu, n, in, out, dt, x.cpu, w.cpu, dy.cpu, dx.cpu, dw.cpu, db.cpu, acc);
+        gpu->linear_backward(gpu, n, in, out, dt, x.gpu, w.gpu, dy.gpu, dx.gpu, dw.gpu, db.gpu, acc);
+        snprintf(what, sizeof what, "linear %d x %d -> %d backward dx%s", n, in, out, acc ? " (accumulate run)" : "");
+        expect_close(what, dx);
+        snprintf(what, sizeof what, "linear %d x %d -> %d backward dw%s", n, in, out, acc ? " accumulate" : "");
+        expect_close(what, dw);
+        snprintf(what, sizeof what, "linear %d x %d -> %d backward db%s", n, in, out, acc ? " accumulate" : "");
+        expect_close(what, db);
+    }
+    twin_free(x), twin_free(w), twin_free(b), twin_free(dy), twin_free(y), twin_free(dx), twin_free(dw), twin_free(db);
+}
+END_TEST
+
+// ---- loss -----------------------------------------------------------------------------------------------
+
+// Loop index bits: 0 fp16 logits, 1 ten classes instead of a thousand, 2 a device loss scale.
+START_TEST(test_softmax_xent) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const int n = _i & 2 ? 5 : 8, classes = _i & 2 ? 10 : 1000, scaled = (_i >> 2) & 1;
+    const float seed_factor = 1.0f / (2.0f * n);  // as if 2 ranks
+    char what[128];
+    Twin logits = twin_random(dt, (size_t)n * classes, case_seed(7, _i, 0), -5, 5);
+    float lf[8];
+    tu_fill_uniform(lf, (size_t)n, case_seed(7, _i, 1), 0.0f, (float)classes);
+    int32_t labels_host[8];
+    for (int r = 0; r < n; r++) labels_host[r] = (int32_t)lf[r] < classes ? (int32_t)lf[r] : classes - 1;
+    int32_t *lab_c = cpu->alloc(cpu, sizeof labels_host), *lab_g = gpu->alloc(gpu, sizeof labels_host);
+    cpu->to_device(cpu, lab_c, labels_host, sizeof labels_host);
+    gpu->to_device(gpu, lab_g, labels_host, sizeof labels_host);
+    const float scale_value = 1024.0f;
+    Twin scale = twin_values(DTYPE_F32, &scale_value, 1);
+    Twin loss = twin_output(DTYPE_F32, 1), dlogits = twin_output(dt, (size_t)n * classes);
+
+    cpu->softmax_xent(cpu, n, classes, dt, logits.cpu, lab_c, loss.cpu, dlogits.cpu, scaled ? scale.cpu : NULL,
+                      seed_factor);
+    gpu->softmax_xent(gpu, n, classes, dt, logits.gpu, lab_g, loss.gpu, dlogits.gpu, scaled ? scale.gpu : NULL,
+                      seed_factor);
+    snprintf(what, sizeof what, "softmax_xent %d x %d%s loss", n, classes, scaled ? " scaled" : "");
+    expect_close_tol(what, loss, TOL_F32);
+    snprintf(what, sizeof what, "softmax_xent %d x %d%s dlogits", n, classes, scaled ? " scaled" : "");
+    expect_close(what, dlogits);
+    cpu->free(cpu, lab_c), gpu->free(gpu, lab_g);
+    twin_free(logits), twin_free(scale), twin_free(loss), twin_free(dlogits);
+}
+END_TEST
+
+// ---- AMP and optimizer -----------------------------------------------------------------------------------
+
+typedef struct NonfiniteCase {
+    const char *label;
+    long bad;          // index given inf or NaN, -1 for none
+    float bad_value;
+    size_t offset;     // the checked range starts here (an unaligned start when 1)
+    long trim;         // and ends this many elements before the buffer's end
+    float flag_before, flag_after;
+} NonfiniteCase;
+
+// The buffer holds N_CHECK + 1 elements, including fp16's largest finite values, which must not trip it.
+#define N_CHECK 100003
+static const NonfiniteCase nonfinite_cases[] = {
+    {"all finite", -1, 0, 0, 1, 0, 0},
+    {"inf in the middle", 50001, INFINITY, 0, 1, 0, 1},
+    {"NaN in the last element", N_CHECK - 1, NAN, 0, 1, 0, 1},
+    {"-inf first of an unaligned range", 1, -INFINITY, 1, 1, 0, 1},
+    {"NaN just before the range", 0, NAN, 1, 1, 0, 0},
+    {"NaN just after the range", N_CHECK, NAN, 0, 1, 0, 0},
+    {"all finite, flag already set", -1, 0, 0, 1, 1, 1},
+};
+#define NONFINITE_CASES (int)(sizeof nonfinite_cases / sizeof nonfinite_cases[0])
+
+START_TEST(test_nonfinite_check) {
+    const NonfiniteCase *nc = &nonfinite_cases[_i / 2];
+    const DType dt = _i % 2 ? DTYPE_F16 : DTYPE_F32;
+    const size_t total = N_CHECK + 1;
+    float *v = malloc(total * sizeof(float));
+    tu_fill_uniform(v, total, case_seed(8, _i, 0), -1000, 1000);
+    v[7] = FP16_MAX, v[N_CHECK / 2 + 3] = -FP16_MAX;
+    if (nc->bad >= 0) v[nc->bad] = nc->bad_value;
+    Twin g = twin_values(dt, v, total);
+    free(v);
+    Twin flag = twin_values(DTYPE_F32, &nc->flag_before, 1);
+    const size_t n = total - nc->offset - (size_t)nc->trim;
+    const size_t off_bytes = nc->offset * dtype_size(dt);
+    cpu->nonfinite_check(cpu, dt, (char *)g.cpu + off_bytes, n, flag.cpu);
+    gpu->nonfinite_check(gpu, dt, (char *)g.gpu + off_bytes, n, flag.gpu);
+    float fc, fg;
+    cpu->to_host(cpu, &fc, flag.cpu, sizeof fc);
+    gpu->to_host(gpu, &fg, flag.gpu, sizeof fg);
+    printf("  nonfinite_check %-40s %s  flag %g (expected %g)\n", nc->label, dtype_name(dt), fg, nc->flag_after);
+    ck_assert_msg(fg == nc->flag_after, "nonfinite_check %s (%s): flag %g, expected %g", nc->label, dtype_name(dt), fg,
+                  nc->flag_after);
+    ck_assert_msg(fc == fg, "nonfinite_check %s (%s): CPU flag %g, GPU %g", nc->label, dtype_name(dt), fc, fg);
+    twin_free(g), twin_free(flag);
+}
+END_TEST
+
+#define N_SGD 100003
+
+static ScalerState scaler_state(float scale, int32_t count, float found_inf, int32_t skipped) {
+    ScalerState st = {scale, count, found_inf, skipped};
+    return st;
+}
+
+static Twin twin_state(const ScalerState *st) {
+    Twin t = {cpu->alloc(cpu, sizeof *st), gpu->alloc(gpu, sizeof *st), 1, DTYPE_F32};
+    cpu->to_device(cpu, t.cpu, st, sizeof *st);
+    gpu->to_device(gpu, t.gpu, st, sizeof *st);
+    return t;
+}
+
+// Loop index bits: 0 fp16 grads, 1 nesterov, 2 no fp16 copy, 3 range starting one element in (the
+// unaligned head path). The update is a fixed sequence of fp32 operations, so the tolerance on the
+// masters and momenta is far tighter than 1e-4: only a contracted multiply-add could differ, by an ulp.
+START_TEST(test_sgd_step) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const int nesterov = (_i >> 1) & 1, with_copy = !((_i >> 2) & 1);
+    const size_t off = (_i >> 3) & 1, n = N_SGD - off;
+    const SgdParams p = {0.1f, 0.9f, 1e-4f, nesterov};
+    const ScalerState st = scaler_state(1024.0f, 17, 0.0f, 3);
+    char what[128];
+    Twin grad = twin_random(dt, N_SGD, case_seed(9, _i, 0), -1000, 1000);
+    Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(9, _i, 1), -1, 1);
+    Twin mom = twin_random(DTYPE_F32, N_SGD, case_seed(9, _i, 2), -0.1f, 0.1f);
+    Twin copy = twin_output(DTYPE_F16, N_SGD);
+    Twin state = twin_state(&st);
+    const size_t go = off * dtype_size(dt);
+    cpu->sgd_step(cpu, n, dt, (char *)grad.cpu + go, (float *)master.cpu + off, (float *)mom.cpu + off,
+                  with_copy ? (char *)copy.cpu + 2 * off : NULL, &p, state.cpu);
+    gpu->sgd_step(gpu, n, dt, (char *)grad.gpu + go, (float *)master.gpu + off, (float *)mom.gpu + off,
+                  with_copy ? (char *)copy.gpu + 2 * off : NULL, &p, state.gpu);
+    const char *variant = nesterov ? "nesterov" : "momentum";
+    snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu master", variant, dtype_name(dt), off);
+    expect_close_tol(what, master, 1e-6);
+    snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu momentum", variant, dtype_name(dt), off);
+    expect_close_tol(what, mom, 1e-6);
+    if (with_copy) {
+        if (off) {  // the element before the range stays NaN on both: make it comparable
+            const float zero = 0.0f;
+            fill(cpu, copy.cpu, DTYPE_F16, &zero, 1);
+            fill(gpu, copy.gpu, DTYPE_F16, &zero, 1);
+        }
+        snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu fp16 copy", variant, dtype_name(dt), off);
+        expect_close(what, copy);
+    }
+    twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state);
+}
+END_TEST
+
+// With the agreed verdict set, nothing is written: masters, momenta and copies keep every bit.
+START_TEST(test_sgd_step_skipped) {
+    const DType dt = _i ? DTYPE_F16 : DTYPE_F32;
+    const SgdParams p = {0.1f, 0.9f, 1e-4f, 0};
+    const ScalerState st = scaler_state(1024.0f, 17, 1.0f, 3);
+    Twin grad = twin_random(dt, N_SGD, case_seed(10, _i, 0), -1000, 1000);
+    Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 1), -1, 1);
+    Twin mom = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 2), -0.1f, 0.1f);
+    Twin copy = twin_random(DTYPE_F16, N_SGD, case_seed(10, _i, 3), -1, 1);
+    Twin state = twin_state(&st);
+    void *m0 = download_raw(gpu, master.gpu, N_SGD * 4), *v0 = download_raw(gpu, mom.gpu, N_SGD * 4);
+    void *c0 = download_raw(gpu, copy.gpu, N_SGD * 2);
+    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, state.gpu);
+    void *m1 = download_raw(gpu, master.gpu, N_SGD * 4), *v1 = download_raw(gpu, mom.gpu, N_SGD * 4);
+    void *c1 = download_raw(gpu, copy.gpu, N_SGD * 2);
+    printf("  sgd_step skipped (found_inf 1)                             %s  %s\n", dtype_name(dt),
+           memcmp(m0, m1, N_SGD * 4) || memcmp(v0, v1, N_SGD * 4) || memcmp(c0, c1, N_SGD * 2) ? "WROTE" : "untouched");
+    ck_assert_msg(memcmp(m0, m1, N_SGD * 4) == 0, "skipped sgd_step changed the masters");
+    ck_assert_msg(memcmp(v0, v1, N_SGD * 4) == 0, "skipped sgd_step changed the momenta");
+    ck_assert_msg(memcmp(c0, c1, N_SGD * 2) == 0, "skipped sgd_step changed the fp16 copies");
+    free(m0), free(v0), free(c0), free(m1), free(v1), free(c1);
+    twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state);
+}
+END_TEST
+
+typedef struct ScalerCase {
+    const char *label;
+    ScalerState before;
+    float growth, backoff;
+    int interval, dynamic;
+    ScalerState after;
+} ScalerCase;
+
+static const ScalerCase scaler_cases[] = {
+    {"clean step counts", {65536, 0, 0, 0}, 2, 0.5f, 2000, 1, {65536, 1, 0, 0}},
+    {"interval reached grows", {65536, 1999, 0, 2}, 2, 0.5f, 2000, 1, {131072, 0, 0, 2}},
+    {"inf backs off", {65536, 5, 1, 3}, 2, 0.5f, 2000, 1, {32768, 0, 1, 4}},
+    {"static scale counts the skip only", {65536, 5, 1, 3}, 2, 0.5f, 2000, 0, {65536, 5, 1, 4}},
+    {"static scale, clean step", {65536, 5, 0, 3}, 2, 0.5f, 2000, 0, {65536, 5, 0, 3}},
+    {"growth to inf keeps the scale", {3e38f, 1, 0, 0}, 2, 0.5f, 2, 1, {3e38f, 0, 0, 0}},
+};
+#define SCALER_CASES (int)(sizeof scaler_cases / sizeof scaler_cases[0])
+
+START_TEST(test_scaler_update) {
+    const ScalerCase *sc = &scaler_cases[_i];
+    Twin state = twin_state(&sc->before);
+    cpu->scaler_update(cpu, state.cpu, sc->growth, sc->backoff, sc->interval, sc->dynamic);
+    gpu->scaler_update(gpu, state.gpu, sc->growth, sc->backoff, sc->interval, sc->dynamic);
+    ScalerState c, g;
+    cpu->to_host(cpu, &c, state.cpu, sizeof c);
+    gpu->to_host(gpu, &g, state.gpu, sizeof g);
+    printf("  scaler_update %-44s scale %g count %d skipped %d\n", sc->label, g.scale, (int)g.growth_count,
+           (int)g.skipped_total);
+    ck_assert_msg(g.scale == sc->after.scale && g.growth_count == sc->after.growth_count &&
+                      g.skipped_total == sc->after.skipped_total && g.found_inf == sc->after.found_inf,
+                  "scaler_update %s: GPU state scale %g count %d skipped %d, expected %g %d %d", sc->label, g.scale,
+                  (int)g.growth_count, (int)g.skipped_total, sc->after.scale, (int)sc->after.growth_count,
+                  (int)sc->after.skipped_total);
+    ck_assert_msg(memcmp(&c, &g, sizeof c) == 0, "scaler_update %s: CPU and GPU states differ", sc->label);
+    twin_free(state);
+}
+END_TEST
+
+// ---- runner ---------------------------------------------------------------------------------------------
+
+static Suite *gpu_ops_suite(void) {
+    Suite *s = suite_create("gpu_ops");
+    struct {
+        const char *name;
+        const TTest *test;
+        int loops;
+    } cases[] = {
+        {"memory", test_memory_ops, 1},
+        {"cast", test_cast, 3},
+        {"conv", test_conv, 2 * CONV_CASES},
+        {"batchnorm", test_batchnorm, 16},
+        {"maxpool", test_maxpool, 8},
+        {"avgpool", test_avgpool, 4},
+        {"linear", test_linear, 4},
+        {"softmax_xent", test_softmax_xent, 8},
+        {"nonfinite_check", test_nonfinite_check, 2 * NONFINITE_CASES},
+        {"sgd_step", test_sgd_step, 16},
+        {"sgd_step_skipped", test_sgd_step_skipped, 2},
+        {"scaler_update", test_scaler_update, SCALER_CASES},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TCase *tc = tcase_create(cases[i].name);
+        tcase_set_timeout(tc, 300);
+        tcase_add_loop_test(tc, cases[i].test, 0, cases[i].loops);
+        suite_add_tcase(s, tc);
+    }
+    return s;
+}
+
+int main(void) {
+    char why[256] = "";
+    gpu = cuda_backend_create(0, 1, 0, why, sizeof why);  // cudnn.benchmark on, TF32 off
+    if (!gpu) {
+        return tu_skip_gpu("test_gpu_ops", why);
+    }
+    cpu = cpu_backend_create();
+    const char *env = getenv("AMPTRAIN_TEST_SEED");
+    base_seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 1000003ull + (uint64_t)getpid();
+    printf("test_gpu_ops: seed %llu (replay with AMPTRAIN_TEST_SEED=%llu)\n", (unsigned long long)base_seed,
+           (unsigned long long)base_seed);
+
+    SRunner *sr = srunner_create(gpu_ops_suite());
+    srunner_set_fork_status(sr, CK_NOFORK);  // a CUDA context does not survive fork()
+    srunner_run_all(sr, CK_NORMAL);
+    const int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    gpu->destroy(gpu);
+    cpu->destroy(cpu);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
