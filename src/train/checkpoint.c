@@ -125,6 +125,31 @@ static int read_param(SafetensorsFile *f, const ParamInfo *p, const char *name, 
     return 0;
 }
 
+int checkpoint_read_model(SafetensorsFile *f, const Model *m, float *master, float *stats, int64_t *tracked,
+                          char *err, size_t err_len) {
+    float *scratch = xcalloc(m->params.padded_numel, sizeof(float));
+    int rc = 1;
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.items[i];
+        if (read_param(f, p, p->name, scratch, master + p->offset, err, err_len)) goto done;
+    }
+    for (int i = 0; i < m->n_bn; i++) {
+        const BnLayer *bn = m->bn_list[i];
+        char name[PARAM_NAME_MAX + 32];
+        int64_t shape[1] = {bn->c};
+        snprintf(name, sizeof name, "%s.running_mean", bn->prefix);
+        if (st_read(f, name, ST_F32, 1, shape, stats + bn->stats_offset, err, err_len)) goto done;
+        snprintf(name, sizeof name, "%s.running_var", bn->prefix);
+        if (st_read(f, name, ST_F32, 1, shape, stats + bn->stats_offset + bn->c, err, err_len)) goto done;
+        snprintf(name, sizeof name, "%s.num_batches_tracked", bn->prefix);
+        if (st_read(f, name, ST_I64, 0, NULL, tracked, err, err_len)) goto done;
+    }
+    rc = 0;
+done:
+    free(scratch);
+    return rc;
+}
+
 int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
     Model *m = &t->model;
     Backend *be = t->be;
@@ -155,25 +180,13 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
         meta_get_long(f, path, "world_size", &world, err, err_len) ||
         meta_get_double(f, path, "scale", &scale, err, err_len))
         goto done;
+    int64_t tracked = 0;
+    if (checkpoint_read_model(f, m, master, stats, &tracked, err, err_len)) goto done;
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.items[i];
         char name[PARAM_NAME_MAX + 32];
         snprintf(name, sizeof name, CHECKPOINT_MOMENTUM_PREFIX "%s", p->name);
-        if (read_param(f, p, p->name, scratch, master + p->offset, err, err_len) ||
-            read_param(f, p, name, scratch, momentum + p->offset, err, err_len))
-            goto done;
-    }
-    int64_t tracked = 0;
-    for (int i = 0; i < m->n_bn; i++) {
-        const BnLayer *bn = m->bn_list[i];
-        char name[PARAM_NAME_MAX + 32];
-        int64_t shape[1] = {bn->c};
-        snprintf(name, sizeof name, "%s.running_mean", bn->prefix);
-        if (st_read(f, name, ST_F32, 1, shape, stats + bn->stats_offset, err, err_len)) goto done;
-        snprintf(name, sizeof name, "%s.running_var", bn->prefix);
-        if (st_read(f, name, ST_F32, 1, shape, stats + bn->stats_offset + bn->c, err, err_len)) goto done;
-        snprintf(name, sizeof name, "%s.num_batches_tracked", bn->prefix);
-        if (st_read(f, name, ST_I64, 0, NULL, &tracked, err, err_len)) goto done;
+        if (read_param(f, p, name, scratch, momentum + p->offset, err, err_len)) goto done;
     }
     int resume_epoch, resume_step;
     if (!sampler_resume(&t->sampler, (int)epoch, samples_done, &resume_epoch, &resume_step))

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "safetensors.h"
 #include "trainer.h"
 
 #define CHECKPOINT_MOMENTUM_PREFIX "amptrain.momentum."
@@ -22,5 +23,11 @@
 int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len);
 // Restores weights, momentum, BN statistics, scaler state and the data position.
 int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len);
+
+// The model part alone (torchvision names and layouts) into host buffers in our layout: master
+// (padded_numel) fp32, stats (stats_numel) fp32 running mean/var, tracked = num_batches_tracked.
+// Reads a torchvision state_dict exported to safetensors as well as an amptrain checkpoint.
+int checkpoint_read_model(SafetensorsFile *f, const Model *m, float *master, float *stats, int64_t *tracked,
+                          char *err, size_t err_len);
 
 #endif

@@ -106,7 +106,9 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     if (!wrote_grads) be->zero(be, m->grads, m->params.padded_numel * dtype_size(m->act_dt));
     buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
 
-    // Verdict: local check of the reduced buffer, then MAX over ranks, all on the device.
+    // Verdict: local check of the reduced buffer, then MAX over ranks, all on the device. The compute
+    // stream first waits (device-side) for the bucket sums still in flight on the communicator's stream.
+    t->grad_comm->wait(t->grad_comm);
     float *found_inf = &t->scaler.state->found_inf;
     be->nonfinite_check(be, m->act_dt, m->grads, m->params.padded_numel, found_inf);
     t->grad_comm->allreduce_max_flag(t->grad_comm, found_inf);
