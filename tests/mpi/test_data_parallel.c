@@ -1,0 +1,462 @@
+// test_data_parallel.c - the distributed invariants of DESIGN.md on the CPU backend, under mpiexec with
+// 1, 2 and 3 ranks: bitwise-identical master weights, momentum and scaler state on every rank after
+// every step; a skipped step (inf on one rank, or an overflow that only the fp16 sum makes) is skipped
+// everywhere and halves the scale; W ranks with batch b equal one rank with batch b and W accumulation
+// steps; the sampler's shards cover the dataset once; BN statistics averaging and evaluation agree.
+//
+// Trainers are built here from config_defaults plus overrides (a ResNeXt small enough that a step takes
+// milliseconds) and driven step by step from their own sampler, the way trainer_run's loader does.
+// Every rank runs every test in the same order (CK_FORK=no), so the collectives match up. Verdicts that
+// one rank could reach alone are agreed across ranks before asserting, so a failure ends the test on
+// every rank at the same point instead of leaving ranks in different collectives; the 120 s watchdog
+// ends the job should they ever desynchronise anyway.
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "amp/scaler.h"
+#include "core/backend.h"
+#include "core/check.h"
+#include "core/config.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
+#include "dist/comm.h"
+#include "dist/dist.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+static Comm *comm;
+static Backend *be;
+
+enum { MAX_OVERRIDES = 32, MAX_ACCUM = 8, MAX_RANKS = 16 };
+
+// ---- set-up -----------------------------------------------------------------------------------------
+
+// Defaults, a tiny model and data set, no files written, then the test's own overrides (later wins).
+// The schedule is constant so that the learning rate does not depend on the total step count (test 4's
+// reference would otherwise see another schedule), and init_scale is small enough that no step of this
+// model overflows on its own: a skipped step in these tests is always the one a test caused.
+static void make_config(Config *cfg, const char *const *extra) {
+    static const char *const base[] = {
+        "model.arch=custom",   "model.layers=[1,1,1,1]", "model.planes=8",       "model.base_width=16",
+        "model.cardinality=2", "model.image_size=32",    "model.num_classes=10", "data.source=learnable",
+        "data.train_size=96",  "data.val_size=0",        "data.batch_size=4",    "data.prefetch=0",
+        "train.schedule=constant", "train.warmup_steps=0", "train.lr=0.05",      "amp.init_scale=256",
+        "log.metrics=",        "log.progress=never",     "checkpoint.dir=",
+    };
+    char *all[MAX_OVERRIDES];
+    int n = 0;
+    for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) all[n++] = (char *)base[i];
+    for (; extra && *extra; extra++) {
+        ck_assert_int_lt(n, MAX_OVERRIDES);
+        all[n++] = (char *)*extra;
+    }
+    ck_assert_int_eq(config_load(cfg, NULL, n, all, stderr), 0);
+}
+
+static void trainer_start(Trainer *t, const Config *cfg, Comm *c) {
+    ck_assert_int_le(cfg->train.accum_steps, MAX_ACCUM);
+    ck_assert_int_eq(trainer_init(t, cfg, be, c, c), 0);
+}
+
+// One optimizer step as trainer_run takes it, without the loader thread: this rank's blocks of the
+// current (epoch, step) from the trainer's own sampler, then the position moves on.
+static void run_step(Trainer *t) {
+    int accum = t->cfg->train.accum_steps, b = t->cfg->data.batch_size;
+    size_t floats = dataset_image_floats(t->train_set);
+    float *images = xcalloc((size_t)accum * b * floats, sizeof(float));
+    int32_t *labels = xcalloc((size_t)accum * b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
+    MicroBatch micro[MAX_ACCUM];
+    int total = sampler_step_total(&t->sampler, t->epoch, t->step_in_epoch);
+    for (int m = 0; m < accum; m++) {
+        float *img = images + (size_t)m * b * floats;
+        int32_t *lab = labels + (size_t)m * b;
+        int count = sampler_block(&t->sampler, t->epoch, t->step_in_epoch, m, indices);
+        dataset_get_batch(t->train_set, indices, count, t->epoch, img, lab);
+        micro[m] = (MicroBatch){.count = count, .step_total = total, .host_images = img, .host_labels = lab};
+    }
+    trainer_step_array(t, micro, accum);
+    if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
+    free(images), free(labels), free(indices);
+}
+
+static void run_steps(Trainer *t, int n) {
+    for (int i = 0; i < n; i++) run_step(t);
+}
+
+// ---- host views of the state the invariant is about ------------------------------------------------------
+
+typedef struct State {
+    size_t n;            // padded_numel
+    float *master, *momentum;
+    ScalerState scaler;
+} State;
+
+static void state_read(Trainer *t, State *s) {
+    if (!s->master) {
+        s->n = t->model.params.padded_numel;
+        s->master = xcalloc(s->n, sizeof(float));
+        s->momentum = xcalloc(s->n, sizeof(float));
+    }
+    be->to_host(be, s->master, t->model.master, s->n * sizeof(float));
+    be->to_host(be, s->momentum, t->opt.momentum, s->n * sizeof(float));
+    s->scaler = scaler_read(&t->scaler, be);
+}
+
+static void state_free(State *s) {
+    free(s->master), free(s->momentum);
+    memset(s, 0, sizeof *s);
+}
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+#define FNV_OFFSET 0xcbf29ce484222325ull
+
+// Masters, momentum (the alignment gaps are zero in both, so whole buffers hash alike) and the whole
+// scaler state: scale, growth counter, verdict, skip count.
+static uint64_t state_hash(const State *s) {
+    uint64_t h = fnv1a(FNV_OFFSET, s->master, s->n * sizeof(float));
+    h = fnv1a(h, s->momentum, s->n * sizeof(float));
+    h = fnv1a(h, &s->scaler.scale, sizeof s->scaler.scale);
+    h = fnv1a(h, &s->scaler.growth_count, sizeof s->scaler.growth_count);
+    h = fnv1a(h, &s->scaler.found_inf, sizeof s->scaler.found_inf);
+    return fnv1a(h, &s->scaler.skipped_total, sizeof s->scaler.skipped_total);
+}
+
+// ---- agreement across ranks -----------------------------------------------------------------------------
+
+// 1 on every rank when ok holds on every rank (MAX of the "bad" flag).
+static int on_every_rank(int ok) {
+    float bad = ok ? 0.0f : 1.0f;
+    comm->allreduce_max_flag(comm, &bad);
+    return bad == 0.0f;
+}
+
+// Every rank's value, on every rank: one broadcast per root.
+static void gather_bytes(const void *mine, size_t bytes, void *all) {
+    for (int r = 0; r < comm->size; r++) {
+        char *slot = (char *)all + (size_t)r * bytes;
+        if (r == comm->rank) memcpy(slot, mine, bytes);
+        comm->broadcast(comm, slot, bytes, r);
+    }
+}
+
+// 1 when every rank passed the same value; why lists them all otherwise. The same answer on every rank.
+static int same_on_every_rank(uint64_t mine, char *why, size_t cap) {
+    uint64_t all[MAX_RANKS];
+    ck_assert_int_le(comm->size, MAX_RANKS);
+    gather_bytes(&mine, sizeof mine, all);
+    int same = 1;
+    size_t used = (size_t)snprintf(why, cap, "hashes by rank:");
+    for (int r = 0; r < comm->size; r++) {
+        same &= all[r] == all[0];
+        if (used < cap) used += (size_t)snprintf(why + used, cap - used, " %016llx", (unsigned long long)all[r]);
+    }
+    return same;
+}
+
+static int master_changed(const State *before, const State *after) {
+    return memcmp(before->master, after->master, after->n * sizeof(float)) != 0;
+}
+
+// ---- 1. bitwise identity after every step ------------------------------------------------------------------
+
+START_TEST(every_rank_holds_identical_state_after_every_step) {
+    static Config cfg;
+    // growth_interval 3: the scale grows twice within 8 steps, so a scale update is compared too.
+    make_config(&cfg, (const char *const[]){"amp.growth_interval=3", NULL});
+    Trainer t;
+    trainer_start(&t, &cfg, comm);
+    State before = {0}, after = {0};
+    state_read(&t, &before);
+    char why[512];
+    ck_assert_msg(same_on_every_rank(state_hash(&before), why, sizeof why), "at initialisation: %s", why);
+    for (int step = 1; step <= 8; step++) {
+        run_step(&t);
+        state_read(&t, &after);
+        ck_assert_msg(same_on_every_rank(state_hash(&after), why, sizeof why), "after step %d: %s", step, why);
+        // Identical but frozen weights would pass the line above: every step must also have trained.
+        ck_assert_msg(on_every_rank(master_changed(&before, &after)), "step %d left the weights unchanged", step);
+        State swap = before;
+        before = after, after = swap;
+    }
+    // `before` now holds the state after step 8: 8 clean steps, growth after steps 3 and 6.
+    ck_assert_int_eq(before.scaler.skipped_total, 0);
+    ck_assert_float_eq(before.scaler.scale, 256.0f * 4.0f);
+    ck_assert_int_eq(before.scaler.growth_count, 2);
+    state_free(&before), state_free(&after);
+    trainer_free(&t);
+}
+END_TEST
+
+// ---- 2. inf on one rank skips the step on every rank ---------------------------------------------------------
+
+// The facts of a skipped step k, on this rank: nothing of the update was written, the scale backed off
+// exactly, the counter reset, the skip counted. Returns 1 when all hold; why says which did not.
+static int step_was_skipped(const State *before, const State *after, char *why, size_t cap) {
+    const char *fail = memcmp(before->master, after->master, after->n * sizeof(float)) != 0 ? "master weights changed"
+                       : memcmp(before->momentum, after->momentum, after->n * sizeof(float)) != 0 ? "momentum changed"
+                       : after->scaler.scale != before->scaler.scale * 0.5f   ? "scale did not halve"
+                       : after->scaler.skipped_total != before->scaler.skipped_total + 1 ? "skipped_total did not grow"
+                       : after->scaler.growth_count != 0                       ? "growth_count not reset"
+                       : after->scaler.found_inf != 1.0f                       ? "verdict not set"
+                                                                               : NULL;
+    snprintf(why, cap, "rank %d: %s (scale %g -> %g, growth %d -> %d, skipped %d -> %d)", comm->rank,
+             fail ? fail : "skipped", before->scaler.scale, after->scaler.scale, before->scaler.growth_count,
+             after->scaler.growth_count, before->scaler.skipped_total, after->scaler.skipped_total);
+    return fail == NULL;
+}
+
+START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
+    enum { K = 3 };
+    static Config cfg;
+    char rank_override[64];
+    // The last rank poisons its local gradient; with one rank that is rank 0 itself.
+    snprintf(rank_override, sizeof rank_override, "debug.inject_rank=%d", comm->size - 1);
+    make_config(&cfg, (const char *const[]){"debug.inject_step=3", rank_override, "debug.inject_value=.inf", NULL});
+    ck_assert_int_eq(cfg.debug.inject_step, K);
+    Trainer t;
+    trainer_start(&t, &cfg, comm);
+    run_steps(&t, K);
+    State before = {0}, after = {0};
+    state_read(&t, &before);
+    // The counter must have something to reset (default growth_interval 2000, K clean steps).
+    ck_assert_int_eq(before.scaler.growth_count, K);
+    run_step(&t);
+    state_read(&t, &after);
+    char why[512], hashes[512];
+    int skipped = step_was_skipped(&before, &after, why, sizeof why);
+    ck_assert_msg(on_every_rank(skipped), "step %d: %s", K, why);
+    ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after the skip: %s", hashes);
+    // Training goes on: the next steps update again, still in lockstep.
+    for (int step = K + 1; step < K + 3; step++) {
+        State swap = before;
+        before = after, after = swap;
+        run_step(&t);
+        state_read(&t, &after);
+        ck_assert_msg(on_every_rank(master_changed(&before, &after)), "step %d after the skip did not train", step);
+        ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after step %d: %s", step, hashes);
+        ck_assert_int_eq(after.scaler.skipped_total, 1);
+    }
+    state_free(&before), state_free(&after);
+    trainer_free(&t);
+}
+END_TEST
+
+// ---- 3. an overflow that only the fp16 sum produces -----------------------------------------------------------
+
+START_TEST(overflow_only_in_the_sum_skips_with_two_or_more_ranks) {
+    enum { K = 1 };
+    static Config cfg;
+    // 40000 is finite in fp16 (max 65504) on each rank; the sum over 2 or more ranks is not.
+    make_config(&cfg, (const char *const[]){"debug.inject_step=1", "debug.inject_rank=-1",
+                                            "debug.inject_value=40000", NULL});
+    Trainer t;
+    trainer_start(&t, &cfg, comm);
+    run_steps(&t, K);
+    State before = {0}, after = {0};
+    state_read(&t, &before);
+    run_step(&t);
+    state_read(&t, &after);
+    char why[512], hashes[512];
+    if (comm->size >= 2) {
+        int skipped = step_was_skipped(&before, &after, why, sizeof why);
+        ck_assert_msg(on_every_rank(skipped), "%d ranks x 40000 must overflow the fp16 sum: %s", comm->size, why);
+    } else {
+        ck_assert_msg(master_changed(&before, &after), "one rank: 40000 is finite, the step must train");
+        ck_assert_float_eq(after.scaler.found_inf, 0.0f);
+        ck_assert_float_eq(after.scaler.scale, before.scaler.scale);
+        ck_assert_int_eq(after.scaler.skipped_total, before.scaler.skipped_total);
+        ck_assert_int_eq(after.scaler.growth_count, before.scaler.growth_count + 1);
+    }
+    ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "%s", hashes);
+    state_free(&before), state_free(&after);
+    trainer_free(&t);
+}
+END_TEST
+
+// ---- 4. W ranks x batch b == 1 rank x batch b x accumulation W -------------------------------------------------
+
+START_TEST(ranks_equal_one_rank_with_accumulation) {
+    enum { STEPS = 4 };
+    static Config cfg, ref_cfg;
+    make_config(&cfg, (const char *const[]){"amp.enabled=false", NULL});
+    Trainer t;
+    trainer_start(&t, &cfg, comm);
+    State init = {0}, dist = {0};
+    state_read(&t, &init);
+    run_steps(&t, STEPS);
+    state_read(&t, &dist);
+
+    // Rank 0 alone runs the reference on the single communicator (it makes no MPI call). By the order
+    // rule of sampler.h its micro-step m of step s reads the block rank m reads in step s, so both runs
+    // see the same samples in the same steps; the gradient sums differ only in summation order.
+    double errors[3] = {0};  // weights vs reference, momentum vs reference, weights moved from init
+    if (comm->rank == 0) {
+        char accum[64];
+        snprintf(accum, sizeof accum, "train.accum_steps=%d", comm->size);
+        make_config(&ref_cfg, (const char *const[]){"amp.enabled=false", accum, NULL});
+        Comm *single = comm_single_create();
+        Trainer ref;
+        trainer_start(&ref, &ref_cfg, single);
+        ck_assert_int_eq(ref.sampler.world, 1);
+        ck_assert_int_eq(ref.steps_per_epoch, t.steps_per_epoch);
+        run_steps(&ref, STEPS);
+        State want = {0};
+        state_read(&ref, &want);
+        errors[0] = tu_rel_error(dist.master, want.master, want.n);
+        errors[1] = tu_rel_error(dist.momentum, want.momentum, want.n);
+        errors[2] = tu_rel_error(init.master, want.master, want.n);
+        state_free(&want);
+        trainer_free(&ref);
+        single->destroy(single);
+    }
+    comm->broadcast(comm, errors, sizeof errors, 0);
+    ck_assert_msg(errors[0] < 1e-5, "%d ranks vs 1 rank x accum %d: weights differ by %g", comm->size, comm->size,
+                  errors[0]);
+    ck_assert_msg(errors[1] < 1e-5, "momentum differs by %g", errors[1]);
+    // Not vacuous: training moved the weights far more than the tolerance.
+    ck_assert_msg(errors[2] > 1e-3, "%d steps moved the weights by only %g", STEPS, errors[2]);
+    state_free(&init), state_free(&dist);
+    trainer_free(&t);
+}
+END_TEST
+
+// ---- 5. the shards of an epoch are the dataset -----------------------------------------------------------------
+
+START_TEST(shards_cover_the_dataset_once) {
+    enum { SIZE = 97, BATCH = 4, ACCUM = 2, EPOCHS = 2 };  // 97 is prime: no global batch divides it
+    Sampler s;
+    sampler_init(&s, SIZE, BATCH, comm->size, comm->rank, ACCUM, 42);
+    int steps = sampler_steps_per_epoch(&s), global = BATCH * comm->size * ACCUM;
+    ck_assert_int_ne(SIZE % global, 0);
+    ck_assert_int_lt(sampler_step_total(&s, 0, steps - 1), global);  // the partial last step is exercised
+    float *seen = xcalloc(SIZE, sizeof(float)), *per_step = xcalloc((size_t)steps, sizeof(float));
+    int32_t indices[BATCH];
+    for (int epoch = 0; epoch < EPOCHS; epoch++) {
+        memset(seen, 0, SIZE * sizeof(float));
+        memset(per_step, 0, (size_t)steps * sizeof(float));
+        for (int step = 0; step < steps; step++)
+            for (int m = 0; m < ACCUM; m++) {
+                int count = sampler_block(&s, epoch, step, m, indices);
+                for (int i = 0; i < count; i++) {
+                    ck_assert_int_ge(indices[i], 0);
+                    ck_assert_int_lt(indices[i], SIZE);
+                    seen[indices[i]] += 1.0f;
+                }
+                per_step[step] += (float)count;
+            }
+        // Small integer counts: the fp32 sums over ranks are exact.
+        comm->allreduce_sum(comm, seen, SIZE, DTYPE_F32);
+        comm->allreduce_sum(comm, per_step, (size_t)steps, DTYPE_F32);
+        for (int i = 0; i < SIZE; i++)
+            ck_assert_msg(seen[i] == 1.0f, "epoch %d: sample %d read %g times over %d ranks", epoch, i, seen[i],
+                          comm->size);
+        for (int step = 0; step < steps; step++)
+            ck_assert_msg(per_step[step] == (float)sampler_step_total(&s, epoch, step),
+                          "epoch %d step %d: ranks read %g samples, the step has %d", epoch, step, per_step[step],
+                          sampler_step_total(&s, epoch, step));
+    }
+    free(seen), free(per_step);
+    sampler_free(&s);
+}
+END_TEST
+
+// ---- 6. BN statistics averaging and evaluation agree -----------------------------------------------------------
+
+START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
+    enum { VAL = 10 };  // not a multiple of 2 or 3: the validation shards are uneven
+    static Config cfg;
+    make_config(&cfg, (const char *const[]){"data.val_size=10", NULL});
+    Trainer t;
+    trainer_start(&t, &cfg, comm);
+    run_steps(&t, 3);
+
+    size_t n = t.model.stats_numel;
+    float *mine = xcalloc(n, sizeof(float)), *all = xcalloc(n * (size_t)comm->size, sizeof(float));
+    be->to_host(be, mine, t.model.running, n * sizeof(float));
+    char why[512];
+    int same_before = same_on_every_rank(fnv1a(FNV_OFFSET, mine, n * sizeof(float)), why, sizeof why);
+    // Ranks trained on different samples, so with 2 or more their statistics differ until synced.
+    if (comm->size >= 2) ck_assert_msg(!same_before, "BN statistics equal before the sync: %s", why);
+    gather_bytes(mine, n * sizeof(float), all);
+
+    trainer_sync_bn_stats(&t);
+    float *synced = xcalloc(n, sizeof(float));
+    be->to_host(be, synced, t.model.running, n * sizeof(float));
+    ck_assert_msg(same_on_every_rank(fnv1a(FNV_OFFSET, synced, n * sizeof(float)), why, sizeof why),
+                  "BN statistics after the sync: %s", why);
+    // And it is the mean over ranks (reference in double from every rank's own statistics).
+    float *mean = xcalloc(n, sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        double sum = 0;
+        for (int r = 0; r < comm->size; r++) sum += all[(size_t)r * n + i];
+        mean[i] = (float)(sum / comm->size);
+    }
+    double err = tu_rel_error(synced, mean, n);
+    ck_assert_msg(on_every_rank(err < 1e-6), "synced statistics differ from the mean over ranks by %g", err);
+
+    EvalRecord r = trainer_evaluate(&t);
+    ck_assert_int_eq(r.samples, VAL);
+    double fields[4] = {r.loss, r.top1, r.top5, (double)r.samples};
+    ck_assert_msg(same_on_every_rank(fnv1a(FNV_OFFSET, fields, sizeof fields), why, sizeof why),
+                  "evaluation (loss %g, top-1 %g, samples %ld) differs: %s", r.loss, r.top1, r.samples, why);
+
+    // The sharded evaluation is the evaluation of the whole split: rank 0 evaluates a single-rank copy
+    // of the same weights and statistics. Per-sample logits do not depend on the batching; the mean loss
+    // only by fp32 summation order.
+    double got[3] = {0};  // samples, top-1, loss of the reference
+    if (comm->rank == 0) {
+        Comm *single = comm_single_create();
+        Trainer ref;
+        trainer_start(&ref, &cfg, single);
+        be->copy(be, ref.model.master, t.model.master, t.model.params.padded_numel * sizeof(float));
+        be->copy(be, ref.model.running, t.model.running, n * sizeof(float));
+        model_refresh_compute(&ref.model, be);
+        EvalRecord want = trainer_evaluate(&ref);
+        got[0] = (double)want.samples, got[1] = want.top1, got[2] = want.loss;
+        trainer_free(&ref);
+        single->destroy(single);
+    }
+    comm->broadcast(comm, got, sizeof got, 0);
+    ck_assert_int_eq((long)got[0], VAL);
+    ck_assert_msg(got[1] == r.top1, "top-1 %g over %d ranks, %g on one", r.top1, comm->size, got[1]);
+    ck_assert_msg(fabs(r.loss - got[2]) <= 1e-5 * fabs(got[2]), "loss %.9g over %d ranks, %.9g on one", r.loss,
+                  comm->size, got[2]);
+    free(mine), free(all), free(synced), free(mean);
+    trainer_free(&t);
+}
+END_TEST
+
+static Suite *data_parallel_suite(void) {
+    Suite *s = suite_create("data_parallel");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, every_rank_holds_identical_state_after_every_step);
+    tcase_add_test(tc, inf_on_one_rank_skips_the_step_everywhere);
+    tcase_add_test(tc, overflow_only_in_the_sum_skips_with_two_or_more_ranks);
+    tcase_add_test(tc, ranks_equal_one_rank_with_accumulation);
+    tcase_add_test(tc, shards_cover_the_dataset_once);
+    tcase_add_test(tc, bn_sync_and_evaluation_agree_on_every_rank);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(int argc, char **argv) {
+    comm = comm_init(&argc, &argv, 120.0);
+    be = cpu_backend_create();
+    SRunner *runner = srunner_create(data_parallel_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    be->destroy(be);
+    comm->destroy(comm);
+    comm_finalize();
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

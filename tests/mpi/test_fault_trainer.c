@@ -1,0 +1,261 @@
+// test_fault_trainer.c - the fault requirement for a real training job: killing one rank of
+// `mpiexec -np 2 amptrain configs/tiny.yaml` mid-run ends the job within a bound, with a non-zero status
+// and no rank left behind, and the last checkpoint the job wrote loads into a fresh single-process run
+// that continues from it.
+//
+// Like test_comm_faults.c, the job under test cannot run inside the job ctest started: ctest starts this
+// suite under mpiexec with 1, 2 and 3 ranks, the 1-rank launch forgets its launcher's environment and
+// runs the scenario, and the 2- and 3-rank launches say so and pass without testing anything. (The
+// stalled-rank watchdog is covered by test_comm_faults.c.)
+#include <check.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "train/safetensors.h"
+
+extern char **environ;
+
+// Seconds from the kill within which the job must be over: dist.timeout_s (5) plus mpiexec's teardown,
+// with room for a loaded machine.
+#define KILL_BOUND_S 30.0
+#define CHECKPOINT_EVERY 5
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The suite runs inside a launch of its own; a nested mpiexec that inherited that launch's variables
+// would try to join it, and the resumed run would take the MPI path.
+static void environment_forget_launcher(void) {
+    static const char *const prefixes[] = {"OMPI_", "PMIX_", "PMI_", "MV2_"};
+    for (int again = 1; again;) {
+        again = 0;
+        for (char **e = environ; *e && !again; e++)
+            for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
+                if (strncmp(*e, prefixes[p], strlen(prefixes[p])) == 0) {
+                    char name[256];
+                    size_t len = strcspn(*e, "=");
+                    snprintf(name, sizeof name, "%.*s", (int)len, *e);
+                    unsetenv(name);  // environ changed under us: scan again from the start
+                    again = 1;
+                    break;
+                }
+    }
+}
+
+// Reads a /proc file of NUL-separated strings (cmdline, environ) into buf; returns its length, 0 if gone.
+static size_t read_proc_file(pid_t pid, const char *what, char *buf, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, what);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return 0;
+    size_t len = 0;
+    for (ssize_t n; len + 1 < cap && (n = read(fd, buf + len, cap - 1 - len)) > 0;) len += (size_t)n;
+    close(fd);
+    buf[len] = 0;
+    return len;
+}
+
+// 1 if the NUL-separated list holds an entry that contains `needle`.
+static int list_contains(const char *list, size_t len, const char *needle) {
+    for (const char *s = list; s < list + len; s += strlen(s) + 1)
+        if (strstr(s, needle)) return 1;
+    return 0;
+}
+
+// The amptrain processes whose command line holds `token` (the job's unique folder name): up to cap
+// pids, and each one's rank from its launcher environment (-1 if unknown). Returns how many.
+static int find_ranks(const char *token, pid_t *pids, int *ranks, int cap) {
+    static char buf[1 << 16];
+    int found = 0;
+    DIR *proc = opendir("/proc");
+    ck_assert_ptr_nonnull(proc);
+    for (struct dirent *d; (d = readdir(proc)) != NULL && found < cap;) {
+        pid_t pid = (pid_t)atoi(d->d_name);
+        if (pid <= 0) continue;
+        size_t len = read_proc_file(pid, "cmdline", buf, sizeof buf);
+        // argv[0] is the binary mpiexec was given; mpiexec itself also carries the token, but not as argv[0].
+        if (len == 0 || strcmp(buf, AMPTRAIN_BIN) != 0 || !list_contains(buf, len, token)) continue;
+        pids[found] = pid;
+        ranks[found] = -1;
+        len = read_proc_file(pid, "environ", buf, sizeof buf);
+        for (const char *s = buf; s < buf + len; s += strlen(s) + 1)
+            if (strncmp(s, "OMPI_COMM_WORLD_RANK=", 21) == 0) ranks[found] = atoi(s + 21);
+        found++;
+    }
+    closedir(proc);
+    return found;
+}
+
+// Ends what this test started and did not end by itself: the job's launcher and its ranks, by pid.
+static void end_leftovers(pid_t job, const char *token) {
+    pid_t pids[8];
+    int ranks[8];
+    int n = find_ranks(token, pids, ranks, 8);
+    for (int i = 0; i < n; i++) kill(pids[i], SIGKILL);
+    if (job > 0 && kill(job, SIGKILL) == 0) waitpid(job, NULL, 0);
+}
+
+static void print_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) fputs(line, stdout);
+    fclose(f);
+}
+
+// `mpiexec -np 2 amptrain tiny.yaml ...` in the background, output to log_path; returns mpiexec's pid.
+static pid_t start_job(const char *dir, const char *log_path) {
+    char ckpt_dir[PATH_MAX + 32], config[PATH_MAX], every[32];
+    snprintf(ckpt_dir, sizeof ckpt_dir, "checkpoint.dir=%s", dir);
+    snprintf(config, sizeof config, "%s/configs/tiny.yaml", AMPTRAIN_SOURCE_DIR);
+    snprintf(every, sizeof every, "checkpoint.every=%d", CHECKPOINT_EVERY);
+    fflush(stdout);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) _exit(126);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        execlp("mpiexec", "mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2", AMPTRAIN_BIN, config,
+               ckpt_dir, every, "dist.timeout_s=5", "log.metrics=", "data.prefetch=0", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+START_TEST(killed_rank_ends_the_job_and_the_checkpoint_loads) {
+    // A fresh folder with a random name: its name is the token that tells this job's processes apart.
+    char dir[PATH_MAX], made[] = "fault_trainer_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(made));
+    ck_assert_ptr_nonnull(realpath(made, dir));
+    const char *token = made;
+    char log_path[PATH_MAX + 16], checkpoint[PATH_MAX + 32];
+    snprintf(log_path, sizeof log_path, "%s/job.log", dir);
+    snprintf(checkpoint, sizeof checkpoint, "%s/last.safetensors", dir);
+
+    pid_t job = start_job(dir, log_path);
+    // Mid-run: once the first periodic checkpoint is on disk (written by rename, so it is complete).
+    int status = 0;
+    double deadline = seconds_now() + 60.0;
+    while (access(checkpoint, F_OK) != 0) {
+        if (waitpid(job, &status, WNOHANG) == job) {
+            print_file(log_path);
+            ck_abort_msg("the job ended (status %d) before writing %s", status, checkpoint);
+        }
+        if (seconds_now() > deadline) {
+            end_leftovers(job, token);
+            print_file(log_path);
+            ck_abort_msg("no checkpoint after 60 s");
+        }
+        usleep(10 * 1000);
+    }
+    pid_t pids[8];
+    int ranks[8], victim = -1;
+    int n = find_ranks(token, pids, ranks, 8);
+    for (int i = 0; i < n; i++)
+        if (ranks[i] == 1) victim = i;
+    if (n != 2 || victim < 0) {
+        end_leftovers(job, token);
+        ck_abort_msg("found %d ranks of the job, rank 1 %s", n, victim < 0 ? "missing" : "present");
+    }
+    // Rank 1: then rank 0, which writes the checkpoints, is ended by the job's own fault handling
+    // (mpiexec's teardown or its collective watchdog), at whatever point it had reached.
+    ck_assert_int_eq(kill(pids[victim], SIGKILL), 0);
+    double killed_at = seconds_now();
+
+    int exited = 0;
+    while (!exited && seconds_now() - killed_at < KILL_BOUND_S) {
+        exited = waitpid(job, &status, WNOHANG) == job;
+        if (!exited) usleep(20 * 1000);
+    }
+    double took = seconds_now() - killed_at;
+    printf("---- job log (ended %.1f s after the kill of rank 1, pid %d)\n", took, (int)pids[victim]);
+    print_file(log_path);
+    if (!exited) {
+        end_leftovers(job, token);
+        ck_abort_msg("the job still ran %.0f s after one rank was killed", KILL_BOUND_S);
+    }
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) != 0, "mpiexec ended with status 0x%x, want a "
+                  "non-zero exit", status);
+    n = find_ranks(token, pids, ranks, 8);
+    if (n > 0) {
+        end_leftovers(0, token);
+        ck_abort_msg("%d amptrain process(es) of the job outlived mpiexec (pid %d)", n, (int)pids[0]);
+    }
+
+    // The last checkpoint is whole and the run continues from it, two more steps, single-process.
+    char err[1024];
+    SafetensorsFile *f = st_open(checkpoint, err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    const char *step_text = st_meta(f, "step");
+    ck_assert_ptr_nonnull(step_text);
+    long step = atol(step_text);
+    st_close(f);
+    ck_assert_msg(step >= CHECKPOINT_EVERY && step % CHECKPOINT_EVERY == 0, "checkpoint at step %ld", step);
+
+    char command[4 * PATH_MAX], output[16384];
+    snprintf(command, sizeof command,
+             "timeout 60 '%s' '%s/configs/tiny.yaml' 'checkpoint.resume=%s' train.steps=%ld 'checkpoint.dir=%s/resumed' "
+             "log.metrics= data.prefetch=0 2>&1",
+             AMPTRAIN_BIN, AMPTRAIN_SOURCE_DIR, checkpoint, step + 2, dir);
+    FILE *p = popen(command, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t len = fread(output, 1, sizeof output - 1, p);
+    output[len] = 0;
+    char drain[4096];
+    while (fread(drain, 1, sizeof drain, p) > 0) continue;
+    int resumed = pclose(p);
+    printf("---- resumed from step %ld: status 0x%x\n%s", step, resumed, output);
+    ck_assert_msg(resumed != -1 && WIFEXITED(resumed) && WEXITSTATUS(resumed) == 0, "resume exited 0x%x", resumed);
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "resumed from %s at epoch ", checkpoint);
+    const char *said = strstr(output, want);
+    int epoch = -1;
+    long resumed_step = -1;
+    ck_assert_msg(said && sscanf(said + strlen(want), "%d, step %ld", &epoch, &resumed_step) == 2,
+                  "want '%s<epoch>, step %ld'", want, step);
+    ck_assert_int_eq(resumed_step, step);
+    snprintf(want, sizeof want, "summary: %ld steps", step + 2);
+    ck_assert_msg(strstr(output, want) != NULL, "want '%s'", want);
+
+    snprintf(command, sizeof command, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(command), 0);
+}
+END_TEST
+
+static Suite *fault_trainer_suite(void) {
+    Suite *s = suite_create("fault_trainer");
+    TCase *tc = tcase_create("kill");
+    tcase_set_timeout(tc, 150);
+    tcase_add_test(tc, killed_rank_ends_the_job_and_the_checkpoint_loads);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    const char *launch_size = getenv("OMPI_COMM_WORLD_SIZE");
+    if (launch_size && atoi(launch_size) > 1) {
+        printf("rank %s of %s: nothing tested here; the fault scenario runs from the 1-rank launch\n",
+               getenv("OMPI_COMM_WORLD_RANK"), launch_size);
+        return EXIT_SUCCESS;
+    }
+    environment_forget_launcher();
+    SRunner *runner = srunner_create(fault_trainer_suite());
+    srunner_run_all(runner, CK_NORMAL);
+    int failed = srunner_ntests_failed(runner);
+    srunner_free(runner);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
