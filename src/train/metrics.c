@@ -29,13 +29,13 @@ int metrics_make_parent_dir(const char *path) {
     return 0;
 }
 
-int metrics_open(Metrics *mt, const LogConfig *log, int rank, long total_steps) {
+int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps) {
     memset(mt, 0, sizeof *mt);
     mt->active = rank == 0;
     mt->total_steps = total_steps;
     mt->start_time = metrics_now();
     if (!mt->active) return 0;
-    mt->bar = strcmp(log->progress, "always") == 0 || (strcmp(log->progress, "auto") == 0 && isatty(STDOUT_FILENO));
+    mt->bar = strcmp(log->progress, "always") == 0 || (strcmp(log->progress, "auto") == 0 && world_size == 1 && isatty(STDOUT_FILENO));
     if (log->metrics[0]) {
         if (metrics_make_parent_dir(log->metrics) != 0 || !(mt->jsonl = fopen(log->metrics, "w"))) {
             fprintf(stderr, "error: cannot write metrics file '%s': %s\n", log->metrics, strerror(errno));

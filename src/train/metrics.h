@@ -37,7 +37,9 @@ typedef struct Metrics {
 } Metrics;
 
 // path "" : no file. Creates the parent folder. Returns 0, or 1 with a message on stderr.
-int metrics_open(Metrics *mt, const LogConfig *log, int rank, long total_steps);
+// progress "auto" draws a bar only for a single process on a terminal: mpirun hands its ranks a
+// pseudo-terminal even when its own output goes to a file.
+int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps);
 void metrics_step(Metrics *mt, const StepRecord *r);
 void metrics_eval(Metrics *mt, const EvalRecord *r);
 // A line of text that must not collide with the bar.

@@ -47,7 +47,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
         }
         log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, t->epoch, t->step);
     }
-    if (metrics_open(&t->metrics, &cfg->log, comm->rank, t->total_steps) != 0) return 1;
+    if (metrics_open(&t->metrics, &cfg->log, comm->rank, comm->size, t->total_steps) != 0) return 1;
     return 0;
 }
 

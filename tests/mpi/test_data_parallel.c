@@ -25,10 +25,11 @@
 #include "data/sampler.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
+#include "kernels/cuda_backend.h"
 #include "test_util.h"
 #include "train/trainer.h"
 
-static Comm *comm;
+static Comm *comm, *grad_comm;  // host communicator; the one that sums gradients (NCCL on GPUs)
 static Backend *be;
 
 enum { MAX_OVERRIDES = 32, MAX_ACCUM = 8, MAX_RANKS = 16 };
@@ -59,7 +60,7 @@ static void make_config(Config *cfg, const char *const *extra) {
 
 static void trainer_start(Trainer *t, const Config *cfg, Comm *c) {
     ck_assert_int_le(cfg->train.accum_steps, MAX_ACCUM);
-    ck_assert_int_eq(trainer_init(t, cfg, be, c, c), 0);
+    ck_assert_int_eq(trainer_init(t, cfg, be, c, c == comm ? grad_comm : c), 0);
 }
 
 // One optimizer step as trainer_run takes it, without the loader thread: this rank's blocks of the
@@ -448,13 +449,31 @@ static Suite *data_parallel_suite(void) {
     return s;
 }
 
+// AMPTRAIN_TEST_BACKEND=cuda (the device machine, mpirun -np 2 on two GPUs) runs the same invariants on
+// the CUDA backend with gradients summed by NCCL; by default (CI) the CPU backend with MPI.
+static void backend_start(void) {
+    const char *want = getenv("AMPTRAIN_TEST_BACKEND");
+    grad_comm = comm;
+    if (!want || strcmp(want, "cuda") != 0) {
+        be = cpu_backend_create();
+        return;
+    }
+    char why[256];
+    be = cuda_backend_create(comm->local_rank, 0, 0, why, sizeof why);
+    if (!be) amp_fatal(__FILE__, __LINE__, "AMPTRAIN_TEST_BACKEND=cuda but: %s", why);
+    if (comm->size > 1) grad_comm = comm_nccl_create(comm, cuda_backend_stream(be));
+    if (!grad_comm) amp_fatal(__FILE__, __LINE__, "AMPTRAIN_TEST_BACKEND=cuda needs NCCL with several ranks");
+    if (comm->rank == 0) printf("test_data_parallel: CUDA backend, gradients over %s\n", grad_comm->name);
+}
+
 int main(int argc, char **argv) {
     comm = comm_init(&argc, &argv, 120.0);
-    be = cpu_backend_create();
+    backend_start();
     SRunner *runner = srunner_create(data_parallel_suite());
     srunner_run_all(runner, CK_NORMAL);
     int failed = srunner_ntests_failed(runner);
     srunner_free(runner);
+    if (grad_comm != comm) grad_comm->destroy(grad_comm);
     be->destroy(be);
     comm->destroy(comm);
     comm_finalize();

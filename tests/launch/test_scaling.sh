@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# test_scaling.sh AMPTRAIN - the scaling workflow end to end on the CPU backend:
+#   launch/scaling --cpu --config configs/tiny.yaml --ranks 1,2 --precisions amp,fp32 --steps 3 --warmup 1
+# must write a CSV with 4 data rows of positive images/s, a markdown table and a PNG; and asking for
+# 64 GPUs without --cpu must be refused with exit code 2 and a message, before anything runs.
+set -euo pipefail
+
+if (($# != 1)) || [[ $1 == -h || $1 == --help ]]; then
+    echo "usage: $0 PATH/TO/amptrain   (registered in CTest by tests/launch/launch.cmake)" >&2
+    exit 2
+fi
+amptrain=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+scaling="$repo/launch/scaling"
+out=$(mktemp -d "${TMPDIR:-/tmp}/test_scaling.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+# Anything NCCL- or GPU-related in the caller's environment must not change a CPU run.
+unset CUDA_VISIBLE_DEVICES
+
+echo "== 1. CPU weak scaling, 1 and 2 ranks, amp and fp32"
+cd "$repo"
+python3 "$scaling" --cpu --config configs/tiny.yaml --ranks 1,2 --precisions amp,fp32 --steps 3 --warmup 1 \
+    --amptrain "$amptrain" --out "$out/report" || fail "launch/scaling exited with $?"
+
+csv="$out/report/scaling.csv"
+[[ -s $csv ]] || fail "$csv missing"
+python3 - "$csv" <<'PY' || fail "scaling.csv content"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 4, f"expected 4 data rows, got {len(rows)}"
+seen = set()
+for r in rows:
+    assert r["status"] == "ok", r
+    assert float(r["img_s_total"]) > 0 and float(r["img_s_per_gpu"]) > 0, r
+    assert float(r["step_ms_median"]) > 0, r
+    assert int(r["global_batch"]) == int(r["n"]) * int(r["batch_per_rank"]), r
+    assert 0 < float(r["efficiency"]) < 10, r
+    if r["n"] == "1":
+        assert abs(float(r["efficiency"]) - 1) < 1e-9, r
+    seen.add((r["precision"], int(r["n"])))
+assert seen == {("amp", 1), ("amp", 2), ("fp32", 1), ("fp32", 2)}, seen
+print("scaling.csv: 4 rows, all positive images/s:", sorted(seen))
+PY
+
+md="$out/report/scaling.md"
+[[ -s $md ]] || fail "$md missing"
+grep -q '^| impl | precision | N |' "$md" || fail "no table header in $md"
+[[ $(grep -c '^| amptrain | ' "$md") -eq 4 ]] || fail "expected 4 amptrain rows in $md"
+echo "scaling.md: table with 4 rows"
+
+png="$out/report/scaling.png"
+[[ -s $png ]] || fail "$png missing"
+[[ $(head -c 8 "$png" | od -An -tx1 | tr -d ' \n') == 89504e470d0a1a0a ]] || fail "$png does not start with the PNG signature"
+echo "scaling.png: PNG signature ok ($(wc -c <"$png") bytes)"
+
+echo "== 2. --gpus 64 without --cpu is refused"
+set +e
+msg=$(python3 "$scaling" --config configs/tiny.yaml --gpus 64 --amptrain "$amptrain" --out "$out/refused" 2>&1)
+rc=$?
+set -e
+echo "$msg"
+((rc == 2)) || fail "--gpus 64 gave exit code $rc, expected 2"
+grep -q '64' <<<"$msg" || fail "the refusal does not name the 64 GPUs asked for"
+grep -qi 'gpu' <<<"$msg" || fail "the refusal does not explain itself"
+[[ ! -e $out/refused ]] || fail "a refused run must not create its output folder"
+
+echo "PASS"
