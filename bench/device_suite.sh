@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# device_suite.sh STAGES... - build on the GPU machine and run the named stages; logs go to $OUT.
+#   build     cmake + build for sm_90 (needs .devdeps carried: ../shared/device/README.md)
+#   gputests  the gpu ctest label with AMPTRAIN_REQUIRE_GPU=1 (a missing GPU fails instead of skipping)
+#   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
+#   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL)
+#   bench1    amptrain --bench vs torch_baseline.py on one GPU (batch 256 and 70, AMP and fp32)
+#   bench2    the same at batch 256 on two GPUs (mpirun / torchrun)
+# Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
+set -u
+source .devdeps/env.sh
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+BENCH="$OUT/bench.jsonl"
+declare -A result
+
+stage_build() {
+    cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 && grep 'amptrain:' "$OUT/cmake.log" &&
+        cmake --build build -j 32 >"$OUT/build.log" 2>&1
+}
+stage_gputests() {
+    AMPTRAIN_REQUIRE_GPU=1 ctest --test-dir build -L gpu -V >"$OUT/gputests.log" 2>&1
+    local rc=$?
+    grep -E "Checks:|parity|loss cpu|relative difference|tests passed|Failed|skipped" "$OUT/gputests.log" | tail -30
+    return $rc
+}
+stage_parity() {
+    mkdir -p /tmp/parity && python3 tests/parity/export_torchvision.py /tmp/parity/export.safetensors &&
+        (cd /tmp/parity && AMPTRAIN_REQUIRE_GPU=1 AMPTRAIN_PARITY_FILE=/tmp/parity/export.safetensors \
+            "$OLDPWD/build/test_torch_parity") &&
+        python3 tests/parity/check_checkpoint.py /tmp/parity/parity_cuda.safetensors --expect /tmp/parity/export.safetensors
+}
+stage_dp2() {
+    AMPTRAIN_TEST_BACKEND=cuda CK_FORK=no mpirun -np 2 build/test_data_parallel
+}
+amp_bench() {  # world batch amp
+    local world=$1 batch=$2 amp=$3 tag="amptrain w$1 b$2 amp$3"
+    local cmd=(build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "$tag"
+               data.batch_size="$batch" amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" cudnn.benchmark=true)
+    if [ "$world" = 1 ]; then "${cmd[@]}" | grep '^{' | tee -a "$BENCH"
+    else mpirun -np "$world" "${cmd[@]}" | grep '^{' | tee -a "$BENCH"; fi
+}
+torch_bench() {  # world batch amp
+    local world=$1 batch=$2 amp=$3 tag="torch w$1 b$2 amp$3 cl1"
+    if [ "$world" = 1 ]; then python3 bench/torch_baseline.py --batch "$batch" --amp "$amp" --cl 1 --tag "$tag"
+    else torchrun --standalone --nproc_per_node="$world" bench/torch_baseline.py --batch "$batch" --amp "$amp" --cl 1 --tag "$tag"
+    fi 2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+stage_bench1() {
+    for cfg in "256 1" "256 0" "70 1" "70 0"; do
+        set -- $cfg
+        amp_bench 1 "$1" "$2"; torch_bench 1 "$1" "$2"
+    done
+}
+stage_bench2() {
+    amp_bench 2 256 1; torch_bench 2 256 1
+    amp_bench 2 256 0; torch_bench 2 256 0
+}
+
+nvidia-smi -L
+for s in "$@"; do
+    echo "=== $s ($(date -u +%H:%M:%S))"
+    if "stage_$s"; then result[$s]=pass; else result[$s]=FAIL; fi
+done
+echo "=== summary"
+for s in "$@"; do echo "$s: ${result[$s]}"; done
