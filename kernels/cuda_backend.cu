@@ -77,6 +77,19 @@ static void cuda_be_readback_begin(Backend *be, void *host_dst, const void *src,
 
 static void cuda_be_readback_wait(Backend *be) { CUDA_CHECK(cudaEventSynchronize(cuda_state(be)->readback_done)); }
 
+static void cuda_be_mark_record(Backend *be, int slot) {
+    CudaBackend *cb = cuda_state(be);
+    CUDA_CHECK(cudaEventRecord(cb->marks[slot], cb->stream));
+}
+
+static float cuda_be_mark_elapsed_ms(Backend *be, int from, int to) {
+    CudaBackend *cb = cuda_state(be);
+    float ms;
+    CUDA_CHECK(cudaEventSynchronize(cb->marks[to]));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, cb->marks[from], cb->marks[to]));
+    return ms;
+}
+
 // Grows by replacing the block: the old one goes back to the allocator, and since all work is on the
 // one stream, kernels still queued on it finish before anything reuses it.
 void *cuda_workspace(CudaBackend *cb, size_t bytes) {
@@ -99,6 +112,7 @@ static void cuda_be_destroy(Backend *be) {
     CUBLAS_CHECK(cublasDestroy(cb->cublas));
     CUDNN_CHECK(cudnnDestroy(cb->cudnn));
     CUDA_CHECK(cudaEventDestroy(cb->readback_done));
+    for (int i = 0; i < BACKEND_MARKS; i++) CUDA_CHECK(cudaEventDestroy(cb->marks[i]));
     cuda_alloc_destroy(st->alloc);  // also frees the workspaces
     CUDA_CHECK(cudaStreamDestroy(cb->stream));
     free(st);
@@ -119,6 +133,8 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->host_free = cuda_be_host_free;
     be->readback_begin = cuda_be_readback_begin;
     be->readback_wait = cuda_be_readback_wait;
+    be->mark_record = cuda_be_mark_record;
+    be->mark_elapsed_ms = cuda_be_mark_elapsed_ms;
     be->cast = cuda_cast;
     be->conv_forward = cuda_conv_forward;
     be->conv_backward_data = cuda_conv_backward_data;
@@ -166,6 +182,7 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int all
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&cb->readback_done, cudaEventDisableTiming));
+    for (int i = 0; i < BACKEND_MARKS; i++) CUDA_CHECK(cudaEventCreate(&cb->marks[i]));
     st->alloc = cuda_alloc_create();
 
     CUDNN_CHECK(cudnnCreate(&cb->cudnn));

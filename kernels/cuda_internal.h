@@ -51,6 +51,7 @@ typedef struct CudaBackend {
     size_t workspace_bytes;
     CudaConvCache *conv_cache;
     cudaEvent_t readback_done;
+    cudaEvent_t marks[BACKEND_MARKS];  // timing marks (mark_record / mark_elapsed_ms)
     CudaBnCache *bn_cache;        // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
 } CudaBackend;
 

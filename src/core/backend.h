@@ -59,6 +59,8 @@ typedef struct SgdParams {
     int nesterov;
 } SgdParams;
 
+#define BACKEND_MARKS 8  // timing-mark slots
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;  // "cpu" or "cuda"
@@ -80,6 +82,11 @@ struct Backend {
     void (*host_free)(Backend *be, void *ptr);
     void (*readback_begin)(Backend *be, void *host_dst, const void *src, size_t bytes);
     void (*readback_wait)(Backend *be);
+
+    // Timing marks on the compute stream, for the benchmark's phase split: mark_record(slot) records
+    // when the stream reaches this point; mark_elapsed_ms(a, b) waits for mark b and returns b - a.
+    void (*mark_record)(Backend *be, int slot);
+    float (*mark_elapsed_ms)(Backend *be, int from, int to);
 
     // ---- casts -----------------------------------------------------------------------------------
     // dst[i] = (dst_dt) src[i]; fp32 -> fp16 rounds to nearest even, overflows to inf.

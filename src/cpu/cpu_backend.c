@@ -3,6 +3,7 @@
 // everything runs synchronously, so sync and readback_wait have nothing to wait for.
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/check.h"
 #include "cpu/cpu_ops.h"
@@ -11,6 +12,7 @@
 typedef struct CpuState {
     size_t current_bytes;  // bytes handed out by alloc and not yet freed
     size_t peak_bytes;     // the high-water mark of current_bytes
+    double marks[BACKEND_MARKS];  // seconds on a monotonic clock (timing marks)
 } CpuState;
 
 // Each allocation carries its size in a header so free can subtract it; the union keeps the payload
@@ -100,6 +102,18 @@ static void cpu_host_free(Backend *be, void *ptr) {
 
 static void cpu_readback_wait(Backend *be) { (void)be; }
 
+// Everything has run by the time a call returns, so a mark is simply the time now.
+static void cpu_mark_record(Backend *be, int slot) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ((CpuState *)be->impl)->marks[slot] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float cpu_mark_elapsed_ms(Backend *be, int from, int to) {
+    const CpuState *st = be->impl;
+    return (float)(1e3 * (st->marks[to] - st->marks[from]));
+}
+
 // ---- casts -----------------------------------------------------------------------------------------
 
 static void cpu_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n) {
@@ -142,6 +156,8 @@ Backend *cpu_backend_create(void) {
     be->host_free = cpu_host_free;
     be->readback_begin = cpu_copy;
     be->readback_wait = cpu_readback_wait;
+    be->mark_record = cpu_mark_record;
+    be->mark_elapsed_ms = cpu_mark_elapsed_ms;
 
     be->cast = cpu_cast;
 

@@ -15,6 +15,12 @@ static int compare_doubles(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+// Sorts v in place.
+static double median_of(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, const BenchOptions *opt) {
     Config cfg = *cfg_in;
     snprintf(cfg.data.source, sizeof cfg.data.source, "synthetic");
@@ -41,25 +47,32 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
         be->to_device(be, batches[k].device_images, host_images, (size_t)b * image_floats * sizeof(float));
         be->to_device(be, batches[k].device_labels, host_labels, (size_t)b * sizeof(int32_t));
     }
-    double *times = xcalloc((size_t)opt->steps, sizeof(double));
+    double *times = xcalloc(4 * (size_t)opt->steps, sizeof(double));
+    double *compute = times + opt->steps, *comm_ms = compute + opt->steps, *optim = comm_ms + opt->steps;
+    t.timed = 1;
     for (int i = 0; i < opt->warmup + opt->steps; i++) {
         be->sync(be);
         double t0 = metrics_now();
         trainer_step_array(&t, &batches[i % nb], 1);
         be->sync(be);
-        if (i >= opt->warmup) times[i - opt->warmup] = metrics_now() - t0;
+        if (i < opt->warmup) continue;
+        int k = i - opt->warmup;
+        times[k] = metrics_now() - t0;
+        StepPhases ph = trainer_step_phases(&t);
+        compute[k] = ph.compute_ms, comm_ms[k] = ph.exposed_comm_ms, optim[k] = ph.optimizer_ms;
     }
-    qsort(times, (size_t)opt->steps, sizeof *times, compare_doubles);
-    double median = opt->steps % 2 ? times[opt->steps / 2] : 0.5 * (times[opt->steps / 2 - 1] + times[opt->steps / 2]);
+    double median = median_of(times, opt->steps);
     float loss;
     be->to_host(be, &loss, t.model.loss, sizeof loss);
     ScalerState st = scaler_read(&t.scaler, be);
     if (comm->rank == 0) {
         printf("{\"tag\": \"%s\", \"impl\": \"amptrain\", \"backend\": \"%s\", \"world\": %d, \"batch_per_gpu\": %d, "
                "\"amp\": %d, \"channels_last\": 1, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
-               "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, \"loss\": %.6g, \"scale\": %g, \"skipped\": %d}\n",
+               "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, \"compute_ms\": %.2f, \"comm_exposed_ms\": %.2f, "
+               "\"optimizer_ms\": %.2f, \"loss\": %.6g, \"scale\": %g, \"skipped\": %d}\n",
                opt->tag ? opt->tag : "", be->name, comm->size, b, cfg.amp.enabled, median * 1e3, b / median,
-               (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, loss, st.scale, st.skipped_total);
+               (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, median_of(compute, opt->steps),
+               median_of(comm_ms, opt->steps), median_of(optim, opt->steps), loss, st.scale, st.skipped_total);
         fflush(stdout);
     }
     for (int k = 0; k < nb; k++) be->free(be, batches[k].device_images), be->free(be, batches[k].device_labels);

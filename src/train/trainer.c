@@ -82,6 +82,7 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     float *own_input = m->input_f32;
     int32_t *own_labels = m->labels;
     int wrote_grads = 0;
+    if (t->timed) be->mark_record(be, 0);
     scaler_begin_step(&t->scaler, be);
     for (int k = 0; k < n_micro; k++) {
         const MicroBatch *mb = next(ctx, k);
@@ -103,6 +104,7 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
         wrote_grads = 1;
     }
     m->input_f32 = own_input, m->labels = own_labels;
+    if (t->timed) be->mark_record(be, 1);
     if (!wrote_grads) be->zero(be, m->grads, m->params.padded_numel * dtype_size(m->act_dt));
     buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
 
@@ -113,11 +115,20 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     be->nonfinite_check(be, m->act_dt, m->grads, m->params.padded_numel, found_inf);
     t->grad_comm->allreduce_max_flag(t->grad_comm, found_inf);
     t->grad_comm->wait(t->grad_comm);
+    if (t->timed) be->mark_record(be, 2);
 
     float lr = (float)lr_at(&t->cfg->train, t->base_lr, (int)t->step, t->steps_per_epoch, (int)t->total_steps);
     sgd_step(&t->opt, be, m, &t->scaler, lr);
     scaler_update(&t->scaler, be);
+    if (t->timed) be->mark_record(be, 3);
     t->step++;
+}
+
+StepPhases trainer_step_phases(Trainer *t) {
+    Backend *be = t->be;
+    return (StepPhases){.compute_ms = be->mark_elapsed_ms(be, 0, 1),
+                        .exposed_comm_ms = be->mark_elapsed_ms(be, 1, 2),
+                        .optimizer_ms = be->mark_elapsed_ms(be, 2, 3)};
 }
 
 static const MicroBatch *array_micro(void *ctx, int k) { return (const MicroBatch *)ctx + k; }

@@ -65,7 +65,17 @@ typedef struct Trainer {
     int has_eval;
     double train_seconds;
     long images_seen;   // global samples trained on by this run
+    // Phase split of each step for the benchmark (timing marks on the compute stream, when `timed`):
+    // compute = forward + backward, exposed_comm = waiting for gradient sums + the verdict, optimizer.
+    int timed;
 } Trainer;
+
+typedef struct StepPhases {
+    float compute_ms, exposed_comm_ms, optimizer_ms;
+} StepPhases;
+
+// The phases of the last step (waits for it); requires t->timed = 1 before that step.
+StepPhases trainer_step_phases(Trainer *t);
 
 // Builds everything from a validated config. Returns 0, or 1/2 with a message printed (data files
 // missing: 2; runtime failure: 1). With checkpoint.resume set, loads it (refusing a mismatch).
