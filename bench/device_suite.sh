@@ -3,6 +3,7 @@
 #   build     cmake + build for sm_90 (needs .devdeps carried: ../shared/device/README.md)
 #   gputests  the gpu ctest label with AMPTRAIN_REQUIRE_GPU=1 (a missing GPU fails instead of skipping)
 #   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
+#   diag      per-step loss/scale/skips of a short ResNeXt-50 AMP run, 1 and 2 ranks
 #   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL)
 #   bench1    amptrain --bench vs torch_baseline.py on one GPU (batch 256 and 70, AMP and fp32)
 #   bench2    the same at batch 256 on two GPUs (mpirun / torchrun)
@@ -30,6 +31,12 @@ stage_parity() {
         (cd /tmp/parity && AMPTRAIN_REQUIRE_GPU=1 AMPTRAIN_PARITY_FILE=/tmp/parity/export.safetensors \
             "$OLDPWD/build/test_torch_parity") &&
         python3 tests/parity/check_checkpoint.py /tmp/parity/parity_cuda.safetensors --expect /tmp/parity/export.safetensors
+}
+stage_diag() {  # per-step loss / scale / skips of a short ResNeXt-50 AMP run on 1 and 2 ranks
+    local args=(configs/resnext50_32x4d_imagenet.yaml data.batch_size=64 data.train_size=2048 data.val_size=0
+                train.steps=12 log.every=1 log.progress=never checkpoint.dir= log.metrics= train.warmup_steps=0)
+    build/amptrain "${args[@]}" 2>&1 | grep -E "^step|summary"
+    mpirun -np 2 build/amptrain "${args[@]}" 2>&1 | grep -E "^step|summary|error"
 }
 stage_dp2() {
     AMPTRAIN_TEST_BACKEND=cuda CK_FORK=no mpirun -np 2 build/test_data_parallel

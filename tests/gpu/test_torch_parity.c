@@ -1,10 +1,13 @@
 // test_torch_parity.c - amptrain against PyTorch on the same torchvision ResNeXt-50 32x4d weights and batch.
 //
 // tests/parity/export_torchvision.py (device machine, torch) writes the weights, one batch, and PyTorch's
-// logits, loss and gradients in fp32 and under autocast; AMPTRAIN_PARITY_FILE names that file. Checked:
-//   CPU backend fp32   vs torch fp32   (the reference is trusted through this)
-//   CUDA backend fp32  vs torch fp32   (TF32 off)
+// logits, loss and gradients in fp64, fp32 and under autocast; AMPTRAIN_PARITY_FILE names that file.
+//   CPU backend fp32   vs torch fp64   (the reference is trusted through this)
+//   CUDA backend fp32  vs torch fp64   (TF32 off)
 //   CUDA backend AMP   vs torch AMP
+// fp32 results are held to the exact (fp64) answer no looser than 3x torch's own fp32 error on the same
+// batch: at initialisation, with 4 samples, early batch-norm gradients are sums that nearly cancel, so
+// any fp32 implementation is off by ~1e-2 there (torch's fp32 error is printed next to ours).
 // and a checkpoint written from the loaded weights, which tests/parity/check_checkpoint.py then loads
 // into torchvision. Without the file (CI) or without a GPU for the CUDA cases, the suite reports skipped.
 #include <check.h>
@@ -82,7 +85,7 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     model_backward(m, be, batch, 0, NULL, NULL);
 
     char name[256];
-    const char *ref_tag = amp ? "amp" : "fp32";
+    const char *ref_tag = amp ? "amp" : "fp64";
     snprintf(name, sizeof name, "parity.%s.logits", ref_tag);
     size_t n_logits;
     float *want_logits = read_tensor(f, name, &n_logits);
@@ -130,7 +133,7 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
 }
 
 // fp32 against fp32: summation orders differ (cuDNN algorithms, batch-norm reductions), nothing else.
-static const Tolerance FP32 = {.logits = 1e-4, .loss = 1e-5, .grads = 1e-3, .cosine = 0.99999};
+static Tolerance FP32;  // from the file: 3x torch fp32's own error against fp64, at least a small floor
 // AMP against AMP: both round activations to fp16, at different places; 4 samples make batch-norm
 // gradients cancel-prone, which amplifies that rounding (see test_training.c).
 static const Tolerance AMP = {.logits = 1e-2, .loss = 1e-3, .grads = 0.2, .cosine = 0.98};
@@ -165,8 +168,11 @@ END_TEST
 
 int main(void) {
     parity_path = getenv("AMPTRAIN_PARITY_FILE");
-    if (!parity_path) return tu_skip_gpu("test_torch_parity", "AMPTRAIN_PARITY_FILE is not set (run "
-                                         "tests/parity/export_torchvision.py on a machine with torch)");
+    if (!parity_path) {
+        printf("test_torch_parity: skipped: AMPTRAIN_PARITY_FILE is not set (bench/device_suite.sh parity "
+               "makes it with tests/parity/export_torchvision.py on a machine with torch)\n");
+        return TU_SKIP_EXIT;
+    }
     char err[512];
     SafetensorsFile *f = st_open(parity_path, err, sizeof err);
     if (!f) {
@@ -174,6 +180,12 @@ int main(void) {
         return 1;
     }
     batch = (int)st_find(f, "parity.labels")->shape[0];
+    float *torch_err = read_tensor(f, "parity.torch_fp32_error", NULL);
+    FP32 = (Tolerance){.logits = fmax(3 * torch_err[0], 1e-5), .loss = fmax(3 * torch_err[1], 1e-6),
+                       .grads = fmax(3 * torch_err[2], 1e-4), .cosine = 0.999};
+    printf("torch fp32 vs fp64 on this batch: logits %.2e loss %.2e gradients %.2e\n", torch_err[0], torch_err[1],
+           torch_err[2]);
+    free(torch_err);
     st_close(f);
     char why[256];
     Backend *probe = cuda_backend_create(0, 0, 0, why, sizeof why);
@@ -190,6 +202,7 @@ int main(void) {
     }
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);  // a CUDA context does not survive fork()
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

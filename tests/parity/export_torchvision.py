@@ -9,6 +9,9 @@ Tensors written (fp32 unless noted):
   parity.fp32.logits / .loss  forward in fp32 (TF32 off), train mode (batch statistics)
   parity.fp32.grad.<param>    gradient of the mean cross-entropy loss
   parity.amp.logits / .loss / .grad.<param>   the same under torch.autocast(float16), no loss scaling
+  parity.fp64.logits / .loss / .grad.<param>  the same in float64 (stored as fp32): the exact answer that
+                              both fp32 implementations are measured against
+  parity.torch_fp32_error     (3,) torch fp32's own relative error against fp64: logits, loss, gradients
 """
 import argparse
 
@@ -33,18 +36,28 @@ out = {k: v.contiguous().cpu() for k, v in state.items()}
 out["parity.input"] = x.permute(0, 2, 3, 1).contiguous().cpu()
 out["parity.labels"] = y.to(torch.int32).cpu()
 
-for tag, amp in (("fp32", False), ("amp", True)):
-    net.load_state_dict(state)  # identical weights and running stats for both passes
+for tag, amp, dtype in (("fp32", False, torch.float32), ("amp", True, torch.float32), ("fp64", False, torch.float64)):
+    net = net.to(dtype)
+    net.load_state_dict(state)  # identical weights and running stats for every pass
     net.zero_grad(set_to_none=True)
     with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
-        logits = net(x)
-        loss = torch.nn.functional.cross_entropy(logits.float(), y)
+        logits = net(x.to(dtype))
+        loss = torch.nn.functional.cross_entropy(logits.to(dtype) if not amp else logits.float(), y)
     loss.backward()
     out[f"parity.{tag}.logits"] = logits.float().detach().cpu()
-    out[f"parity.{tag}.loss"] = loss.detach().reshape(1).cpu()
+    out[f"parity.{tag}.loss"] = loss.detach().float().reshape(1).cpu()
     for name, param in net.named_parameters():
         out[f"parity.{tag}.grad.{name}"] = param.grad.float().contiguous().cpu()
     print(f"{tag}: loss {loss.item():.6f}")
 
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+grads32 = torch.cat([out[k].flatten() for k in out if k.startswith("parity.fp32.grad.")])
+grads64 = torch.cat([out[k].flatten() for k in out if k.startswith("parity.fp64.grad.")])
+err = [rel(out["parity.fp32.logits"], out["parity.fp64.logits"]), rel(out["parity.fp32.loss"], out["parity.fp64.loss"]),
+       rel(grads32, grads64)]
+out["parity.torch_fp32_error"] = torch.tensor(err, dtype=torch.float32)
+print(f"torch fp32 vs fp64: logits {err[0]:.2e} loss {err[1]:.2e} gradients {err[2]:.2e}")
 save_file(out, a.out)
 print(f"wrote {a.out}: {len(out)} tensors")
