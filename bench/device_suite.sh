@@ -44,7 +44,8 @@ stage_dp2() {
 amp_bench() {  # world batch amp
     local world=$1 batch=$2 amp=$3 tag="amptrain w$1 b$2 amp$3"
     local cmd=(build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "$tag"
-               data.batch_size="$batch" amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" cudnn.benchmark=true)
+               data.batch_size="$batch" amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" cudnn.benchmark=true
+               cudnn.tf32=true)  # PyTorch allows TF32 in cuDNN convolutions by default
     if [ "$world" = 1 ]; then "${cmd[@]}" | grep '^{' | tee -a "$BENCH"
     else mpirun -np "$world" "${cmd[@]}" | grep '^{' | tee -a "$BENCH"; fi
 }
