@@ -144,8 +144,8 @@ static int activation_plan(Model *m, ActivationBuffer *plan) {
 #define PLAN(ptr, elems, elem_bytes) (plan[count++] = (ActivationBuffer){(void **)&(ptr), (size_t)(elems) * (elem_bytes)})
     int n = m->max_batch, side = m->cfg.image_size, classes = m->cfg.num_classes;
     size_t in_elems = (size_t)n * side * side * 3;
-    PLAN(m->input_f32, in_elems, sizeof(float));
     if (m->amp) PLAN(m->input, in_elems, e);
+    else PLAN(m->input_f32, in_elems, sizeof(float));  // the fp32 input is what backward reads
     size_t largest = conv_out_elems(&m->stem.shape);
     PLAN(m->stem_a, conv_out_elems(&m->stem.shape), e);
     PLAN(m->stem_b, conv_out_elems(&m->stem.shape), e);
@@ -156,7 +156,7 @@ static int activation_plan(Model *m, ActivationBuffer *plan) {
         size_t e3 = conv_out_elems(&b->conv3.shape);
         PLAN(b->a1, e1, e), PLAN(b->b1, e1, e), PLAN(b->a2, e2, e), PLAN(b->b2, e2, e);
         PLAN(b->a3, e3, e), PLAN(b->out, e3, e);
-        if (b->has_down) PLAN(b->down_a, e3, e), PLAN(b->down_b, e3, e);
+        if (b->has_down) PLAN(b->down_a, e3, e);
         size_t biggest = e1 > e2 ? e1 : e2;
         biggest = biggest > e3 ? biggest : e3;
         if (biggest > largest) largest = biggest;
@@ -165,7 +165,8 @@ static int activation_plan(Model *m, ActivationBuffer *plan) {
     PLAN(m->dpooled, (size_t)n * m->fc_in, e);
     PLAN(m->logits, (size_t)n * classes, e);
     PLAN(m->dlogits, (size_t)n * classes, e);
-    for (int k = 0; k < 5; k++) PLAN(m->scratch[k], largest, e);
+    if (m->amp && largest * e < in_elems * sizeof(float)) largest = in_elems * sizeof(float) / e;
+    for (int k = 0; k < 3; k++) PLAN(m->scratch[k], largest, e);
 #undef PLAN
     return count;
 }
@@ -240,6 +241,8 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     }
     free(plan);
     if (!m->amp) m->input = m->input_f32;
+    else m->input_f32 = m->scratch[0];
+    for (int i = 0; i < m->n_blocks; i++) m->blocks[i].down_b = m->scratch[2];
     m->labels = be->alloc(be, (size_t)m->max_batch * sizeof(int32_t));
     m->loss = be->alloc(be, sizeof(float));
 }
@@ -384,23 +387,23 @@ static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, c
     notify(c, bn->beta);
 }
 
-// Gradient buffers rotate through m->scratch: dout is this block's output gradient, d_in receives its
-// input gradient; t1..t3 are temporaries. Shapes fit because every scratch holds the largest activation.
-static void block_backward(BackwardCtx *c, Block *b, const void *in, const void *dout, void *d_in, void *t1,
-                           void *t2, void *t3) {
+// Three gradient buffers per block: dout holds this block's output gradient, d_in receives its input
+// gradient, t is a temporary; dout is free again once bn3's backward has read it. Every scratch holds
+// the largest activation, so any gradient fits any of them.
+static void block_backward(BackwardCtx *c, Block *b, const void *in, void *dout, void *d_in, void *t) {
     int n = c->n;
     int rows_out = rows_of(&b->conv3, n);
-    // bn3 (+ residual + relu): d_a3 -> t1; the residual's gradient -> d_in (identity) or t3 (downsample)
-    bn_bwd(c, &b->bn3, rows_out, b->a3, b->out, dout, 1, t1, b->has_down ? t3 : d_in);
+    // bn3 (+ residual + relu): d_a3 -> t; the residual's gradient -> d_in
+    bn_bwd(c, &b->bn3, rows_out, b->a3, b->out, dout, 1, t, d_in);
     if (b->has_down) {
-        bn_bwd(c, &b->down_bn, rows_out, b->down_a, b->down_b, t3, 0, t2, NULL);
-        conv_bwd(c, &b->down, in, t2, d_in, 0);
+        bn_bwd(c, &b->down_bn, rows_out, b->down_a, b->down_b, d_in, 0, dout, NULL);  // d_down_a -> dout
+        conv_bwd(c, &b->down, in, dout, d_in, 0);                                    // d_in = down's
     }
-    conv_bwd(c, &b->conv3, b->b2, t1, t2, 0);                                   // d_b2 -> t2
-    bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), b->a2, b->b2, t2, 1, t1, NULL);   // d_a2 -> t1
-    conv_bwd(c, &b->conv2, b->b1, t1, t2, 0);                                   // d_b1 -> t2
-    bn_bwd(c, &b->bn1, rows_of(&b->conv1, n), b->a1, b->b1, t2, 1, t1, NULL);   // d_a1 -> t1
-    conv_bwd(c, &b->conv1, in, t1, d_in, 1);                                    // d_in += conv1's
+    conv_bwd(c, &b->conv3, b->b2, t, dout, 0);                                  // d_b2 -> dout
+    bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), b->a2, b->b2, dout, 1, t, NULL);  // d_a2 -> t
+    conv_bwd(c, &b->conv2, b->b1, t, dout, 0);                                  // d_b1 -> dout
+    bn_bwd(c, &b->bn1, rows_of(&b->conv1, n), b->a1, b->b1, dout, 1, t, NULL);  // d_a1 -> t
+    conv_bwd(c, &b->conv1, in, t, d_in, 1);                                     // d_in += conv1's
 }
 
 void model_backward(Model *m, Backend *be, int n, int accumulate, GradReadyFn ready, void *ctx) {
@@ -413,8 +416,7 @@ void model_backward(Model *m, Backend *be, int n, int accumulate, GradReadyFn re
     void *dout = m->scratch[0], *d_in = m->scratch[1];
     be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, m->dpooled, dout);
     for (int i = m->n_blocks - 1; i >= 0; i--) {
-        block_backward(&c, &m->blocks[i], block_input(m, i), dout, d_in, m->scratch[2], m->scratch[3],
-                       m->scratch[4]);
+        block_backward(&c, &m->blocks[i], block_input(m, i), dout, d_in, m->scratch[2]);
         void *t = dout;
         dout = d_in, d_in = t;
     }

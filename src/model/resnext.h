@@ -38,7 +38,8 @@ typedef struct Block {
     void *a1, *b1;        // conv1 output, bn1+relu output   (n, h_in, w_in, width)
     void *a2, *b2;        // conv2 output, bn2+relu output   (n, h_out, w_out, width)
     void *a3, *out;       // conv3 output, bn3+add+relu out  (n, h_out, w_out, 4*planes)
-    void *down_a, *down_b;// downsample conv output, its bn  (n, h_out, w_out, 4*planes)
+    void *down_a;         // downsample conv output            (n, h_out, w_out, 4*planes)
+    void *down_b;         // its bn output: only the forward needs it, so it lives in a gradient scratch
 } Block;
 
 // Called by model_backward each time a parameter's gradient is final (for bucketed allreduce).
@@ -68,7 +69,8 @@ typedef struct Model {
     void *grads;           // (padded_numel) act_dt gradients, backward order
     float *running;        // (stats_numel) BN running mean/var
     float *saved;          // (stats_numel) BN batch mean / invstd from the last training forward
-    float *input_f32;      // (max_batch, image, image, 3) fp32 staging for the loader's batch
+    float *input_f32;      // (max_batch, image, image, 3) fp32 staging for the loader's batch (under AMP a
+                           // gradient scratch: only the forward's first cast reads it)
     void *input;           // (max_batch, image, image, 3) act_dt (== input_f32 without AMP)
     int32_t *labels;       // (max_batch)
     void *stem_a, *stem_b, *stem_pool;  // stem conv out, bn+relu out, maxpool out
@@ -77,7 +79,7 @@ typedef struct Model {
     void *dlogits;         // (max_batch, classes) act_dt
     void *dpooled;         // (max_batch, fc_in) act_dt
     float *loss;           // (1) fp32 mean loss of the last forward
-    void *scratch[5];      // gradient scratch, each the largest activation
+    void *scratch[3];      // gradient scratch, each the largest activation; free during the forward
     size_t activation_bytes;  // everything above allocated per batch
 } Model;
 
