@@ -179,13 +179,17 @@ int main(void) {
         printf("test_torch_parity: %s\n", err);
         return 1;
     }
-    batch = (int)st_find(f, "parity.labels")->shape[0];
-    float *torch_err = read_tensor(f, "parity.torch_fp32_error", NULL);
+    const StTensor *labels = st_find(f, "parity.labels"), *err_t = st_find(f, "parity.torch_fp32_error");
+    float torch_err[3];
+    if (!labels || !err_t || st_read(f, err_t->name, ST_F32, 1, err_t->shape, torch_err, err, sizeof err) != 0) {
+        printf("test_torch_parity: %s lacks parity.labels or parity.torch_fp32_error (re-export it)\n", parity_path);
+        return 1;
+    }
+    batch = (int)labels->shape[0];
     FP32 = (Tolerance){.logits = fmax(3 * torch_err[0], 1e-5), .loss = fmax(3 * torch_err[1], 1e-6),
                        .grads = fmax(3 * torch_err[2], 1e-4), .cosine = 0.999};
     printf("torch fp32 vs fp64 on this batch: logits %.2e loss %.2e gradients %.2e\n", torch_err[0], torch_err[1],
            torch_err[2]);
-    free(torch_err);
     st_close(f);
     char why[256];
     Backend *probe = cuda_backend_create(0, 0, 0, why, sizeof why);

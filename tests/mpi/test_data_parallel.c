@@ -321,11 +321,12 @@ START_TEST(ranks_equal_one_rank_with_accumulation) {
     comm->broadcast(comm, errors, sizeof errors, 0);
     // CPU: the sums happen in the same order, so the runs agree exactly (1e-5 is slack). CUDA: cuDNN's
     // accumulating filter gradient (beta = 1) and NCCL's sum round differently, and four SGD steps on
-    // 4-sample batches amplify that (seen on two H200s: 9.5e-5), so fp32 rounding is bounded by 1e-3.
-    double tol = strcmp(be->name, "cpu") == 0 ? 1e-5 : 1e-3;
-    ck_assert_msg(errors[0] < tol, "%d ranks vs 1 rank x accum %d: weights differ by %g", comm->size, comm->size,
-                  errors[0]);
-    ck_assert_msg(errors[1] < tol, "momentum differs by %g", errors[1]);
+    // 4-sample batches amplify that (seen on two H200s: weights 9.5e-5, momentum 1.9e-3 apart; momentum
+    // is a sum of gradients, whose batch-norm parts nearly cancel at this batch size).
+    int on_cpu = strcmp(be->name, "cpu") == 0;
+    ck_assert_msg(errors[0] < (on_cpu ? 1e-5 : 1e-3), "%d ranks vs 1 rank x accum %d: weights differ by %g",
+                  comm->size, comm->size, errors[0]);
+    ck_assert_msg(errors[1] < (on_cpu ? 1e-5 : 1e-2), "momentum differs by %g", errors[1]);
     // Not vacuous: training moved the weights far more than the tolerance.
     ck_assert_msg(errors[2] > 1e-3, "%d steps moved the weights by only %g", STEPS, errors[2]);
     state_free(&init), state_free(&dist);
