@@ -77,6 +77,8 @@ static void cuda_be_readback_begin(Backend *be, void *host_dst, const void *src,
 
 static void cuda_be_readback_wait(Backend *be) { CUDA_CHECK(cudaEventSynchronize(cuda_state(be)->readback_done)); }
 
+extern "C" void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) { cuda_state(be)->conv_workspace_cap = bytes; }
+
 static void cuda_be_mark_record(Backend *be, int slot) {
     CudaBackend *cb = cuda_state(be);
     CUDA_CHECK(cudaEventRecord(cb->marks[slot], cb->stream));
@@ -178,6 +180,7 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int all
     cb->device = device;
     cb->cudnn_benchmark = cudnn_benchmark;
     cb->allow_tf32 = allow_tf32;
+    cb->conv_workspace_cap = (size_t)1 << 30;
     CUDA_CHECK(cudaSetDevice(device));
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));

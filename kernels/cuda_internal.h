@@ -47,6 +47,7 @@ typedef struct CudaBackend {
     cublasHandle_t cublas;
     int cudnn_benchmark;          // cudnn.benchmark: timed algorithm search once per shape
     int allow_tf32;               // fp32 convolutions/matmuls may use TF32
+    size_t conv_workspace_cap;    // largest convolution workspace an algorithm may use (cudnn.workspace_mb)
     void *workspace;              // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
     size_t workspace_bytes;
     CudaConvCache *conv_cache;

@@ -15,7 +15,6 @@
 #include "cuda_internal.h"
 
 // The largest workspace an algorithm may ask for; the shared workspace grows up to this on demand.
-#define CONV_WORKSPACE_CAP ((size_t)1 << 30)
 // How many candidates to ask cuDNN for in one heuristic query or timed search.
 #define CONV_ALGO_CANDIDATES 16
 
@@ -121,6 +120,7 @@ void cuda_conv_cache_destroy(CudaBackend *cb) {
 // helpers see one candidate list through (status, memory, determinism) arrays filled per direction.
 
 typedef struct ConvCandidates {
+    size_t cap;  // largest workspace an algorithm may use (cudnn.workspace_mb)
     int count;
     int algo[CONV_ALGO_CANDIDATES];
     cudnnStatus_t status[CONV_ALGO_CANDIDATES];
@@ -144,10 +144,10 @@ typedef struct ConvCandidates {
 static int conv_candidates_pick(const ConvCandidates *c, int prefer_deterministic) {
     if (prefer_deterministic)
         for (int i = 0; i < c->count; i++)
-            if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= CONV_WORKSPACE_CAP && c->deterministic[i])
+            if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap && c->deterministic[i])
                 return i;
     for (int i = 0; i < c->count; i++)
-        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= CONV_WORKSPACE_CAP) return i;
+        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap) return i;
     return -1;
 }
 
@@ -155,7 +155,7 @@ static int conv_candidates_pick(const ConvCandidates *c, int prefer_deterministi
 static size_t conv_candidates_max_memory(const ConvCandidates *c) {
     size_t most = 0;
     for (int i = 0; i < c->count; i++)
-        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= CONV_WORKSPACE_CAP && c->memory[i] > most)
+        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap && c->memory[i] > most)
             most = c->memory[i];
     return most;
 }
@@ -186,7 +186,7 @@ static int conv_pick_or_die(ConvPlan *p, ConvDirection d, const ConvCandidates *
 // x (n,h,w,c_in), w (c_out,kh,kw,c_in/g) are read; y is the real output (forward never accumulates).
 static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y) {
     cudnnConvolutionFwdAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
-    ConvCandidates cands;
+    ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
                                                        CONV_ALGO_CANDIDATES, &n, perf));
@@ -209,7 +209,7 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
 // dy, w are read; the search writes a scratch dx so an accumulating dx is never touched.
 static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *dy, const void *w) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
-    ConvCandidates cands;
+    ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                             p->x_desc, CONV_ALGO_CANDIDATES, &n, perf));
@@ -236,7 +236,7 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
 // x, dy are read; the search writes a scratch dw so an accumulating dw is never touched.
 static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
-    ConvCandidates cands;
+    ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                               p->w_desc, CONV_ALGO_CANDIDATES, &n, perf));

@@ -16,3 +16,7 @@ void *cuda_backend_stream(Backend *be) {
     (void)be;
     return NULL;
 }
+
+void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) {
+    (void)be, (void)bytes;
+}

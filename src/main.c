@@ -183,7 +183,10 @@ static Backend *select_backend(const Config *cfg, Comm *comm) {
                 return NULL;
             }
             Backend *be = cuda_backend_create(comm->local_rank, cfg->cudnn.benchmark, cfg->cudnn.tf32, why, sizeof why);
-            if (be) return be;
+            if (be) {
+                cuda_backend_set_workspace_cap(be, (size_t)cfg->cudnn.workspace_mb << 20);
+                return be;
+            }
         } else {
             snprintf(why, sizeof why, "no CUDA device is visible");
         }

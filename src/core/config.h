@@ -82,6 +82,7 @@ typedef struct BackendConfig {
 typedef struct CudnnConfig {
     int benchmark;      // timed algorithm search once per shape
     int tf32;           // allow TF32 in fp32 mode
+    int workspace_mb;   // largest convolution workspace an algorithm may use
 } CudnnConfig;
 
 typedef struct DebugConfig {

@@ -8,7 +8,9 @@ Tensors written (fp32 unless noted):
   parity.labels               (N,) int32
   parity.fp32.logits / .loss  forward in fp32 (TF32 off), train mode (batch statistics)
   parity.fp32.grad.<param>    gradient of the mean cross-entropy loss
-  parity.amp.logits / .loss / .grad.<param>   the same under torch.autocast(float16), no loss scaling
+  parity.amp.logits / .loss / .grad.<param>   the same under torch.autocast(float16), backward of
+                              loss x parity.amp.scale (as GradScaler does, so fp16 gradients do not
+                              underflow), gradients divided by it again
   parity.fp64.logits / .loss / .grad.<param>  the same in float64 (stored as fp32): the exact answer that
                               both fp32 implementations are measured against
   parity.torch_fp32_error     (3,) torch fp32's own relative error against fp64: logits, loss, gradients
@@ -32,9 +34,12 @@ net = torchvision.models.resnext50_32x4d().cuda().train()
 x = torch.randn(a.batch, 3, 224, 224, device="cuda")
 y = torch.randint(0, 1000, (a.batch,), device="cuda")
 state = {k: v.detach().clone() for k, v in net.state_dict().items()}  # before any forward
+AMP_SCALE = 1024.0
+out_scale = torch.tensor([AMP_SCALE])
 out = {k: v.contiguous().cpu() for k, v in state.items()}
 out["parity.input"] = x.permute(0, 2, 3, 1).contiguous().cpu()
 out["parity.labels"] = y.to(torch.int32).cpu()
+out["parity.amp.scale"] = out_scale
 
 for tag, amp, dtype in (("fp32", False, torch.float32), ("amp", True, torch.float32), ("fp64", False, torch.float64)):
     net = net.to(dtype)
@@ -43,11 +48,11 @@ for tag, amp, dtype in (("fp32", False, torch.float32), ("amp", True, torch.floa
     with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
         logits = net(x.to(dtype))
         loss = torch.nn.functional.cross_entropy(logits.to(dtype) if not amp else logits.float(), y)
-    loss.backward()
+    (loss * AMP_SCALE if amp else loss).backward()
     out[f"parity.{tag}.logits"] = logits.float().detach().cpu()
     out[f"parity.{tag}.loss"] = loss.detach().float().reshape(1).cpu()
     for name, param in net.named_parameters():
-        out[f"parity.{tag}.grad.{name}"] = param.grad.float().contiguous().cpu()
+        out[f"parity.{tag}.grad.{name}"] = (param.grad.float() / (AMP_SCALE if amp else 1)).contiguous().cpu()
     print(f"{tag}: loss {loss.item():.6f}")
 
 def rel(a, b):
