@@ -7,7 +7,7 @@
 #   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL)
 #   bench1    amptrain --bench vs torch_baseline.py on one GPU (batch 256 and 70, AMP and fp32)
 #   bench2    the same at batch 256 on two GPUs (mpirun / torchrun)
-#   benchws   AMP batch 256 with cudnn.workspace_mb 1024 and 256, torch beside
+#   benchws   AMP batch 256 with cudnn.workspace_mb 256, 128 and 64, torch beside
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
 set -u
 source .devdeps/env.sh
@@ -62,8 +62,8 @@ stage_bench1() {
         amp_bench 1 "$1" "$2"; torch_bench 1 "$1" "$2"
     done
 }
-stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024 and 256 MiB, torch beside
-    for ws in 1024 256; do
+stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 256, 128 and 64 MiB, torch beside
+    for ws in 256 128 64; do
         build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp1 ws$ws" \
             data.batch_size=256 cudnn.benchmark=true cudnn.workspace_mb=$ws | grep '^{' | tee -a "$BENCH"
     done
