@@ -95,7 +95,7 @@ void config_defaults(Config *cfg) {
 
     copy_text(cfg->backend.device, sizeof cfg->backend.device, "auto");
 
-    cfg->cudnn.workspace_mb = 1024;
+    cfg->cudnn.workspace_mb = 128;
     cfg->debug.inject_step = -1;
     cfg->debug.inject_rank = -1;
     cfg->debug.inject_value = INFINITY;
