@@ -37,7 +37,8 @@ stage_parity() {
 }
 stage_diag() {  # per-step loss / scale / skips of a short ResNeXt-50 AMP run on 1 and 2 ranks
     local args=(configs/resnext50_32x4d_imagenet.yaml data.batch_size=64 data.train_size=2048 data.val_size=0
-                train.steps=12 log.every=1 log.progress=never checkpoint.dir= log.metrics= train.warmup_steps=0)
+                train.steps=12 log.every=1 log.progress=never checkpoint.dir= checkpoint.every=0 log.metrics=
+                train.warmup_steps=0)
     build/amptrain "${args[@]}" 2>&1 | grep -E "^step|summary"
     mpirun -np 2 build/amptrain "${args[@]}" 2>&1 | grep -E "^step|summary|error"
 }

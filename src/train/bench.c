@@ -1,5 +1,6 @@
 #include "bench.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,17 @@
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+// Writes text as the inside of a JSON string: quotes, backslashes and control characters escaped.
+static void json_escape(const char *text, char *out, size_t cap) {
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p && n + 7 < cap; p++) {
+        if (*p == '"' || *p == '\\') n += (size_t)snprintf(out + n, cap - n, "\\%c", *p);
+        else if (*p < 0x20) n += (size_t)snprintf(out + n, cap - n, "\\u%04x", *p);
+        else out[n++] = (char)*p;
+    }
+    out[n] = 0;
 }
 
 // Sorts v in place.
@@ -66,13 +78,18 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
     be->to_host(be, &loss, t.model.loss, sizeof loss);
     ScalerState st = scaler_read(&t.scaler, be);
     if (comm->rank == 0) {
+        char tag[256], loss_text[32];
+        json_escape(opt->tag ? opt->tag : "", tag, sizeof tag);
+        // JSON has no NaN or Infinity: a diverged run reports its loss as null.
+        if (isfinite(loss)) snprintf(loss_text, sizeof loss_text, "%.6g", loss);
+        else snprintf(loss_text, sizeof loss_text, "null");
         printf("{\"tag\": \"%s\", \"impl\": \"amptrain\", \"backend\": \"%s\", \"world\": %d, \"batch_per_gpu\": %d, "
                "\"amp\": %d, \"channels_last\": 1, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
                "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, \"compute_ms\": %.2f, \"comm_exposed_ms\": %.2f, "
-               "\"optimizer_ms\": %.2f, \"loss\": %.6g, \"scale\": %g, \"skipped\": %d}\n",
-               opt->tag ? opt->tag : "", be->name, comm->size, b, cfg.amp.enabled, median * 1e3, b / median,
+               "\"optimizer_ms\": %.2f, \"loss\": %s, \"scale\": %g, \"skipped\": %d}\n",
+               tag, be->name, comm->size, b, cfg.amp.enabled, median * 1e3, b / median,
                (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, median_of(compute, opt->steps),
-               median_of(comm_ms, opt->steps), median_of(optim, opt->steps), loss, st.scale, st.skipped_total);
+               median_of(comm_ms, opt->steps), median_of(optim, opt->steps), loss_text, st.scale, st.skipped_total);
         fflush(stdout);
     }
     for (int k = 0; k < nb; k++) be->free(be, batches[k].device_images), be->free(be, batches[k].device_labels);
