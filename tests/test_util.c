@@ -1,11 +1,15 @@
 #include "test_util.h"
 
+#include <check.h>
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+
+extern char **environ;
 
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -77,4 +81,30 @@ int tu_skip_gpu(const char *suite, const char *why) {
     }
     printf("%s: skipped: %s\n", suite, why);
     return TU_SKIP_EXIT;
+}
+
+void tu_forget_launcher(void) {
+    static const char *const prefixes[] = {"OMPI_", "PMIX_", "PMI_", "MV2_"};
+    for (int again = 1; again;) {
+        again = 0;
+        for (char **e = environ; *e && !again; e++)
+            for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
+                if (strncmp(*e, prefixes[p], strlen(prefixes[p])) == 0) {
+                    char name[256];
+                    size_t len = strcspn(*e, "=");
+                    snprintf(name, sizeof name, "%.*s", (int)len, *e);
+                    unsetenv(name);  // environ changed under us: scan again from the start
+                    again = 1;
+                    break;
+                }
+    }
+}
+
+int tu_run_suite(Suite *suite, int fork) {
+    SRunner *sr = srunner_create(suite);
+    if (!fork) srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -18,6 +18,16 @@ int tu_run_cli(const char *args, char *output, size_t cap);
 // Writes text to a file (overwrites); returns the path for convenience.
 const char *tu_write_file(const char *path, const char *text);
 
+// Removes the MPI launcher's variables (OMPI_*, PMIX_*, PMI_*, MV2_*) from the environment: a test that
+// runs inside a launch of its own and starts a nested mpiexec (or a process that must run single) would
+// otherwise make it join the outer launch.
+void tu_forget_launcher(void);
+
+// Runs a Check suite and returns the process exit status; fork = 0 for suites that hold a CUDA context
+// or an MPI communicator (neither survives fork()).
+struct Suite;
+int tu_run_suite(struct Suite *suite, int fork);
+
 // 1 if the file exists.
 int tu_file_exists(const char *path);
 

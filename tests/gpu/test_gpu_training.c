@@ -116,9 +116,5 @@ int main(void) {
     tcase_add_test(tc, test_fp32_steps_match_cpu);
     tcase_add_test(tc, test_amp_steps_match_cpu);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s, 1);
 }

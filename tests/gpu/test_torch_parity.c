@@ -223,10 +223,5 @@ int main(void) {
         printf("test_torch_parity: CUDA cases skipped: %s\n", why);
     }
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);  // a CUDA context does not survive fork()
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s, 0);
 }

@@ -20,8 +20,8 @@
 
 #include "dist/comm.h"
 #include "dist/dist.h"
+#include "test_util.h"
 
-extern char **environ;
 
 // ---- the program under test ------------------------------------------------------------------------
 
@@ -90,24 +90,6 @@ static int scenario_single(int argc, char **argv) {
 
 static char self_path[4096];
 
-// The suite runs inside a launch of its own; a nested mpiexec that inherited that launch's variables
-// would try to join it, and comm_init would take the MPI path in the single scenario.
-static void environment_forget_launcher(void) {
-    static const char *const prefixes[] = {"OMPI_", "PMIX_", "PMI_", "MV2_"};
-    for (int again = 1; again;) {
-        again = 0;
-        for (char **e = environ; *e && !again; e++)
-            for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
-                if (strncmp(*e, prefixes[p], strlen(prefixes[p])) == 0) {
-                    char name[256];
-                    size_t len = strcspn(*e, "=");
-                    snprintf(name, sizeof name, "%.*s", (int)len, *e);
-                    unsetenv(name);  // environ changed under us: scan again from the start
-                    again = 1;
-                    break;
-                }
-    }
-}
 
 typedef struct {
     int status;  // exit status, or -1 if the command did not exit normally
@@ -213,7 +195,7 @@ int main(int argc, char **argv) {
     ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
     if (n <= 0) return EXIT_FAILURE;
     self_path[n] = 0;
-    environment_forget_launcher();
+    tu_forget_launcher();
 
     SRunner *runner = srunner_create(comm_faults_suite());
     srunner_run_all(runner, CK_NORMAL);

@@ -19,9 +19,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "test_util.h"
 #include "train/safetensors.h"
 
-extern char **environ;
 
 // Seconds from the kill within which the job must be over: dist.timeout_s (5) plus mpiexec's teardown,
 // with room for a loaded machine.
@@ -34,24 +34,6 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// The suite runs inside a launch of its own; a nested mpiexec that inherited that launch's variables
-// would try to join it, and the resumed run would take the MPI path.
-static void environment_forget_launcher(void) {
-    static const char *const prefixes[] = {"OMPI_", "PMIX_", "PMI_", "MV2_"};
-    for (int again = 1; again;) {
-        again = 0;
-        for (char **e = environ; *e && !again; e++)
-            for (size_t p = 0; p < sizeof prefixes / sizeof prefixes[0]; p++)
-                if (strncmp(*e, prefixes[p], strlen(prefixes[p])) == 0) {
-                    char name[256];
-                    size_t len = strcspn(*e, "=");
-                    snprintf(name, sizeof name, "%.*s", (int)len, *e);
-                    unsetenv(name);  // environ changed under us: scan again from the start
-                    again = 1;
-                    break;
-                }
-    }
-}
 
 // Reads a /proc file of NUL-separated strings (cmdline, environ) into buf; returns its length, 0 if gone.
 static size_t read_proc_file(pid_t pid, const char *what, char *buf, size_t cap) {
@@ -252,7 +234,7 @@ int main(void) {
                getenv("OMPI_COMM_WORLD_RANK"), launch_size);
         return EXIT_SUCCESS;
     }
-    environment_forget_launcher();
+    tu_forget_launcher();
     SRunner *runner = srunner_create(fault_trainer_suite());
     srunner_run_all(runner, CK_NORMAL);
     int failed = srunner_ntests_failed(runner);

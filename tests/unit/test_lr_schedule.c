@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "test_util.h"
 #include "train/lr_schedule.h"
 
 static TrainConfig train_config(const char *schedule, int warmup) {
@@ -64,9 +65,5 @@ int main(void) {
     tcase_add_test(tc, test_cosine_after_warmup);
     tcase_add_test(tc, test_linear_scaling_rule);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return tu_run_suite(s, 1);
 }
