@@ -7,6 +7,8 @@
 #include <stdlib.h>
 
 // cuda_internal.h first: it includes backend.h with C linkage, which cuda_backend.h relies on.
+#include <string.h>
+
 #include "cuda_internal.h"
 #include "cuda_alloc.h"
 #include "cuda_backend.h"
@@ -42,6 +44,21 @@ static void cuda_be_to_device(Backend *be, void *dst, const void *host_src, size
     CudaBackend *cb = cuda_state(be);
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cb->stream));
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
+}
+
+static void cuda_be_upload_async(Backend *be, void *dst, const void *host_src, size_t bytes) {
+    CudaBackend *cb = cuda_state(be);
+    int slot = cb->upload_next;
+    cb->upload_next = (slot + 1) % BACKEND_UPLOAD_SLOTS;
+    CUDA_CHECK(cudaEventSynchronize(cb->upload_done[slot]));  // its previous copy has left the buffer
+    if (cb->upload_bytes[slot] < bytes) {  // grows once, on the first batches
+        if (cb->upload_stage[slot]) CUDA_CHECK(cudaFreeHost(cb->upload_stage[slot]));
+        CUDA_CHECK(cudaMallocHost(&cb->upload_stage[slot], bytes));
+        cb->upload_bytes[slot] = bytes;
+    }
+    memcpy(cb->upload_stage[slot], host_src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, cb->upload_stage[slot], bytes, cudaMemcpyHostToDevice, cb->stream));
+    CUDA_CHECK(cudaEventRecord(cb->upload_done[slot], cb->stream));
 }
 
 static void cuda_be_to_host(Backend *be, void *host_dst, const void *src, size_t bytes) {
@@ -115,6 +132,11 @@ static void cuda_be_destroy(Backend *be) {
     CUDNN_CHECK(cudnnDestroy(cb->cudnn));
     CUDA_CHECK(cudaEventDestroy(cb->readback_done));
     for (int i = 0; i < BACKEND_MARKS; i++) CUDA_CHECK(cudaEventDestroy(cb->marks[i]));
+    for (int i = 0; i < BACKEND_UPLOAD_SLOTS; i++) {
+        CUDA_CHECK(cudaEventSynchronize(cb->upload_done[i]));
+        CUDA_CHECK(cudaEventDestroy(cb->upload_done[i]));
+        if (cb->upload_stage[i]) CUDA_CHECK(cudaFreeHost(cb->upload_stage[i]));
+    }
     cuda_alloc_destroy(st->alloc);  // also frees the workspaces
     CUDA_CHECK(cudaStreamDestroy(cb->stream));
     free(st);
@@ -128,6 +150,7 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->to_device = cuda_be_to_device;
     be->to_host = cuda_be_to_host;
     be->copy = cuda_be_copy;
+    be->upload_async = cuda_be_upload_async;
     be->sync = cuda_be_sync;
     be->peak_bytes = cuda_be_peak_bytes;
     be->current_bytes = cuda_be_current_bytes;
@@ -186,6 +209,8 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int all
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&cb->readback_done, cudaEventDisableTiming));
     for (int i = 0; i < BACKEND_MARKS; i++) CUDA_CHECK(cudaEventCreate(&cb->marks[i]));
+    for (int i = 0; i < BACKEND_UPLOAD_SLOTS; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&cb->upload_done[i], cudaEventDisableTiming));
     st->alloc = cuda_alloc_create();
 
     CUDNN_CHECK(cudnnCreate(&cb->cudnn));

@@ -53,6 +53,12 @@ typedef struct CudaBackend {
     CudaConvCache *conv_cache;
     cudaEvent_t readback_done;
     cudaEvent_t marks[BACKEND_MARKS];  // timing marks (mark_record / mark_elapsed_ms)
+    // upload_async: pinned staging buffers used round-robin; a slot is refilled only after the event
+    // recorded behind its last copy has passed (long done by then: the copy was issued slots ago)
+    void *upload_stage[BACKEND_UPLOAD_SLOTS];
+    size_t upload_bytes[BACKEND_UPLOAD_SLOTS];
+    cudaEvent_t upload_done[BACKEND_UPLOAD_SLOTS];
+    int upload_next;
     CudaBnCache *bn_cache;        // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
 } CudaBackend;
 

@@ -60,6 +60,7 @@ typedef struct SgdParams {
 } SgdParams;
 
 #define BACKEND_MARKS 8  // timing-mark slots
+#define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin
 
 typedef struct Backend Backend;
 struct Backend {
@@ -72,6 +73,10 @@ struct Backend {
     void (*to_device)(Backend *be, void *dst, const void *host_src, size_t bytes);  // waits
     void (*to_host)(Backend *be, void *host_dst, const void *src, size_t bytes);    // waits
     void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);            // device to device
+    // Host to device without waiting for the device: the bytes are staged (pinned memory on CUDA) and the
+    // copy is ordered on the compute stream; host_src may be reused as soon as this returns. The
+    // training step's input batch goes this way (DESIGN.md step 1).
+    void (*upload_async)(Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*sync)(Backend *be);
     size_t (*peak_bytes)(Backend *be);     // like torch.cuda.max_memory_allocated
     size_t (*current_bytes)(Backend *be);

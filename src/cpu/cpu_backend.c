@@ -155,6 +155,7 @@ Backend *cpu_backend_create(void) {
     be->host_alloc = cpu_host_alloc;
     be->host_free = cpu_host_free;
     be->readback_begin = cpu_copy;
+    be->upload_async = cpu_copy;
     be->readback_wait = cpu_readback_wait;
     be->mark_record = cpu_mark_record;
     be->mark_elapsed_ms = cpu_mark_elapsed_ms;

@@ -90,8 +90,8 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
         if (mb->count == 0) continue;
         size_t image_floats = (size_t)m->cfg.image_size * m->cfg.image_size * 3;
         if (mb->host_images) {
-            be->to_device(be, own_input, mb->host_images, (size_t)mb->count * image_floats * sizeof(float));
-            be->to_device(be, own_labels, mb->host_labels, (size_t)mb->count * sizeof(int32_t));
+            be->upload_async(be, own_input, mb->host_images, (size_t)mb->count * image_floats * sizeof(float));
+            be->upload_async(be, own_labels, mb->host_labels, (size_t)mb->count * sizeof(int32_t));
             m->input_f32 = own_input, m->labels = own_labels;
         } else {
             m->input_f32 = mb->device_images, m->labels = mb->device_labels;
@@ -200,32 +200,43 @@ EvalRecord trainer_evaluate(Trainer *t) {
 
 // ---- the loop ------------------------------------------------------------------------------------
 
+// Log records travel one interval behind the training: at a logging step the loss and the scaler state
+// are copied back asynchronously, and the record is completed and printed at the next logging step (or
+// before an evaluation, a checkpoint, the end), so the step never waits for the device.
+static void log_flush(Trainer *t) {
+    if (!t->log_pending) return;
+    t->be->readback_wait(t->be);
+    ScalerState st;
+    memcpy(&st, t->readback + 1, sizeof st);
+    StepRecord r = t->pending_log;
+    r.loss = t->readback[0];
+    r.scale = st.scale;
+    r.skipped_total = st.skipped_total;
+    r.skipped = st.found_inf != 0;
+    t->last_loss = r.loss;
+    metrics_step(&t->metrics, &r);
+    t->log_pending = 0;
+}
+
 static void log_step(Trainer *t, int force) {
     const LogConfig *log = &t->cfg->log;
     if (!force && t->step % log->every != 0 && t->step != 1 && t->step != t->total_steps) return;
+    log_flush(t);
     Backend *be = t->be;
     be->readback_begin(be, t->readback, t->model.loss, sizeof(float));
     be->readback_begin(be, t->readback + 1, t->scaler.state, sizeof(ScalerState));
-    be->readback_wait(be);
-    ScalerState st;
-    memcpy(&st, t->readback + 1, sizeof st);
     double now = metrics_now();
     long steps = t->step - t->last_log_step;
     long global_batch = (long)t->cfg->data.batch_size * t->comm->size * t->cfg->train.accum_steps;
-    StepRecord r = {
+    t->pending_log = (StepRecord){
         .step = t->step,
         .epoch = t->epoch,
-        .loss = t->readback[0],
         .lr = lr_at(&t->cfg->train, t->base_lr, (int)t->step - 1, t->steps_per_epoch, (int)t->total_steps),
-        .scale = st.scale,
-        .skipped_total = st.skipped_total,
-        .skipped = st.found_inf != 0,
         .images_per_s = steps > 0 ? steps * global_batch / (now - t->last_log_time) : 0,
         .step_ms = steps > 0 ? 1e3 * (now - t->last_log_time) / steps : 0,
         .memory_mib = be->peak_bytes(be) / 1048576.0,
     };
-    t->last_loss = r.loss;
-    metrics_step(&t->metrics, &r);
+    t->log_pending = 1;
     t->last_log_step = t->step;
     t->last_log_time = now;
 }
@@ -233,6 +244,7 @@ static void log_step(Trainer *t, int force) {
 static void save_checkpoint(Trainer *t, const char *tag) {
     const char *dir = t->cfg->checkpoint.dir;
     if (!dir[0]) return;
+    log_flush(t);
     trainer_sync_bn_stats(t);
     if (t->comm->rank != 0) return;
     char path[CONFIG_PATH_MAX + 64], err[1024];
@@ -281,6 +293,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
         log_step(t, 0);
         if (t->step_in_epoch == 0 && t->val_set) {
+            log_flush(t);
             t->last_eval = trainer_evaluate(t);
             t->has_eval = 1;
             metrics_eval(&t->metrics, &t->last_eval);
@@ -296,6 +309,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->be->sync(t->be);
     t->train_seconds = metrics_now() - start;
     if (t->step > step_at_start && t->step != t->last_log_step) log_step(t, 1);
+    log_flush(t);
     save_checkpoint(t, "last");
     if (stopped) metrics_note(&t->metrics, "stopped by signal after step %ld", t->step);
     return 0;

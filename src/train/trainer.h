@@ -58,6 +58,8 @@ typedef struct Trainer {
     // logging
     Metrics metrics;
     float *readback;    // host_alloc'ed: [0] loss, then a ScalerState
+    StepRecord pending_log;  // the record whose device values are on their way back (log_pending)
+    int log_pending;
     long last_log_step;
     double last_log_time;
     double last_loss;
