@@ -45,28 +45,28 @@ void params_free(ParamRegistry *reg) {
     memset(reg, 0, sizeof *reg);
 }
 
-void params_to_torch_layout(const ParamInfo *info, const float *ours, float *torch_order) {
+// Copies a conv weight between our (C_out, kh, kw, C_in/g) order and torch's (C_out, C_in/g, kh, kw);
+// to_torch selects the direction. Other tensors have one layout and are copied as they are.
+static void permute_layout(const ParamInfo *info, const float *src, float *dst, int to_torch) {
     if (info->kind != PARAM_CONV_WEIGHT) {
-        memcpy(torch_order, ours, info->numel * sizeof(float));
+        memcpy(dst, src, info->numel * sizeof(float));
         return;
     }
     int64_t co = info->shape[0], ci = info->shape[1], kh = info->shape[2], kw = info->shape[3];
     for (int64_t o = 0; o < co; o++)
         for (int64_t i = 0; i < ci; i++)
             for (int64_t y = 0; y < kh; y++)
-                for (int64_t x = 0; x < kw; x++)
-                    torch_order[((o * ci + i) * kh + y) * kw + x] = ours[((o * kh + y) * kw + x) * ci + i];
+                for (int64_t x = 0; x < kw; x++) {
+                    int64_t torch_index = ((o * ci + i) * kh + y) * kw + x, our_index = ((o * kh + y) * kw + x) * ci + i;
+                    if (to_torch) dst[torch_index] = src[our_index];
+                    else dst[our_index] = src[torch_index];
+                }
+}
+
+void params_to_torch_layout(const ParamInfo *info, const float *ours, float *torch_order) {
+    permute_layout(info, ours, torch_order, 1);
 }
 
 void params_from_torch_layout(const ParamInfo *info, const float *torch_order, float *ours) {
-    if (info->kind != PARAM_CONV_WEIGHT) {
-        memcpy(ours, torch_order, info->numel * sizeof(float));
-        return;
-    }
-    int64_t co = info->shape[0], ci = info->shape[1], kh = info->shape[2], kw = info->shape[3];
-    for (int64_t o = 0; o < co; o++)
-        for (int64_t i = 0; i < ci; i++)
-            for (int64_t y = 0; y < kh; y++)
-                for (int64_t x = 0; x < kw; x++)
-                    ours[((o * kh + y) * kw + x) * ci + i] = torch_order[((o * ci + i) * kh + y) * kw + x];
+    permute_layout(info, torch_order, ours, 0);
 }
