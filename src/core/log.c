@@ -12,11 +12,15 @@ void log_set_rank(int rank, int world_size) {
 
 int log_rank(void) { return g_rank; }
 
+// One formatted line, written with one call, so lines of several ranks on a shared stream do not
+// interleave mid-line.
 static void log_line(FILE *stream, const char *level, const char *fmt, va_list args) {
-    if (g_world > 1) fprintf(stream, "[rank %d] ", g_rank);
-    if (level) fprintf(stream, "%s: ", level);
-    vfprintf(stream, fmt, args);
-    fputc('\n', stream);
+    char line[2048];
+    int n = 0;
+    if (g_world > 1) n += snprintf(line + n, sizeof line - (size_t)n, "[rank %d] ", g_rank);
+    if (level) n += snprintf(line + n, sizeof line - (size_t)n, "%s: ", level);
+    vsnprintf(line + n, sizeof line - (size_t)n, fmt, args);
+    fprintf(stream, "%s\n", line);
     fflush(stream);
 }
 
