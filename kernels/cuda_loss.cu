@@ -3,15 +3,12 @@
 // One block per row computes the row's max, log-sum-exp, loss and dlogits. The mean over rows is a
 // second, one-block kernel that sums the per-row losses in a fixed tree: the loss is bitwise the same
 // on every run (no atomics).
+#include "cuda_elem.cuh"
 #include "cuda_internal.h"
 
 #define XENT_THREADS 256  // a multiple of 32; classes (1000) spread over a block's threads
 #define XENT_WARPS (XENT_THREADS / 32)
 
-static __device__ __forceinline__ float to_f32(float v) { return v; }
-static __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-static __device__ __forceinline__ void from_f32(float *dst, float v) { *dst = v; }
-static __device__ __forceinline__ void from_f32(__half *dst, float v) { *dst = __float2half_rn(v); }
 
 // Reductions over a block of XENT_THREADS threads; every thread gets the result. `scratch` holds one
 // float per warp and is reused, hence the barrier before the warps write into it.

@@ -8,21 +8,11 @@
 // handled one at a time until the pointers reach a vector boundary, and the rest of the tail likewise.
 // The SGD arithmetic uses explicit _rn intrinsics so nvcc cannot fuse it into FMAs: the result then
 // matches the CPU reference (src/cpu/cpu_optim.c) to the last bit.
+#include "cuda_elem.cuh"
 #include "cuda_internal.h"
 
 #define OPTIM_THREADS 256
 #define OPTIM_MAX_BLOCKS 1056  // 8 blocks of 256 threads on each of the H200's 132 SMs
-
-// VEC elements of T moved as one aligned load or store (16 bytes for 8 fp16 or 4 fp32).
-template <typename T, int VEC>
-struct alignas(sizeof(T) * VEC) OptimPack {
-    T e[VEC];
-};
-
-static __device__ __forceinline__ float to_f32(float v) { return v; }
-static __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-static __device__ __forceinline__ void from_f32(float *dst, float v) { *dst = v; }
-static __device__ __forceinline__ void from_f32(__half *dst, float v) { *dst = __float2half_rn(v); }
 
 // How n elements split between vector and scalar work: elements [head, head + nvec * vec) go as
 // vectors; the `rest` others (the head and the tail) one at a time.
@@ -78,7 +68,7 @@ __global__ void nonfinite_check_kernel(const T *grad, VecSplit sp, float *flag) 
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     bool bad = false;
     for (size_t v = tid; v < sp.nvec; v += stride) {
-        const OptimPack<T, VEC> pk = *(const OptimPack<T, VEC> *)(grad + sp.head + v * VEC);
+        const ElemPack<T, VEC> pk = *(const ElemPack<T, VEC> *)(grad + sp.head + v * VEC);
 #pragma unroll
         for (int j = 0; j < VEC; j++) bad |= !isfinite(to_f32(pk.e[j]));
     }
@@ -126,18 +116,18 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t v = tid; v < sp.nvec; v += stride) {
         const size_t i = sp.head + v * SGD_VEC;
-        const OptimPack<G, SGD_VEC> g = *(const OptimPack<G, SGD_VEC> *)(grad + i);
-        OptimPack<float, SGD_VEC> w = *(const OptimPack<float, SGD_VEC> *)(master + i);
-        OptimPack<float, SGD_VEC> m = *(const OptimPack<float, SGD_VEC> *)(mom + i);
+        const ElemPack<G, SGD_VEC> g = *(const ElemPack<G, SGD_VEC> *)(grad + i);
+        ElemPack<float, SGD_VEC> w = *(const ElemPack<float, SGD_VEC> *)(master + i);
+        ElemPack<float, SGD_VEC> m = *(const ElemPack<float, SGD_VEC> *)(mom + i);
 #pragma unroll
         for (int j = 0; j < SGD_VEC; j++) sgd_update(to_f32(g.e[j]), inv_scale, p, &w.e[j], &m.e[j]);
-        *(OptimPack<float, SGD_VEC> *)(master + i) = w;
-        *(OptimPack<float, SGD_VEC> *)(mom + i) = m;
+        *(ElemPack<float, SGD_VEC> *)(master + i) = w;
+        *(ElemPack<float, SGD_VEC> *)(mom + i) = m;
         if (copy) {
-            OptimPack<__half, SGD_VEC> c;
+            ElemPack<__half, SGD_VEC> c;
 #pragma unroll
             for (int j = 0; j < SGD_VEC; j++) c.e[j] = __float2half_rn(w.e[j]);
-            *(OptimPack<__half, SGD_VEC> *)(copy + i) = c;
+            *(ElemPack<__half, SGD_VEC> *)(copy + i) = c;
         }
     }
     for (size_t r = tid; r < sp.rest; r += stride) {
@@ -201,11 +191,11 @@ __global__ void cast_kernel(VecSplit sp, const S *src, D *dst) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t v = tid; v < sp.nvec; v += stride) {
         const size_t i = sp.head + v * CAST_VEC;
-        const OptimPack<S, CAST_VEC> in = *(const OptimPack<S, CAST_VEC> *)(src + i);
-        OptimPack<D, CAST_VEC> out;
+        const ElemPack<S, CAST_VEC> in = *(const ElemPack<S, CAST_VEC> *)(src + i);
+        ElemPack<D, CAST_VEC> out;
 #pragma unroll
         for (int j = 0; j < CAST_VEC; j++) from_f32(&out.e[j], to_f32(in.e[j]));
-        *(OptimPack<D, CAST_VEC> *)(dst + i) = out;
+        *(ElemPack<D, CAST_VEC> *)(dst + i) = out;
     }
     for (size_t r = tid; r < sp.rest; r += stride) {
         const size_t i = scalar_index(r, sp, CAST_VEC);
