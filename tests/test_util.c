@@ -2,6 +2,9 @@
 
 #include <check.h>
 
+#include "core/check.h"
+#include "train/trainer.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,4 +110,27 @@ int tu_run_suite(Suite *suite, int fork) {
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+void tu_train_step(Trainer *t) {
+    int accum = t->cfg->train.accum_steps, b = t->cfg->data.batch_size;
+    size_t floats = dataset_image_floats(t->train_set);
+    float *images = xcalloc((size_t)accum * b * floats, sizeof(float));
+    int32_t *labels = xcalloc((size_t)accum * b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
+    MicroBatch *micro = xcalloc((size_t)accum, sizeof *micro);
+    int total = sampler_step_total(&t->sampler, t->epoch, t->step_in_epoch);
+    for (int m = 0; m < accum; m++) {
+        float *img = images + (size_t)m * b * floats;
+        int32_t *lab = labels + (size_t)m * b;
+        int count = sampler_block(&t->sampler, t->epoch, t->step_in_epoch, m, indices);
+        dataset_get_batch(t->train_set, indices, count, t->epoch, img, lab);
+        micro[m] = (MicroBatch){.count = count, .step_total = total, .host_images = img, .host_labels = lab};
+    }
+    trainer_step_array(t, micro, accum);
+    if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
+    free(images), free(labels), free(indices), free(micro);
+}
+
+void tu_train_steps(Trainer *t, int n) {
+    for (int i = 0; i < n; i++) tu_train_step(t);
 }

@@ -28,6 +28,12 @@ void tu_forget_launcher(void);
 struct Suite;
 int tu_run_suite(struct Suite *suite, int fork);
 
+// One optimizer step as trainer_run takes it, without the loader thread: this rank's blocks of the
+// trainer's current (epoch, step) from its own sampler (every micro-step), then the position moves on.
+struct Trainer;
+void tu_train_step(struct Trainer *t);
+void tu_train_steps(struct Trainer *t, int n);
+
 // 1 if the file exists.
 int tu_file_exists(const char *path);
 

@@ -37,19 +37,6 @@ static void side_stop(Side *s) {
     s->comm->destroy(s->comm);
 }
 
-static void side_step(Side *s, int step) {
-    Trainer *t = &s->t;
-    int b = s->cfg.data.batch_size;
-    size_t floats = dataset_image_floats(t->train_set);
-    float *images = malloc((size_t)b * floats * sizeof(float));
-    int32_t labels[64], indices[64];
-    int count = sampler_block(&t->sampler, 0, step, 0, indices);
-    dataset_get_batch(t->train_set, indices, count, 0, images, labels);
-    MicroBatch mb = {.count = count, .step_total = count, .host_images = images, .host_labels = labels};
-    trainer_step_array(t, &mb, 1);
-    free(images);
-}
-
 static float side_loss(Side *s) {
     float loss;
     s->be->to_host(s->be, &loss, s->t.model.loss, sizeof loss);
@@ -75,8 +62,8 @@ static void compare_training(int amp, double weight_tol, double loss_tol) {
     ck_assert(memcmp(wc, wg, n * sizeof(float)) == 0);  // same seed: same initial weights
     free(wc), free(wg);
     for (int step = 0; step < 10; step++) {
-        side_step(&c, step);
-        side_step(&g, step);
+        tu_train_step(&c.t);
+        tu_train_step(&g.t);
         float lc = side_loss(&c), lg = side_loss(&g);
         printf("%s step %d: loss cpu %.6f cuda %.6f\n", amp ? "amp" : "fp32", step, lc, lg);
         ck_assert_msg(isfinite(lg) && fabs(lg - lc) <= loss_tol * fabs(lc), "step %d loss cpu %g cuda %g", step, lc, lg);

@@ -32,7 +32,7 @@
 static Comm *comm, *grad_comm;  // host communicator; the one that sums gradients (NCCL on GPUs)
 static Backend *be;
 
-enum { MAX_OVERRIDES = 32, MAX_ACCUM = 8, MAX_RANKS = 16 };
+enum { MAX_OVERRIDES = 32, MAX_RANKS = 16 };
 
 // ---- set-up -----------------------------------------------------------------------------------------
 
@@ -59,34 +59,9 @@ static void make_config(Config *cfg, const char *const *extra) {
 }
 
 static void trainer_start(Trainer *t, const Config *cfg, Comm *c) {
-    ck_assert_int_le(cfg->train.accum_steps, MAX_ACCUM);
     ck_assert_int_eq(trainer_init(t, cfg, be, c, c == comm ? grad_comm : c), 0);
 }
 
-// One optimizer step as trainer_run takes it, without the loader thread: this rank's blocks of the
-// current (epoch, step) from the trainer's own sampler, then the position moves on.
-static void run_step(Trainer *t) {
-    int accum = t->cfg->train.accum_steps, b = t->cfg->data.batch_size;
-    size_t floats = dataset_image_floats(t->train_set);
-    float *images = xcalloc((size_t)accum * b * floats, sizeof(float));
-    int32_t *labels = xcalloc((size_t)accum * b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
-    MicroBatch micro[MAX_ACCUM];
-    int total = sampler_step_total(&t->sampler, t->epoch, t->step_in_epoch);
-    for (int m = 0; m < accum; m++) {
-        float *img = images + (size_t)m * b * floats;
-        int32_t *lab = labels + (size_t)m * b;
-        int count = sampler_block(&t->sampler, t->epoch, t->step_in_epoch, m, indices);
-        dataset_get_batch(t->train_set, indices, count, t->epoch, img, lab);
-        micro[m] = (MicroBatch){.count = count, .step_total = total, .host_images = img, .host_labels = lab};
-    }
-    trainer_step_array(t, micro, accum);
-    if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
-    free(images), free(labels), free(indices);
-}
-
-static void run_steps(Trainer *t, int n) {
-    for (int i = 0; i < n; i++) run_step(t);
-}
 
 // ---- host views of the state the invariant is about ------------------------------------------------------
 
@@ -179,7 +154,7 @@ START_TEST(every_rank_holds_identical_state_after_every_step) {
     char why[512];
     ck_assert_msg(same_on_every_rank(state_hash(&before), why, sizeof why), "at initialisation: %s", why);
     for (int step = 1; step <= 8; step++) {
-        run_step(&t);
+        tu_train_step(&t);
         state_read(&t, &after);
         ck_assert_msg(same_on_every_rank(state_hash(&after), why, sizeof why), "after step %d: %s", step, why);
         // Identical but frozen weights would pass the line above: every step must also have trained.
@@ -224,12 +199,12 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
     ck_assert_int_eq(cfg.debug.inject_step, K);
     Trainer t;
     trainer_start(&t, &cfg, comm);
-    run_steps(&t, K);
+    tu_train_steps(&t, K);
     State before = {0}, after = {0};
     state_read(&t, &before);
     // The counter must have something to reset (default growth_interval 2000, K clean steps).
     ck_assert_int_eq(before.scaler.growth_count, K);
-    run_step(&t);
+    tu_train_step(&t);
     state_read(&t, &after);
     char why[512], hashes[512];
     int skipped = step_was_skipped(&before, &after, why, sizeof why);
@@ -239,7 +214,7 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
     for (int step = K + 1; step < K + 3; step++) {
         State swap = before;
         before = after, after = swap;
-        run_step(&t);
+        tu_train_step(&t);
         state_read(&t, &after);
         ck_assert_msg(on_every_rank(master_changed(&before, &after)), "step %d after the skip did not train", step);
         ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after step %d: %s", step, hashes);
@@ -260,10 +235,10 @@ START_TEST(overflow_only_in_the_sum_skips_with_two_or_more_ranks) {
                                             "debug.inject_value=40000", NULL});
     Trainer t;
     trainer_start(&t, &cfg, comm);
-    run_steps(&t, K);
+    tu_train_steps(&t, K);
     State before = {0}, after = {0};
     state_read(&t, &before);
-    run_step(&t);
+    tu_train_step(&t);
     state_read(&t, &after);
     char why[512], hashes[512];
     if (comm->size >= 2) {
@@ -292,7 +267,7 @@ START_TEST(ranks_equal_one_rank_with_accumulation) {
     trainer_start(&t, &cfg, comm);
     State init = {0}, dist = {0};
     state_read(&t, &init);
-    run_steps(&t, STEPS);
+    tu_train_steps(&t, STEPS);
     state_read(&t, &dist);
 
     // Rank 0 alone runs the reference on the single communicator (it makes no MPI call). By the order
@@ -308,7 +283,7 @@ START_TEST(ranks_equal_one_rank_with_accumulation) {
         trainer_start(&ref, &ref_cfg, single);
         ck_assert_int_eq(ref.sampler.world, 1);
         ck_assert_int_eq(ref.steps_per_epoch, t.steps_per_epoch);
-        run_steps(&ref, STEPS);
+        tu_train_steps(&ref, STEPS);
         State want = {0};
         state_read(&ref, &want);
         errors[0] = tu_rel_error(dist.master, want.master, want.n);
@@ -382,7 +357,7 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
     make_config(&cfg, (const char *const[]){"data.val_size=10", NULL});
     Trainer t;
     trainer_start(&t, &cfg, comm);
-    run_steps(&t, 3);
+    tu_train_steps(&t, 3);
 
     size_t n = t.model.stats_numel;
     float *mine = xcalloc(n, sizeof(float)), *all = xcalloc(n * (size_t)comm->size, sizeof(float));

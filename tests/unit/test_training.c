@@ -56,20 +56,6 @@ static float *copy_floats(const float *src, size_t n) {
     return dst;
 }
 
-// One step on the learnable data: micro-batch `index` of the epoch order, built by the sampler.
-static void step_on_batch(Run *r, int step) {
-    Trainer *t = &r->t;
-    int b = r->cfg.data.batch_size;
-    size_t floats = dataset_image_floats(t->train_set);
-    float *images = malloc((size_t)b * floats * sizeof(float));
-    int32_t labels[64], indices[64];
-    int count = sampler_block(&t->sampler, 0, step % t->steps_per_epoch, 0, indices);
-    dataset_get_batch(t->train_set, indices, count, 0, images, labels);
-    MicroBatch mb = {.count = count, .step_total = count, .host_images = images, .host_labels = labels};
-    trainer_step_array(t, &mb, 1);
-    free(images);
-}
-
 static ScalerState scaler_now(Run *r) { return scaler_read(&r->t.scaler, r->be); }
 
 static int floats_equal(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
@@ -119,20 +105,20 @@ START_TEST(test_injected_inf_skips_exactly_that_step) {
     Run r;
     run_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
-    step_on_batch(&r, 0);
-    step_on_batch(&r, 1);
+    tu_train_step(&r.t);
+    tu_train_step(&r.t);
     ScalerState before_state = scaler_now(&r);
     ck_assert_int_eq(before_state.skipped_total, 0);
     ck_assert_int_eq(before_state.growth_count, 2);
     float *w = copy_floats(r.t.model.master, np), *mom = copy_floats(r.t.opt.momentum, np);
-    step_on_batch(&r, 2);
+    tu_train_step(&r.t);
     ScalerState after = scaler_now(&r);
     ck_assert(floats_equal(w, r.t.model.master, np));
     ck_assert(floats_equal(mom, r.t.opt.momentum, np));
     ck_assert_float_eq(after.scale, before_state.scale * 0.5f);
     ck_assert_int_eq(after.growth_count, 0);
     ck_assert_int_eq(after.skipped_total, 1);
-    step_on_batch(&r, 3);
+    tu_train_step(&r.t);
     ck_assert(!floats_equal(w, r.t.model.master, np));
     ck_assert_int_eq(scaler_now(&r).skipped_total, 1);
     free(w), free(mom);
@@ -146,7 +132,7 @@ START_TEST(test_nan_injection_also_skips) {
     run_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
     float *w = copy_floats(r.t.model.master, np);
-    step_on_batch(&r, 0);
+    tu_train_step(&r.t);
     ck_assert(floats_equal(w, r.t.model.master, np));
     ck_assert_float_eq(scaler_now(&r).scale, 512.0f);
     free(w);
@@ -161,7 +147,7 @@ START_TEST(test_scale_grows_at_the_interval) {
     run_start(&r, ov);
     float expect[] = {256, 256, 512, 512, 512, 1024};
     for (int s = 0; s < 6; s++) {
-        step_on_batch(&r, s);
+        tu_train_step(&r.t);
         ScalerState st = scaler_now(&r);
         ck_assert_int_eq(st.skipped_total, 0);
         ck_assert_float_eq(st.scale, expect[s]);
@@ -192,8 +178,8 @@ START_TEST(test_amp_step_agrees_with_fp32_step) {
     ck_assert_uint_eq(np, f.t.model.params.padded_numel);
     float *w0 = copy_floats(f.t.model.master, np);
     ck_assert(floats_equal(w0, a.t.model.master, np));  // same seed, same initial weights
-    step_on_batch(&a, 0);
-    step_on_batch(&f, 0);
+    tu_train_step(&a.t);
+    tu_train_step(&f.t);
     ck_assert_int_eq(scaler_now(&a).skipped_total, 0);
     float la = *a.t.model.loss, lf = *f.t.model.loss;
     ck_assert_msg(fabsf(la - lf) < 1e-2f * fabsf(lf), "loss amp %g vs fp32 %g", la, lf);
