@@ -148,9 +148,8 @@ static void print_dry_run(const Config *cfg) {
     Model m;
     model_init_shapes(&m, &cfg->model, cfg->data.batch_size, cfg->amp.enabled);
     double acts = (double)model_activation_bytes(&m);
-    double weights = (double)m.params.padded_numel * (4 /*master*/ + 4 /*momentum*/ +
-                                                      2 * dtype_size(m.act_dt) /*grad + copy*/);
-    if (!cfg->amp.enabled) weights -= (double)m.params.padded_numel * dtype_size(m.act_dt);
+    // fp32 master and momentum, gradients in the compute dtype, and under AMP the fp16 compute copy
+    double weights = (double)m.params.padded_numel * (8 + dtype_size(m.act_dt) * (cfg->amp.enabled ? 2 : 1));
     printf("model        %s: layers [%d,%d,%d,%d], cardinality %d, base width %d, planes %d, %d classes, "
            "%dx%d input\n",
            cfg->model.arch, cfg->model.layers[0], cfg->model.layers[1], cfg->model.layers[2], cfg->model.layers[3],
