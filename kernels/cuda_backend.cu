@@ -120,6 +120,10 @@ void *cuda_workspace(CudaBackend *cb, size_t bytes) {
     return cb->workspace;
 }
 
+void *cuda_scratch_get(CudaBackend *cb, size_t bytes) { return cuda_alloc_get(cuda_backend_state(cb)->alloc, bytes); }
+
+void cuda_scratch_put(CudaBackend *cb, void *ptr) { cuda_alloc_put(cuda_backend_state(cb)->alloc, ptr); }
+
 // ---- lifetime ----------------------------------------------------------------------------------------
 
 static void cuda_be_destroy(Backend *be) {

@@ -67,6 +67,9 @@ static inline cudnnDataType_t cudnn_dtype(DType dt) { return dt == DTYPE_F16 ? C
 
 // Workspace of at least `bytes` on the compute stream (cuda_backend.cu).
 void *cuda_workspace(CudaBackend *cb, size_t bytes);
+// A short-lived buffer from the caching allocator (so it counts in the peak), given back at once.
+void *cuda_scratch_get(CudaBackend *cb, size_t bytes);
+void cuda_scratch_put(CudaBackend *cb, void *ptr);
 
 // ---- cudnn_conv.cu ------------------------------------------------------------------------------
 void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y);

@@ -160,12 +160,6 @@ static size_t conv_candidates_max_memory(const ConvCandidates *c) {
     return most;
 }
 
-static void *conv_scratch_alloc(size_t bytes) {
-    void *p = NULL;
-    CUDA_CHECK(cudaMalloc(&p, bytes));
-    return p;
-}
-
 static const char *conv_direction_name(ConvDirection d) {
     return d == CONV_FWD ? "forward" : d == CONV_BWD_DATA ? "backward data" : "backward filter";
 }
@@ -206,8 +200,9 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
     if (exact > p->workspace[CONV_FWD]) p->workspace[CONV_FWD] = exact;
 }
 
-// dy, w are read; the search writes a scratch dx so an accumulating dx is never touched.
-static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *dy, const void *w) {
+// dy, w are read; the search writes dx, or a scratch in its place when dx accumulates (its contents count).
+static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *dy, const void *w, void *dx,
+                                      int accumulate) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
@@ -218,11 +213,11 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
         const ConvShape *s = &p->shape;
         size_t ws_bytes = conv_candidates_max_memory(&cands);
         void *ws = cuda_workspace(cb, ws_bytes);
-        void *dx = conv_scratch_alloc((size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt));
+        void *out = accumulate ? cuda_scratch_get(cb, (size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt)) : dx;
         CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(cb->cudnn, p->w_desc, w, p->y_desc, dy,
-                                                                p->conv_desc, p->x_desc, dx, CONV_ALGO_CANDIDATES,
+                                                                p->conv_desc, p->x_desc, out, CONV_ALGO_CANDIDATES,
                                                                 &n, perf, ws, ws_bytes));
-        CUDA_CHECK(cudaFree(dx));
+        if (accumulate) cuda_scratch_put(cb, out);
         CONV_CANDIDATES_FROM(&cands, perf, n);
     }
     p->bwd_data_algo =
@@ -233,8 +228,9 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     if (exact > p->workspace[CONV_BWD_DATA]) p->workspace[CONV_BWD_DATA] = exact;
 }
 
-// x, dy are read; the search writes a scratch dw so an accumulating dw is never touched.
-static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy) {
+// x, dy are read; the search writes dw, or a scratch in its place when dw accumulates.
+static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy, void *dw,
+                                        int accumulate) {
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
@@ -245,12 +241,12 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
         const ConvShape *s = &p->shape;
         size_t ws_bytes = conv_candidates_max_memory(&cands);
         void *ws = cuda_workspace(cb, ws_bytes);
-        void *dw = conv_scratch_alloc((size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) *
-                                      dtype_size(p->dt));
+        size_t dw_bytes = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) * dtype_size(p->dt);
+        void *out = accumulate ? cuda_scratch_get(cb, dw_bytes) : dw;
         CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(cb->cudnn, p->x_desc, x, p->y_desc, dy,
-                                                                  p->conv_desc, p->w_desc, dw,
+                                                                  p->conv_desc, p->w_desc, out,
                                                                   CONV_ALGO_CANDIDATES, &n, perf, ws, ws_bytes));
-        CUDA_CHECK(cudaFree(dw));
+        if (accumulate) cuda_scratch_put(cb, out);
         CONV_CANDIDATES_FROM(&cands, perf, n);
     }
     p->bwd_filter_algo =
@@ -279,7 +275,7 @@ void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const vo
                              int accumulate) {
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
-    if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w);
+    if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w, dx, accumulate);
     void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_DATA]);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->w_desc, w, p->y_desc, dy, p->conv_desc,
@@ -292,7 +288,7 @@ void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const 
                                int accumulate) {
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
-    if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy);
+    if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy, dw, accumulate);
     void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_FILTER]);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(cb->cudnn, &alpha, p->x_desc, x, p->y_desc, dy, p->conv_desc,

@@ -120,7 +120,7 @@ struct Backend {
     void (*bn_forward_eval)(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                             int relu, const float *gamma, const float *beta, const float *running_mean,
                             const float *running_var, float eps, void *y);
-    // Backward of bn_forward_train. y is the forward output (for the ReLU mask when relu=1).
+    // Backward of bn_forward_train. y is the forward output, read only for the ReLU mask (NULL when relu=0).
     // Writes dx (rows,c) dt (accumulate: dx +=), dgamma/dbeta (c) in grad dtype dt (accumulate_params:
     // +=), and, when d_residual is not NULL, d_residual = dy masked by the ReLU (always overwritten).
     void (*bn_backward)(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,

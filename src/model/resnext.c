@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "amp/autocast.h"
+#include "arena.h"
 #include "core/check.h"
 #include "core/rng.h"
 
@@ -130,54 +131,96 @@ double model_macs_per_image(const Model *m) {
 static size_t conv_in_elems(const ConvShape *s) { return (size_t)s->n * s->h * s->w * s->c_in; }
 static size_t conv_out_elems(const ConvShape *s) { return (size_t)s->n * s->out_h * s->out_w * s->c_out; }
 
-// Every per-batch buffer of the model, so allocation and the --dry-run estimate agree by construction.
+// Every per-batch buffer of the model and its place in the arena, so allocation and the --dry-run
+// estimate agree by construction.
+//
+// Forward activations are appended in forward order: the input, the head's small buffers, the stem, then
+// block by block. Backward runs the blocks last to first, so while block i's backward runs, nothing at or
+// above block_start[i+1] is read again: the gradients of block i (its input's gradient d_in and the
+// temporary d_tmp, clear of the output gradient d_in of block i+1 they read) are placed there, and so
+// only the last block's gradients make the arena larger than the forward's activations. Forward
+// temporaries (the fp32 input under AMP, a downsample's bn output) sit above the layers that read them,
+// which are not yet written while they are alive.
 typedef struct ActivationBuffer {
     void **slot;
-    size_t bytes;
+    ArenaSpan span;
 } ActivationBuffer;
-#define ACTIVATION_PLAN_MAX(m) (16 + 8 * (m)->n_blocks)
+#define ACTIVATION_PLAN_MAX(m) (24 + 12 * (m)->n_blocks)
 
-static int activation_plan(Model *m, ActivationBuffer *plan) {
+static ArenaSpan plan_add(ActivationBuffer *plan, int *count, void **slot, ArenaSpan span) {
+    plan[(*count)++] = (ActivationBuffer){slot, span};
+    return span;
+}
+
+static int activation_plan(Model *m, ActivationBuffer *plan, ArenaLayout *arena) {
     int count = 0;
-    DType dt = m->act_dt;
-    size_t e = dtype_size(dt);
-#define PLAN(ptr, elems, elem_bytes) (plan[count++] = (ActivationBuffer){(void **)&(ptr), (size_t)(elems) * (elem_bytes)})
+    size_t e = dtype_size(m->act_dt);
+    *arena = (ArenaLayout){0};
+#define KEEP(ptr, bytes) plan_add(plan, &count, (void **)&(ptr), arena_append(arena, (bytes)))
+#define ABOVE(ptr, bytes, floor, busy, n_busy)                                                                \
+    plan_add(plan, &count, (void **)&(ptr),                                                                   \
+             m->arena_no_reuse ? arena_append(arena, (bytes))                                                 \
+                               : arena_place_above(arena, (floor), (bytes), (busy), (n_busy)))
     int n = m->max_batch, side = m->cfg.image_size, classes = m->cfg.num_classes;
     size_t in_elems = (size_t)n * side * side * 3;
-    if (m->amp) PLAN(m->input, in_elems, e);
-    else PLAN(m->input_f32, in_elems, sizeof(float));  // the fp32 input is what backward reads
-    size_t largest = conv_out_elems(&m->stem.shape);
-    PLAN(m->stem_a, conv_out_elems(&m->stem.shape), e);
-    PLAN(m->stem_b, conv_out_elems(&m->stem.shape), e);
-    PLAN(m->stem_pool, conv_in_elems(&m->blocks[0].conv1.shape), e);
+    if (m->amp) KEEP(m->input, in_elems * e);
+    else KEEP(m->input_f32, in_elems * sizeof(float));  // the fp32 input is what the stem's backward reads
+    KEEP(m->pooled, (size_t)n * m->fc_in * e);
+    KEEP(m->dpooled, (size_t)n * m->fc_in * e);
+    KEEP(m->logits, (size_t)n * classes * e);
+    KEEP(m->dlogits, (size_t)n * classes * e);
+    size_t stem_bytes = conv_out_elems(&m->stem.shape) * e;
+    KEEP(m->stem_a, stem_bytes);
+    KEEP(m->stem_b, stem_bytes);
+    KEEP(m->stem_pool, conv_in_elems(&m->blocks[0].conv1.shape) * e);
+    size_t *block_start = xcalloc((size_t)m->n_blocks + 1, sizeof *block_start);
     for (int i = 0; i < m->n_blocks; i++) {
         Block *b = &m->blocks[i];
-        size_t e1 = conv_out_elems(&b->conv1.shape), e2 = conv_out_elems(&b->conv2.shape);
-        size_t e3 = conv_out_elems(&b->conv3.shape);
-        PLAN(b->a1, e1, e), PLAN(b->b1, e1, e), PLAN(b->a2, e2, e), PLAN(b->b2, e2, e);
-        PLAN(b->a3, e3, e), PLAN(b->out, e3, e);
-        if (b->has_down) PLAN(b->down_a, e3, e);
-        size_t biggest = e1 > e2 ? e1 : e2;
-        biggest = biggest > e3 ? biggest : e3;
-        if (biggest > largest) largest = biggest;
+        size_t b1 = conv_out_elems(&b->conv1.shape) * e, b2 = conv_out_elems(&b->conv2.shape) * e;
+        size_t b3 = conv_out_elems(&b->conv3.shape) * e;
+        block_start[i] = arena->appended;
+        KEEP(b->a1, b1), KEEP(b->b1, b1), KEEP(b->a2, b2), KEEP(b->b2, b2), KEEP(b->a3, b3), KEEP(b->out, b3);
+        if (b->has_down) KEEP(b->down_a, b3);
     }
-    PLAN(m->pooled, (size_t)n * m->fc_in, e);
-    PLAN(m->dpooled, (size_t)n * m->fc_in, e);
-    PLAN(m->logits, (size_t)n * classes, e);
-    PLAN(m->dlogits, (size_t)n * classes, e);
-    if (m->amp && largest * e < in_elems * sizeof(float)) largest = in_elems * sizeof(float) / e;
-    for (int k = 0; k < 3; k++) PLAN(m->scratch[k], largest, e);
-#undef PLAN
+    block_start[m->n_blocks] = arena->appended;
+
+    if (m->amp) ABOVE(m->input_f32, in_elems * sizeof(float), block_start[0], NULL, 0);
+    for (int i = 0; i < m->n_blocks; i++)
+        if (m->blocks[i].has_down)
+            ABOVE(m->blocks[i].down_b, conv_out_elems(&m->blocks[i].conv3.shape) * e, block_start[i + 1], NULL, 0);
+
+    const Block *last = &m->blocks[m->n_blocks - 1];
+    ArenaSpan dout = ABOVE(m->d_top, conv_out_elems(&last->conv3.shape) * e, block_start[m->n_blocks], NULL, 0);
+    for (int i = m->n_blocks - 1; i >= 0; i--) {
+        Block *b = &m->blocks[i];
+        size_t t = conv_out_elems(&b->conv1.shape), t2 = conv_out_elems(&b->conv2.shape);
+        size_t t3 = conv_out_elems(&b->conv3.shape);
+        t = t > t2 ? t : t2;
+        t = t > t3 ? t : t3;
+        // d_in first holds the residual's gradient: with a downsample, the output's shape, not the input's
+        size_t d_in_elems = conv_in_elems(&b->conv1.shape);
+        if (b->has_down && t3 > d_in_elems) d_in_elems = t3;
+        ArenaSpan d_in = ABOVE(b->d_in, d_in_elems * e, block_start[i + 1], &dout, 1);
+        ArenaSpan busy[2] = {dout, d_in};
+        ABOVE(b->d_tmp, t * e, block_start[i + 1], busy, 2);
+        dout = d_in;
+    }
+    ArenaSpan d_stem_b = ABOVE(m->d_stem_b, stem_bytes, block_start[0], &dout, 1);
+    ArenaSpan busy[2] = {dout, d_stem_b};
+    ABOVE(m->d_stem_a, stem_bytes, block_start[0], busy, 2);
+#undef KEEP
+#undef ABOVE
+    free(block_start);
+    AMP_ASSERT(count <= ACTIVATION_PLAN_MAX(m), "activation plan overflow (%d)", count);
     return count;
 }
 
 size_t model_activation_bytes(Model *m) {
     ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
-    int count = activation_plan(m, plan);
-    size_t total = 0;
-    for (int i = 0; i < count; i++) total += plan[i].bytes;
+    ArenaLayout arena;
+    activation_plan(m, plan, &arena);
     free(plan);
-    return total;
+    return arena.size;
 }
 
 // torchvision: kaiming_normal_(fan_out, relu) for convs; BN 1/0; nn.Linear default (U(+-1/sqrt(in))).
@@ -233,27 +276,20 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     model_refresh_compute(m, be);
 
     ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
-    int count = activation_plan(m, plan);
-    m->activation_bytes = 0;
-    for (int i = 0; i < count; i++) {
-        *plan[i].slot = be->alloc(be, plan[i].bytes);
-        m->activation_bytes += plan[i].bytes;
-    }
+    ArenaLayout arena;
+    int count = activation_plan(m, plan, &arena);
+    m->arena = be->alloc(be, arena.size);
+    m->activation_bytes = arena.size;
+    for (int i = 0; i < count; i++) *plan[i].slot = (char *)m->arena + plan[i].span.offset;
     free(plan);
     if (!m->amp) m->input = m->input_f32;
-    else m->input_f32 = m->scratch[0];
-    for (int i = 0; i < m->n_blocks; i++) m->blocks[i].down_b = m->scratch[2];
     m->labels = be->alloc(be, (size_t)m->max_batch * sizeof(int32_t));
     m->loss = be->alloc(be, sizeof(float));
 }
 
 void model_free(Model *m, Backend *be) {
     if (m->master) {
-        ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
-        int count = activation_plan(m, plan);
-        for (int i = 0; i < count; i++) be->free(be, *plan[i].slot);
-        free(plan);
-        void *bufs[] = {m->grads, m->running, m->saved, m->labels, m->loss};
+        void *bufs[] = {m->arena, m->grads, m->running, m->saved, m->labels, m->loss};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) be->free(be, bufs[k]);
         if (m->amp) be->free(be, m->compute);
         be->free(be, m->master);
@@ -387,17 +423,18 @@ static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, c
     notify(c, bn->beta);
 }
 
-// Three gradient buffers per block: dout holds this block's output gradient, d_in receives its input
-// gradient, t is a temporary; dout is free again once bn3's backward has read it. Every scratch holds
-// the largest activation, so any gradient fits any of them.
-static void block_backward(BackwardCtx *c, Block *b, const void *in, void *dout, void *d_in, void *t) {
+// The block's gradients: dout (its output's, the next block's d_in) is read by bn3's backward and is then
+// free for the downsample branch; d_tmp carries the gradient down the conv chain; d_in receives the
+// residual's gradient and then conv1's (accumulated). All three sit above this block's activations.
+static void block_backward(BackwardCtx *c, Block *b, const void *in, void *dout) {
     int n = c->n;
     int rows_out = rows_of(&b->conv3, n);
+    void *d_in = b->d_in, *t = b->d_tmp;
     // bn3 (+ residual + relu): d_a3 -> t; the residual's gradient -> d_in
     bn_bwd(c, &b->bn3, rows_out, b->a3, b->out, dout, 1, t, d_in);
     if (b->has_down) {
-        bn_bwd(c, &b->down_bn, rows_out, b->down_a, b->down_b, d_in, 0, dout, NULL);  // d_down_a -> dout
-        conv_bwd(c, &b->down, in, dout, d_in, 0);                                    // d_in = down's
+        bn_bwd(c, &b->down_bn, rows_out, b->down_a, NULL, d_in, 0, dout, NULL);  // d_down_a -> dout
+        conv_bwd(c, &b->down, in, dout, d_in, 0);                               // d_in = down's
     }
     conv_bwd(c, &b->conv3, b->b2, t, dout, 0);                                  // d_b2 -> dout
     bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), b->a2, b->b2, dout, 1, t, NULL);  // d_a2 -> t
@@ -413,16 +450,15 @@ void model_backward(Model *m, Backend *be, int n, int accumulate, GradReadyFn re
                         m->dlogits, m->dpooled, grad_of(m, m->fc_weight), grad_of(m, m->fc_bias), accumulate);
     notify(&c, m->fc_weight);
     notify(&c, m->fc_bias);
-    void *dout = m->scratch[0], *d_in = m->scratch[1];
-    be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, m->dpooled, dout);
+    be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, m->dpooled, m->d_top);
+    void *dout = m->d_top;
     for (int i = m->n_blocks - 1; i >= 0; i--) {
-        block_backward(&c, &m->blocks[i], block_input(m, i), dout, d_in, m->scratch[2]);
-        void *t = dout;
-        dout = d_in, d_in = t;
+        block_backward(&c, &m->blocks[i], block_input(m, i), dout);
+        dout = m->blocks[i].d_in;
     }
     // stem: maxpool -> bn+relu -> conv (the image needs no gradient)
     PoolShape ps = stem_pool_shape(m, n);
-    be->maxpool_backward(be, &ps, dt, m->stem_b, m->stem_pool, dout, d_in);
-    bn_bwd(&c, &m->stem_bn, rows_of(&m->stem, n), m->stem_a, m->stem_b, d_in, 1, m->scratch[2], NULL);
-    conv_bwd(&c, &m->stem, m->input, m->scratch[2], NULL, 0);
+    be->maxpool_backward(be, &ps, dt, m->stem_b, m->stem_pool, dout, m->d_stem_b);
+    bn_bwd(&c, &m->stem_bn, rows_of(&m->stem, n), m->stem_a, m->stem_b, m->d_stem_b, 1, m->d_stem_a, NULL);
+    conv_bwd(&c, &m->stem, m->input, m->d_stem_a, NULL, 0);
 }

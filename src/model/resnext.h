@@ -39,7 +39,10 @@ typedef struct Block {
     void *a2, *b2;        // conv2 output, bn2+relu output   (n, h_out, w_out, width)
     void *a3, *out;       // conv3 output, bn3+add+relu out  (n, h_out, w_out, 4*planes)
     void *down_a;         // downsample conv output            (n, h_out, w_out, 4*planes)
-    void *down_b;         // its bn output: only the forward needs it, so it lives in a gradient scratch
+    void *down_b;         // its bn output: only bn3's forward reads it (in the arena above this block)
+    // gradients during this block's backward, in the arena above its activations (dead by then)
+    void *d_in;           // (n, h_in, w_in, c_in) gradient of the block's input (the previous block's output)
+    void *d_tmp;          // (largest of a1, a2, a3) the gradient inside the block
 } Block;
 
 // Called by model_backward each time a parameter's gradient is final (for bucketed allreduce).
@@ -69,8 +72,8 @@ typedef struct Model {
     void *grads;           // (padded_numel) act_dt gradients, backward order
     float *running;        // (stats_numel) BN running mean/var
     float *saved;          // (stats_numel) BN batch mean / invstd from the last training forward
-    float *input_f32;      // (max_batch, image, image, 3) fp32 staging for the loader's batch (under AMP a
-                           // gradient scratch: only the forward's first cast reads it)
+    float *input_f32;      // (max_batch, image, image, 3) fp32 staging for the loader's batch (under AMP
+                           // only the forward's first cast reads it: it sits above the stem's activations)
     void *input;           // (max_batch, image, image, 3) act_dt (== input_f32 without AMP)
     int32_t *labels;       // (max_batch)
     void *stem_a, *stem_b, *stem_pool;  // stem conv out, bn+relu out, maxpool out
@@ -79,8 +82,11 @@ typedef struct Model {
     void *dlogits;         // (max_batch, classes) act_dt
     void *dpooled;         // (max_batch, fc_in) act_dt
     float *loss;           // (1) fp32 mean loss of the last forward
-    void *scratch[3];      // gradient scratch, each the largest activation; free during the forward
-    size_t activation_bytes;  // everything above allocated per batch
+    void *d_top;           // (max_batch, final_hw, fc_in) the last block's output gradient
+    void *d_stem_b, *d_stem_a;  // stem gradients: maxpool's input, then bn's input
+    void *arena;           // one allocation holding every per-batch buffer above (arena.h)
+    size_t activation_bytes;  // its size
+    int arena_no_reuse;    // set before model_alloc: every buffer its own bytes (tests compare the layouts)
 } Model;
 
 // Builds the registry and shapes only (no backend memory): enough for --dry-run's summary.
@@ -91,7 +97,7 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int max_batch, int amp)
 void model_alloc(Model *m, Backend *be, uint64_t seed);
 void model_free(Model *m, Backend *be);
 
-// Bytes of every per-batch buffer model_alloc makes (activations, their gradients' scratch, input).
+// Bytes of the arena model_alloc makes for every per-batch buffer (activations, gradients, input).
 size_t model_activation_bytes(Model *m);
 // Multiply-adds per image of the forward pass (convolutions and the classifier).
 double model_macs_per_image(const Model *m);

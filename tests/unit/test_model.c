@@ -1,0 +1,210 @@
+// test_model.c - the model on its own, CPU backend: the arena layout (no gradient buffer ever overlaps
+// a tensor backward still reads) and the gradients it gives, bitwise the same as without any reuse.
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/backend.h"
+#include "core/config.h"
+#include "model/arena.h"
+#include "model/resnext.h"
+#include "test_util.h"
+
+static void make_model_config(Config *cfg, const char *const *overrides) {
+    int n = 0;
+    while (overrides[n]) n++;
+    ck_assert_int_eq(config_load(cfg, NULL, n, (char **)overrides, stderr), 0);
+}
+
+// Several blocks per stage, identity and downsample shortcuts, a downsample whose output is larger than
+// its block's input.
+#define UNEVEN_MODEL "model.arch=custom", "model.layers=[2,1,3,2]", "model.planes=8", "model.base_width=8", \
+                     "model.cardinality=2", "model.image_size=32"
+
+// ---- arena ------------------------------------------------------------------------------------------
+
+START_TEST(test_arena_places_first_fit_above_the_floor) {
+    ArenaLayout a = {0};
+    ArenaSpan x = arena_append(&a, 100), y = arena_append(&a, 1000);
+    ck_assert_uint_eq(x.offset, 0);
+    ck_assert_uint_eq(y.offset, ARENA_ALIGN);  // aligned after x
+    ck_assert_uint_eq(a.appended, ARENA_ALIGN + 4 * ARENA_ALIGN);
+    // above y's start, clear of y itself: lands at y's aligned end and grows the arena
+    ArenaSpan z = arena_place_above(&a, y.offset, 10, &y, 1);
+    ck_assert_uint_eq(z.offset, a.appended);
+    ck_assert_uint_eq(a.size, a.appended + ARENA_ALIGN);
+    // busy spans in any order are all avoided; a gap between them that fits is used
+    const size_t A = ARENA_ALIGN;
+    ArenaSpan busy[2] = {{4 * A, 10}, {0, 2 * A + 1}};
+    size_t size = a.size;
+    ArenaSpan gap = arena_place_above(&a, 0, A, busy, 2);
+    ck_assert_uint_eq(gap.offset, 3 * A);
+    ck_assert_uint_eq(a.size, size);  // inside what the arena already had
+    ArenaSpan past = arena_place_above(&a, 0, 2 * A, busy, 2);  // [3A, 5A) would cover busy[0]
+    ck_assert_uint_eq(past.offset, 5 * A);
+    ck_assert_uint_eq(a.size, 7 * A);
+    ck_assert(arena_spans_overlap((ArenaSpan){0, 10}, (ArenaSpan){9, 1}));
+    ck_assert(!arena_spans_overlap((ArenaSpan){0, 10}, (ArenaSpan){10, 1}));
+    ck_assert(!arena_spans_overlap((ArenaSpan){0, 10}, (ArenaSpan){5, 0}));
+}
+END_TEST
+
+// ---- the model's arena ------------------------------------------------------------------------------
+
+static ArenaSpan span_of(const Model *m, const void *p, size_t bytes) {
+    return (ArenaSpan){(size_t)((const char *)p - (const char *)m->arena), bytes};
+}
+
+static size_t out_bytes(const Model *m, const ConvLayer *l) {
+    return (size_t)m->max_batch * l->shape.out_h * l->shape.out_w * l->shape.c_out * dtype_size(m->act_dt);
+}
+
+static size_t in_bytes(const Model *m, const ConvLayer *l) {
+    return (size_t)m->max_batch * l->shape.h * l->shape.w * l->shape.c_in * dtype_size(m->act_dt);
+}
+
+// The end of everything backward reads while block `i`'s backward runs: the activations up to and
+// including that block's (they are laid out in forward order).
+static size_t live_end(const Model *m, int i) {
+    const Block *b = &m->blocks[i];
+    size_t end = span_of(m, b->out, 0).offset + out_bytes(m, &b->conv3);
+    if (b->has_down) {
+        size_t down_end = span_of(m, b->down_a, 0).offset + out_bytes(m, &b->down);
+        if (down_end > end) end = down_end;
+    }
+    return end;
+}
+
+static void assert_clear(ArenaSpan s, size_t live, const char *what, int block) {
+    ck_assert_msg(s.offset >= live, "%s of block %d starts at %zu, below the live activations' end %zu", what,
+                  block, s.offset, live);
+}
+
+// For every block: d_in, d_tmp and the output gradient they read are disjoint and sit above every
+// activation that block's backward (and every later one) still reads; the forward temporaries sit above
+// what is alive when they are. Checked on ResNeXt-50 (AMP and fp32) and on a model with uneven stages.
+static void check_layout(const char *const *overrides, int amp) {
+    Config cfg;
+    make_model_config(&cfg, overrides);
+    Model m;
+    model_init_shapes(&m, &cfg.model, 2, amp);
+    Backend *be = cpu_backend_create();
+    model_alloc(&m, be, 1);
+    ck_assert_uint_eq(m.activation_bytes, model_activation_bytes(&m));  // --dry-run agrees
+    const Block *last = &m.blocks[m.n_blocks - 1];
+    ArenaSpan dout = span_of(&m, m.d_top, out_bytes(&m, &last->conv3));
+    assert_clear(dout, live_end(&m, m.n_blocks - 1), "d_top", m.n_blocks - 1);
+    size_t grads_above_activations = 0, activations_end = live_end(&m, m.n_blocks - 1);
+    for (int i = m.n_blocks - 1; i >= 0; i--) {
+        const Block *b = &m.blocks[i];
+        size_t t = out_bytes(&m, &b->conv1);
+        if (out_bytes(&m, &b->conv2) > t) t = out_bytes(&m, &b->conv2);
+        if (out_bytes(&m, &b->conv3) > t) t = out_bytes(&m, &b->conv3);
+        size_t d_in_bytes = in_bytes(&m, &b->conv1);  // holds the residual's gradient first
+        if (b->has_down && out_bytes(&m, &b->conv3) > d_in_bytes) d_in_bytes = out_bytes(&m, &b->conv3);
+        ArenaSpan d_in = span_of(&m, b->d_in, d_in_bytes), d_tmp = span_of(&m, b->d_tmp, t);
+        assert_clear(d_in, live_end(&m, i), "d_in", i);
+        assert_clear(d_tmp, live_end(&m, i), "d_tmp", i);
+        ck_assert(!arena_spans_overlap(d_in, dout) && !arena_spans_overlap(d_tmp, dout));
+        ck_assert(!arena_spans_overlap(d_in, d_tmp));
+        if (b->has_down) assert_clear(span_of(&m, b->down_b, out_bytes(&m, &b->down)), live_end(&m, i), "down_b", i);
+        size_t ends[3] = {dout.offset + dout.bytes, d_in.offset + d_in.bytes, d_tmp.offset + d_tmp.bytes};
+        for (int k = 0; k < 3; k++)
+            if (ends[k] > activations_end && ends[k] - activations_end > grads_above_activations)
+                grads_above_activations = ends[k] - activations_end;
+        dout = d_in;
+    }
+    // the stem: its gradients sit above block 0's start (the stem's activations and the input below)
+    size_t stem_live = span_of(&m, m.stem_pool, 0).offset + in_bytes(&m, &m.blocks[0].conv1);
+    size_t stem_bytes = out_bytes(&m, &m.stem);
+    ArenaSpan d_b = span_of(&m, m.d_stem_b, stem_bytes), d_a = span_of(&m, m.d_stem_a, stem_bytes);
+    assert_clear(d_b, stem_live, "d_stem_b", -1);
+    assert_clear(d_a, stem_live, "d_stem_a", -1);
+    ck_assert(!arena_spans_overlap(d_b, dout) && !arena_spans_overlap(d_a, dout) && !arena_spans_overlap(d_a, d_b));
+    if (amp) assert_clear(span_of(&m, m.input_f32, 0), stem_live, "input_f32", -1);
+    else ck_assert_ptr_eq(m.input, m.input_f32);
+    // the only growth past the forward's activations is the last block's three gradients
+    size_t last_three = 2 * out_bytes(&m, &last->conv3) + in_bytes(&m, &last->conv1) + 3 * ARENA_ALIGN;
+    ck_assert_uint_le(grads_above_activations, last_three);
+    ck_assert_uint_le(m.activation_bytes, activations_end + last_three);
+    model_free(&m, be);
+    be->destroy(be);
+}
+
+START_TEST(test_gradients_never_overlap_live_activations) {
+    const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", NULL};
+    check_layout(r50, 1);
+    check_layout(r50, 0);
+    const char *uneven[] = {UNEVEN_MODEL, NULL};
+    check_layout(uneven, 1);
+    check_layout(uneven, 0);
+}
+END_TEST
+
+// ---- reuse changes no value -------------------------------------------------------------------------
+
+// One forward + loss + backward on fixed inputs; returns the gradient bytes (malloc'd) and the loss.
+static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, int n, float *loss) {
+    Model m;
+    model_init_shapes(&m, &cfg->model, n, amp);
+    m.arena_no_reuse = no_reuse;
+    Backend *be = cpu_backend_create();
+    model_alloc(&m, be, 11);
+    size_t image = (size_t)cfg->model.image_size * cfg->model.image_size * 3;
+    tu_fill_uniform(m.input_f32, (size_t)n * image, 5, -1.0f, 1.0f);
+    for (int i = 0; i < n; i++) m.labels[i] = (3 * i + 1) % cfg->model.num_classes;
+    model_forward(&m, be, n, 1);
+    model_loss(&m, be, n, NULL, 1.0f / (float)n);
+    model_backward(&m, be, n, 0, NULL, NULL);
+    *loss = *m.loss;  // the CPU backend's memory is host memory
+    size_t bytes = m.params.padded_numel * dtype_size(m.act_dt);
+    unsigned char *grads = malloc(bytes);
+    memcpy(grads, m.grads, bytes);
+    model_free(&m, be);
+    be->destroy(be);
+    return grads;
+}
+
+// The shared arena against every buffer on its own: the same loss and bitwise the same gradients, so no
+// reused byte was still needed (an overlap shows as a changed gradient, not as a crash).
+static void check_reuse_changes_nothing(const char *const *overrides, int amp) {
+    Config cfg;
+    make_model_config(&cfg, overrides);
+    Model shapes;
+    model_init_shapes(&shapes, &cfg.model, 3, amp);
+    size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
+    model_free(&shapes, NULL);
+    float loss_shared, loss_own;
+    unsigned char *shared = step_gradients(&cfg, amp, 0, 3, &loss_shared);
+    unsigned char *own = step_gradients(&cfg, amp, 1, 3, &loss_own);
+    ck_assert(isfinite(loss_shared));
+    ck_assert_float_eq(loss_shared, loss_own);
+    size_t differ = 0;
+    for (size_t i = 0; i < bytes; i++) differ += shared[i] != own[i];
+    ck_assert_msg(differ == 0, "%zu of %zu gradient bytes differ (amp %d)", differ, bytes, amp);
+    free(shared);
+    free(own);
+}
+
+START_TEST(test_buffer_reuse_changes_no_gradient) {
+    const char *uneven[] = {UNEVEN_MODEL, NULL};
+    check_reuse_changes_nothing(uneven, 0);
+    check_reuse_changes_nothing(uneven, 1);
+    const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
+    check_reuse_changes_nothing(r50, 1);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("model");
+    TCase *tc = tcase_create("model");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_arena_places_first_fit_above_the_floor);
+    tcase_add_test(tc, test_gradients_never_overlap_live_activations);
+    tcase_add_test(tc, test_buffer_reuse_changes_no_gradient);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s, 1);
+}
