@@ -7,7 +7,10 @@
 #   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL)
 #   bench1    amptrain --bench vs torch_baseline.py on one GPU (batch 256 and 70, AMP and fp32)
 #   bench2    the same at batch 256 on two GPUs (mpirun / torchrun)
-#   benchws   AMP batch 256 with cudnn.workspace_mb 256, 128 and 64, torch beside
+#   bench70   amptrain --bench vs torch_baseline.py on one GPU at batch 70, AMP and fp32
+#   benchws   AMP batch 256 with cudnn.workspace_mb 1024, 512, 256 and 128, torch beside
+#   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
+#   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
 set -u
 source .devdeps/env.sh
@@ -65,13 +68,25 @@ stage_bench1() {
         amp_bench 1 "$1" "$2"; torch_bench 1 "$1" "$2"
     done
 }
-stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 256, 128 and 64 MiB, torch beside
-    for ws in 256 128 64; do
+stage_bench70() {
+    amp_bench 1 70 1; torch_bench 1 70 1
+    amp_bench 1 70 0; torch_bench 1 70 0
+}
+stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024 ... 128 MiB, torch beside
+    for ws in 1024 512 256 128; do
         build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp1 ws$ws" \
             data.batch_size=256 cudnn.benchmark=true cudnn.workspace_mb=$ws | grep '^{' | tee -a "$BENCH"
     done
     torch_bench 1 256 1
 }
+scaling_run() {  # out-folder extra-flags...
+    local out=$1; shift
+    python3 launch/scaling --config configs/resnext50_32x4d_imagenet.yaml --gpus 1,2 --precisions amp,fp32 \
+        --batch 256 --steps 30 --warmup 8 --torch-baseline bench/torch_baseline.py --out "$out" "$@" \
+        -- cudnn.benchmark=true cudnn.tf32=true && cat "$out/scaling.md"
+}
+stage_scaling() { scaling_run "$OUT/scaling"; }
+stage_scalingnet() { scaling_run "$OUT/scaling-net" --simulate-network; }
 stage_bench2() {
     amp_bench 2 256 1; torch_bench 2 256 1
     amp_bench 2 256 0; torch_bench 2 256 0

@@ -207,7 +207,7 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int all
     cb->device = device;
     cb->cudnn_benchmark = cudnn_benchmark;
     cb->allow_tf32 = allow_tf32;
-    cb->conv_workspace_cap = (size_t)128 << 20;  // cudnn.workspace_mb default
+    cb->conv_workspace_cap = (size_t)512 << 20;  // cudnn.workspace_mb's AMP default
     CUDA_CHECK(cudaSetDevice(device));
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));

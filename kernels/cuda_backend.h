@@ -11,7 +11,7 @@ extern "C" {
 
 // The backend's cudaStream_t, as void* so C files need no CUDA headers.
 void *cuda_backend_stream(Backend *be);
-// The largest workspace a convolution algorithm may use (default 128 MiB): a smaller cap trades the
+// The largest workspace a convolution algorithm may use (default 512 MiB): a smaller cap trades the
 // fastest algorithms of a few layers for memory (cudnn.workspace_mb).
 void cuda_backend_set_workspace_cap(Backend *be, size_t bytes);
 // Number of CUDA devices visible to this process (CUDA_VISIBLE_DEVICES respected); 0 when none.

@@ -95,7 +95,7 @@ void config_defaults(Config *cfg) {
 
     copy_text(cfg->backend.device, sizeof cfg->backend.device, "auto");
 
-    cfg->cudnn.workspace_mb = 128;
+    cfg->cudnn.workspace_mb = 512;  // 1024 without AMP (apply_workspace_default)
     cfg->debug.inject_step = -1;
     cfg->debug.inject_rank = -1;
     cfg->debug.inject_value = INFINITY;
@@ -613,7 +613,15 @@ static int check_checkpoint(const Loader *L) {
     return 0;
 }
 
+// cudnn.workspace_mb left unset follows the precision: what measured fastest without exceeding PyTorch's
+// memory (bench/RESULTS.md). AMP: 512 MiB (1 GiB costs 490 MiB more for no speed); fp32: 1 GiB (at
+// 512 MiB fp32 loses its fast algorithms and runs 3.5x slower).
+static void apply_workspace_default(Loader *L) {
+    if (!was_written(L, "cudnn", "workspace_mb")) L->cfg.cudnn.workspace_mb = L->cfg.amp.enabled ? 512 : 1024;
+}
+
 static int apply_rules(Loader *L) {
+    apply_workspace_default(L);
     int rc = apply_arch_preset(L);
     if (!rc) rc = check_group_width(L);
     if (!rc) rc = apply_cifar10_shape(L);

@@ -120,7 +120,8 @@ const ConfigKey config_keys[] = {
      "timed convolution algorithm search once per shape"},
     {"cudnn", "tf32", CK_BOOL, AT(cudnn.tf32), NONE, {0}, "allow TF32 math in fp32 mode"},
     {"cudnn", "workspace_mb", CK_INT, AT(cudnn.workspace_mb), BETWEEN(0, 65536), {0},
-     "largest convolution workspace (MiB) an algorithm may use: less memory, maybe slower layers"},
+     "largest convolution workspace (MiB) an algorithm may use (default 512 with AMP, 1024 without): "
+     "less memory, maybe slower layers"},
     // ---- debug ----
     {"debug", "inject_step", CK_INT, AT(debug.inject_step), AT_LEAST(-1), {0},
      "step at which gradients are poisoned (-1: never)"},

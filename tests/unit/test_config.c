@@ -240,6 +240,24 @@ START_TEST(overrides_apply_after_the_file) {
 }
 END_TEST
 
+// cudnn.workspace_mb unset follows amp.enabled (fp32 needs 1 GiB for its fast algorithms); set, it stays.
+START_TEST(workspace_default_follows_precision) {
+    Config c;
+    load_ok(&c, NULL, 0, NULL);
+    ck_assert_int_eq(c.amp.enabled, 1);
+    ck_assert_int_eq(c.cudnn.workspace_mb, 512);
+    char *fp32[] = {"amp.enabled=false"};
+    load_ok(&c, NULL, 1, fp32);
+    ck_assert_int_eq(c.cudnn.workspace_mb, 1024);
+    char *set[] = {"amp.enabled=false", "cudnn.workspace_mb=64"};
+    load_ok(&c, NULL, 2, set);
+    ck_assert_int_eq(c.cudnn.workspace_mb, 64);
+    char *zero[] = {"cudnn.workspace_mb=0"};
+    load_ok(&c, NULL, 1, zero);
+    ck_assert_int_eq(c.cudnn.workspace_mb, 0);
+}
+END_TEST
+
 START_TEST(print_reads_back_to_identical_values) {
     char *overrides[] = {"train.lr=0.0123456789012345", "train.momentum=0.3", "debug.inject_value=.nan",
                          "train.seed=9007199254740993", "log.metrics=\"q\\\"uote\\\\back\\nline: #x\"",
@@ -391,6 +409,7 @@ static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *good = tcase_create("valid");
     tcase_add_test(good, defaults_are_the_tiny_demo_and_valid);
+    tcase_add_test(good, workspace_default_follows_precision);
     tcase_add_test(good, tiny_yaml_is_the_defaults_written_out);
     tcase_add_test(good, every_shipped_config_loads);
     tcase_add_test(good, seed_config_is_the_seed_experiment);
