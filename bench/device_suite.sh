@@ -8,6 +8,7 @@
 #   bench1    amptrain --bench vs torch_baseline.py on one GPU (batch 256 and 70, AMP and fp32)
 #   bench2    the same at batch 256 on two GPUs (mpirun / torchrun)
 #   bench70   amptrain --bench vs torch_baseline.py on one GPU at batch 70, AMP and fp32
+#   bench70x2 the same at batch 70 per GPU on two GPUs (mpirun / torchrun)
 #   benchws   AMP batch 256 with cudnn.workspace_mb 1024, 512, 256 and 128, torch beside
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
@@ -71,6 +72,10 @@ stage_bench1() {
 stage_bench70() {
     amp_bench 1 70 1; torch_bench 1 70 1
     amp_bench 1 70 0; torch_bench 1 70 0
+}
+stage_bench70x2() {
+    amp_bench 2 70 1; torch_bench 2 70 1
+    amp_bench 2 70 0; torch_bench 2 70 0
 }
 stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024 ... 128 MiB, torch beside
     for ws in 1024 512 256 128; do
