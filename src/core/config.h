@@ -29,6 +29,7 @@ typedef struct DataConfig {
     int batch_size;     // per rank
     int augment;        // cifar10: random crop (pad 4) + horizontal flip
     int prefetch;       // batches prepared ahead by the loader thread (0: synchronous)
+    int drop_last;      // skip each epoch's partial last step
 } DataConfig;
 
 typedef struct TrainConfig {

@@ -55,6 +55,9 @@ const ConfigKey config_keys[] = {
      "cifar10: random crop (pad 4) and horizontal flip"},
     {"data", "prefetch", CK_INT, AT(data.prefetch), BETWEEN(0, 64), {0},
      "batches prepared ahead by the loader thread (0: synchronous)"},
+    {"data", "drop_last", CK_BOOL, AT(data.drop_last), NONE, {0},
+     "skip each epoch's partial last step (needed when it would leave a rank one image and the last "
+     "stage is 1x1)"},
     // ---- train ----
     {"train", "epochs", CK_INT, AT(train.epochs), AT_LEAST(1), {0}, "passes over the training set"},
     {"train", "steps", CK_INT, AT(train.steps), AT_LEAST(0), {0},

@@ -90,7 +90,7 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, i
     Loader *l = xcalloc(1, sizeof *l);
     l->ds = ds;
     sampler_init(&l->sampler, sampler->size, sampler->batch, sampler->world, sampler->rank, sampler->accum,
-                 (long)sampler->seed);
+                 sampler->drop_last, (long)sampler->seed);
     l->steps_per_epoch = sampler_steps_per_epoch(&l->sampler);
     AMP_ASSERT(epoch >= 0 && step >= 0 && step < l->steps_per_epoch,
                "loader: start at epoch %d step %d, but an epoch has %d steps", epoch, step, l->steps_per_epoch);

@@ -7,7 +7,7 @@
 #include "../core/check.h"
 #include "data_rng.h"
 
-void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accum, long seed) {
+void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accum, int drop_last, long seed) {
     AMP_ASSERT(size > 0 && batch > 0 && accum > 0, "sampler: size %d, batch %d, accum %d must be positive",
                size, batch, accum);
     AMP_ASSERT(world > 0 && rank >= 0 && rank < world, "sampler: rank %d of %d", rank, world);
@@ -17,6 +17,7 @@ void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accu
     s->world = world;
     s->rank = rank;
     s->accum = accum;
+    s->drop_last = drop_last != 0;
     s->seed = (uint64_t)seed;
     s->order_epoch = -1;
 }
@@ -31,7 +32,13 @@ static long sampler_global_batch(const Sampler *s) { return (long)s->batch * s->
 
 int sampler_steps_per_epoch(const Sampler *s) {
     long g = sampler_global_batch(s);
-    return (int)((s->size + g - 1) / g);
+    return (int)(s->drop_last ? s->size / g : (s->size + g - 1) / g);
+}
+
+int sampler_block_count(const Sampler *s, int step, int micro, int rank) {
+    long start = (((long)step * s->accum + micro) * s->world + rank) * s->batch;
+    if (start >= s->size) return 0;
+    return s->size - start < s->batch ? (int)(s->size - start) : s->batch;
 }
 
 long sampler_samples_before(const Sampler *s, int step) {
@@ -67,11 +74,9 @@ int sampler_block(Sampler *s, int epoch, int step, int micro, int32_t *indices_o
         sampler_epoch_order(s, epoch, s->order);
         s->order_epoch = epoch;
     }
-    long block = ((long)step * s->accum + micro) * s->world + s->rank;
-    long start = block * s->batch;
-    if (start >= s->size) return 0;
-    int count = s->size - start < s->batch ? (int)(s->size - start) : s->batch;
-    memcpy(indices_out, s->order + start, (size_t)count * sizeof(int32_t));
+    long start = (((long)step * s->accum + micro) * s->world + s->rank) * s->batch;
+    int count = sampler_block_count(s, step, micro, s->rank);
+    if (count > 0) memcpy(indices_out, s->order + start, (size_t)count * sizeof(int32_t));
     return count;
 }
 
@@ -83,8 +88,10 @@ int sampler_resume(const Sampler *s, int epoch, long samples_done, int *epoch_ou
         return 1;
     }
     if (samples_done % g == 0) {
-        *epoch_out = epoch;
-        *step_out = (int)(samples_done / g);
+        long step = samples_done / g;
+        int next_epoch = step >= sampler_steps_per_epoch(s);  // drop_last: only the skipped tail was left
+        *epoch_out = next_epoch ? epoch + 1 : epoch;
+        *step_out = next_epoch ? 0 : (int)step;
         return 1;
     }
     *epoch_out = epoch + 1;

@@ -10,6 +10,8 @@
 //   steps_per_epoch = ceil(size / (b*W*A)). In the final step of an epoch the remaining samples fill
 //   the blocks in that order, so the blocks after them are short or empty (count 0). Over an epoch the
 //   blocks cover every sample exactly once; no sample is dropped or repeated.
+//   With drop_last (data.drop_last), steps_per_epoch = floor(size / (b*W*A)): every step is full and
+//   the last size mod (b*W*A) samples of each epoch's order are not read (a different set each epoch).
 //
 // A step is the consecutive slice order[s*G .. min(s*G + G, size)), G = b*W*A, whatever the split into
 // ranks and micro-steps. So W ranks x batch b and 1 rank x batch b x accum W read the same samples in
@@ -32,16 +34,21 @@ typedef struct Sampler {
     int batch;         // b: samples per rank per micro-step
     int world, rank;   // W, r
     int accum;         // A: micro-steps per optimizer step
+    int drop_last;     // 1: no partial last step (its samples are skipped)
     uint64_t seed;
     int32_t *order;    // (size) int32: the permutation of `order_epoch`, made on first use
     int order_epoch;   // -1: none yet
 } Sampler;
 
-void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accum, long seed);
+void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accum, int drop_last, long seed);
 void sampler_free(Sampler *s);
 
-// ceil(size / (batch * world * accum)).
+// ceil(size / (batch * world * accum)); floor with drop_last (0 when size < one global batch).
 int sampler_steps_per_epoch(const Sampler *s);
+
+// How many samples rank `rank` reads at (step, micro) of every epoch: batch, less or 0 in a partial
+// last step.
+int sampler_block_count(const Sampler *s, int step, int micro, int rank);
 
 // Samples in one optimizer step over all ranks: batch*world*accum, less in a partial last step.
 int sampler_step_total(const Sampler *s, int epoch, int step);

@@ -18,6 +18,35 @@ static long total_steps_of(const Config *cfg, int steps_per_epoch) {
     return cfg->train.steps > 0 && cfg->train.steps < by_epochs ? cfg->train.steps : by_epochs;
 }
 
+// Every step must be trainable. With data.drop_last an epoch shorter than one global batch has no step.
+// Batch norm in training needs two values per channel, and a 1x1 last stage has one per image: the
+// partial last step of an epoch must not hand any rank exactly one image. Refused at start-up, with
+// what to change, rather than at the end of the first epoch.
+static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
+    const Sampler *s = &t->sampler;
+    long global = (long)s->batch * s->world * s->accum;
+    if (t->steps_per_epoch == 0) {
+        snprintf(err, cap, "data.drop_last: an epoch of %d samples is shorter than one global batch "
+                 "(data.batch_size %d x %d ranks x train.accum_steps %d = %ld), so no step would run",
+                 s->size, s->batch, s->world, s->accum, global);
+        return 2;
+    }
+    if (t->model.final_hw > 1) return 0;
+    int last = t->steps_per_epoch - 1;
+    for (int m = 0; m < s->accum; m++)
+        for (int r = 0; r < s->world; r++)
+            if (sampler_block_count(s, last, m, r) == 1) {
+                snprintf(err, cap, "an epoch of %d samples with data.batch_size %d x %d ranks x train.accum_steps "
+                         "%d ends in a step that gives rank %d one image, and batch norm in training needs two "
+                         "values per channel (the last stage is 1x1 at model.image_size %d): set "
+                         "data.drop_last: true (each epoch then skips its last %ld samples), or change data.batch_size",
+                         s->size, s->batch, s->world, s->accum, r, t->cfg->model.image_size,
+                         s->size - (long)last * global);
+                return 2;
+            }
+    return 0;
+}
+
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
     t->cfg = cfg, t->be = be, t->comm = comm, t->grad_comm = grad_comm;
@@ -28,12 +57,16 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
         return 2;
     }
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
-                 cfg->train.accum_steps, cfg->train.seed);
+                 cfg->train.accum_steps, cfg->data.drop_last, cfg->train.seed);
     t->steps_per_epoch = sampler_steps_per_epoch(&t->sampler);
     t->total_steps = total_steps_of(cfg, t->steps_per_epoch);
     t->base_lr = lr_base(&cfg->train, cfg->data.batch_size * comm->size * cfg->train.accum_steps);
 
     model_init_shapes(&t->model, &cfg->model, cfg->data.batch_size, cfg->amp.enabled);
+    if (check_epoch_split(t, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return 2;
+    }
     model_alloc(&t->model, be, (uint64_t)cfg->train.seed);
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);

@@ -314,7 +314,7 @@ END_TEST
 START_TEST(shards_cover_the_dataset_once) {
     enum { SIZE = 97, BATCH = 4, ACCUM = 2, EPOCHS = 2 };  // 97 is prime: no global batch divides it
     Sampler s;
-    sampler_init(&s, SIZE, BATCH, comm->size, comm->rank, ACCUM, 42);
+    sampler_init(&s, SIZE, BATCH, comm->size, comm->rank, ACCUM, 0, 42);
     int steps = sampler_steps_per_epoch(&s), global = BATCH * comm->size * ACCUM;
     ck_assert_int_ne(SIZE % global, 0);
     ck_assert_int_lt(sampler_step_total(&s, 0, steps - 1), global);  // the partial last step is exercised

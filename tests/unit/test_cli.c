@@ -54,6 +54,20 @@ START_TEST(test_config_error_writes_nothing) {
 }
 END_TEST
 
+// An epoch that would end by handing a rank one image (the tiny model's last stage is 1x1) is refused
+// before anything is written, naming data.drop_last; with it the same run trains its full steps.
+START_TEST(test_single_image_last_step_refused_at_start) {
+    ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= "
+                                     "log.metrics=split_run/m.jsonl", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "gives rank 0 one image"));
+    ck_assert_ptr_nonnull(strstr(out, "data.drop_last: true"));
+    ck_assert(!tu_file_exists("split_run"));
+    ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= log.metrics= "
+                                     "train.epochs=1 log.progress=never data.drop_last=true", out, sizeof out), 0);
+    ck_assert_ptr_nonnull(strstr(out, "summary: 2 steps"));
+}
+END_TEST
+
 START_TEST(test_print_config_round_trips) {
     ck_assert_int_eq(tu_run_cli(TINY " --print-config train.lr=0.05 model.layers=[2,1,1,1]", out, sizeof out), 0);
     ck_assert_ptr_nonnull(strstr(out, "lr: 0.05"));
@@ -140,6 +154,7 @@ Suite *cli_suite(void) {
     tcase_add_test(tc, test_usage_errors_exit_2);
     tcase_add_test(tc, test_config_error_writes_nothing);
     tcase_add_test(tc, test_print_config_round_trips);
+    tcase_add_test(tc, test_single_image_last_step_refused_at_start);
     tcase_add_test(tc, test_dry_run_describes_resnext50);
     tcase_add_test(tc, test_short_run_outputs);
     tcase_add_test(tc, test_sigterm_checkpoints_and_exits_0);

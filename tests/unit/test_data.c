@@ -22,7 +22,7 @@
 // the blocks and sum to size, and every rank computed the same permutation.
 static void check_epoch(int size, int batch, int world, int accum, int epoch) {
     Sampler ranks[3];
-    for (int r = 0; r < world; r++) sampler_init(&ranks[r], size, batch, world, r, accum, 1234);
+    for (int r = 0; r < world; r++) sampler_init(&ranks[r], size, batch, world, r, accum, 0, 1234);
     int32_t *order = calloc((size_t)size, sizeof(int32_t));
     int32_t *other = calloc((size_t)size, sizeof(int32_t));
     int32_t *seen = calloc((size_t)size, sizeof(int32_t));
@@ -83,8 +83,8 @@ END_TEST
 START_TEST(test_sampler_epochs_differ_and_repeat) {
     const int size = 100;
     Sampler a, b;
-    sampler_init(&a, size, 4, 2, 0, 1, 7);
-    sampler_init(&b, size, 4, 2, 1, 1, 7);
+    sampler_init(&a, size, 4, 2, 0, 1, 0, 7);
+    sampler_init(&b, size, 4, 2, 1, 1, 0, 7);
     int32_t e0[100], e1[100], again[100], is_identity = 1;
     sampler_epoch_order(&a, 0, e0);
     sampler_epoch_order(&a, 1, e1);
@@ -95,7 +95,7 @@ START_TEST(test_sampler_epochs_differ_and_repeat) {
     ck_assert(!is_identity);
     // Another seed, another order.
     Sampler c;
-    sampler_init(&c, size, 4, 2, 0, 1, 8);
+    sampler_init(&c, size, 4, 2, 0, 1, 0, 8);
     sampler_epoch_order(&c, 0, again);
     ck_assert(memcmp(e0, again, sizeof e0) != 0);
     // sampler_block after a different epoch recomputes its cached order.
@@ -116,9 +116,9 @@ END_TEST
 START_TEST(test_sampler_two_ranks_equal_accum_two) {
     const int size = 37, batch = 4;
     Sampler r0, r1, acc;
-    sampler_init(&r0, size, batch, 2, 0, 1, 99);
-    sampler_init(&r1, size, batch, 2, 1, 1, 99);
-    sampler_init(&acc, size, batch, 1, 0, 2, 99);
+    sampler_init(&r0, size, batch, 2, 0, 1, 0, 99);
+    sampler_init(&r1, size, batch, 2, 1, 1, 0, 99);
+    sampler_init(&acc, size, batch, 1, 0, 2, 0, 99);
     ck_assert_int_eq(sampler_steps_per_epoch(&r0), sampler_steps_per_epoch(&acc));
     for (int epoch = 0; epoch < 3; epoch++) {
         for (int s = 0; s < sampler_steps_per_epoch(&acc); s++) {
@@ -141,9 +141,9 @@ END_TEST
 START_TEST(test_sampler_resume_position) {
     const int size = 100;
     Sampler w2, w4, w3;
-    sampler_init(&w2, size, 4, 2, 0, 1, 5);  // global batch 8
-    sampler_init(&w4, size, 4, 4, 0, 1, 5);  // global batch 16
-    sampler_init(&w3, size, 4, 3, 0, 1, 5);  // global batch 12
+    sampler_init(&w2, size, 4, 2, 0, 1, 0, 5);  // global batch 8
+    sampler_init(&w4, size, 4, 4, 0, 1, 0, 5);  // global batch 16
+    sampler_init(&w3, size, 4, 3, 0, 1, 0, 5);  // global batch 12
     int epoch, step;
     ck_assert_int_eq(sampler_samples_before(&w2, 4), 32);
     ck_assert_int_eq(sampler_samples_before(&w2, 13), 100);
@@ -170,6 +170,43 @@ START_TEST(test_sampler_resume_position) {
     sampler_free(&w2);
     sampler_free(&w4);
     sampler_free(&w3);
+}
+END_TEST
+
+// drop_last: floor(size / G) full steps reading the first steps*G samples of the epoch's order; resuming
+// after the last full step starts the next epoch; an epoch shorter than G has no step at all.
+START_TEST(test_sampler_drop_last_takes_only_full_steps) {
+    Sampler ranks[2];
+    for (int r = 0; r < 2; r++) sampler_init(&ranks[r], 23, 4, 2, r, 1, 1, 9);  // G = 8: 2 steps, 7 skipped
+    ck_assert_int_eq(sampler_steps_per_epoch(&ranks[0]), 2);
+    int32_t order[23], block[4];
+    sampler_epoch_order(&ranks[0], 3, order);
+    for (int step = 0; step < 2; step++) {
+        ck_assert_int_eq(sampler_step_total(&ranks[0], 3, step), 8);
+        for (int r = 0; r < 2; r++) {
+            ck_assert_int_eq(sampler_block(&ranks[r], 3, step, 0, block), 4);
+            ck_assert_mem_eq(block, order + (step * 2 + r) * 4, sizeof block);
+        }
+    }
+    int epoch, step;
+    ck_assert_int_eq(sampler_resume(&ranks[0], 3, 16, &epoch, &step), 1);
+    ck_assert_int_eq(epoch, 4);
+    ck_assert_int_eq(step, 0);
+    ck_assert_int_eq(sampler_resume(&ranks[0], 3, 8, &epoch, &step), 1);
+    ck_assert_int_eq(epoch, 3);
+    ck_assert_int_eq(step, 1);
+    // the same split keeping the partial step: a third step with 4 + 3 samples
+    Sampler keep;
+    sampler_init(&keep, 23, 4, 2, 0, 1, 0, 9);
+    ck_assert_int_eq(sampler_steps_per_epoch(&keep), 3);
+    ck_assert_int_eq(sampler_block_count(&keep, 2, 0, 0), 4);
+    ck_assert_int_eq(sampler_block_count(&keep, 2, 0, 1), 3);
+    Sampler short_epoch;
+    sampler_init(&short_epoch, 5, 4, 2, 0, 1, 1, 9);
+    ck_assert_int_eq(sampler_steps_per_epoch(&short_epoch), 0);
+    for (int r = 0; r < 2; r++) sampler_free(&ranks[r]);
+    sampler_free(&keep);
+    sampler_free(&short_epoch);
 }
 END_TEST
 
@@ -521,7 +558,7 @@ static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
     Loader *sync = loader_create(ds, s, 0, 0, 0, 2);
     Loader *ahead = loader_create(ds, s, 2, 0, 0, 2);
     Sampler direct;
-    sampler_init(&direct, s->size, s->batch, s->world, s->rank, s->accum, (long)s->seed);
+    sampler_init(&direct, s->size, s->batch, s->world, s->rank, s->accum, 0, (long)s->seed);
     size_t floats = (size_t)s->batch * dataset_image_floats(ds);
     float *images = calloc(floats, sizeof(float));
     int32_t *labels = calloc((size_t)s->batch, sizeof(int32_t)), *idx = calloc((size_t)s->batch, sizeof(int32_t));
@@ -563,12 +600,12 @@ START_TEST(test_loader_prefetch_is_bitwise_synchronous) {
     Dataset *cifar = NULL;
     ck_assert_int_eq(dataset_cifar10_open("cifar_loader", 1, 1, 3, &cifar, err, sizeof err), 0);
     Sampler s;
-    sampler_init(&s, cifar->size, 2, 2, 1, 2, 3);  // 15 samples, global batch 8: 2 steps, the last partial
+    sampler_init(&s, cifar->size, 2, 2, 1, 2, 0, 3);  // 15 samples, global batch 8: 2 steps, the last partial
     check_prefetch_matches_sync(cifar, &s);
     sampler_free(&s);
     dataset_close(cifar);
     Dataset *learnable = dataset_learnable_create(50, L_SIDE, L_CLASSES, 3, 0);
-    sampler_init(&s, learnable->size, 3, 3, 2, 1, 3);  // global batch 9: 6 steps, the last partial
+    sampler_init(&s, learnable->size, 3, 3, 2, 1, 0, 3);  // global batch 9: 6 steps, the last partial
     check_prefetch_matches_sync(learnable, &s);
     sampler_free(&s);
     dataset_close(learnable);
@@ -578,7 +615,7 @@ END_TEST
 START_TEST(test_loader_starts_at_any_step) {
     Dataset *ds = dataset_learnable_create(100, L_SIDE, L_CLASSES, 9, 0);
     Sampler s;
-    sampler_init(&s, ds->size, 4, 2, 1, 2, 9);  // global batch 16: 7 steps
+    sampler_init(&s, ds->size, 4, 2, 1, 2, 0, 9);  // global batch 16: 7 steps
     size_t floats = (size_t)s.batch * dataset_image_floats(ds);
     Loader *from_start = loader_create(ds, &s, 0, 0, 0, 3);
     const Batch *b;
@@ -614,6 +651,7 @@ static Suite *data_suite(void) {
     tcase_add_test(sampler, test_sampler_two_ranks_equal_accum_two);
     tcase_add_test(sampler, test_sampler_resume_position);
     tcase_add_test(sampler, test_sampler_validation_shards);
+    tcase_add_test(sampler, test_sampler_drop_last_takes_only_full_steps);
     suite_add_tcase(suite, sampler);
     TCase *generated = tcase_create("generated");
     tcase_add_test(generated, test_synthetic_is_a_function_of_seed_and_index);
