@@ -22,9 +22,11 @@
 // recomputes the ReLU mask from x, mean, invstd, gamma and beta). A backward finds its forward there;
 // if it finds none, or the forward took our own path, or dx accumulates, it runs our own backward,
 // which needs only x, y, dy and the saved statistics.
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_elem.cuh"
 #include "cuda_internal.h"
 
 #define BN_TILE_C 32          // channels per reduction block (threadIdx.x): 64-128 B per row read
@@ -198,15 +200,43 @@ __global__ void bn_eval_affine_kernel(int c, const float *gamma, const float *be
     shift[ch] = beta[ch] - running_mean[ch] * s;
 }
 
-// y = act(scale[ch] * x + shift[ch] + residual). x, residual (nullable), y (rows, c) dt; scale, shift (c)
-__global__ void bn_apply_kernel(const void *x, const void *residual, int relu, int half, size_t count, int c,
-                                const float *scale, const float *shift, void *y) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-        const int ch = (int)(i % (size_t)c);
-        float v = scale[ch] * bn_load(x, i, half) + shift[ch];
-        if (residual) v += bn_load(residual, i, half);
-        if (relu && v < 0.0f) v = 0.0f;
-        bn_store(y, i, half, v);
+// The elementwise passes below move VEC consecutive elements of one row at a time (one 16-byte load
+// when c % VEC == 0 and the buffers are aligned, else VEC = 1). A thread's first pack gives its channel
+// by one division; each grid stride then moves the channel by a fixed amount, so the loop divides nothing.
+template <int VEC>
+struct ChannelWalk {
+    int pack, packs_per_row, step;  // the current pack's index within its row; step = stride mod row
+    __device__ ChannelWalk(size_t first, size_t stride, int c)
+        : pack((int)(first % (size_t)(c / VEC))), packs_per_row(c / VEC), step((int)(stride % (size_t)(c / VEC))) {}
+    __device__ int channel() const { return pack * VEC; }
+    __device__ void advance() {
+        pack += step;
+        if (pack >= packs_per_row) pack -= packs_per_row;
+    }
+};
+
+// y = act(scale[ch] * x + shift[ch] + residual); the ReLU keeps NaN (as torch's).
+// x, residual (nullable), y (rows, c) T; scale, shift (c) fp32; packs = rows * c / VEC
+template <typename T, int VEC>
+__global__ void bn_apply_kernel(const T *x, const T *residual, int relu, size_t packs, int c, const float *scale,
+                                const float *shift, T *y) {
+    typedef ElemPack<T, VEC> Pack;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    ChannelWalk<VEC> walk(j, stride, c);
+    for (; j < packs; j += stride, walk.advance()) {
+        const Pack xv = ((const Pack *)x)[j];
+        Pack rv, yv;
+        if (residual) rv = ((const Pack *)residual)[j];
+        const int ch = walk.channel();
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            float v = scale[ch + k] * to_f32(xv.e[k]) + shift[ch + k];
+            if (residual) v += to_f32(rv.e[k]);
+            if (relu && v < 0.0f) v = 0.0f;
+            from_f32(&yv.e[k], v);
+        }
+        ((Pack *)y)[j] = yv;
     }
 }
 
@@ -263,17 +293,31 @@ __global__ void bn_backward_finalize_kernel(const float *part_g, const float *pa
 }
 
 // dx (= or +=) k_scale * (g - k_mean - (x - mean) * k_xmu); d_residual (nullable) = g.
-// x, y, dy, dx, d_residual (rows, c) dt; save_mean (c); coef (3, c) fp32
-__global__ void bn_backward_apply_kernel(const void *x, const void *y, const void *dy, int relu, int half,
-                                         size_t count, int c, const float *save_mean, const float *coef,
-                                         void *dx, int accumulate, void *d_residual) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x) {
-        const int ch = (int)(i % (size_t)c);
-        const float g = relu && !(bn_load(y, i, half) > 0.0f) ? 0.0f : bn_load(dy, i, half);
-        float v = coef[ch] * (g - coef[c + ch] - (bn_load(x, i, half) - save_mean[ch]) * coef[2 * c + ch]);
-        if (accumulate) v += bn_load(dx, i, half);
-        bn_store(dx, i, half, v);
-        if (d_residual) bn_store(d_residual, i, half, g);
+// x, y, dy, dx, d_residual (rows, c) T; save_mean (c); coef (3, c) fp32; packs = rows * c / VEC
+template <typename T, int VEC>
+__global__ void bn_backward_apply_kernel(const T *x, const T *y, const T *dy, int relu, size_t packs, int c,
+                                         const float *save_mean, const float *coef, T *dx, int accumulate,
+                                         T *d_residual) {
+    typedef ElemPack<T, VEC> Pack;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    ChannelWalk<VEC> walk(j, stride, c);
+    for (; j < packs; j += stride, walk.advance()) {
+        const Pack xv = ((const Pack *)x)[j], dyv = ((const Pack *)dy)[j];
+        Pack yv, dxv, gv;
+        if (relu) yv = ((const Pack *)y)[j];
+        if (accumulate) dxv = ((const Pack *)dx)[j];
+        const int ch = walk.channel();
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const float g = relu && !(to_f32(yv.e[k]) > 0.0f) ? 0.0f : to_f32(dyv.e[k]);
+            float v = coef[ch + k] * (g - coef[c + ch + k] - (to_f32(xv.e[k]) - save_mean[ch + k]) * coef[2 * c + ch + k]);
+            if (accumulate) v += to_f32(dxv.e[k]);
+            from_f32(&dxv.e[k], v);
+            from_f32(&gv.e[k], g);
+        }
+        ((Pack *)dx)[j] = dxv;
+        if (d_residual) ((Pack *)d_residual)[j] = gv;
     }
 }
 
@@ -303,13 +347,72 @@ static dim3 bn_reduce_grid(int rows, int c) { return dim3((c + BN_TILE_C - 1) / 
 
 static int bn_channel_blocks(int c) { return (c + BN_ELEMENTWISE_THREADS - 1) / BN_ELEMENTWISE_THREADS; }
 
-// Enough blocks to fill the GPU several times over; the kernels stride over the rest.
+// Enough blocks to fill the GPU several times over (an H200 has 132 SMs); the kernels stride over the rest.
+#define BN_ELEMENTWISE_MAX_BLOCKS 4096
 static int bn_elementwise_blocks(size_t count) {
     size_t blocks = (count + BN_ELEMENTWISE_THREADS - 1) / BN_ELEMENTWISE_THREADS;
-    return (int)(blocks < 65536 ? (blocks ? blocks : 1) : 65536);
+    return (int)(blocks < BN_ELEMENTWISE_MAX_BLOCKS ? (blocks ? blocks : 1) : BN_ELEMENTWISE_MAX_BLOCKS);
 }
 
 static size_t bn_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+// 16-byte packs when every row splits into them and every buffer starts on 16 bytes, else one element.
+static int bn_pack_width(DType dt, int c, const void *const *bufs, int n_bufs) {
+    const int vec = dt == DTYPE_F16 ? 8 : 4;
+    if (c % vec != 0) return 1;
+    for (int i = 0; i < n_bufs; i++)
+        if ((uintptr_t)bufs[i] % 16 != 0) return 1;
+    return vec;
+}
+
+// y = act(scale * x + shift + residual) over (rows, c) dt
+static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
+                     const float *scale, const float *shift, void *y) {
+    const void *bufs[] = {x, residual ? residual : x, y};
+    const int vec = bn_pack_width(dt, c, bufs, 3);
+    const size_t packs = (size_t)rows * c / vec;
+    const int blocks = bn_elementwise_blocks(packs);
+    if (dt == DTYPE_F16 && vec > 1)
+        bn_apply_kernel<__half, 8><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            (const __half *)x, (const __half *)residual, relu, packs, c, scale, shift, (__half *)y);
+    else if (dt == DTYPE_F16)
+        bn_apply_kernel<__half, 1><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            (const __half *)x, (const __half *)residual, relu, packs, c, scale, shift, (__half *)y);
+    else if (vec > 1)
+        bn_apply_kernel<float, 4><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            (const float *)x, (const float *)residual, relu, packs, c, scale, shift, (float *)y);
+    else
+        bn_apply_kernel<float, 1><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            (const float *)x, (const float *)residual, relu, packs, c, scale, shift, (float *)y);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int VEC>
+static void bn_backward_apply_launch(CudaBackend *cb, size_t packs, int c, const void *x, const void *y,
+                                     const void *dy, int relu, const float *save_mean, const float *coef, void *dx,
+                                     int accumulate, void *d_residual) {
+    bn_backward_apply_kernel<T, VEC><<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+        (const T *)x, (const T *)y, (const T *)dy, relu, packs, c, save_mean, coef, (T *)dx, accumulate,
+        (T *)d_residual);
+    CUDA_CHECK_LAUNCH();
+}
+
+// dx (= or +=) from the coefficients; d_residual (nullable) = dy masked by the ReLU. (rows, c) dt
+static void bn_backward_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y,
+                              const void *dy, int relu, const float *save_mean, const float *coef, void *dx,
+                              int accumulate, void *d_residual) {
+    const void *bufs[] = {x, relu ? y : x, dy, dx, d_residual ? d_residual : x};
+    const int vec = bn_pack_width(dt, c, bufs, 5);
+    const size_t packs = (size_t)rows * c / vec;
+    if (dt == DTYPE_F16 && vec > 1)
+        bn_backward_apply_launch<__half, 8>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
+    else if (dt == DTYPE_F16)
+        bn_backward_apply_launch<__half, 1>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
+    else if (vec > 1)
+        bn_backward_apply_launch<float, 4>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
+    else
+        bn_backward_apply_launch<float, 1>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
+}
 
 // 1 when cuDNN ran (or sized) the call, 0 when it does not support this combination; any other
 // status ends the job like CUDNN_CHECK.
@@ -419,10 +522,7 @@ static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const v
         part_mean, part_m2, chunks, rows, c, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
         save_invstd, scale, shift);
     CUDA_CHECK_LAUNCH();
-    const size_t count = (size_t)rows * c;
-    bn_apply_kernel<<<bn_elementwise_blocks(count), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-        x, residual, relu, half, count, c, scale, shift, y);
-    CUDA_CHECK_LAUNCH();
+    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y);
 }
 
 // x, residual (nullable), y (rows, c) dt; gamma, beta, running_*, save_* (c) fp32
@@ -455,10 +555,7 @@ void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x,
     bn_eval_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
         c, gamma, beta, running_mean, running_var, eps, scale, shift);
     CUDA_CHECK_LAUNCH();
-    const size_t count = (size_t)rows * c;
-    bn_apply_kernel<<<bn_elementwise_blocks(count), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-        x, residual, relu, dt == DTYPE_F16, count, c, scale, shift, y);
-    CUDA_CHECK_LAUNCH();
+    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y);
 }
 
 // ---- backward -------------------------------------------------------------------------------------------
@@ -530,10 +627,7 @@ static void bn_backward_own(Backend *be, int rows, int c, DType dt, const void *
     bn_backward_finalize_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
         part_g, part_gx, chunks, rows, c, half, gamma, save_invstd, dgamma, dbeta, accumulate_params, coef);
     CUDA_CHECK_LAUNCH();
-    const size_t count = (size_t)rows * c;
-    bn_backward_apply_kernel<<<bn_elementwise_blocks(count), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-        x, y, dy, relu, half, count, c, save_mean, coef, dx, accumulate, d_residual);
-    CUDA_CHECK_LAUNCH();
+    bn_backward_apply(cb, rows, c, dt, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
 }
 
 // x, y, dy, dx, d_residual (nullable) (rows, c) dt; gamma, save_* (c) fp32; dgamma, dbeta (c) dt

@@ -306,11 +306,16 @@ END_TEST
 
 // ---- batch norm ------------------------------------------------------------------------------------------
 
-// Loop index bits: 0 dtype fp16, 1 residual, 2 relu, 3 the second shape.
+// Loop index bits: 0 dtype fp16, 1 residual, 2 relu; _i >> 3 the shape: two of ResNeXt's, one whose
+// channels split into no 16-byte packs (one element at a time, cuDNN's fused forms decline it), and one
+// large enough that every elementwise thread strides over several packs.
+#define BN_SHAPES 4
 START_TEST(test_batchnorm) {
     const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
     const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1;
-    const int rows = _i & 8 ? 4 * 7 * 7 : 4 * 14 * 14, c = _i & 8 ? 256 : 128;
+    static const int shape_rows[BN_SHAPES] = {4 * 14 * 14, 4 * 7 * 7, 3 * 9 * 9, 64 * 28 * 28};
+    static const int shape_c[BN_SHAPES] = {128, 256, 6, 256};
+    const int rows = shape_rows[_i >> 3], c = shape_c[_i >> 3];
     const size_t nx = (size_t)rows * c;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[128], label[64];
@@ -680,7 +685,7 @@ static Suite *gpu_ops_suite(void) {
         {"memory", test_memory_ops, 1},
         {"cast", test_cast, 3},
         {"conv", test_conv, 2 * CONV_CASES},
-        {"batchnorm", test_batchnorm, 16},
+        {"batchnorm", test_batchnorm, 8 * BN_SHAPES},
         {"maxpool", test_maxpool, 8},
         {"avgpool", test_avgpool, 4},
         {"linear", test_linear, 4},
