@@ -29,8 +29,10 @@ void cpu_maxpool_forward(Backend *be, const PoolShape *s, DType dt, const void *
                         const int ix = ox * s->stride - s->pad + kx;
                         if (ix < 0 || ix >= s->w) continue;
                         const float *xrow = xf + pool_pixel(n, iy, ix, s->h, s->w, s->c);
+                        // NaN wins the max (as torch, and the CUDA backend), so an overflow upstream
+                        // reaches the loss and the step's inf/NaN verdict instead of vanishing here.
                         for (int ch = 0; ch < s->c; ch++)
-                            if (xrow[ch] > yrow[ch]) yrow[ch] = xrow[ch];
+                            if (xrow[ch] > yrow[ch] || isnan(xrow[ch])) yrow[ch] = xrow[ch];
                     }
                 }
             }
@@ -56,7 +58,8 @@ void cpu_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void 
             for (int ox = 0; ox < s->out_w; ox++) {
                 const size_t o = pool_pixel(n, oy, ox, s->out_h, s->out_w, s->c);
                 // Each channel's gradient goes to the first window position (row-major) holding the
-                // max; routed[ch] records that it has been placed, so ties do not duplicate it.
+                // max; routed[ch] records that it has been placed, so ties do not duplicate it. A NaN
+                // max equals nothing: its gradient goes nowhere (as on CUDA).
                 for (int ch = 0; ch < s->c; ch++) routed[ch] = 0;
                 for (int ky = 0; ky < s->k; ky++) {
                     const int iy = oy * s->stride - s->pad + ky;

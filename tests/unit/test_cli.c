@@ -121,7 +121,7 @@ START_TEST(test_sigterm_checkpoints_and_exits_0) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-        freopen("sigterm.log", "w", stdout);
+        if (!freopen("sigterm.log", "w", stdout)) _exit(126);
         execl(AMPTRAIN_BIN, AMPTRAIN_BIN, TINY, "backend.device=cpu", "data.prefetch=0", "log.every=1",
               "log.metrics=sig/m.jsonl", "checkpoint.dir=sig", "train.epochs=50", "log.progress=never", (char *)NULL);
         _exit(127);

@@ -410,6 +410,15 @@ START_TEST(test_maxpool_padding_and_tie_rule) {
     be->maxpool_forward(be, &s, DTYPE_F32, x, y);
     be->maxpool_backward(be, &s, DTYPE_F32, x, y, dy, dx);
     for (int i = 0; i < 16; i++) ck_assert_float_eq(dx[i], i == 5 ? 15.0f : 0.0f);
+
+    // A NaN wins every window it is in, wherever it sits in the window (as torch and the CUDA backend).
+    for (int i = 0; i < 16; i++) x[i] = 0.0f;
+    x[5] = NAN;   // in all four windows, before some larger values of window (1,1)
+    x[15] = 7.0f;
+    be->maxpool_forward(be, &s, DTYPE_F32, x, y);
+    for (int i = 0; i < 4; i++) ck_assert_msg(isnan(y[i]), "window %d: %g, expected NaN", i, y[i]);
+    be->maxpool_backward(be, &s, DTYPE_F32, x, y, dy, dx);
+    for (int i = 0; i < 16; i++) ck_assert_float_eq(dx[i], 0.0f);  // a NaN max routes its gradient nowhere
 }
 END_TEST
 
