@@ -147,7 +147,8 @@ typedef struct ActivationBuffer {
 } ActivationBuffer;
 #define ACTIVATION_PLAN_MAX(m) (24 + 12 * (m)->n_blocks)
 
-static ArenaSpan plan_add(ActivationBuffer *plan, int *count, void **slot, ArenaSpan span) {
+static ArenaSpan plan_add(ActivationBuffer *plan, int *count, int cap, void **slot, ArenaSpan span) {
+    AMP_ASSERT(*count < cap, "activation plan: more than %d buffers", cap);
     plan[(*count)++] = (ActivationBuffer){slot, span};
     return span;
 }
@@ -156,9 +157,10 @@ static int activation_plan(Model *m, ActivationBuffer *plan, ArenaLayout *arena)
     int count = 0;
     size_t e = dtype_size(m->act_dt);
     *arena = (ArenaLayout){0};
-#define KEEP(ptr, bytes) plan_add(plan, &count, (void **)&(ptr), arena_append(arena, (bytes)))
+    const int cap = ACTIVATION_PLAN_MAX(m);
+#define KEEP(ptr, bytes) plan_add(plan, &count, cap, (void **)&(ptr), arena_append(arena, (bytes)))
 #define ABOVE(ptr, bytes, floor, busy, n_busy)                                                                \
-    plan_add(plan, &count, (void **)&(ptr),                                                                   \
+    plan_add(plan, &count, cap, (void **)&(ptr),                                                              \
              m->arena_no_reuse ? arena_append(arena, (bytes))                                                 \
                                : arena_place_above(arena, (floor), (bytes), (busy), (n_busy)))
     int n = m->max_batch, side = m->cfg.image_size, classes = m->cfg.num_classes;
@@ -211,7 +213,6 @@ static int activation_plan(Model *m, ActivationBuffer *plan, ArenaLayout *arena)
 #undef KEEP
 #undef ABOVE
     free(block_start);
-    AMP_ASSERT(count <= ACTIVATION_PLAN_MAX(m), "activation plan overflow (%d)", count);
     return count;
 }
 
