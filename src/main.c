@@ -159,8 +159,9 @@ static void print_dry_run(const Config *cfg) {
     printf("multiply-adds per image  %.3f G\n", model_macs_per_image(&m) / 1e9);
     printf("precision    %s\n", cfg->amp.enabled ? "AMP: fp16 activations and compute weights, fp32 masters"
                                                  : "fp32");
-    printf("memory per rank (estimate, batch %d): activations %.1f MiB, weights+optimizer %.1f MiB\n",
-           cfg->data.batch_size, acts / 1048576.0, weights / 1048576.0);
+    printf("memory per rank (estimate, batch %d): activations and their gradients %.1f MiB, weights+optimizer "
+           "%.1f MiB; on CUDA also up to %d MiB of convolution workspace (cudnn.workspace_mb)\n",
+           cfg->data.batch_size, acts / 1048576.0, weights / 1048576.0, cfg->cudnn.workspace_mb);
     model_free(&m, NULL);
 }
 
