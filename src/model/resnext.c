@@ -131,6 +131,14 @@ double model_macs_per_image(const Model *m) {
 static size_t conv_in_elems(const ConvShape *s) { return (size_t)s->n * s->h * s->w * s->c_in; }
 static size_t conv_out_elems(const ConvShape *s) { return (size_t)s->n * s->out_h * s->out_w * s->c_out; }
 
+static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+// Elements of the buffer holding block b's output gradient: block_backward reuses it, once bn3's
+// backward has read it, for the downsample's and then conv3's and conv2's data gradients (b2, b1 shapes).
+static size_t block_dout_elems(const Block *b) {
+    return max3(conv_out_elems(&b->conv3.shape), conv_out_elems(&b->conv2.shape), conv_out_elems(&b->conv1.shape));
+}
+
 // Every per-batch buffer of the model and its place in the arena, so allocation and the --dry-run
 // estimate agree by construction.
 //
@@ -159,9 +167,11 @@ static int activation_plan(Model *m, ActivationBuffer *plan, ArenaLayout *arena)
     *arena = (ArenaLayout){0};
     const int cap = ACTIVATION_PLAN_MAX(m);
 #define KEEP(ptr, bytes) plan_add(plan, &count, cap, (void **)&(ptr), arena_append(arena, (bytes)))
+// arena_no_reuse (tests): each short-lived buffer gets bytes of its own, as large as the largest tensor,
+// so that layout is right whatever the sizes computed here.
 #define ABOVE(ptr, bytes, floor, busy, n_busy)                                                                \
     plan_add(plan, &count, cap, (void **)&(ptr),                                                              \
-             m->arena_no_reuse ? arena_append(arena, (bytes))                                                 \
+             m->arena_no_reuse ? arena_append(arena, roomy)                                                   \
                                : arena_place_above(arena, (floor), (bytes), (busy), (n_busy)))
     int n = m->max_batch, side = m->cfg.image_size, classes = m->cfg.num_classes;
     size_t in_elems = (size_t)n * side * side * 3;
@@ -175,6 +185,9 @@ static int activation_plan(Model *m, ActivationBuffer *plan, ArenaLayout *arena)
     KEEP(m->stem_a, stem_bytes);
     KEEP(m->stem_b, stem_bytes);
     KEEP(m->stem_pool, conv_in_elems(&m->blocks[0].conv1.shape) * e);
+    size_t roomy = in_elems * sizeof(float) > stem_bytes ? in_elems * sizeof(float) : stem_bytes;
+    for (int i = 0; i < m->n_blocks; i++) roomy = max3(roomy, block_dout_elems(&m->blocks[i]) * e,
+                                                         conv_in_elems(&m->blocks[i].conv1.shape) * e);
     size_t *block_start = xcalloc((size_t)m->n_blocks + 1, sizeof *block_start);
     for (int i = 0; i < m->n_blocks; i++) {
         Block *b = &m->blocks[i];
@@ -192,16 +205,15 @@ static int activation_plan(Model *m, ActivationBuffer *plan, ArenaLayout *arena)
             ABOVE(m->blocks[i].down_b, conv_out_elems(&m->blocks[i].conv3.shape) * e, block_start[i + 1], NULL, 0);
 
     const Block *last = &m->blocks[m->n_blocks - 1];
-    ArenaSpan dout = ABOVE(m->d_top, conv_out_elems(&last->conv3.shape) * e, block_start[m->n_blocks], NULL, 0);
+    ArenaSpan dout = ABOVE(m->d_top, block_dout_elems(last) * e, block_start[m->n_blocks], NULL, 0);
     for (int i = m->n_blocks - 1; i >= 0; i--) {
         Block *b = &m->blocks[i];
-        size_t t = conv_out_elems(&b->conv1.shape), t2 = conv_out_elems(&b->conv2.shape);
-        size_t t3 = conv_out_elems(&b->conv3.shape);
-        t = t > t2 ? t : t2;
-        t = t > t3 ? t : t3;
-        // d_in first holds the residual's gradient: with a downsample, the output's shape, not the input's
-        size_t d_in_elems = conv_in_elems(&b->conv1.shape);
-        if (b->has_down && t3 > d_in_elems) d_in_elems = t3;
+        size_t t = max3(conv_out_elems(&b->conv1.shape), conv_out_elems(&b->conv2.shape),
+                        conv_out_elems(&b->conv3.shape));
+        // d_in first holds the residual's gradient (with a downsample, the output's shape), then the
+        // input's; then it is block i-1's output gradient buffer (block_dout_elems of that block)
+        size_t d_in_elems = max3(conv_in_elems(&b->conv1.shape), b->has_down ? conv_out_elems(&b->conv3.shape) : 0,
+                                 i > 0 ? block_dout_elems(&m->blocks[i - 1]) : 0);
         ArenaSpan d_in = ABOVE(b->d_in, d_in_elems * e, block_start[i + 1], &dout, 1);
         ArenaSpan busy[2] = {dout, d_in};
         ABOVE(b->d_tmp, t * e, block_start[i + 1], busy, 2);
@@ -424,9 +436,10 @@ static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, c
     notify(c, bn->beta);
 }
 
-// The block's gradients: dout (its output's, the next block's d_in) is read by bn3's backward and is then
-// free for the downsample branch; d_tmp carries the gradient down the conv chain; d_in receives the
-// residual's gradient and then conv1's (accumulated). All three sit above this block's activations.
+// The block's gradients: dout (its output's, the next block's d_in) is read by bn3's backward and then
+// holds the downsample's, conv3's and conv2's data gradients in turn (block_dout_elems sizes it); d_tmp
+// carries the gradient down the bn layers; d_in receives the residual's gradient and then conv1's
+// (accumulated). All three sit above this block's activations.
 static void block_backward(BackwardCtx *c, Block *b, const void *in, void *dout) {
     int n = c->n;
     int rows_out = rows_of(&b->conv3, n);

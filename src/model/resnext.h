@@ -86,7 +86,8 @@ typedef struct Model {
     void *d_stem_b, *d_stem_a;  // stem gradients: maxpool's input, then bn's input
     void *arena;           // one allocation holding every per-batch buffer above (arena.h)
     size_t activation_bytes;  // its size
-    int arena_no_reuse;    // set before model_alloc: every buffer its own bytes (tests compare the layouts)
+    int arena_no_reuse;    // set before model_alloc: every buffer its own bytes, each as large as the largest
+                           // tensor (tests compare the layouts)
 } Model;
 
 // Builds the registry and shapes only (no backend memory): enough for --dry-run's summary.

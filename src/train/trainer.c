@@ -32,6 +32,12 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
         return 2;
     }
     if (t->model.final_hw > 1) return 0;
+    if (s->batch == 1) {
+        snprintf(err, cap, "data.batch_size 1: batch norm in training needs two values per channel and the last "
+                 "stage is 1x1 at model.image_size %d; use data.batch_size 2 or more", t->cfg->model.image_size);
+        return 2;
+    }
+    if (t->total_steps < t->steps_per_epoch) return 0;  // the run ends before the epoch's last step
     int last = t->steps_per_epoch - 1;
     for (int m = 0; m < s->accum; m++)
         for (int r = 0; r < s->world; r++)

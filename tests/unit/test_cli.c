@@ -55,7 +55,8 @@ START_TEST(test_config_error_writes_nothing) {
 END_TEST
 
 // An epoch that would end by handing a rank one image (the tiny model's last stage is 1x1) is refused
-// before anything is written, naming data.drop_last; with it the same run trains its full steps.
+// before anything is written, naming data.drop_last; with it the same run trains its full steps. A batch
+// of one is refused as such.
 START_TEST(test_single_image_last_step_refused_at_start) {
     ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= "
                                      "log.metrics=split_run/m.jsonl", out, sizeof out), 2);
@@ -65,6 +66,13 @@ START_TEST(test_single_image_last_step_refused_at_start) {
     ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= log.metrics= "
                                      "train.epochs=1 log.progress=never data.drop_last=true", out, sizeof out), 0);
     ck_assert_ptr_nonnull(strstr(out, "summary: 2 steps"));
+    // a run that stops before the epoch's last step never meets it
+    ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= log.metrics= "
+                                     "train.steps=2 log.progress=never", out, sizeof out), 0);
+    // one image per step can never train a 1x1 batch norm: drop_last would not help, so it is not offered
+    ck_assert_int_eq(tu_run_cli(TINY " data.batch_size=1 checkpoint.dir= log.metrics=", out, sizeof out), 2);
+    ck_assert_ptr_nonnull(strstr(out, "data.batch_size 1"));
+    ck_assert_ptr_null(strstr(out, "drop_last"));
 }
 END_TEST
 
