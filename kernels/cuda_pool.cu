@@ -13,21 +13,6 @@
 #define POOL_MAX_BLOCKS 4224  // 32 blocks of 256 threads per SM on 132 SMs; the loops are grid-stride
 
 
-template <typename T, int VEC>
-static __device__ __forceinline__ void pool_load(const T *p, float *v) {
-    const ElemPack<T, VEC> pk = *(const ElemPack<T, VEC> *)p;
-#pragma unroll
-    for (int j = 0; j < VEC; j++) v[j] = to_f32(pk.e[j]);
-}
-
-template <typename T, int VEC>
-static __device__ __forceinline__ void pool_store(T *p, const float *v) {
-    ElemPack<T, VEC> pk;
-#pragma unroll
-    for (int j = 0; j < VEC; j++) from_f32(&pk.e[j], v[j]);
-    *(ElemPack<T, VEC> *)p = pk;
-}
-
 // Max-pool kernels take the image from blockIdx.y and index within it in 32 bits: 64-bit division by a
 // runtime value costs tens of instructions, which the gather would pay five times per element.
 static dim3 pool_image_grid(const PoolShape *s, size_t per_image) {
@@ -45,16 +30,6 @@ static unsigned pool_blocks(size_t work) {
     if (b < 1) b = 1;
     if (b > POOL_MAX_BLOCKS) b = POOL_MAX_BLOCKS;
     return (unsigned)b;
-}
-
-// 16-byte vectors when every channel row and every pointer is 16-byte aligned.
-static int pool_vec(DType dt, int c, const void *a, const void *b, const void *d, const void *e) {
-    const int vec = (int)(16 / dtype_size(dt));
-    if (c % vec != 0) return 1;
-    const void *ptrs[4] = {a, b, d, e};
-    for (int k = 0; k < 4; k++)
-        if (ptrs[k] && (uintptr_t)ptrs[k] % 16 != 0) return 1;
-    return vec;
 }
 
 // ---- max pool ------------------------------------------------------------------------------------------
@@ -80,13 +55,13 @@ __global__ void maxpool_forward_kernel(PoolShape s, const T *x, T *y) {
             for (int kx = 0; kx < s.k; kx++) {
                 const int ix = ox * s.stride - s.pad + kx;
                 if (ix < 0 || ix >= s.w) continue;
-                pool_load<T, VEC>(x + (((size_t)b * s.h + iy) * s.w + ix) * s.c + (size_t)cv * VEC, v);
+                pack_load<T, VEC>(x + (((size_t)b * s.h + iy) * s.w + ix) * s.c + (size_t)cv * VEC, v);
 #pragma unroll
                 for (int j = 0; j < VEC; j++)
                     if (v[j] > m[j] || isnan(v[j])) m[j] = v[j];
             }
         }
-        pool_store<T, VEC>(y + pix * s.c + (size_t)cv * VEC, m);
+        pack_store<T, VEC>(y + pix * s.c + (size_t)cv * VEC, m);
     }
 }
 
@@ -108,7 +83,7 @@ __global__ void maxpool_route_kernel(PoolShape s, const T *x, const T *y, unsign
         const int ox = (int)(p % s.out_w), oy = (int)(p / s.out_w);
         const size_t pix = (size_t)b * s.out_h * s.out_w + p;  // (b, oy, ox)
         float yv[VEC], v[VEC];
-        pool_load<T, VEC>(y + pix * s.c + (size_t)cv * VEC, yv);
+        pack_load<T, VEC>(y + pix * s.c + (size_t)cv * VEC, yv);
         ElemPack<unsigned char, VEC> r;
 #pragma unroll
         for (int j = 0; j < VEC; j++) r.e[j] = POOL_NO_ROUTE;
@@ -118,7 +93,7 @@ __global__ void maxpool_route_kernel(PoolShape s, const T *x, const T *y, unsign
             for (int kx = 0; kx < s.k; kx++) {
                 const int ix = ox * s.stride - s.pad + kx;
                 if (ix < 0 || ix >= s.w) continue;
-                pool_load<T, VEC>(x + (((size_t)b * s.h + iy) * s.w + ix) * s.c + (size_t)cv * VEC, v);
+                pack_load<T, VEC>(x + (((size_t)b * s.h + iy) * s.w + ix) * s.c + (size_t)cv * VEC, v);
 #pragma unroll
                 for (int j = 0; j < VEC; j++)
                     if (r.e[j] == POOL_NO_ROUTE && v[j] == yv[j]) r.e[j] = (unsigned char)(ky * s.k + kx);
@@ -161,13 +136,13 @@ __global__ void maxpool_gather_kernel(PoolShape s, const unsigned char *route, c
 #pragma unroll
                 for (int j = 0; j < VEC; j++) any |= r.e[j] == here;
                 if (!any) continue;  // the common case: this element is not the window's max
-                pool_load<T, VEC>(dy + o, g);
+                pack_load<T, VEC>(dy + o, g);
 #pragma unroll
                 for (int j = 0; j < VEC; j++)
                     if (r.e[j] == here) acc[j] += g[j];
             }
         }
-        pool_store<T, VEC>(dx + pix * s.c + ch, acc);
+        pack_store<T, VEC>(dx + pix * s.c + ch, acc);
     }
 }
 
@@ -185,19 +160,12 @@ static void maxpool_backward_launch(cudaStream_t stream, const PoolShape *s, con
 
 void cuda_maxpool_forward(Backend *be, const PoolShape *s, DType dt, const void *x, void *y) {
     cudaStream_t stream = cuda_state(be)->stream;
-    const int vec = pool_vec(dt, s->c, x, y, NULL, NULL);
+    const int vec = pack_width(dt, s->c, {x, y});
     const dim3 blocks = pool_image_grid(s, (size_t)s->out_h * s->out_w * (s->c / vec));
-    if (dt == DTYPE_F16) {
-        if (vec == 8)
-            maxpool_forward_kernel<__half, 8><<<blocks, POOL_THREADS, 0, stream>>>(*s, (const __half *)x, (__half *)y);
-        else
-            maxpool_forward_kernel<__half, 1><<<blocks, POOL_THREADS, 0, stream>>>(*s, (const __half *)x, (__half *)y);
-    } else {
-        if (vec == 4)
-            maxpool_forward_kernel<float, 4><<<blocks, POOL_THREADS, 0, stream>>>(*s, (const float *)x, (float *)y);
-        else
-            maxpool_forward_kernel<float, 1><<<blocks, POOL_THREADS, 0, stream>>>(*s, (const float *)x, (float *)y);
-    }
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        maxpool_forward_kernel<T, decltype(pk)::vec><<<blocks, POOL_THREADS, 0, stream>>>(*s, (const T *)x, (T *)y);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -205,20 +173,12 @@ void cuda_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void
                            const void *dy, void *dx) {
     AMP_ASSERT(s->k * s->k < POOL_NO_ROUTE, "maxpool_backward: window %d too large for a one-byte route", s->k);
     cudaStream_t stream = cuda_state(be)->stream;
-    const int vec = pool_vec(dt, s->c, x, y, dy, dx);
+    const int vec = pack_width(dt, s->c, {x, y, dy, dx});
     // Freed right after the launches: the allocator reuses it only for work queued behind them.
     unsigned char *route = (unsigned char *)be->alloc(be, (size_t)s->n * s->out_h * s->out_w * s->c);
-    if (dt == DTYPE_F16) {
-        if (vec == 8)
-            maxpool_backward_launch<__half, 8>(stream, s, x, y, dy, dx, route);
-        else
-            maxpool_backward_launch<__half, 1>(stream, s, x, y, dy, dx, route);
-    } else {
-        if (vec == 4)
-            maxpool_backward_launch<float, 4>(stream, s, x, y, dy, dx, route);
-        else
-            maxpool_backward_launch<float, 1>(stream, s, x, y, dy, dx, route);
-    }
+    with_pack(dt, vec, [&](auto pk) {
+        maxpool_backward_launch<typename decltype(pk)::type, decltype(pk)::vec>(stream, s, x, y, dy, dx, route);
+    });
     be->free(be, route);
 }
 
@@ -237,13 +197,13 @@ __global__ void avgpool_forward_kernel(int n, int hw, int c, const T *x, T *y) {
 #pragma unroll
         for (int j = 0; j < VEC; j++) sum[j] = 0.0f;
         for (int p = 0; p < hw; p++) {
-            pool_load<T, VEC>(xb + (size_t)p * c, v);
+            pack_load<T, VEC>(xb + (size_t)p * c, v);
 #pragma unroll
             for (int j = 0; j < VEC; j++) sum[j] += v[j];
         }
 #pragma unroll
         for (int j = 0; j < VEC; j++) sum[j] /= (float)hw;
-        pool_store<T, VEC>(y + (size_t)b * c + (size_t)cv * VEC, sum);
+        pack_store<T, VEC>(y + (size_t)b * c + (size_t)cv * VEC, sum);
     }
 }
 
@@ -257,45 +217,32 @@ __global__ void avgpool_backward_kernel(int n, int hw, int c, const T *dy, T *dx
         const size_t row = t / cv_count;  // b * hw + p
         const int b = (int)(row / hw);
         float g[VEC];
-        pool_load<T, VEC>(dy + (size_t)b * c + (size_t)cv * VEC, g);
+        pack_load<T, VEC>(dy + (size_t)b * c + (size_t)cv * VEC, g);
 #pragma unroll
         for (int j = 0; j < VEC; j++) g[j] /= (float)hw;
-        pool_store<T, VEC>(dx + row * c + (size_t)cv * VEC, g);
+        pack_store<T, VEC>(dx + row * c + (size_t)cv * VEC, g);
     }
 }
 
 void cuda_avgpool_forward(Backend *be, int n, int hw, int c, DType dt, const void *x, void *y) {
     cudaStream_t stream = cuda_state(be)->stream;
-    const int vec = pool_vec(dt, c, x, y, NULL, NULL);
+    const int vec = pack_width(dt, c, {x, y});
     const unsigned blocks = pool_blocks((size_t)n * (c / vec));
-    if (dt == DTYPE_F16) {
-        if (vec == 8)
-            avgpool_forward_kernel<__half, 8><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const __half *)x, (__half *)y);
-        else
-            avgpool_forward_kernel<__half, 1><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const __half *)x, (__half *)y);
-    } else {
-        if (vec == 4)
-            avgpool_forward_kernel<float, 4><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const float *)x, (float *)y);
-        else
-            avgpool_forward_kernel<float, 1><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const float *)x, (float *)y);
-    }
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        avgpool_forward_kernel<T, decltype(pk)::vec><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const T *)x, (T *)y);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_avgpool_backward(Backend *be, int n, int hw, int c, DType dt, const void *dy, void *dx) {
     cudaStream_t stream = cuda_state(be)->stream;
-    const int vec = pool_vec(dt, c, dy, dx, NULL, NULL);
+    const int vec = pack_width(dt, c, {dy, dx});
     const unsigned blocks = pool_blocks((size_t)n * hw * (c / vec));
-    if (dt == DTYPE_F16) {
-        if (vec == 8)
-            avgpool_backward_kernel<__half, 8><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const __half *)dy, (__half *)dx);
-        else
-            avgpool_backward_kernel<__half, 1><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const __half *)dy, (__half *)dx);
-    } else {
-        if (vec == 4)
-            avgpool_backward_kernel<float, 4><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const float *)dy, (float *)dx);
-        else
-            avgpool_backward_kernel<float, 1><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const float *)dy, (float *)dx);
-    }
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        avgpool_backward_kernel<T, decltype(pk)::vec><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const T *)dy,
+                                                                                         (T *)dx);
+    });
     CUDA_CHECK_LAUNCH();
 }

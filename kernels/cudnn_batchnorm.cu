@@ -22,7 +22,6 @@
 // recomputes the ReLU mask from x, mean, invstd, gamma and beta). A backward finds its forward there;
 // if it finds none, or the forward took our own path, or dx accumulates, it runs our own backward,
 // which needs only x, y, dy and the saved statistics.
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,23 +219,21 @@ struct ChannelWalk {
 template <typename T, int VEC>
 __global__ void bn_apply_kernel(const T *x, const T *residual, int relu, size_t packs, int c, const float *scale,
                                 const float *shift, T *y) {
-    typedef ElemPack<T, VEC> Pack;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     ChannelWalk<VEC> walk(j, stride, c);
     for (; j < packs; j += stride, walk.advance()) {
-        const Pack xv = ((const Pack *)x)[j];
-        Pack rv, yv;
-        if (residual) rv = ((const Pack *)residual)[j];
+        float v[VEC], r[VEC];
+        pack_load<T, VEC>(x + j * VEC, v);
+        if (residual) pack_load<T, VEC>(residual + j * VEC, r);
         const int ch = walk.channel();
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
-            float v = scale[ch + k] * to_f32(xv.e[k]) + shift[ch + k];
-            if (residual) v += to_f32(rv.e[k]);
-            if (relu && v < 0.0f) v = 0.0f;
-            from_f32(&yv.e[k], v);
+            v[k] = scale[ch + k] * v[k] + shift[ch + k];
+            if (residual) v[k] += r[k];
+            if (relu && v[k] < 0.0f) v[k] = 0.0f;
         }
-        ((Pack *)y)[j] = yv;
+        pack_store<T, VEC>(y + j * VEC, v);
     }
 }
 
@@ -298,26 +295,24 @@ template <typename T, int VEC>
 __global__ void bn_backward_apply_kernel(const T *x, const T *y, const T *dy, int relu, size_t packs, int c,
                                          const float *save_mean, const float *coef, T *dx, int accumulate,
                                          T *d_residual) {
-    typedef ElemPack<T, VEC> Pack;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     ChannelWalk<VEC> walk(j, stride, c);
     for (; j < packs; j += stride, walk.advance()) {
-        const Pack xv = ((const Pack *)x)[j], dyv = ((const Pack *)dy)[j];
-        Pack yv, dxv, gv;
-        if (relu) yv = ((const Pack *)y)[j];
-        if (accumulate) dxv = ((const Pack *)dx)[j];
+        float xv[VEC], g[VEC], yv[VEC], d[VEC];
+        pack_load<T, VEC>(x + j * VEC, xv);
+        pack_load<T, VEC>(dy + j * VEC, g);
+        if (relu) pack_load<T, VEC>(y + j * VEC, yv);
+        if (accumulate) pack_load<T, VEC>(dx + j * VEC, d);
         const int ch = walk.channel();
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
-            const float g = relu && !(to_f32(yv.e[k]) > 0.0f) ? 0.0f : to_f32(dyv.e[k]);
-            float v = coef[ch + k] * (g - coef[c + ch + k] - (to_f32(xv.e[k]) - save_mean[ch + k]) * coef[2 * c + ch + k]);
-            if (accumulate) v += to_f32(dxv.e[k]);
-            from_f32(&dxv.e[k], v);
-            from_f32(&gv.e[k], g);
+            if (relu && !(yv[k] > 0.0f)) g[k] = 0.0f;
+            const float v = coef[ch + k] * (g[k] - coef[c + ch + k] - (xv[k] - save_mean[ch + k]) * coef[2 * c + ch + k]);
+            d[k] = accumulate ? d[k] + v : v;
         }
-        ((Pack *)dx)[j] = dxv;
-        if (d_residual) ((Pack *)d_residual)[j] = gv;
+        pack_store<T, VEC>(dx + j * VEC, d);
+        if (d_residual) pack_store<T, VEC>(d_residual + j * VEC, g);
     }
 }
 
@@ -356,44 +351,16 @@ static int bn_elementwise_blocks(size_t count) {
 
 static size_t bn_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
-// 16-byte packs when every row splits into them and every buffer starts on 16 bytes, else one element.
-static int bn_pack_width(DType dt, int c, const void *const *bufs, int n_bufs) {
-    const int vec = dt == DTYPE_F16 ? 8 : 4;
-    if (c % vec != 0) return 1;
-    for (int i = 0; i < n_bufs; i++)
-        if ((uintptr_t)bufs[i] % 16 != 0) return 1;
-    return vec;
-}
-
 // y = act(scale * x + shift + residual) over (rows, c) dt
 static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
                      const float *scale, const float *shift, void *y) {
-    const void *bufs[] = {x, residual ? residual : x, y};
-    const int vec = bn_pack_width(dt, c, bufs, 3);
+    const int vec = pack_width(dt, c, {x, residual, y});
     const size_t packs = (size_t)rows * c / vec;
-    const int blocks = bn_elementwise_blocks(packs);
-    if (dt == DTYPE_F16 && vec > 1)
-        bn_apply_kernel<__half, 8><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-            (const __half *)x, (const __half *)residual, relu, packs, c, scale, shift, (__half *)y);
-    else if (dt == DTYPE_F16)
-        bn_apply_kernel<__half, 1><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-            (const __half *)x, (const __half *)residual, relu, packs, c, scale, shift, (__half *)y);
-    else if (vec > 1)
-        bn_apply_kernel<float, 4><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-            (const float *)x, (const float *)residual, relu, packs, c, scale, shift, (float *)y);
-    else
-        bn_apply_kernel<float, 1><<<blocks, BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-            (const float *)x, (const float *)residual, relu, packs, c, scale, shift, (float *)y);
-    CUDA_CHECK_LAUNCH();
-}
-
-template <typename T, int VEC>
-static void bn_backward_apply_launch(CudaBackend *cb, size_t packs, int c, const void *x, const void *y,
-                                     const void *dy, int relu, const float *save_mean, const float *coef, void *dx,
-                                     int accumulate, void *d_residual) {
-    bn_backward_apply_kernel<T, VEC><<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-        (const T *)x, (const T *)y, (const T *)dy, relu, packs, c, save_mean, coef, (T *)dx, accumulate,
-        (T *)d_residual);
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        bn_apply_kernel<T, decltype(pk)::vec><<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            (const T *)x, (const T *)residual, relu, packs, c, scale, shift, (T *)y);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -401,17 +368,16 @@ static void bn_backward_apply_launch(CudaBackend *cb, size_t packs, int c, const
 static void bn_backward_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y,
                               const void *dy, int relu, const float *save_mean, const float *coef, void *dx,
                               int accumulate, void *d_residual) {
-    const void *bufs[] = {x, relu ? y : x, dy, dx, d_residual ? d_residual : x};
-    const int vec = bn_pack_width(dt, c, bufs, 5);
+    const int vec = pack_width(dt, c, {x, y, dy, dx, d_residual});
     const size_t packs = (size_t)rows * c / vec;
-    if (dt == DTYPE_F16 && vec > 1)
-        bn_backward_apply_launch<__half, 8>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
-    else if (dt == DTYPE_F16)
-        bn_backward_apply_launch<__half, 1>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
-    else if (vec > 1)
-        bn_backward_apply_launch<float, 4>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
-    else
-        bn_backward_apply_launch<float, 1>(cb, packs, c, x, y, dy, relu, save_mean, coef, dx, accumulate, d_residual);
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        bn_backward_apply_kernel<T, decltype(pk)::vec>
+            <<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+                (const T *)x, (const T *)y, (const T *)dy, relu, packs, c, save_mean, coef, (T *)dx, accumulate,
+                (T *)d_residual);
+    });
+    CUDA_CHECK_LAUNCH();
 }
 
 // 1 when cuDNN ran (or sized) the call, 0 when it does not support this combination; any other
