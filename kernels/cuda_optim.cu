@@ -10,6 +10,7 @@
 // matches the CPU reference (src/cpu/cpu_optim.c) to the last bit.
 #include "cuda_elem.cuh"
 #include "cuda_internal.h"
+#include "amp/update_rules.h"
 
 #define OPTIM_THREADS 256
 #define OPTIM_MAX_BLOCKS 1056  // 8 blocks of 256 threads on each of the H200's 132 SMs
@@ -94,16 +95,6 @@ void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, flo
 
 #define SGD_VEC 4  // 16 bytes of fp32 master and momentum, 8 (or 16) bytes of gradient, 8 of fp16 copy
 
-// One parameter's update in PyTorch's order (unscale, weight decay, momentum, nesterov, step), each
-// operation rounded on its own as on the CPU.
-static __device__ __forceinline__ void sgd_update(float grad, float inv_scale, SgdParams p, float *master, float *mom) {
-    const float g = __fadd_rn(__fmul_rn(grad, inv_scale), __fmul_rn(p.weight_decay, *master));
-    const float m = __fadd_rn(__fmul_rn(p.momentum, *mom), g);
-    const float step = p.nesterov ? __fadd_rn(g, __fmul_rn(p.momentum, m)) : m;
-    *mom = m;
-    *master = __fsub_rn(*master, __fmul_rn(p.lr, step));
-}
-
 // grad (n) G; master, mom (n) fp32; copy (n) fp16 or NULL. Skipped as a whole when the agreed verdict in
 // state->found_inf is set, so a skipped step leaves every buffer bitwise as it was.
 template <typename G>
@@ -120,7 +111,7 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
         ElemPack<float, SGD_VEC> w = *(const ElemPack<float, SGD_VEC> *)(master + i);
         ElemPack<float, SGD_VEC> m = *(const ElemPack<float, SGD_VEC> *)(mom + i);
 #pragma unroll
-        for (int j = 0; j < SGD_VEC; j++) sgd_update(to_f32(g.e[j]), inv_scale, p, &w.e[j], &m.e[j]);
+        for (int j = 0; j < SGD_VEC; j++) sgd_update_rule(to_f32(g.e[j]), inv_scale, &p, &w.e[j], &m.e[j]);
         *(ElemPack<float, SGD_VEC> *)(master + i) = w;
         *(ElemPack<float, SGD_VEC> *)(mom + i) = m;
         if (copy) {
@@ -132,7 +123,7 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
     }
     for (size_t r = tid; r < sp.rest; r += stride) {
         const size_t i = scalar_index(r, sp, SGD_VEC);
-        sgd_update(to_f32(grad[i]), inv_scale, p, &master[i], &mom[i]);
+        sgd_update_rule(to_f32(grad[i]), inv_scale, &p, &master[i], &mom[i]);
         if (copy) copy[i] = __float2half_rn(master[i]);
     }
 }
@@ -155,24 +146,9 @@ void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float
 
 // ---- scaler_update -------------------------------------------------------------------------------------
 
-// GradScaler's rule on the device (one thread), as src/cpu/cpu_optim.c: a growth that would overflow
-// fp32 keeps the old scale, like torch's _amp_update_scale_.
+// GradScaler's rule on the device, one thread (src/amp/update_rules.h, as the CPU backend).
 __global__ void scaler_update_kernel(ScalerState *state, float growth, float backoff, int interval, int dynamic) {
-    if (state->found_inf != 0.0f) {
-        state->skipped_total++;
-        if (dynamic) {
-            state->scale *= backoff;
-            state->growth_count = 0;
-        }
-        return;
-    }
-    if (!dynamic) return;
-    state->growth_count++;
-    if (state->growth_count == interval) {
-        const float grown = state->scale * growth;
-        if (isfinite(grown)) state->scale = grown;
-        state->growth_count = 0;
-    }
+    scaler_update_rule(state, growth, backoff, interval, dynamic);
 }
 
 void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval, int dynamic) {

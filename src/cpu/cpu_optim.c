@@ -1,6 +1,7 @@
 // cpu_optim.c - the AMP step on the CPU: overflow check, fused unscale + SGD, GradScaler update.
 #include <math.h>
 
+#include "amp/update_rules.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/half.h"
 
@@ -23,14 +24,10 @@ void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float 
     (void)be;
     // A skipped step writes nothing, so master, momentum and the fp16 copy stay bitwise as they were.
     if (state->found_inf != 0.0f) return;
-    // Unscale by multiplying with 1/S computed once, as GradScaler.unscale_ does (exact for S = 2^k).
     const float inv_scale = 1.0f / state->scale;
     half *copy16 = copy;
     for (size_t i = 0; i < n; i++) {
-        const float g = dtype_load(grad, grad_dt, i) * inv_scale + p->weight_decay * master[i];
-        mom[i] = p->momentum * mom[i] + g;
-        const float step = p->nesterov ? g + p->momentum * mom[i] : mom[i];
-        master[i] -= p->lr * step;
+        sgd_update_rule(dtype_load(grad, grad_dt, i), inv_scale, p, &master[i], &mom[i]);
         if (copy16) copy16[i] = half_from_float(master[i]);
     }
 }
@@ -38,20 +35,5 @@ void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float 
 void cpu_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
                        int dynamic) {
     (void)be;
-    if (state->found_inf != 0.0f) {
-        state->skipped_total++;
-        if (dynamic) {
-            state->scale *= backoff;
-            state->growth_count = 0;
-        }
-        return;
-    }
-    if (!dynamic) return;
-    state->growth_count++;
-    if (state->growth_count == interval) {
-        // Like torch's _amp_update_scale: a growth that would overflow fp32 keeps the old scale.
-        const float grown = state->scale * growth;
-        if (isfinite(grown)) state->scale = grown;
-        state->growth_count = 0;
-    }
+    scaler_update_rule(state, growth, backoff, interval, dynamic);
 }
