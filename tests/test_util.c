@@ -3,6 +3,7 @@
 #include <check.h>
 
 #include "core/check.h"
+#include "core/config.h"
 #include "train/trainer.h"
 
 #include <math.h>
@@ -133,4 +134,10 @@ void tu_train_step(Trainer *t) {
 
 void tu_train_steps(Trainer *t, int n) {
     for (int i = 0; i < n; i++) tu_train_step(t);
+}
+
+void tu_config(Config *cfg, const char *const *overrides) {
+    int n = 0;
+    while (overrides && overrides[n]) n++;
+    ck_assert_int_eq(config_load(cfg, NULL, n, (char **)overrides, stderr), 0);
 }

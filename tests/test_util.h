@@ -34,6 +34,11 @@ struct Trainer;
 void tu_train_step(struct Trainer *t);
 void tu_train_steps(struct Trainer *t, int n);
 
+// A config from the defaults plus overrides ("section.key=value"), NULL-terminated (NULL: none); the
+// test fails if it does not load.
+struct Config;
+void tu_config(struct Config *cfg, const char *const *overrides);
+
 // 1 if the file exists.
 int tu_file_exists(const char *path);
 

@@ -13,12 +13,6 @@
 #include "model/resnext.h"
 #include "test_util.h"
 
-static void make_model_config(Config *cfg, const char *const *overrides) {
-    int n = 0;
-    while (overrides[n]) n++;
-    ck_assert_int_eq(config_load(cfg, NULL, n, (char **)overrides, stderr), 0);
-}
-
 // Several blocks per stage, identity and downsample shortcuts, a downsample whose output is larger than
 // its block's input.
 #define UNEVEN_MODEL "model.arch=custom", "model.layers=[2,1,3,2]", "model.planes=8", "model.base_width=8", \
@@ -106,7 +100,7 @@ static size_t dout_need(const Model *m, const Block *b) {
 // groups.
 static void check_layout(const char *const *overrides, int amp) {
     Config cfg;
-    make_model_config(&cfg, overrides);
+    tu_config(&cfg, overrides);
     Model m;
     model_init_shapes(&m, &cfg.model, 2, amp);
     Backend *be = cpu_backend_create();
@@ -207,7 +201,7 @@ static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, i
 // reused byte was still needed (an overlap shows as a changed gradient, not as a crash).
 static void check_reuse_changes_nothing(const char *const *overrides, int amp) {
     Config cfg;
-    make_model_config(&cfg, overrides);
+    tu_config(&cfg, overrides);
     Model shapes;
     model_init_shapes(&shapes, &cfg.model, 3, amp);
     size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);

@@ -18,13 +18,6 @@
 
 // ---- helpers ---------------------------------------------------------------------------------------
 
-// A config from the defaults plus overrides ("section.key=value"), NULL-terminated.
-static void make_config(Config *cfg, const char *const *overrides) {
-    int n = 0;
-    while (overrides && overrides[n]) n++;
-    ck_assert_int_eq(config_load(cfg, NULL, n, (char **)overrides, stderr), 0);
-}
-
 // A small, fast model: one block per stage, 8 planes, 32x32 images, batch 8, no files written.
 #define SMALL_MODEL "model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=8", \
                     "data.train_size=64", "data.val_size=0", "data.prefetch=0", "log.metrics=", "checkpoint.dir="
@@ -37,7 +30,7 @@ typedef struct Run {
 } Run;
 
 static void run_start(Run *r, const char *const *overrides) {
-    make_config(&r->cfg, overrides);
+    tu_config(&r->cfg, overrides);
     r->be = cpu_backend_create();
     r->comm = comm_single_create();
     ck_assert_int_eq(trainer_init(&r->t, &r->cfg, r->be, r->comm, r->comm), 0);
@@ -65,7 +58,7 @@ static int floats_equal(const float *a, const float *b, size_t n) { return memcm
 START_TEST(test_resnext50_matches_torchvision_counts) {
     Config cfg;
     const char *ov[] = {"model.arch=resnext50_32x4d", "model.num_classes=1000", "model.image_size=224", NULL};
-    make_config(&cfg, ov);
+    tu_config(&cfg, ov);
     Model m;
     model_init_shapes(&m, &cfg.model, 2, 1);
     ck_assert_uint_eq(m.params.numel, 25028904u);      // torchvision: sum(p.numel() for p in parameters())
@@ -274,7 +267,7 @@ static void assert_resume_refused(const char *path, const char *expect) {
     char resume[512];
     snprintf(resume, sizeof resume, "checkpoint.resume=%s", path);
     const char *ov[] = {SMALL_MODEL, resume, NULL};
-    make_config(&cfg, ov);
+    tu_config(&cfg, ov);
     Backend *be = cpu_backend_create();
     Comm *comm = comm_single_create();
     Trainer t;
@@ -286,7 +279,7 @@ static void assert_resume_refused(const char *path, const char *expect) {
     // The same file through checkpoint_load, to see the message.
     Config ok_cfg;
     const char *ok_ov[] = {SMALL_MODEL, NULL};
-    make_config(&ok_cfg, ok_ov);
+    tu_config(&ok_cfg, ok_ov);
     ck_assert_int_eq(trainer_init(&t, &ok_cfg, be, comm, comm), 0);
     ck_assert_int_ne(checkpoint_load(&t, path, err, sizeof err), 0);
     ck_assert_msg(strstr(err, expect) != NULL, "message '%s' lacks '%s'", err, expect);
