@@ -5,10 +5,10 @@
 #   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
 #   diag      per-step loss/scale/skips of a short ResNeXt-50 AMP run, 1 and 2 ranks
 #   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL)
-#   bench1    amptrain --bench vs torch_baseline.py on one GPU (batch 256 and 70, AMP and fp32)
-#   bench2    the same at batch 256 on two GPUs (mpirun / torchrun)
-#   bench70   amptrain --bench vs torch_baseline.py on one GPU at batch 70, AMP and fp32
-#   bench70x2 the same at batch 70 per GPU on two GPUs (mpirun / torchrun)
+#   bench1    amptrain --bench vs torch_baseline.py on one GPU, batch 256, AMP and fp32
+#   bench2    the same on two GPUs, batch 256 each (mpirun / torchrun)
+#   bench70   bench1 at batch 70
+#   bench70x2 bench2 at batch 70 per GPU
 #   benchws   AMP batch 256 with cudnn.workspace_mb 1024, 512, 256 and 128, torch beside
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
@@ -63,20 +63,14 @@ torch_bench() {  # world batch amp
     else torchrun --standalone --nproc_per_node="$world" bench/torch_baseline.py --batch "$batch" --amp "$amp" --cl 1 --tag "$tag"
     fi 2>/dev/null | grep '^{' | tee -a "$BENCH"
 }
-stage_bench1() {
-    for cfg in "256 1" "256 0" "70 1"; do
-        set -- $cfg
-        amp_bench 1 "$1" "$2"; torch_bench 1 "$1" "$2"
-    done
+bench_pairs() {  # world batch: amptrain and torch, AMP then fp32
+    amp_bench "$1" "$2" 1; torch_bench "$1" "$2" 1
+    amp_bench "$1" "$2" 0; torch_bench "$1" "$2" 0
 }
-stage_bench70() {
-    amp_bench 1 70 1; torch_bench 1 70 1
-    amp_bench 1 70 0; torch_bench 1 70 0
-}
-stage_bench70x2() {
-    amp_bench 2 70 1; torch_bench 2 70 1
-    amp_bench 2 70 0; torch_bench 2 70 0
-}
+stage_bench1() { bench_pairs 1 256; }
+stage_bench2() { bench_pairs 2 256; }
+stage_bench70() { bench_pairs 1 70; }
+stage_bench70x2() { bench_pairs 2 70; }
 stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024 ... 128 MiB, torch beside
     for ws in 1024 512 256 128; do
         build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp1 ws$ws" \
@@ -92,10 +86,6 @@ scaling_run() {  # out-folder extra-flags...
 }
 stage_scaling() { scaling_run "$OUT/scaling"; }
 stage_scalingnet() { scaling_run "$OUT/scaling-net" --simulate-network; }
-stage_bench2() {
-    amp_bench 2 256 1; torch_bench 2 256 1
-    amp_bench 2 256 0; torch_bench 2 256 0
-}
 
 nvidia-smi -L
 for s in "$@"; do
