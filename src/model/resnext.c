@@ -292,7 +292,7 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     ArenaLayout arena;
     int count = activation_plan(m, plan, &arena);
     m->arena = be->alloc(be, arena.size);
-    m->activation_bytes = arena.size;
+    m->arena_bytes = arena.size;
     for (int i = 0; i < count; i++) *plan[i].slot = (char *)m->arena + plan[i].span.offset;
     free(plan);
     if (!m->amp) m->input = m->input_f32;

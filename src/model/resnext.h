@@ -85,7 +85,7 @@ typedef struct Model {
     void *d_top;           // (max_batch, final_hw, fc_in) the last block's output gradient
     void *d_stem_b, *d_stem_a;  // stem gradients: maxpool's input, then bn's input
     void *arena;           // one allocation holding every per-batch buffer above (arena.h)
-    size_t activation_bytes;  // its size
+    size_t arena_bytes;    // its size (= model_activation_bytes)
     int arena_no_reuse;    // set before model_alloc: every buffer its own bytes, each as large as the largest
                            // tensor (tests compare the layouts)
 } Model;

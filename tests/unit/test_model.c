@@ -105,8 +105,8 @@ static void check_layout(const char *const *overrides, int amp) {
     model_init_shapes(&m, &cfg.model, 2, amp);
     Backend *be = cpu_backend_create();
     model_alloc(&m, be, 1);
-    ck_assert_uint_eq(m.activation_bytes, model_activation_bytes(&m));  // --dry-run agrees
-    const size_t arena_end = m.activation_bytes;
+    ck_assert_uint_eq(m.arena_bytes, model_activation_bytes(&m));  // --dry-run agrees
+    const size_t arena_end = m.arena_bytes;
     const Block *last = &m.blocks[m.n_blocks - 1];
     ArenaSpan dout = span_of(&m, m.d_top, dout_need(&m, last));
     size_t grads_above_activations = 0, activations_end = live_end(&m, m.n_blocks - 1);
