@@ -24,13 +24,17 @@ typedef struct Block {
     void *ptr;          // device memory from cudaMalloc
     size_t size;        // its class size in bytes
     int cls;            // its size class
-    struct Block *next; // the next block in its free list or hash bucket
+    int graph;          // a captured graph may read or write it: never handed to anyone else
+    struct Block *next; // the next block in its free list, hash bucket or the graphs' list
 } Block;
 
 struct CudaAllocator {
     pthread_mutex_t lock;            // the loader thread may allocate while the trainer does
     Block *free_list[ALLOC_CLASSES]; // cached blocks per class
     Block *held[ALLOC_BUCKETS];      // blocks handed out, by pointer hash
+    Block *graph_kept;               // blocks the graphs use that their holder gave back
+    int capturing;                   // between cuda_alloc_capture_begin and _end
+    int graphs;                      // live graphs
     size_t current, peak, reserved;
 };
 
@@ -99,6 +103,12 @@ void cuda_alloc_destroy(CudaAllocator *a) {
             free(b);
         }
     }
+    while (a->graph_kept) {
+        Block *b = a->graph_kept;
+        a->graph_kept = b->next;
+        CUDA_CHECK(cudaFree(b->ptr));
+        free(b);
+    }
     alloc_release_cached(a);
     pthread_mutex_destroy(&a->lock);
     free(a);
@@ -115,6 +125,7 @@ void *cuda_alloc_get(CudaAllocator *a, size_t bytes) {
         *link = b->next;
     else
         b = alloc_fresh_block(a, rounded, cls);
+    if (a->capturing) b->graph = 1;
     const size_t h = alloc_bucket(b->ptr);
     b->next = a->held[h];
     a->held[h] = b;
@@ -135,9 +146,64 @@ void cuda_alloc_put(CudaAllocator *a, void *ptr) {
     }
     Block *b = *link;
     *link = b->next;
-    b->next = a->free_list[b->cls];
-    a->free_list[b->cls] = b;
-    a->current -= b->size;
+    if (b->graph && !a->capturing) {  // the graphs still use it: it stays theirs (and counted)
+        b->next = a->graph_kept;
+        a->graph_kept = b;
+    } else {  // during a capture, later captured work reuses it in stream order, as eager work would
+        b->next = a->free_list[b->cls];
+        a->free_list[b->cls] = b;
+        a->current -= b->size;
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+// Every block held now may be baked into the graph (the arena, the workspace, the parameters): mark
+// them, so giving one back later does not make it anyone else's.
+void cuda_alloc_capture_begin(CudaAllocator *a) {
+    pthread_mutex_lock(&a->lock);
+    a->capturing = 1;
+    for (int i = 0; i < ALLOC_BUCKETS; i++)
+        for (Block *b = a->held[i]; b; b = b->next) b->graph = 1;
+    pthread_mutex_unlock(&a->lock);
+}
+
+// Blocks the capture handed out and took back (scratch of accumulating convolutions) are the graph's.
+void cuda_alloc_capture_end(CudaAllocator *a) {
+    pthread_mutex_lock(&a->lock);
+    a->capturing = 0;
+    a->graphs++;
+    for (int c = 0; c < ALLOC_CLASSES; c++) {
+        Block **link = &a->free_list[c];
+        while (*link) {
+            Block *b = *link;
+            if (!b->graph) {
+                link = &b->next;
+                continue;
+            }
+            *link = b->next;
+            b->next = a->graph_kept;
+            a->graph_kept = b;
+            a->current += b->size;
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+}
+
+// After the last graph is gone its blocks are ordinary again.
+void cuda_alloc_graph_destroyed(CudaAllocator *a) {
+    pthread_mutex_lock(&a->lock);
+    if (--a->graphs == 0) {
+        while (a->graph_kept) {
+            Block *b = a->graph_kept;
+            a->graph_kept = b->next;
+            b->graph = 0;
+            b->next = a->free_list[b->cls];
+            a->free_list[b->cls] = b;
+            a->current -= b->size;
+        }
+        for (int i = 0; i < ALLOC_BUCKETS; i++)
+            for (Block *b = a->held[i]; b; b = b->next) b->graph = 0;
+    }
     pthread_mutex_unlock(&a->lock);
 }
 

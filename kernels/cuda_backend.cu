@@ -2,7 +2,8 @@
 // memory (the caching allocator of cuda_alloc.cu), copies and read-backs, and the table of op pointers
 // that the other kernels/*.cu files implement.
 //
-// Everything is enqueued on one stream in order; only to_device, to_host, sync and readback_wait wait.
+// Ops are enqueued in order on the compute stream; input batches come up on the copy stream
+// (cuda_input.cu); only to_device, to_host, sync, readback_wait and input_upload_wait make the host wait.
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -124,6 +125,35 @@ void *cuda_scratch_get(CudaBackend *cb, size_t bytes) { return cuda_alloc_get(cu
 
 void cuda_scratch_put(CudaBackend *cb, void *ptr) { cuda_alloc_put(cuda_backend_state(cb)->alloc, ptr); }
 
+// ---- graphs ------------------------------------------------------------------------------------------
+
+// Relaxed capture: cuDNN and cuBLAS may query the device while the step is recorded. Everything the
+// step needs was created by the eager step before (algorithm search, workspaces, batch-norm state).
+static void cuda_be_graph_begin(Backend *be) {
+    cuda_alloc_capture_begin(cuda_allocator(be));
+    CUDA_CHECK(cudaStreamBeginCapture(cuda_state(be)->stream, cudaStreamCaptureModeRelaxed));
+}
+
+static void *cuda_be_graph_end(Backend *be) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaStreamEndCapture(cuda_state(be)->stream, &graph));
+    CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    CUDA_CHECK(cudaGraphDestroy(graph));
+    cuda_alloc_capture_end(cuda_allocator(be));
+    return (void *)exec;
+}
+
+static void cuda_be_graph_launch(Backend *be, void *graph) {
+    CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)graph, cuda_state(be)->stream));
+}
+
+static void cuda_be_graph_destroy(Backend *be, void *graph) {
+    CUDA_CHECK(cudaStreamSynchronize(cuda_state(be)->stream));
+    CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)graph));
+    cuda_alloc_graph_destroyed(cuda_allocator(be));
+}
+
 // ---- lifetime ----------------------------------------------------------------------------------------
 
 static void cuda_be_destroy(Backend *be) {
@@ -136,6 +166,12 @@ static void cuda_be_destroy(Backend *be) {
     CUDNN_CHECK(cudnnDestroy(cb->cudnn));
     CUDA_CHECK(cudaEventDestroy(cb->readback_done));
     for (int i = 0; i < BACKEND_MARKS; i++) CUDA_CHECK(cudaEventDestroy(cb->marks[i]));
+    CUDA_CHECK(cudaStreamSynchronize(cb->copy_stream));
+    for (int i = 0; i < BACKEND_INPUT_SLOTS; i++) {
+        CUDA_CHECK(cudaEventDestroy(cb->input_uploaded[i]));
+        CUDA_CHECK(cudaEventDestroy(cb->input_consumed[i]));
+    }
+    CUDA_CHECK(cudaStreamDestroy(cb->copy_stream));
     for (int i = 0; i < BACKEND_UPLOAD_SLOTS; i++) {
         CUDA_CHECK(cudaEventSynchronize(cb->upload_done[i]));
         CUDA_CHECK(cudaEventDestroy(cb->upload_done[i]));
@@ -164,6 +200,15 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->readback_wait = cuda_be_readback_wait;
     be->mark_record = cuda_be_mark_record;
     be->mark_elapsed_ms = cuda_be_mark_elapsed_ms;
+    be->input_upload = cuda_input_upload;
+    be->input_upload_wait = cuda_input_upload_wait;
+    be->input_acquire = cuda_input_acquire;
+    be->input_release = cuda_input_release;
+    be->graph_begin = cuda_be_graph_begin;
+    be->graph_end = cuda_be_graph_end;
+    be->graph_launch = cuda_be_graph_launch;
+    be->graph_destroy = cuda_be_graph_destroy;
+    be->input_normalize = cuda_input_normalize;
     be->cast = cuda_cast;
     be->conv_forward = cuda_conv_forward;
     be->conv_backward_data = cuda_conv_backward_data;
@@ -184,8 +229,8 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->destroy = cuda_be_destroy;
 }
 
-extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int allow_tf32, char *why,
-                                        size_t why_len) {
+extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int conv_tf32, int matmul_tf32,
+                                        char *why, size_t why_len) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
@@ -206,7 +251,8 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int all
     CudaBackend *cb = &st->cb;
     cb->device = device;
     cb->cudnn_benchmark = cudnn_benchmark;
-    cb->allow_tf32 = allow_tf32;
+    cb->allow_tf32 = conv_tf32;
+    cb->matmul_tf32 = matmul_tf32;
     cb->conv_workspace_cap = (size_t)512 << 20;  // cudnn.workspace_mb's AMP default
     CUDA_CHECK(cudaSetDevice(device));
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).
@@ -215,6 +261,11 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int all
     for (int i = 0; i < BACKEND_MARKS; i++) CUDA_CHECK(cudaEventCreate(&cb->marks[i]));
     for (int i = 0; i < BACKEND_UPLOAD_SLOTS; i++)
         CUDA_CHECK(cudaEventCreateWithFlags(&cb->upload_done[i], cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&cb->copy_stream, cudaStreamNonBlocking));
+    for (int i = 0; i < BACKEND_INPUT_SLOTS; i++) {
+        CUDA_CHECK(cudaEventCreateWithFlags(&cb->input_uploaded[i], cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&cb->input_consumed[i], cudaEventDisableTiming));
+    }
     st->alloc = cuda_alloc_create();
 
     CUDNN_CHECK(cudnnCreate(&cb->cudnn));
@@ -225,8 +276,8 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int all
     st->cublas_workspace = cuda_alloc_get(st->alloc, CUBLAS_WORKSPACE_BYTES);
     CUBLAS_CHECK(cublasSetWorkspace(cb->cublas, st->cublas_workspace, CUBLAS_WORKSPACE_BYTES));
     // fp16 GEMMs use tensor cores under either mode; this only decides whether fp32 GEMMs may drop
-    // to TF32 (cuda_linear.cu also picks the compute type from allow_tf32).
-    CUBLAS_CHECK(cublasSetMathMode(cb->cublas, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    // to TF32 (cuda_linear.cu also picks the compute type from matmul_tf32).
+    CUBLAS_CHECK(cublasSetMathMode(cb->cublas, matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 
     Backend *be = &st->be;
     cuda_backend_fill_ops(be);

@@ -42,11 +42,15 @@ typedef struct CudaBnCache CudaBnCache;      // cudnn_batchnorm.cu: per-layer cu
 
 typedef struct CudaBackend {
     int device;
-    cudaStream_t stream;          // the one compute stream; everything is ordered on it
+    cudaStream_t stream;          // the compute stream: every op, in order
+    cudaStream_t copy_stream;     // input uploads (cuda_input.cu), handed over by the events below
+    cudaEvent_t input_uploaded[BACKEND_INPUT_SLOTS];  // recorded on copy_stream after a slot's upload
+    cudaEvent_t input_consumed[BACKEND_INPUT_SLOTS];  // recorded on stream after a slot was read
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
     int cudnn_benchmark;          // cudnn.benchmark: timed algorithm search once per shape
-    int allow_tf32;               // fp32 convolutions/matmuls may use TF32
+    int allow_tf32;               // fp32 convolutions may use TF32 (cudnn.tf32)
+    int matmul_tf32;              // the fp32 classifier matmul may use TF32 (cudnn.matmul_tf32)
     size_t conv_workspace_cap;    // largest convolution workspace an algorithm may use (cudnn.workspace_mb)
     void *workspace;              // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
     size_t workspace_bytes;
@@ -110,9 +114,17 @@ void cuda_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const v
                        float seed_factor);
 void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, float *flag);
 void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
-                   void *copy, const SgdParams *p, const ScalerState *state);
+                   void *copy, const SgdParams *p, const float *lr, const ScalerState *state);
 void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
                         int dynamic);
 void cuda_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n);
+
+// ---- cuda_input.cu ------------------------------------------------------------------------------
+void cuda_input_upload(Backend *be, int slot, void *dst, const void *host_src, size_t bytes);
+void cuda_input_upload_wait(Backend *be, int slot);
+void cuda_input_acquire(Backend *be, int slot);
+void cuda_input_release(Backend *be, int slot);
+void cuda_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src, const PixelAffine *affine,
+                          DType dst_dt, void *dst);
 
 #endif

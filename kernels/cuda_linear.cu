@@ -15,7 +15,7 @@ static cudaDataType_t linear_cuda_type(DType dt) { return dt == DTYPE_F16 ? CUDA
 
 // fp16 GEMMs run on tensor cores with fp32 accumulation; fp32 ones may use TF32 only when allowed.
 static cublasComputeType_t linear_compute_type(const CudaBackend *cb, DType dt) {
-    if (dt == DTYPE_F32 && cb->allow_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (dt == DTYPE_F32 && cb->matmul_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
     return CUBLAS_COMPUTE_32F;
 }
 

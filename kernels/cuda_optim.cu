@@ -99,8 +99,9 @@ void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, flo
 // state->found_inf is set, so a skipped step leaves every buffer bitwise as it was.
 template <typename G>
 __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, __half *copy,
-                                SgdParams p, const ScalerState *state) {
+                                SgdParams p, const float *lr_ptr, const ScalerState *state) {
     if (state->found_inf != 0.0f) return;
+    const float lr = *lr_ptr;
     // 1/S once, then a multiply, as GradScaler.unscale_ does (exact for S = 2^k).
     const float inv_scale = __fdiv_rn(1.0f, state->scale);
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -111,7 +112,7 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
         ElemPack<float, SGD_VEC> w = *(const ElemPack<float, SGD_VEC> *)(master + i);
         ElemPack<float, SGD_VEC> m = *(const ElemPack<float, SGD_VEC> *)(mom + i);
 #pragma unroll
-        for (int j = 0; j < SGD_VEC; j++) sgd_update_rule(to_f32(g.e[j]), inv_scale, &p, &w.e[j], &m.e[j]);
+        for (int j = 0; j < SGD_VEC; j++) sgd_update_rule(to_f32(g.e[j]), inv_scale, lr, &p, &w.e[j], &m.e[j]);
         *(ElemPack<float, SGD_VEC> *)(master + i) = w;
         *(ElemPack<float, SGD_VEC> *)(mom + i) = m;
         if (copy) {
@@ -123,13 +124,13 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
     }
     for (size_t r = tid; r < sp.rest; r += stride) {
         const size_t i = scalar_index(r, sp, SGD_VEC);
-        sgd_update_rule(to_f32(grad[i]), inv_scale, &p, &master[i], &mom[i]);
+        sgd_update_rule(to_f32(grad[i]), inv_scale, lr, &p, &master[i], &mom[i]);
         if (copy) copy[i] = __float2half_rn(master[i]);
     }
 }
 
 void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
-                   void *copy, const SgdParams *p, const ScalerState *state) {
+                   void *copy, const SgdParams *p, const float *lr, const ScalerState *state) {
     if (n == 0) return;
     cudaStream_t stream = cuda_state(be)->stream;
     const VecOperand ops[4] = {{master, 4}, {mom, 4}, {grad, dtype_size(grad_dt)}, {copy, 2}};
@@ -137,10 +138,10 @@ void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
     if (grad_dt == DTYPE_F16)
         sgd_step_kernel<__half><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const __half *)grad, master, mom,
-                                                                       (__half *)copy, *p, state);
+                                                                       (__half *)copy, *p, lr, state);
     else
         sgd_step_kernel<float><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const float *)grad, master, mom,
-                                                                      (__half *)copy, *p, state);
+                                                                      (__half *)copy, *p, lr, state);
     CUDA_CHECK_LAUNCH();
 }
 

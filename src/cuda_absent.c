@@ -4,8 +4,9 @@
 #include "core/backend.h"
 #include "kernels/cuda_backend.h"
 
-Backend *cuda_backend_create(int device, int cudnn_benchmark, int allow_tf32, char *why, size_t why_len) {
-    (void)device, (void)cudnn_benchmark, (void)allow_tf32;
+Backend *cuda_backend_create(int device, int cudnn_benchmark, int conv_tf32, int matmul_tf32, char *why,
+                             size_t why_len) {
+    (void)device, (void)cudnn_benchmark, (void)conv_tf32, (void)matmul_tf32;
     snprintf(why, why_len, "amptrain was built without CUDA (cmake found no nvcc/cuDNN/cuBLAS)");
     return NULL;
 }

@@ -15,6 +15,7 @@
 #include "dist/comm.h"
 #include "dist/dist.h"
 #include "kernels/cuda_backend.h"
+#include "model/activations.h"
 #include "model/resnext.h"
 #include "train/bench.h"
 #include "train/trainer.h"
@@ -146,8 +147,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
 
 static void print_dry_run(const Config *cfg) {
     Model m;
-    model_init_shapes(&m, &cfg->model, cfg->data.batch_size, cfg->amp.enabled);
-    double acts = (double)model_activation_bytes(&m);
+    model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
+    double acts = (double)activations_arena_bytes(&m, cfg->data.batch_size);
     // fp32 master and momentum, gradients in the compute dtype, and under AMP the fp16 compute copy
     double weights = (double)m.params.padded_numel * (8 + dtype_size(m.act_dt) * (cfg->amp.enabled ? 2 : 1));
     printf("model        %s: layers [%d,%d,%d,%d], cardinality %d, base width %d, planes %d, %d classes, "
@@ -182,7 +183,8 @@ static Backend *select_backend(const Config *cfg, Comm *comm) {
                 log_error("%s", refuse);
                 return NULL;
             }
-            Backend *be = cuda_backend_create(comm->local_rank, cfg->cudnn.benchmark, cfg->cudnn.tf32, why, sizeof why);
+            Backend *be = cuda_backend_create(comm->local_rank, cfg->cudnn.benchmark, cfg->cudnn.tf32,
+                                              cfg->cudnn.matmul_tf32, why, sizeof why);
             if (be) {
                 cuda_backend_set_workspace_cap(be, (size_t)cfg->cudnn.workspace_mb << 20);
                 return be;
@@ -263,7 +265,10 @@ int main(int argc, char **argv) {
             if (t.has_eval)
                 printf(", val loss %.4f, top-1 %.2f%%, top-5 %.2f%%", t.last_eval.loss, 100 * t.last_eval.top1,
                        100 * t.last_eval.top5);
-            printf("\n");
+            long run_steps = t.step - t.first_step;
+            printf("; start-up %.2f s (build, first step with cuDNN's search), data wait %.2f ms/step, %ld of %ld "
+                   "steps replayed from the CUDA graph\n",
+                   t.startup_s, run_steps > 0 ? 1e3 * t.data_wait_total_s / run_steps : 0.0, t.graph_steps, run_steps);
         }
         trainer_free(&t);
     }

@@ -115,13 +115,13 @@ int tu_run_suite(Suite *suite, int fork) {
 
 void tu_train_step(Trainer *t) {
     int accum = t->cfg->train.accum_steps, b = t->cfg->data.batch_size;
-    size_t floats = dataset_image_floats(t->train_set);
-    float *images = xcalloc((size_t)accum * b * floats, sizeof(float));
+    size_t bytes = dataset_image_bytes(t->train_set);
+    uint8_t *images = xcalloc((size_t)accum * b * bytes, 1);
     int32_t *labels = xcalloc((size_t)accum * b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
     MicroBatch *micro = xcalloc((size_t)accum, sizeof *micro);
     int total = sampler_step_total(&t->sampler, t->epoch, t->step_in_epoch);
     for (int m = 0; m < accum; m++) {
-        float *img = images + (size_t)m * b * floats;
+        uint8_t *img = images + (size_t)m * b * bytes;
         int32_t *lab = labels + (size_t)m * b;
         int count = sampler_block(&t->sampler, t->epoch, t->step_in_epoch, m, indices);
         dataset_get_batch(t->train_set, indices, count, t->epoch, img, lab);

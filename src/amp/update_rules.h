@@ -34,12 +34,13 @@ extern "C" {
 
 // grad: the still-scaled gradient; inv_scale = 1 / loss scale, computed once per step as
 // GradScaler.unscale_ does (exact for scales 2^k). Updates *master and *mom in place.
-UPDATE_RULE void sgd_update_rule(float grad, float inv_scale, const SgdParams *p, float *master, float *mom) {
+UPDATE_RULE void sgd_update_rule(float grad, float inv_scale, float lr, const SgdParams *p, float *master,
+                                 float *mom) {
     const float g = RULE_ADD(RULE_MUL(grad, inv_scale), RULE_MUL(p->weight_decay, *master));
     const float m = RULE_ADD(RULE_MUL(p->momentum, *mom), g);
     const float step = p->nesterov ? RULE_ADD(g, RULE_MUL(p->momentum, m)) : m;
     *mom = m;
-    *master = RULE_SUB(*master, RULE_MUL(p->lr, step));
+    *master = RULE_SUB(*master, RULE_MUL(lr, step));
 }
 
 // After the step's agreed verdict (state->found_inf): a skipped step counts and, when dynamic, backs the

@@ -15,7 +15,9 @@
 // - Batch-norm affine parameters (gamma, beta), running and saved statistics are always fp32.
 // - Gradient outputs of parameters (`dw`, `dgamma`, ...) honour `accumulate`: 0 overwrites, 1 adds
 //   (gradient accumulation across micro-steps; identity-shortcut gradients).
-// - Everything is asynchronous on CUDA (one compute stream, in order); `sync` waits for all of it.
+// - Everything is asynchronous on CUDA: ops run in order on the compute stream; input batches come up on
+//   a copy stream and gradients are summed on the communicator's stream, each handed over by events.
+//   `sync` waits for the compute stream.
 #ifndef AMPTRAIN_BACKEND_H
 #define AMPTRAIN_BACKEND_H
 
@@ -23,6 +25,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "pixels.h"
 
 // A 2-D convolution, NHWC. out_h = (h + 2*pad - kh) / stride + 1 (same for w).
 typedef struct ConvShape {
@@ -53,14 +56,16 @@ typedef struct ScalerState {
     int32_t skipped_total; // steps skipped since the start of training (for logging)
 } ScalerState;
 
-// Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics, dampening 0).
+// Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics, dampening 0). The learning rate
+// is not here: it changes every step, so the step reads it from device memory (see sgd_step).
 typedef struct SgdParams {
-    float lr, momentum, weight_decay;
+    float momentum, weight_decay;
     int nesterov;
 } SgdParams;
 
 #define BACKEND_MARKS 8  // timing-mark slots
 #define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin
+#define BACKEND_INPUT_SLOTS 2   // device input slots of the copy stream (input_upload / input_acquire)
 
 typedef struct Backend Backend;
 struct Backend {
@@ -74,8 +79,8 @@ struct Backend {
     void (*to_host)(Backend *be, void *host_dst, const void *src, size_t bytes);    // waits
     void (*copy)(Backend *be, void *dst, const void *src, size_t bytes);            // device to device
     // Host to device without waiting for the device: the bytes are staged (pinned memory on CUDA) and the
-    // copy is ordered on the compute stream; host_src may be reused as soon as this returns. The
-    // training step's input batch goes this way (DESIGN.md step 1).
+    // copy is ordered on the compute stream; host_src may be reused as soon as this returns. For small
+    // values (the learning rate, a test's poison); never inside a graph capture.
     void (*upload_async)(Backend *be, void *dst, const void *host_src, size_t bytes);
     void (*sync)(Backend *be);
     size_t (*peak_bytes)(Backend *be);     // like torch.cuda.max_memory_allocated
@@ -92,6 +97,35 @@ struct Backend {
     // when the stream reaches this point; mark_elapsed_ms(a, b) waits for mark b and returns b - a.
     void (*mark_record)(Backend *be, int slot);
     float (*mark_elapsed_ms)(Backend *be, int from, int to);
+
+    // ---- input batches on the copy stream (CUDA: its own stream; CPU: plain copies) -------------------
+    // Ownership of input slot `slot` (0..BACKEND_INPUT_SLOTS-1) passes copy stream -> compute stream ->
+    // copy stream, each hand-over an event:
+    //   input_upload   copy stream: waits for the slot's last input_release, copies host_src (pinned, from
+    //                  host_alloc) to dst, records "uploaded"
+    //   input_acquire  compute stream waits for "uploaded" (device-side; the host does not wait)
+    //   input_release  compute stream records "consumed": the copy stream may overwrite dst again
+    //   input_upload_wait  the host waits for "uploaded": host_src may be refilled
+    void (*input_upload)(Backend *be, int slot, void *dst, const void *host_src, size_t bytes);
+    void (*input_upload_wait)(Backend *be, int slot);
+    void (*input_acquire)(Backend *be, int slot);
+    void (*input_release)(Backend *be, int slot);
+
+    // ---- CUDA graphs (NULL where the backend has none: the caller launches eagerly) ----------------
+    // graph_begin: from here on the compute stream (and every stream it hands work to through events,
+    // e.g. NCCL's) is captured, not run; nothing may allocate new device memory or wait on the host.
+    // graph_end: the captured work as an executable graph. graph_launch: runs it on the compute stream.
+    // Buffers the caching allocator handed out and took back during the capture stay the graph's.
+    void (*graph_begin)(Backend *be);
+    void *(*graph_end)(Backend *be);
+    void (*graph_launch)(Backend *be, void *graph);
+    void (*graph_destroy)(Backend *be, void *graph);
+
+    // ---- input -----------------------------------------------------------------------------------
+    // The batch's first op: dst (pixels, 3) dst_dt = src * affine.scale[ch] + affine.shift[ch], with src
+    // (pixels, 3) u8 raw bytes or fp32 (pixels.h).
+    void (*input_normalize)(Backend *be, size_t pixels, DType src_dt, const void *src, const PixelAffine *affine,
+                            DType dst_dt, void *dst);
 
     // ---- casts -----------------------------------------------------------------------------------
     // dst[i] = (dst_dt) src[i]; fp32 -> fp16 rounds to nearest even, overflows to inf.
@@ -164,9 +198,10 @@ struct Backend {
     //   g = grad[i] (dt) / state->scale + wd * master[i]
     //   mom[i] = momentum * mom[i] + g;  step = nesterov ? g + momentum * mom[i] : mom[i]
     //   master[i] -= lr * step;  copy[i] = (fp16) master[i]  when copy != NULL
-    // master, mom (n) fp32; copy (n) fp16 or NULL.
+    // master, mom (n) fp32; copy (n) fp16 or NULL; lr (1) fp32 in backend memory, read when the step runs
+    // (a replayed graph follows the schedule the host writes there).
     void (*sgd_step)(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
-                     void *copy, const SgdParams *p, const ScalerState *state);
+                     void *copy, const SgdParams *p, const float *lr, const ScalerState *state);
     // GradScaler's update, one thread: found_inf -> scale *= backoff, count = 0, skipped_total++;
     // else count++ and, when count == interval, scale *= growth, count = 0. With dynamic == 0 the scale
     // never changes (skips are still counted).
@@ -181,7 +216,9 @@ struct Backend {
 Backend *cpu_backend_create(void);
 
 // The CUDA backend (kernels/). Returns NULL with a reason in `why` when built without CUDA or when no
-// usable GPU exists. device: the CUDA device ordinal to bind. benchmark: cudnn.benchmark; tf32 allowed.
-Backend *cuda_backend_create(int device, int cudnn_benchmark, int allow_tf32, char *why, size_t why_len);
+// usable GPU exists. device: the CUDA device ordinal to bind. benchmark: cudnn.benchmark; conv_tf32 and
+// matmul_tf32: fp32 convolutions / the fp32 matmul may use TF32 (cudnn.tf32, cudnn.matmul_tf32).
+Backend *cuda_backend_create(int device, int cudnn_benchmark, int conv_tf32, int matmul_tf32, char *why,
+                             size_t why_len);
 
 #endif

@@ -58,7 +58,8 @@ void config_defaults(Config *cfg) {
     d->val_size = 512;
     d->batch_size = 32;
     d->augment = 1;
-    d->prefetch = 2;
+    d->prefetch = 4;
+    d->workers = 0;
 
     TrainConfig *t = &cfg->train;
     t->epochs = 3;
@@ -75,6 +76,7 @@ void config_defaults(Config *cfg) {
     t->seed = 42;
     t->accum_steps = 1;
     copy_text(t->lr_scaling, sizeof t->lr_scaling, "none");
+    copy_text(t->cuda_graph, sizeof t->cuda_graph, "auto");
 
     AmpConfig *a = &cfg->amp;
     a->enabled = 1;
@@ -96,6 +98,8 @@ void config_defaults(Config *cfg) {
     copy_text(cfg->backend.device, sizeof cfg->backend.device, "auto");
 
     cfg->cudnn.workspace_mb = 512;  // 1024 without AMP (apply_workspace_default)
+    cfg->cudnn.tf32 = 1;            // PyTorch's defaults: TF32 in cuDNN convolutions, not in matmuls
+    cfg->cudnn.matmul_tf32 = 0;
     cfg->debug.inject_step = -1;
     cfg->debug.inject_rank = -1;
     cfg->debug.inject_value = INFINITY;

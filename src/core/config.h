@@ -28,7 +28,8 @@ typedef struct DataConfig {
     int val_size;       // synthetic/learnable: validation samples (0: no evaluation)
     int batch_size;     // per rank
     int augment;        // cifar10: random crop (pad 4) + horizontal flip
-    int prefetch;       // batches prepared ahead by the loader thread (0: synchronous)
+    int prefetch;       // batches prepared ahead by the loader's workers (0: synchronous)
+    int workers;        // loader threads (0: auto)
     int drop_last;      // skip each epoch's partial last step
 } DataConfig;
 
@@ -47,6 +48,7 @@ typedef struct TrainConfig {
     long seed;
     int accum_steps;    // micro-batches per optimizer step
     char lr_scaling[16];// none | linear (lr *= global_batch / 256)
+    char cuda_graph[8]; // auto | on | off: capture the step as one CUDA graph (auto: on with CUDA)
 } TrainConfig;
 
 typedef struct AmpConfig {
@@ -82,7 +84,8 @@ typedef struct BackendConfig {
 
 typedef struct CudnnConfig {
     int benchmark;      // timed algorithm search once per shape
-    int tf32;           // allow TF32 in fp32 mode
+    int tf32;           // fp32 convolutions may use TF32 (PyTorch's torch.backends.cudnn.allow_tf32, on)
+    int matmul_tf32;    // the fp32 classifier matmul may use TF32 (torch.backends.cuda.matmul.allow_tf32, off)
     int workspace_mb;   // largest convolution workspace an algorithm may use
 } CudnnConfig;
 

@@ -54,7 +54,9 @@ const ConfigKey config_keys[] = {
     {"data", "augment", CK_BOOL, AT(data.augment), NONE, {0},
      "cifar10: random crop (pad 4) and horizontal flip"},
     {"data", "prefetch", CK_INT, AT(data.prefetch), BETWEEN(0, 64), {0},
-     "batches prepared ahead by the loader thread (0: synchronous)"},
+     "batches prepared ahead by the loader's workers (0: synchronous, on the training thread)"},
+    {"data", "workers", CK_INT, AT(data.workers), BETWEEN(0, 64), {0},
+     "loader threads (0: auto, the host's cores shared by the ranks on it, at most 8 and prefetch)"},
     {"data", "drop_last", CK_BOOL, AT(data.drop_last), NONE, {0},
      "skip each epoch's partial last step (needed when it would leave a rank one image and the last "
      "stage is 1x1)"},
@@ -84,6 +86,9 @@ const ConfigKey config_keys[] = {
      "micro-batches per optimizer step"},
     {"train", "lr_scaling", CK_ENUM, AT_STR(train.lr_scaling), NONE, {"none", "linear"},
      "linear: lr *= global batch / 256 (global batch = batch_size x ranks x accum_steps)"},
+    {"train", "cuda_graph", CK_ENUM, AT_STR(train.cuda_graph), NONE, {"auto", "on", "off"},
+     "capture the training step once as a CUDA graph and replay it (auto: on with the CUDA backend; "
+     "steps with a partial batch, accumulation or a debug injection run as plain launches)"},
     // ---- amp ----
     {"amp", "enabled", CK_BOOL, AT(amp.enabled), NONE, {0},
      "mixed precision (fp16 compute, fp32 masters); false: everything fp32"},
@@ -121,7 +126,10 @@ const ConfigKey config_keys[] = {
     // ---- cudnn ----
     {"cudnn", "benchmark", CK_BOOL, AT(cudnn.benchmark), NONE, {0},
      "timed convolution algorithm search once per shape"},
-    {"cudnn", "tf32", CK_BOOL, AT(cudnn.tf32), NONE, {0}, "allow TF32 math in fp32 mode"},
+    {"cudnn", "tf32", CK_BOOL, AT(cudnn.tf32), NONE, {0},
+     "fp32 convolutions may use TF32 tensor cores (PyTorch's default: on)"},
+    {"cudnn", "matmul_tf32", CK_BOOL, AT(cudnn.matmul_tf32), NONE, {0},
+     "the fp32 classifier matmul may use TF32 (PyTorch's default: off)"},
     {"cudnn", "workspace_mb", CK_INT, AT(cudnn.workspace_mb), BETWEEN(0, 65536), {0},
      "largest convolution workspace (MiB) an algorithm may use (default 512 with AMP, 1024 without): "
      "less memory, maybe slower layers"},

@@ -114,6 +114,28 @@ static float cpu_mark_elapsed_ms(Backend *be, int from, int to) {
     return (float)(1e3 * (st->marks[to] - st->marks[from]));
 }
 
+// ---- input ---------------------------------------------------------------------------------------------
+
+// Everything runs in call order, so an upload is a copy and the slot hand-overs are already in order.
+static void cpu_input_upload(Backend *be, int slot, void *dst, const void *host_src, size_t bytes) {
+    (void)slot;
+    cpu_copy(be, dst, host_src, bytes);
+}
+static void cpu_input_slot_noop(Backend *be, int slot) { (void)be, (void)slot; }
+
+static void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src,
+                                const PixelAffine *affine, DType dst_dt, void *dst) {
+    (void)be;
+    for (size_t p = 0; p < pixels; p++)
+        for (int ch = 0; ch < 3; ch++) {
+            size_t i = p * 3 + ch;
+            float x = src_dt == DTYPE_U8 ? (float)((const uint8_t *)src)[i] : ((const float *)src)[i];
+            float v = x * affine->scale[ch] + affine->shift[ch];
+            if (dst_dt == DTYPE_F16) ((half *)dst)[i] = half_from_float(v);
+            else ((float *)dst)[i] = v;
+        }
+}
+
 // ---- casts -----------------------------------------------------------------------------------------
 
 static void cpu_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n) {
@@ -160,6 +182,11 @@ Backend *cpu_backend_create(void) {
     be->mark_record = cpu_mark_record;
     be->mark_elapsed_ms = cpu_mark_elapsed_ms;
 
+    be->input_upload = cpu_input_upload;
+    be->input_upload_wait = cpu_input_slot_noop;
+    be->input_acquire = cpu_input_slot_noop;
+    be->input_release = cpu_input_slot_noop;
+    be->input_normalize = cpu_input_normalize;
     be->cast = cpu_cast;
 
     be->conv_forward = cpu_conv_forward;

@@ -58,7 +58,7 @@ void cpu_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const vo
 // ---- AMP and optimizer (cpu_optim.c) ---------------------------------------------------------------
 void cpu_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, float *flag);
 void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
-                  void *copy, const SgdParams *p, const ScalerState *state);
+                  void *copy, const SgdParams *p, const float *lr, const ScalerState *state);
 void cpu_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
                        int dynamic);
 

@@ -20,14 +20,14 @@ void cpu_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, floa
 }
 
 void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
-                  void *copy, const SgdParams *p, const ScalerState *state) {
+                  void *copy, const SgdParams *p, const float *lr, const ScalerState *state) {
     (void)be;
     // A skipped step writes nothing, so master, momentum and the fp16 copy stay bitwise as they were.
     if (state->found_inf != 0.0f) return;
     const float inv_scale = 1.0f / state->scale;
     half *copy16 = copy;
     for (size_t i = 0; i < n; i++) {
-        sgd_update_rule(dtype_load(grad, grad_dt, i), inv_scale, p, &master[i], &mom[i]);
+        sgd_update_rule(dtype_load(grad, grad_dt, i), inv_scale, *lr, p, &master[i], &mom[i]);
         if (copy16) copy16[i] = half_from_float(master[i]);
     }
 }

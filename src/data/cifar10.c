@@ -3,9 +3,9 @@
 // Files: data_batch_1.bin .. data_batch_5.bin (training, 10000 records each, in that order) and
 // test_batch.bin (validation). A record is 3073 bytes: the label (0..9), then the 32x32 red plane, the
 // green plane and the blue plane, each row-major. All records stay in memory as bytes (150 MB for the
-// training split, a quarter of the float32 size) and are normalised per sample in `get`:
-//   value = (byte / 255 - mean[ch]) / std[ch]       (the CIFAR-10 constants in dataset.h)
-// written HWC, so the three channels of a pixel are adjacent.
+// training split, a quarter of the float32 size) and `get` writes each sample's bytes HWC, so the three
+// channels of a pixel are adjacent; the device normalises them with the CIFAR-10 constants in dataset.h:
+//   value = (byte / 255 - mean[ch]) / std[ch]
 // Augmentation (training, data.augment): torchvision's RandomCrop(32, padding=4) then
 // RandomHorizontalFlip(0.5), both before Normalize: the image is padded by 4 black pixels (byte 0, which
 // normalises to -mean/std, not to 0) and a 32x32 window at offset (dy, dx) in [0,8]^2 is cut out, then
@@ -25,15 +25,13 @@
 
 typedef struct Cifar10 {
     uint8_t *records;     // (size, 3073) bytes, as in the files
-    float table[3][256];  // normalised value of each byte, per channel
-    float black[3];       // the padding pixel, normalised
 } Cifar10;
 
 static const char *const cifar10_train_files[] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
                                                   "data_batch_4.bin", "data_batch_5.bin"};
 static const char *const cifar10_val_files[] = {"test_batch.bin"};
 
-static void cifar10_get(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng) {
+static void cifar10_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
     const Cifar10 *c = ds->impl;
     const uint8_t *rec = c->records + (size_t)index * CIFAR10_RECORD_BYTES;
     *label = rec[0];
@@ -48,11 +46,10 @@ static void cifar10_get(const Dataset *ds, int index, float *img, int32_t *label
         int sy = y + dy - CIFAR10_PAD;
         for (int x = 0; x < CIFAR10_SIDE; x++) {
             int sx = (flip ? CIFAR10_SIDE - 1 - x : x) + dx - CIFAR10_PAD;
-            float *out = img + ((size_t)y * CIFAR10_SIDE + x) * 3;
+            uint8_t *out = img + ((size_t)y * CIFAR10_SIDE + x) * 3;
             int inside = sy >= 0 && sy < CIFAR10_SIDE && sx >= 0 && sx < CIFAR10_SIDE;
             for (int ch = 0; ch < 3; ch++)
-                out[ch] = inside ? c->table[ch][planes[ch * CIFAR10_PIXELS + sy * CIFAR10_SIDE + sx]]
-                                 : c->black[ch];
+                out[ch] = inside ? planes[ch * CIFAR10_PIXELS + sy * CIFAR10_SIDE + sx] : 0;
         }
     }
 }
@@ -131,15 +128,10 @@ int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dat
     int rc = train ? cifar10_read(dir, cifar10_train_files, 5, &records, &count, err, err_cap)
                    : cifar10_read(dir, cifar10_val_files, 1, &records, &count, err, err_cap);
     if (rc) return rc;
-    static const float mean[3] = {CIFAR10_MEAN_R, CIFAR10_MEAN_G, CIFAR10_MEAN_B};
-    static const float std[3] = {CIFAR10_STD_R, CIFAR10_STD_G, CIFAR10_STD_B};
     Cifar10 *c = xcalloc(1, sizeof *c);
     c->records = records;
-    for (int ch = 0; ch < 3; ch++) {
-        for (int b = 0; b < 256; b++) c->table[ch][b] = ((float)b / 255.0f - mean[ch]) / std[ch];
-        c->black[ch] = c->table[ch][0];
-    }
     Dataset *ds = xcalloc(1, sizeof *ds);
+    ds->norm = (PixelNorm){{CIFAR10_MEAN_R, CIFAR10_MEAN_G, CIFAR10_MEAN_B}, {CIFAR10_STD_R, CIFAR10_STD_G, CIFAR10_STD_B}};
     ds->name = "cifar10";
     ds->size = count;
     ds->side = CIFAR10_SIDE;

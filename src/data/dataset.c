@@ -6,6 +6,10 @@
 // would make the host, not the GPU, the bottleneck of the throughput benchmark; a window copy costs a
 // memcpy. Within one image the values are independent N(0,1); across images they overlap, which no
 // model can exploit to predict a label drawn independently of the offset.
+//
+// Both write bytes: value v becomes round(127.5 + v * k) clipped to [0, 255], with norm mean 0.5 and std
+// k / 255, so the device's normalisation gives back v to within 1/(2k) (unclipped values). k is 40 for
+// synthetic (clipped beyond 3.2 sigma) and 8 for learnable, whose values have a std of about 5.1.
 #include "dataset.h"
 
 #include <math.h>
@@ -15,26 +19,28 @@
 
 #include "../core/check.h"
 
-#define POOL_OFFSETS (1 << 18)   // distinct windows; the pool is image_floats + POOL_OFFSETS floats
+#define POOL_OFFSETS (1 << 18)   // distinct windows; the pool is image_bytes + POOL_OFFSETS values
 #define LEARNABLE_NOISE 5.0f  // noise sigma relative to the templates' std of 1
+#define SYNTHETIC_STEPS 40.0f  // bytes per unit of value (k above)
+#define LEARNABLE_STEPS 8.0f
 
 // ---- the interface -------------------------------------------------------------------------------
 
-void dataset_get(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng) {
+void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
     AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index,
                ds->size);
     ds->get(ds, index, img, label, ds->augment ? rng : NULL);
 }
 
-size_t dataset_image_floats(const Dataset *ds) { return (size_t)ds->side * ds->side * 3; }
+size_t dataset_image_bytes(const Dataset *ds) { return (size_t)ds->side * ds->side * 3; }
 
-void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, float *images,
+void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
                        int32_t *labels) {
-    size_t floats = dataset_image_floats(ds);
+    size_t bytes = dataset_image_bytes(ds);
     for (int k = 0; k < count; k++) {
         Rng rng;
         data_rng_seed(&rng, ds->seed, DATA_STREAM_AUGMENT, (uint32_t)epoch, (uint32_t)indices[k]);
-        dataset_get(ds, indices[k], images + (size_t)k * floats, &labels[k], &rng);
+        dataset_get(ds, indices[k], images + (size_t)k * bytes, &labels[k], &rng);
     }
 }
 
@@ -46,29 +52,44 @@ void dataset_close(Dataset *ds) {
 
 typedef struct Generated {
     int split;
-    float *pool;     // (image_floats + POOL_OFFSETS) float32, N(0,1)
+    float *pool;     // learnable: (image_bytes + POOL_OFFSETS) float32, N(0,1)
+    uint8_t *pool_bytes;  // synthetic: the same pool as bytes (see the top of the file)
     float *colour;   // learnable: (classes, 3) float32, per-class mean colour
     float *rows;     // learnable: (classes, side, 3) float32, per-class wave along y
     float *cols;     // learnable: (classes, side, 3) float32, per-class wave along x
 } Generated;
 
-// Label and pool window of sample i: the only per-sample randomness of the generated sources.
-static const float *generated_sample(const Dataset *ds, int index, int32_t *label) {
+// Label and pool offset of sample i: the only per-sample randomness of the generated sources.
+static size_t generated_sample(const Dataset *ds, int index, int32_t *label) {
     const Generated *g = ds->impl;
     Rng rng;
     data_rng_seed(&rng, ds->seed, DATA_STREAM_SAMPLE, (uint32_t)g->split, (uint32_t)index);
     *label = (int32_t)rng_below(&rng, (uint32_t)ds->classes);
-    return g->pool + rng_below(&rng, POOL_OFFSETS);
+    return rng_below(&rng, POOL_OFFSETS);
 }
 
-static void synthetic_get(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng) {
+// v -> round(127.5 + v * steps) clipped to a byte.
+static uint8_t quantise(float v, float steps) {
+    float q = 127.5f + v * steps;
+    return q <= 0.0f ? 0 : q >= 255.0f ? 255 : (uint8_t)(q + 0.5f);
+}
+
+static PixelNorm quantised_norm(float steps) {
+    PixelNorm n;
+    for (int ch = 0; ch < 3; ch++) n.mean[ch] = 0.5f, n.std[ch] = steps / 255.0f;
+    return n;
+}
+
+static void synthetic_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
     (void)rng;
-    memcpy(img, generated_sample(ds, index, label), dataset_image_floats(ds) * sizeof(float));
+    const Generated *g = ds->impl;
+    memcpy(img, g->pool_bytes + generated_sample(ds, index, label), dataset_image_bytes(ds));
 }
 
 static void generated_destroy(Dataset *ds) {
     Generated *g = ds->impl;
     free(g->pool);
+    free(g->pool_bytes);
     free(g->colour);
     free(g->rows);
     free(g->cols);
@@ -89,7 +110,7 @@ static Dataset *generated_create(const char *name, int size, int side, int class
     ds->destroy = generated_destroy;
     ds->impl = g;
     g->split = split;
-    size_t pool_len = dataset_image_floats(ds) + POOL_OFFSETS;
+    size_t pool_len = dataset_image_bytes(ds) + POOL_OFFSETS;
     g->pool = xcalloc(pool_len, sizeof(float));
     Rng rng;
     data_rng_seed(&rng, ds->seed, DATA_STREAM_POOL, 0, 0);
@@ -99,6 +120,13 @@ static Dataset *generated_create(const char *name, int size, int side, int class
 
 Dataset *dataset_synthetic_create(int size, int side, int classes, long seed, int split) {
     Dataset *ds = generated_create("synthetic", size, side, classes, seed, split);
+    Generated *g = ds->impl;
+    size_t pool_len = dataset_image_bytes(ds) + POOL_OFFSETS;
+    g->pool_bytes = xcalloc(pool_len, 1);
+    for (size_t i = 0; i < pool_len; i++) g->pool_bytes[i] = quantise(g->pool[i], SYNTHETIC_STEPS);
+    free(g->pool);
+    g->pool = NULL;
+    ds->norm = quantised_norm(SYNTHETIC_STEPS);
     ds->get = synthetic_get;
     return ds;
 }
@@ -111,10 +139,10 @@ Dataset *dataset_synthetic_create(int size, int side, int classes, long seed, in
 // colour and the waves), and cost O(classes * side) floats, not O(classes * side^2): 1000 ImageNet
 // classes would otherwise need 600 MB.
 
-static void learnable_get(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng) {
+static void learnable_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
     (void)rng;
     const Generated *g = ds->impl;
-    const float *noise = generated_sample(ds, index, label);
+    const float *noise = g->pool + generated_sample(ds, index, label);
     int side = ds->side, c = *label;
     const float *colour = g->colour + (size_t)c * 3;
     const float *rows = g->rows + (size_t)c * side * 3;
@@ -123,7 +151,8 @@ static void learnable_get(const Dataset *ds, int index, float *img, int32_t *lab
         for (int x = 0; x < side; x++) {
             size_t p = ((size_t)y * side + x) * 3;
             for (int ch = 0; ch < 3; ch++)
-                img[p + ch] = colour[ch] + rows[y * 3 + ch] + cols[x * 3 + ch] + LEARNABLE_NOISE * noise[p + ch];
+                img[p + ch] = quantise(colour[ch] + rows[y * 3 + ch] + cols[x * 3 + ch] + LEARNABLE_NOISE * noise[p + ch],
+                                       LEARNABLE_STEPS);
         }
     }
 }
@@ -143,6 +172,7 @@ Dataset *dataset_learnable_create(int size, int side, int classes, long seed, in
     Dataset *ds = generated_create("learnable", size, side, classes, seed, split);
     Generated *g = ds->impl;
     ds->get = learnable_get;
+    ds->norm = quantised_norm(LEARNABLE_STEPS);
     g->colour = xcalloc((size_t)classes * 3, sizeof(float));
     g->rows = xcalloc((size_t)classes * side * 3, sizeof(float));
     g->cols = xcalloc((size_t)classes * side * 3, sizeof(float));

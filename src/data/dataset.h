@@ -1,9 +1,10 @@
 // dataset.h - the sources of training and validation samples (docs/data.md describes each).
 //
-// A Dataset is a random-access list of `size` samples; sample i is one image (side, side, 3) float32,
-// HWC with the three channels of a pixel adjacent (a batch of them is NHWC), already normalised, plus
-// one int32 label in [0, classes). Implementations:
-//   synthetic  N(0,1) images, uniform labels, nothing to learn (the throughput benchmark's data)
+// A Dataset is a random-access list of `size` samples; sample i is one image (side, side, 3) of raw uint8
+// RGB bytes, HWC with the three channels of a pixel adjacent (a batch of them is NHWC), plus one int32
+// label in [0, classes). `norm` says how the device normalises the bytes (pixels.h). Implementations:
+//   synthetic  noise whose normalised values are N(0,1) clipped at 3.2 sigma, uniform labels, nothing to
+//              learn (the throughput benchmark's data)
 //   learnable  image = class template + noise; a small CNN learns it in a few hundred steps
 //   cifar10    the CIFAR-10 binary files, read into memory at open; optional crop + flip augmentation
 // Sample i is a pure function of (seed, i) and, with augmentation, of (seed, epoch, i): every rank and
@@ -16,6 +17,7 @@
 #include <stdint.h>
 
 #include "../core/config.h"
+#include "../core/pixels.h"
 #include "data_rng.h"
 
 // CIFAR-10 per-channel statistics of the training set on [0,1] pixels (R, G, B), the usual constants.
@@ -37,11 +39,12 @@ struct Dataset {
     int classes;        // labels are in [0, classes)
     uint64_t seed;      // TrainConfig.seed: fixes data, templates and augmentation
     int augment;        // 1: `get` draws crop/flip from its rng (cifar10 training split only)
+    PixelNorm norm;     // the normalisation of these bytes (torchvision's Normalize on [0, 1] pixels)
 
-    // img (side, side, 3) float32 normalised; *label int32. rng: this sample's augmentation numbers
+    // img (side, side, 3) u8; *label int32. rng: this sample's augmentation numbers
     // (data_rng_seed(rng, seed, DATA_STREAM_AUGMENT, epoch, index), see dataset_get_batch); NULL or
     // augment == 0: no augmentation.
-    void (*get)(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng);
+    void (*get)(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng);
     void (*destroy)(Dataset *ds);
     void *impl;
 };
@@ -60,17 +63,17 @@ int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed
                      char *err, size_t err_cap);
 
 // One sample; see Dataset.get.
-void dataset_get(const Dataset *ds, int index, float *img, int32_t *label, Rng *rng);
+void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng);
 
-// count samples indices[0..count) into images (count, side, side, 3) float32 and labels (count) int32.
+// count samples indices[0..count) into images (count, side, side, 3) u8 and labels (count) int32.
 // With augmentation, sample indices[k] draws from the stream keyed (DATA_STREAM_AUGMENT, epoch,
 // indices[k]): its crop and flip depend on the epoch and the index only, not on rank, batch position or
 // thread.
-void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, float *images,
+void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
                        int32_t *labels);
 
-// Floats in one image: side * side * 3.
-size_t dataset_image_floats(const Dataset *ds);
+// Bytes in one image: side * side * 3.
+size_t dataset_image_bytes(const Dataset *ds);
 
 void dataset_close(Dataset *ds);
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "amp/autocast.h"
-#include "arena.h"
+#include "activations.h"
 #include "core/check.h"
 #include "core/rng.h"
 
@@ -62,17 +62,16 @@ static void place_in_backward_order(Model *m) {
     params_place(&m->params, m->stem.weight);
 }
 
-void model_init_shapes(Model *m, const ModelConfig *cfg, int max_batch, int amp) {
+void model_init_shapes(Model *m, const ModelConfig *cfg, int amp) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->max_batch = max_batch;
     m->amp = amp;
     m->act_dt = autocast_dtype(OP_CONV, amp, DTYPE_F32);
     for (int s = 0; s < 4; s++) m->n_blocks += cfg->layers[s];
     m->blocks = xcalloc((size_t)m->n_blocks, sizeof *m->blocks);
     m->bn_list = xcalloc((size_t)(1 + 4 * m->n_blocks), sizeof *m->bn_list);
 
-    int n = max_batch, side = cfg->image_size, planes = cfg->planes;
+    int n = 1, side = cfg->image_size, planes = cfg->planes;  // shapes per image
     m->stem = conv_make(m, "conv1.weight", n, side, side, 3, planes, 7, 2, 3, 1);
     bn_make(m, &m->stem_bn, "bn1", planes);
     int h = (m->stem.shape.out_h + 2 - 3) / 2 + 1, w = (m->stem.shape.out_w + 2 - 3) / 2 + 1;
@@ -128,114 +127,6 @@ double model_macs_per_image(const Model *m) {
 
 // ---- memory and initialisation ---------------------------------------------------------------------
 
-static size_t conv_in_elems(const ConvShape *s) { return (size_t)s->n * s->h * s->w * s->c_in; }
-static size_t conv_out_elems(const ConvShape *s) { return (size_t)s->n * s->out_h * s->out_w * s->c_out; }
-
-static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
-
-// Elements of the buffer holding block b's output gradient: block_backward reuses it, once bn3's
-// backward has read it, for the downsample's and then conv3's and conv2's data gradients (b2, b1 shapes).
-static size_t block_dout_elems(const Block *b) {
-    return max3(conv_out_elems(&b->conv3.shape), conv_out_elems(&b->conv2.shape), conv_out_elems(&b->conv1.shape));
-}
-
-// Every per-batch buffer of the model and its place in the arena, so allocation and the --dry-run
-// estimate agree by construction.
-//
-// Forward activations are appended in forward order: the input, the head's small buffers, the stem, then
-// block by block. Backward runs the blocks last to first, so while block i's backward runs, nothing at or
-// above block_start[i+1] is read again: the gradients of block i (its input's gradient d_in and the
-// temporary d_tmp, clear of the output gradient d_in of block i+1 they read) are placed there, and so
-// only the last block's gradients make the arena larger than the forward's activations. Forward
-// temporaries (the fp32 input under AMP, a downsample's bn output) sit above the layers that read them,
-// which are not yet written while they are alive.
-typedef struct ActivationBuffer {
-    void **slot;
-    ArenaSpan span;
-} ActivationBuffer;
-#define ACTIVATION_PLAN_MAX(m) (24 + 12 * (m)->n_blocks)
-
-static ArenaSpan plan_add(ActivationBuffer *plan, int *count, int cap, void **slot, ArenaSpan span) {
-    AMP_ASSERT(*count < cap, "activation plan: more than %d buffers", cap);
-    plan[(*count)++] = (ActivationBuffer){slot, span};
-    return span;
-}
-
-static int activation_plan(Model *m, ActivationBuffer *plan, ArenaLayout *arena) {
-    int count = 0;
-    size_t e = dtype_size(m->act_dt);
-    *arena = (ArenaLayout){0};
-    const int cap = ACTIVATION_PLAN_MAX(m);
-#define KEEP(ptr, bytes) plan_add(plan, &count, cap, (void **)&(ptr), arena_append(arena, (bytes)))
-// arena_no_reuse (tests): each short-lived buffer gets bytes of its own, as large as the largest tensor,
-// so that layout is right whatever the sizes computed here.
-#define ABOVE(ptr, bytes, floor, busy, n_busy)                                                                \
-    plan_add(plan, &count, cap, (void **)&(ptr),                                                              \
-             m->arena_no_reuse ? arena_append(arena, roomy)                                                   \
-                               : arena_place_above(arena, (floor), (bytes), (busy), (n_busy)))
-    int n = m->max_batch, side = m->cfg.image_size, classes = m->cfg.num_classes;
-    size_t in_elems = (size_t)n * side * side * 3;
-    if (m->amp) KEEP(m->input, in_elems * e);
-    else KEEP(m->input_f32, in_elems * sizeof(float));  // the fp32 input is what the stem's backward reads
-    KEEP(m->pooled, (size_t)n * m->fc_in * e);
-    KEEP(m->dpooled, (size_t)n * m->fc_in * e);
-    KEEP(m->logits, (size_t)n * classes * e);
-    KEEP(m->dlogits, (size_t)n * classes * e);
-    size_t stem_bytes = conv_out_elems(&m->stem.shape) * e;
-    KEEP(m->stem_a, stem_bytes);
-    KEEP(m->stem_b, stem_bytes);
-    KEEP(m->stem_pool, conv_in_elems(&m->blocks[0].conv1.shape) * e);
-    size_t roomy = in_elems * sizeof(float) > stem_bytes ? in_elems * sizeof(float) : stem_bytes;
-    for (int i = 0; i < m->n_blocks; i++) roomy = max3(roomy, block_dout_elems(&m->blocks[i]) * e,
-                                                         conv_in_elems(&m->blocks[i].conv1.shape) * e);
-    size_t *block_start = xcalloc((size_t)m->n_blocks + 1, sizeof *block_start);
-    for (int i = 0; i < m->n_blocks; i++) {
-        Block *b = &m->blocks[i];
-        size_t b1 = conv_out_elems(&b->conv1.shape) * e, b2 = conv_out_elems(&b->conv2.shape) * e;
-        size_t b3 = conv_out_elems(&b->conv3.shape) * e;
-        block_start[i] = arena->appended;
-        KEEP(b->a1, b1), KEEP(b->b1, b1), KEEP(b->a2, b2), KEEP(b->b2, b2), KEEP(b->a3, b3), KEEP(b->out, b3);
-        if (b->has_down) KEEP(b->down_a, b3);
-    }
-    block_start[m->n_blocks] = arena->appended;
-
-    if (m->amp) ABOVE(m->input_f32, in_elems * sizeof(float), block_start[0], NULL, 0);
-    for (int i = 0; i < m->n_blocks; i++)
-        if (m->blocks[i].has_down)
-            ABOVE(m->blocks[i].down_b, conv_out_elems(&m->blocks[i].conv3.shape) * e, block_start[i + 1], NULL, 0);
-
-    const Block *last = &m->blocks[m->n_blocks - 1];
-    ArenaSpan dout = ABOVE(m->d_top, block_dout_elems(last) * e, block_start[m->n_blocks], NULL, 0);
-    for (int i = m->n_blocks - 1; i >= 0; i--) {
-        Block *b = &m->blocks[i];
-        size_t t = max3(conv_out_elems(&b->conv1.shape), conv_out_elems(&b->conv2.shape),
-                        conv_out_elems(&b->conv3.shape));
-        // d_in first holds the residual's gradient (with a downsample, the output's shape), then the
-        // input's; then it is block i-1's output gradient buffer (block_dout_elems of that block)
-        size_t d_in_elems = max3(conv_in_elems(&b->conv1.shape), b->has_down ? conv_out_elems(&b->conv3.shape) : 0,
-                                 i > 0 ? block_dout_elems(&m->blocks[i - 1]) : 0);
-        ArenaSpan d_in = ABOVE(b->d_in, d_in_elems * e, block_start[i + 1], &dout, 1);
-        ArenaSpan busy[2] = {dout, d_in};
-        ABOVE(b->d_tmp, t * e, block_start[i + 1], busy, 2);
-        dout = d_in;
-    }
-    ArenaSpan d_stem_b = ABOVE(m->d_stem_b, stem_bytes, block_start[0], &dout, 1);
-    ArenaSpan busy[2] = {dout, d_stem_b};
-    ABOVE(m->d_stem_a, stem_bytes, block_start[0], busy, 2);
-#undef KEEP
-#undef ABOVE
-    free(block_start);
-    return count;
-}
-
-size_t model_activation_bytes(Model *m) {
-    ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
-    ArenaLayout arena;
-    activation_plan(m, plan, &arena);
-    free(plan);
-    return arena.size;
-}
-
 // torchvision: kaiming_normal_(fan_out, relu) for convs; BN 1/0; nn.Linear default (U(+-1/sqrt(in))).
 static void init_host_weights(const Model *m, float *master, uint64_t seed) {
     Rng rng;
@@ -272,8 +163,6 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     m->grads = be->alloc(be, np * dts);
     be->zero(be, m->grads, np * dts);  // the alignment gaps are never written by backward
     m->running = be->alloc(be, m->stats_numel * sizeof(float));
-    m->saved = be->alloc(be, m->stats_numel * sizeof(float));
-    be->zero(be, m->saved, m->stats_numel * sizeof(float));
 
     float *host = xcalloc(np > m->stats_numel ? np : m->stats_numel, sizeof(float));
     init_host_weights(m, host, seed);
@@ -287,22 +176,11 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     be->to_device(be, m->running, host, m->stats_numel * sizeof(float));
     free(host);
     model_refresh_compute(m, be);
-
-    ActivationBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
-    ArenaLayout arena;
-    int count = activation_plan(m, plan, &arena);
-    m->arena = be->alloc(be, arena.size);
-    m->arena_bytes = arena.size;
-    for (int i = 0; i < count; i++) *plan[i].slot = (char *)m->arena + plan[i].span.offset;
-    free(plan);
-    if (!m->amp) m->input = m->input_f32;
-    m->labels = be->alloc(be, (size_t)m->max_batch * sizeof(int32_t));
-    m->loss = be->alloc(be, sizeof(float));
 }
 
 void model_free(Model *m, Backend *be) {
     if (m->master) {
-        void *bufs[] = {m->arena, m->grads, m->running, m->saved, m->labels, m->loss};
+        void *bufs[] = {m->grads, m->running};
         for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++) be->free(be, bufs[k]);
         if (m->amp) be->free(be, m->compute);
         be->free(be, m->master);
@@ -333,22 +211,31 @@ static ConvShape at_batch(const ConvLayer *l, int n) {
     return s;
 }
 
-static void conv_fwd(Model *m, Backend *be, const ConvLayer *l, int n, const void *x, void *y) {
-    ConvShape s = at_batch(l, n);
-    be->conv_forward(be, &s, m->act_dt, x, weight_of(m, l->weight), y);
+// What every pass needs besides the model: the step's buffers, the backend and the batch size.
+typedef struct Pass {
+    Model *m;
+    Activations *act;
+    Backend *be;
+    int n;
+} Pass;
+
+static void conv_fwd(const Pass *p, const ConvLayer *l, const void *x, void *y) {
+    ConvShape s = at_batch(l, p->n);
+    p->be->conv_forward(p->be, &s, p->m->act_dt, x, weight_of(p->m, l->weight), y);
 }
 
 // y = relu?(bn(x) + residual?) with batch statistics (train) or running statistics (eval).
-static void bn_fwd(Model *m, Backend *be, const BnLayer *bn, int rows, int train, const void *x,
-                   const void *residual, int relu, void *y) {
+static void bn_fwd(const Pass *p, const BnLayer *bn, int rows, int train, const void *x, const void *residual,
+                   int relu, void *y) {
+    Model *m = p->m;
     float *rm = m->running + bn->stats_offset, *rv = rm + bn->c;
     const float *gamma = master_of(m, bn->gamma), *beta = master_of(m, bn->beta);
     if (train) {
-        float *sm = m->saved + bn->stats_offset, *si = sm + bn->c;
-        be->bn_forward_train(be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 0.1f,
-                             1e-5f, sm, si, y);
+        float *sm = p->act->saved + bn->stats_offset, *si = sm + bn->c;
+        p->be->bn_forward_train(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 0.1f,
+                                1e-5f, sm, si, y);
     } else {
-        be->bn_forward_eval(be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 1e-5f, y);
+        p->be->bn_forward_eval(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 1e-5f, y);
     }
 }
 
@@ -362,117 +249,129 @@ static PoolShape stem_pool_shape(const Model *m, int n) {
     return p;
 }
 
-static const void *block_input(const Model *m, int i) { return i == 0 ? m->stem_pool : m->blocks[i - 1].out; }
-
-void model_forward(Model *m, Backend *be, int n, int train) {
-    AMP_ASSERT(n >= 1 && n <= m->max_batch, "batch %d outside 1..%d", n, m->max_batch);
-    if (m->amp) {
-        size_t elems = (size_t)n * m->cfg.image_size * m->cfg.image_size * 3;
-        be->cast(be, m->input, m->act_dt, m->input_f32, DTYPE_F32, elems);
-    }
-    conv_fwd(m, be, &m->stem, n, m->input, m->stem_a);
-    bn_fwd(m, be, &m->stem_bn, rows_of(&m->stem, n), train, m->stem_a, NULL, 1, m->stem_b);
-    PoolShape ps = stem_pool_shape(m, n);
-    be->maxpool_forward(be, &ps, m->act_dt, m->stem_b, m->stem_pool);
-    for (int i = 0; i < m->n_blocks; i++) {
-        Block *b = &m->blocks[i];
-        const void *in = block_input(m, i);
-        conv_fwd(m, be, &b->conv1, n, in, b->a1);
-        bn_fwd(m, be, &b->bn1, rows_of(&b->conv1, n), train, b->a1, NULL, 1, b->b1);
-        conv_fwd(m, be, &b->conv2, n, b->b1, b->a2);
-        bn_fwd(m, be, &b->bn2, rows_of(&b->conv2, n), train, b->a2, NULL, 1, b->b2);
-        conv_fwd(m, be, &b->conv3, n, b->b2, b->a3);
-        const void *residual = in;
-        if (b->has_down) {
-            conv_fwd(m, be, &b->down, n, in, b->down_a);
-            bn_fwd(m, be, &b->down_bn, rows_of(&b->down, n), train, b->down_a, NULL, 0, b->down_b);
-            residual = b->down_b;
-        }
-        bn_fwd(m, be, &b->bn3, rows_of(&b->conv3, n), train, b->a3, residual, 1, b->out);
-    }
-    be->avgpool_forward(be, n, m->final_hw, m->fc_in, m->act_dt, m->blocks[m->n_blocks - 1].out, m->pooled);
-    be->linear_forward(be, n, m->fc_in, m->cfg.num_classes, m->act_dt, m->pooled, weight_of(m, m->fc_weight),
-                       weight_of(m, m->fc_bias), m->logits);
-    if (train) m->num_batches_tracked++;
+static const void *block_input(const Activations *act, int i) {
+    return i == 0 ? act->stem_pool : act->blocks[i - 1].out;
 }
 
-void model_loss(Model *m, Backend *be, int n, const float *scale, float seed_factor) {
+static void check_batch(const Activations *act, const ModelBatch *b) {
+    AMP_ASSERT(b->n >= 1 && b->n <= act->max_batch, "batch %d outside 1..%d", b->n, act->max_batch);
+    AMP_ASSERT(b->images_dt == DTYPE_U8 || b->images_dt == DTYPE_F32, "batch images must be u8 or fp32");
+}
+
+void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b, int train) {
+    check_batch(act, b);
+    Pass p = {m, act, be, b->n};
+    int n = b->n;
+    size_t pixels = (size_t)n * m->cfg.image_size * m->cfg.image_size;
+    be->input_normalize(be, pixels, b->images_dt, b->images, &b->affine, m->act_dt, act->input);
+    conv_fwd(&p, &m->stem, act->input, act->stem_a);
+    bn_fwd(&p, &m->stem_bn, rows_of(&m->stem, n), train, act->stem_a, NULL, 1, act->stem_b);
+    PoolShape ps = stem_pool_shape(m, n);
+    be->maxpool_forward(be, &ps, m->act_dt, act->stem_b, act->stem_pool);
+    for (int i = 0; i < m->n_blocks; i++) {
+        const Block *bl = &m->blocks[i];
+        BlockActs *ba = &act->blocks[i];
+        const void *in = block_input(act, i);
+        conv_fwd(&p, &bl->conv1, in, ba->a1);
+        bn_fwd(&p, &bl->bn1, rows_of(&bl->conv1, n), train, ba->a1, NULL, 1, ba->b1);
+        conv_fwd(&p, &bl->conv2, ba->b1, ba->a2);
+        bn_fwd(&p, &bl->bn2, rows_of(&bl->conv2, n), train, ba->a2, NULL, 1, ba->b2);
+        conv_fwd(&p, &bl->conv3, ba->b2, ba->a3);
+        const void *residual = in;
+        if (bl->has_down) {
+            conv_fwd(&p, &bl->down, in, ba->down_a);
+            bn_fwd(&p, &bl->down_bn, rows_of(&bl->down, n), train, ba->down_a, NULL, 0, ba->down_b);
+            residual = ba->down_b;
+        }
+        bn_fwd(&p, &bl->bn3, rows_of(&bl->conv3, n), train, ba->a3, residual, 1, ba->out);
+    }
+    be->avgpool_forward(be, n, m->final_hw, m->fc_in, m->act_dt, act->blocks[m->n_blocks - 1].out, act->pooled);
+    be->linear_forward(be, n, m->fc_in, m->cfg.num_classes, m->act_dt, act->pooled, weight_of(m, m->fc_weight),
+                       weight_of(m, m->fc_bias), act->logits);
+}
+
+void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, const float *scale,
+                float seed_factor) {
+    check_batch(act, b);
     DType logits_dt = autocast_dtype(OP_LINEAR, m->amp, m->act_dt);
-    be->softmax_xent(be, n, m->cfg.num_classes, logits_dt, m->logits, m->labels, m->loss, m->dlogits, scale,
-                     seed_factor);
+    be->softmax_xent(be, b->n, m->cfg.num_classes, logits_dt, act->logits, b->labels, act->loss, act->dlogits,
+                     scale, seed_factor);
 }
 
 // ---- backward -----------------------------------------------------------------------------------
 
 typedef struct BackwardCtx {
-    Model *m;
-    Backend *be;
-    int n, accumulate;
+    Pass p;
+    int accumulate;
     GradReadyFn ready;
     void *ready_ctx;
 } BackwardCtx;
 
 static void notify(BackwardCtx *c, int param) {
-    if (c->ready) c->ready(c->ready_ctx, &c->m->params.items[param]);
+    if (c->ready) c->ready(c->ready_ctx, &c->p.m->params.items[param]);
 }
 
 // Backward of a conv: filter gradient (ready at once), and, when dx is given, the data gradient.
 static void conv_bwd(BackwardCtx *c, const ConvLayer *l, const void *x, const void *dy, void *dx,
                      int dx_accumulate) {
-    ConvShape s = at_batch(l, c->n);
-    Model *m = c->m;
-    c->be->conv_backward_filter(c->be, &s, m->act_dt, x, dy, grad_of(m, l->weight), c->accumulate);
+    ConvShape s = at_batch(l, c->p.n);
+    Model *m = c->p.m;
+    Backend *be = c->p.be;
+    be->conv_backward_filter(be, &s, m->act_dt, x, dy, grad_of(m, l->weight), c->accumulate);
     notify(c, l->weight);
-    if (dx) c->be->conv_backward_data(c->be, &s, m->act_dt, dy, weight_of(m, l->weight), dx, dx_accumulate);
+    if (dx) be->conv_backward_data(be, &s, m->act_dt, dy, weight_of(m, l->weight), dx, dx_accumulate);
 }
 
 static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, const void *y, const void *dy,
                    int relu, void *dx, void *d_residual) {
-    Model *m = c->m;
-    const float *sm = m->saved + bn->stats_offset, *si = sm + bn->c;
-    c->be->bn_backward(c->be, rows, bn->c, m->act_dt, x, y, dy, relu, master_of(m, bn->gamma), sm, si, dx, 0,
-                       grad_of(m, bn->gamma), grad_of(m, bn->beta), c->accumulate, d_residual);
+    Model *m = c->p.m;
+    const float *sm = c->p.act->saved + bn->stats_offset, *si = sm + bn->c;
+    c->p.be->bn_backward(c->p.be, rows, bn->c, m->act_dt, x, y, dy, relu, master_of(m, bn->gamma), sm, si, dx, 0,
+                         grad_of(m, bn->gamma), grad_of(m, bn->beta), c->accumulate, d_residual);
     notify(c, bn->gamma);
     notify(c, bn->beta);
 }
 
 // The block's gradients: dout (its output's, the next block's d_in) is read by bn3's backward and then
-// holds the downsample's, conv3's and conv2's data gradients in turn (block_dout_elems sizes it); d_tmp
+// holds the downsample's, conv3's and conv2's data gradients in turn (activations.c sizes it); d_tmp
 // carries the gradient down the bn layers; d_in receives the residual's gradient and then conv1's
 // (accumulated). All three sit above this block's activations.
-static void block_backward(BackwardCtx *c, Block *b, const void *in, void *dout) {
-    int n = c->n;
+static void block_backward(BackwardCtx *c, const Block *b, const BlockActs *ba, const void *in, void *dout) {
+    int n = c->p.n;
     int rows_out = rows_of(&b->conv3, n);
-    void *d_in = b->d_in, *t = b->d_tmp;
+    void *d_in = ba->d_in, *t = ba->d_tmp;
     // bn3 (+ residual + relu): d_a3 -> t; the residual's gradient -> d_in
-    bn_bwd(c, &b->bn3, rows_out, b->a3, b->out, dout, 1, t, d_in);
+    bn_bwd(c, &b->bn3, rows_out, ba->a3, ba->out, dout, 1, t, d_in);
     if (b->has_down) {
-        bn_bwd(c, &b->down_bn, rows_out, b->down_a, NULL, d_in, 0, dout, NULL);  // d_down_a -> dout
-        conv_bwd(c, &b->down, in, dout, d_in, 0);                               // d_in = down's
+        bn_bwd(c, &b->down_bn, rows_out, ba->down_a, NULL, d_in, 0, dout, NULL);  // d_down_a -> dout
+        conv_bwd(c, &b->down, in, dout, d_in, 0);                                 // d_in = down's
     }
-    conv_bwd(c, &b->conv3, b->b2, t, dout, 0);                                  // d_b2 -> dout
-    bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), b->a2, b->b2, dout, 1, t, NULL);  // d_a2 -> t
-    conv_bwd(c, &b->conv2, b->b1, t, dout, 0);                                  // d_b1 -> dout
-    bn_bwd(c, &b->bn1, rows_of(&b->conv1, n), b->a1, b->b1, dout, 1, t, NULL);  // d_a1 -> t
-    conv_bwd(c, &b->conv1, in, t, d_in, 1);                                     // d_in += conv1's
+    conv_bwd(c, &b->conv3, ba->b2, t, dout, 0);                                   // d_b2 -> dout
+    bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), ba->a2, ba->b2, dout, 1, t, NULL);  // d_a2 -> t
+    conv_bwd(c, &b->conv2, ba->b1, t, dout, 0);                                   // d_b1 -> dout
+    bn_bwd(c, &b->bn1, rows_of(&b->conv1, n), ba->a1, ba->b1, dout, 1, t, NULL);  // d_a1 -> t
+    conv_bwd(c, &b->conv1, in, t, d_in, 1);                                       // d_in += conv1's
 }
 
-void model_backward(Model *m, Backend *be, int n, int accumulate, GradReadyFn ready, void *ctx) {
-    BackwardCtx c = {.m = m, .be = be, .n = n, .accumulate = accumulate, .ready = ready, .ready_ctx = ctx};
+void model_backward(Model *m, Activations *act, Backend *be, const ModelBatch *b, int accumulate,
+                    GradReadyFn ready, void *ctx) {
+    check_batch(act, b);
+    int n = b->n;
+    BackwardCtx c = {.p = {m, act, be, n}, .accumulate = accumulate, .ready = ready, .ready_ctx = ctx};
     DType dt = m->act_dt;
-    be->linear_backward(be, n, m->fc_in, m->cfg.num_classes, dt, m->pooled, weight_of(m, m->fc_weight),
-                        m->dlogits, m->dpooled, grad_of(m, m->fc_weight), grad_of(m, m->fc_bias), accumulate);
+    be->linear_backward(be, n, m->fc_in, m->cfg.num_classes, dt, act->pooled, weight_of(m, m->fc_weight),
+                        act->dlogits, act->dpooled, grad_of(m, m->fc_weight), grad_of(m, m->fc_bias), accumulate);
     notify(&c, m->fc_weight);
     notify(&c, m->fc_bias);
-    be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, m->dpooled, m->d_top);
-    void *dout = m->d_top;
+    be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, act->dpooled, act->d_top);
+    void *dout = act->d_top;
     for (int i = m->n_blocks - 1; i >= 0; i--) {
-        block_backward(&c, &m->blocks[i], block_input(m, i), dout);
-        dout = m->blocks[i].d_in;
+        block_backward(&c, &m->blocks[i], &act->blocks[i], block_input(act, i), dout);
+        dout = act->blocks[i].d_in;
     }
     // stem: maxpool -> bn+relu -> conv (the image needs no gradient)
     PoolShape ps = stem_pool_shape(m, n);
-    be->maxpool_backward(be, &ps, dt, m->stem_b, m->stem_pool, dout, m->d_stem_b);
-    bn_bwd(&c, &m->stem_bn, rows_of(&m->stem, n), m->stem_a, m->stem_b, m->d_stem_b, 1, m->d_stem_a, NULL);
-    conv_bwd(&c, &m->stem, m->input, m->d_stem_a, NULL, 0);
+    be->maxpool_backward(be, &ps, dt, act->stem_b, act->stem_pool, dout, act->d_stem_b);
+    bn_bwd(&c, &m->stem_bn, rows_of(&m->stem, n), act->stem_a, act->stem_b, act->d_stem_b, 1, act->d_stem_a, NULL);
+    conv_bwd(&c, &m->stem, act->input, act->d_stem_a, NULL, 0);
 }

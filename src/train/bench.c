@@ -46,22 +46,24 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
     if (rc != 0) return rc;
 
     int b = cfg.data.batch_size, nb = opt->nbatches;
-    size_t image_floats = dataset_image_floats(t.train_set);
-    float *host_images = xcalloc((size_t)b * image_floats, sizeof(float));
+    size_t image_bytes = dataset_image_bytes(t.train_set);
+    uint8_t *host_images = xcalloc((size_t)b * image_bytes, 1);
     int32_t *host_labels = xcalloc((size_t)b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
     MicroBatch *batches = xcalloc((size_t)nb, sizeof *batches);
     for (int k = 0; k < nb; k++) {
         for (int i = 0; i < b; i++) indices[i] = (k * b + i) % t.train_set->size;
         dataset_get_batch(t.train_set, indices, b, 0, host_images, host_labels);
-        batches[k] = (MicroBatch){.count = b, .step_total = b * comm->size};
-        batches[k].device_images = be->alloc(be, (size_t)b * image_floats * sizeof(float));
-        batches[k].device_labels = be->alloc(be, (size_t)b * sizeof(int32_t));
-        be->to_device(be, batches[k].device_images, host_images, (size_t)b * image_floats * sizeof(float));
-        be->to_device(be, batches[k].device_labels, host_labels, (size_t)b * sizeof(int32_t));
+        void *images = be->alloc(be, (size_t)b * image_bytes);
+        int32_t *labels = be->alloc(be, (size_t)b * sizeof(int32_t));
+        be->to_device(be, images, host_images, (size_t)b * image_bytes);
+        be->to_device(be, labels, host_labels, (size_t)b * sizeof(int32_t));
+        batches[k] = (MicroBatch){.count = b, .step_total = b * comm->size, .device_images = images,
+                                  .device_dt = DTYPE_U8, .device_labels = labels};
     }
     double *times = xcalloc(4 * (size_t)opt->steps, sizeof(double));
     double *compute = times + opt->steps, *comm_ms = compute + opt->steps, *optim = comm_ms + opt->steps;
-    t.timed = 1;
+    // With graphs the step is one launch, so there are no phases to split: they are reported as null.
+    t.timed = !t.graphs;
     for (int i = 0; i < opt->warmup + opt->steps; i++) {
         be->sync(be);
         double t0 = metrics_now();
@@ -70,12 +72,12 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
         if (i < opt->warmup) continue;
         int k = i - opt->warmup;
         times[k] = metrics_now() - t0;
-        StepPhases ph = trainer_step_phases(&t);
-        compute[k] = ph.compute_ms, comm_ms[k] = ph.exposed_comm_ms, optim[k] = ph.optimizer_ms;
+        StepPhases ph = t.timed ? trainer_step_phases(&t) : (StepPhases){0};
+        if (t.timed) compute[k] = ph.compute_ms, comm_ms[k] = ph.exposed_comm_ms, optim[k] = ph.optimizer_ms;
     }
     double median = median_of(times, opt->steps);
     float loss;
-    be->to_host(be, &loss, t.model.loss, sizeof loss);
+    be->to_host(be, &loss, t.act.loss, sizeof loss);
     ScalerState st = scaler_read(&t.scaler, be);
     if (comm->rank == 0) {
         char tag[256], loss_text[32];
@@ -83,16 +85,20 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
         // JSON has no NaN or Infinity: a diverged run reports its loss as null.
         if (isfinite(loss)) snprintf(loss_text, sizeof loss_text, "%.6g", loss);
         else snprintf(loss_text, sizeof loss_text, "null");
+        char phases[160] = "\"compute_ms\": null, \"comm_exposed_ms\": null, \"optimizer_ms\": null";
+        if (t.timed)
+            snprintf(phases, sizeof phases, "\"compute_ms\": %.2f, \"comm_exposed_ms\": %.2f, \"optimizer_ms\": %.2f",
+                     median_of(compute, opt->steps), median_of(comm_ms, opt->steps), median_of(optim, opt->steps));
         printf("{\"tag\": \"%s\", \"impl\": \"amptrain\", \"backend\": \"%s\", \"world\": %d, \"batch_per_gpu\": %d, "
-               "\"amp\": %d, \"channels_last\": 1, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
-               "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, \"compute_ms\": %.2f, \"comm_exposed_ms\": %.2f, "
-               "\"optimizer_ms\": %.2f, \"loss\": %s, \"scale\": %g, \"skipped\": %d}\n",
-               tag, be->name, comm->size, b, cfg.amp.enabled, median * 1e3, b / median,
-               (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, median_of(compute, opt->steps),
-               median_of(comm_ms, opt->steps), median_of(optim, opt->steps), loss_text, st.scale, st.skipped_total);
+               "\"amp\": %d, \"channels_last\": 1, \"cuda_graph\": %d, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
+               "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, %s, \"loss\": %s, "
+               "\"scale\": %g, \"skipped\": %d}\n",
+               tag, be->name, comm->size, b, cfg.amp.enabled, t.graph != NULL, median * 1e3, b / median,
+               (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, phases, loss_text, st.scale,
+               st.skipped_total);
         fflush(stdout);
     }
-    for (int k = 0; k < nb; k++) be->free(be, batches[k].device_images), be->free(be, batches[k].device_labels);
+    for (int k = 0; k < nb; k++) be->free(be, (void *)batches[k].device_images), be->free(be, (void *)batches[k].device_labels);
     free(batches), free(times), free(host_images), free(host_labels), free(indices);
     trainer_free(&t);
     return 0;

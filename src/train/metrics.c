@@ -60,9 +60,10 @@ void metrics_step(Metrics *mt, const StepRecord *r) {
     if (mt->jsonl) {
         fprintf(mt->jsonl,
                 "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6g,\"lr\":%.6g,\"scale\":%.6g,\"skipped\":%d,"
-                "\"skipped_total\":%ld,\"images_per_s\":%.1f,\"step_ms\":%.3f,\"memory_mib\":%.1f}\n",
+                "\"skipped_total\":%ld,\"images_per_s\":%.1f,\"step_ms\":%.3f,\"data_wait_ms\":%.3f,"
+                "\"memory_mib\":%.1f}\n",
                 r->step, r->epoch, r->loss, r->lr, r->scale, r->skipped, r->skipped_total, r->images_per_s,
-                r->step_ms, r->memory_mib);
+                r->step_ms, r->data_wait_ms, r->memory_mib);
         fflush(mt->jsonl);
     }
     double elapsed = metrics_now() - mt->start_time;

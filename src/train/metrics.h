@@ -18,6 +18,7 @@ typedef struct StepRecord {
     double images_per_s; // global, over the last logging interval
     double step_ms;      // wall time per step over the last logging interval
     double memory_mib;   // peak backend memory (MiB)
+    double data_wait_ms; // time per step the loop waited for the loader, over the last logging interval
 } StepRecord;
 
 typedef struct EvalRecord {

@@ -14,11 +14,16 @@
 
 typedef struct Sgd {
     float *momentum;  // (padded_numel) fp32, same layout as the masters
-    SgdParams params; // lr set per step by the schedule
+    float *lr;        // (1) fp32 in backend memory: the step reads it there, so a replayed graph follows
+                      // the schedule the host writes with sgd_set_lr
+    SgdParams params;
 } Sgd;
 
 void sgd_init(Sgd *opt, Backend *be, const Model *m, const TrainConfig *t);
-void sgd_step(Sgd *opt, Backend *be, Model *m, const LossScaler *scaler, float lr);
+// Writes this step's learning rate, ordered on the compute stream before the step's work (never inside a
+// graph capture).
+void sgd_set_lr(Sgd *opt, Backend *be, float lr);
+void sgd_step(Sgd *opt, Backend *be, Model *m, const LossScaler *scaler);
 void sgd_free(Sgd *opt, Backend *be);
 
 #endif

@@ -4,12 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "core/check.h"
 #include "core/log.h"
 #include "data/loader.h"
 #include "lr_schedule.h"
+
+#include <unistd.h>
 
 // ---- set-up ---------------------------------------------------------------------------------------
 
@@ -55,6 +58,7 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
 
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
+    t->init_start = metrics_now();
     t->cfg = cfg, t->be = be, t->comm = comm, t->grad_comm = grad_comm;
     char err[1024];
     if (dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &t->train_set, err, sizeof err) != 0 ||
@@ -68,12 +72,25 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     t->total_steps = total_steps_of(cfg, t->steps_per_epoch);
     t->base_lr = lr_base(&cfg->train, cfg->data.batch_size * comm->size * cfg->train.accum_steps);
 
-    model_init_shapes(&t->model, &cfg->model, cfg->data.batch_size, cfg->amp.enabled);
+    model_init_shapes(&t->model, &cfg->model, cfg->amp.enabled);
     if (check_epoch_split(t, err, sizeof err) != 0) {
         log_error("%s", err);
         return 2;
     }
+    if (!strcmp(cfg->train.cuda_graph, "on") && !be->graph_begin) {
+        log_error("train.cuda_graph: on needs the CUDA backend (this run uses the %s backend); use auto or off",
+                  be->name);
+        return 2;
+    }
+    t->graphs = be->graph_begin != NULL && strcmp(cfg->train.cuda_graph, "off") != 0;
     model_alloc(&t->model, be, (uint64_t)cfg->train.seed);
+    activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
+    t->affine = pixel_affine_of(&t->train_set->norm);
+    size_t image_bytes = (size_t)cfg->data.batch_size * dataset_image_bytes(t->train_set);
+    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++) {
+        t->input_slot[s] = be->alloc(be, image_bytes);
+        t->input_slot_labels[s] = be->alloc(be, (size_t)cfg->data.batch_size * sizeof(int32_t));
+    }
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
     buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
@@ -92,6 +109,10 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
 
 void trainer_free(Trainer *t) {
     metrics_close(&t->metrics);
+    if (t->graph) t->be->graph_destroy(t->be, t->graph);
+    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++)
+        if (t->input_slot[s]) t->be->free(t->be, t->input_slot[s]), t->be->free(t->be, t->input_slot_labels[s]);
+    if (t->act.arena) activations_free(&t->act, t->be);
     if (t->readback) t->be->host_free(t->be, t->readback);
     buckets_free(&t->buckets);
     sgd_free(&t->opt, t->be);
@@ -105,6 +126,42 @@ void trainer_free(Trainer *t) {
 
 // ---- the step -------------------------------------------------------------------------------------
 
+
+void trainer_upload(Trainer *t, int slot, const uint8_t *images, const int32_t *labels, int count) {
+    Backend *be = t->be;
+    size_t image_bytes = (size_t)count * dataset_image_bytes(t->train_set);
+    be->input_upload(be, slot, t->input_slot[slot], images, image_bytes);
+    be->input_upload(be, slot, t->input_slot_labels[slot], labels, (size_t)count * sizeof(int32_t));
+}
+
+// Puts micro-batch mb where the step reads it and says so as a ModelBatch. Raw bytes end up in the
+// static act.images / act.labels (the graph's fixed addresses): from an input slot (the compute stream
+// takes the slot from the copy stream, copies, and hands it back) or from resident backend memory.
+// fp32 images (tests) are read where they are.
+static ModelBatch stage_batch(Trainer *t, const MicroBatch *mb) {
+    Backend *be = t->be;
+    ModelBatch b = {.images = t->act.images, .images_dt = DTYPE_U8, .affine = t->affine, .labels = t->act.labels,
+                    .n = mb->count};
+    size_t image_bytes = (size_t)mb->count * dataset_image_bytes(t->train_set);
+    size_t label_bytes = (size_t)mb->count * sizeof(int32_t);
+    if (mb->host_images) {
+        int slot = mb->uploaded ? mb->slot : 0;
+        if (!mb->uploaded) trainer_upload(t, slot, mb->host_images, mb->host_labels, mb->count);
+        be->input_acquire(be, slot);
+        be->copy(be, t->act.images, t->input_slot[slot], image_bytes);
+        be->copy(be, t->act.labels, t->input_slot_labels[slot], label_bytes);
+        be->input_release(be, slot);
+        if (!mb->uploaded) be->input_upload_wait(be, slot);  // the caller may reuse its buffer on return
+    } else if (mb->device_dt == DTYPE_F32) {
+        b.images = mb->device_images, b.images_dt = DTYPE_F32, b.affine = pixel_affine_identity();
+        b.labels = mb->device_labels;
+    } else {
+        be->copy(be, t->act.images, mb->device_images, image_bytes);
+        be->copy(be, t->act.labels, mb->device_labels, label_bytes);
+    }
+    return b;
+}
+
 static GradInjection injection_for(const Trainer *t) {
     const DebugConfig *d = &t->cfg->debug;
     GradInjection inj = {0};
@@ -115,50 +172,92 @@ static GradInjection injection_for(const Trainer *t) {
     return inj;
 }
 
-void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
+// Forward, loss and backward of one micro-batch; on the last one the bucket sums go out as backward
+// produces them.
+static void micro_step(Trainer *t, const ModelBatch *b, int step_total, int last, int accumulate,
+                       GradInjection inj) {
     Backend *be = t->be;
     Model *m = &t->model;
-    float *own_input = m->input_f32;
-    int32_t *own_labels = m->labels;
-    int wrote_grads = 0;
-    if (t->timed) be->mark_record(be, 0);
-    scaler_begin_step(&t->scaler, be);
-    for (int k = 0; k < n_micro; k++) {
-        const MicroBatch *mb = next(ctx, k);
-        buckets_begin(&t->buckets, k == n_micro - 1, injection_for(t));
-        if (mb->count == 0) continue;
-        size_t image_floats = (size_t)m->cfg.image_size * m->cfg.image_size * 3;
-        if (mb->host_images) {
-            be->upload_async(be, own_input, mb->host_images, (size_t)mb->count * image_floats * sizeof(float));
-            be->upload_async(be, own_labels, mb->host_labels, (size_t)mb->count * sizeof(int32_t));
-            m->input_f32 = own_input, m->labels = own_labels;
-        } else {
-            m->input_f32 = mb->device_images, m->labels = mb->device_labels;
-        }
-        model_forward(m, be, mb->count, 1);
-        // Seed S / (samples of the whole step): after the sum over ranks (and micro-steps) the gradient is
-        // S x the gradient of the global-batch mean loss.
-        model_loss(m, be, mb->count, &t->scaler.state->scale, 1.0f / (float)mb->step_total);
-        model_backward(m, be, mb->count, wrote_grads, buckets_on_grad_ready, &t->buckets);
-        wrote_grads = 1;
-    }
-    m->input_f32 = own_input, m->labels = own_labels;
-    if (t->timed) be->mark_record(be, 1);
-    if (!wrote_grads) be->zero(be, m->grads, m->params.padded_numel * dtype_size(m->act_dt));
-    buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
+    buckets_begin(&t->buckets, last, inj);
+    model_forward(m, &t->act, be, b, 1);
+    // Seed S / (samples of the whole step): after the sum over ranks (and micro-steps) the gradient is
+    // S x the gradient of the global-batch mean loss.
+    model_loss(m, &t->act, be, b, &t->scaler.state->scale, 1.0f / (float)step_total);
+    model_backward(m, &t->act, be, b, accumulate, buckets_on_grad_ready, &t->buckets);
+}
 
-    // Verdict: local check of the reduced buffer, then MAX over ranks, all on the device. The compute
-    // stream first waits (device-side) for the bucket sums still in flight on the communicator's stream.
+// After the gradients: the agreed verdict (local check of the reduced buffer, MAX over ranks, all on the
+// device; the compute stream first waits, device-side, for the sums in flight), then SGD and the scaler.
+static void finish_step(Trainer *t) {
+    Backend *be = t->be;
+    Model *m = &t->model;
+    buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
     t->grad_comm->wait(t->grad_comm);
     float *found_inf = &t->scaler.state->found_inf;
     be->nonfinite_check(be, m->act_dt, m->grads, m->params.padded_numel, found_inf);
     t->grad_comm->allreduce_max_flag(t->grad_comm, found_inf);
     t->grad_comm->wait(t->grad_comm);
     if (t->timed) be->mark_record(be, 2);
-
-    float lr = (float)lr_at(&t->cfg->train, t->base_lr, (int)t->step, t->steps_per_epoch, (int)t->total_steps);
-    sgd_step(&t->opt, be, m, &t->scaler, lr);
+    sgd_step(&t->opt, be, m, &t->scaler);
     scaler_update(&t->scaler, be);
+}
+
+// The whole step of one full micro-batch, the same sequence whether it runs or is being captured.
+static void whole_step(Trainer *t, const ModelBatch *b, int step_total) {
+    scaler_begin_step(&t->scaler, t->be);
+    micro_step(t, b, step_total, 1, 0, (GradInjection){0});
+    finish_step(t);
+}
+
+// A step can replay the graph when every rank runs the same full step: the global batch is full (the
+// seed S / step_total is baked in), one micro-batch, no injection anywhere, no timing marks.
+static int graph_eligible(const Trainer *t, const MicroBatch *mb, int n_micro) {
+    const Sampler *s = &t->sampler;
+    return t->graphs && n_micro == 1 && !t->timed && t->cfg->debug.inject_step != t->step &&
+           mb->count == t->act.max_batch && mb->step_total == s->batch * s->world * s->accum;
+}
+
+void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
+    Backend *be = t->be;
+    Model *m = &t->model;
+    sgd_set_lr(&t->opt, be, (float)lr_at(&t->cfg->train, t->base_lr, (int)t->step, t->steps_per_epoch,
+                                         (int)t->total_steps));
+    const MicroBatch *first = next(ctx, 0);
+    if (graph_eligible(t, first, n_micro)) {
+        ModelBatch b = stage_batch(t, first);
+        if (!t->graph_warm) {
+            whole_step(t, &b, first->step_total);
+            t->graph_warm = 1;
+        } else {
+            if (!t->graph) {
+                be->graph_begin(be);
+                whole_step(t, &b, first->step_total);
+                t->graph = be->graph_end(be);
+            }
+            be->graph_launch(be, t->graph);
+            t->graph_steps++;
+        }
+        m->num_batches_tracked++;
+        t->step++;
+        return;
+    }
+    int wrote_grads = 0;
+    if (t->timed) be->mark_record(be, 0);
+    scaler_begin_step(&t->scaler, be);
+    for (int k = 0; k < n_micro; k++) {
+        const MicroBatch *mb = k == 0 ? first : next(ctx, k);
+        if (mb->count == 0) {
+            buckets_begin(&t->buckets, k == n_micro - 1, injection_for(t));
+            continue;
+        }
+        ModelBatch b = stage_batch(t, mb);
+        micro_step(t, &b, mb->step_total, k == n_micro - 1, wrote_grads, injection_for(t));
+        m->num_batches_tracked++;
+        wrote_grads = 1;
+    }
+    if (t->timed) be->mark_record(be, 1);
+    if (!wrote_grads) be->zero(be, m->grads, m->params.padded_numel * dtype_size(m->act_dt));
+    finish_step(t);
     if (t->timed) be->mark_record(be, 3);
     t->step++;
 }
@@ -205,9 +304,9 @@ EvalRecord trainer_evaluate(Trainer *t) {
     trainer_sync_bn_stats(t);
     Model *m = &t->model;
     Backend *be = t->be;
-    int b = m->max_batch, classes = m->cfg.num_classes, world = t->comm->size;
-    size_t image_floats = dataset_image_floats(t->val_set);
-    float *images = xcalloc((size_t)b * image_floats, sizeof(float));
+    int b = t->act.max_batch, classes = m->cfg.num_classes, world = t->comm->size;
+    size_t image_bytes = dataset_image_bytes(t->val_set);
+    uint8_t *images = xcalloc((size_t)b * image_bytes, 1);
     int32_t *labels = xcalloc((size_t)b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
     float *logits_host = xcalloc((size_t)b * classes, sizeof(float));
     float *logits_f32 = be->alloc(be, (size_t)b * classes * sizeof(float));
@@ -216,13 +315,15 @@ EvalRecord trainer_evaluate(Trainer *t) {
         int count = 0;
         for (; count < b && first < t->val_set->size; first += world) indices[count++] = first;
         dataset_get_batch(t->val_set, indices, count, 0, images, labels);
-        be->to_device(be, m->input_f32, images, (size_t)count * image_floats * sizeof(float));
-        be->to_device(be, m->labels, labels, (size_t)count * sizeof(int32_t));
-        model_forward(m, be, count, 0);
-        model_loss(m, be, count, NULL, 0.0f);
+        be->to_device(be, t->act.images, images, (size_t)count * image_bytes);
+        be->to_device(be, t->act.labels, labels, (size_t)count * sizeof(int32_t));
+        ModelBatch batch = {.images = t->act.images, .images_dt = DTYPE_U8,
+                            .affine = pixel_affine_of(&t->val_set->norm), .labels = t->act.labels, .n = count};
+        model_forward(m, &t->act, be, &batch, 0);
+        model_loss(m, &t->act, be, &batch, NULL, 0.0f);
         float loss;
-        be->to_host(be, &loss, m->loss, sizeof loss);
-        be->cast(be, logits_f32, DTYPE_F32, m->logits, m->act_dt, (size_t)count * classes);
+        be->to_host(be, &loss, t->act.loss, sizeof loss);
+        be->cast(be, logits_f32, DTYPE_F32, t->act.logits, m->act_dt, (size_t)count * classes);
         be->to_host(be, logits_host, logits_f32, (size_t)count * classes * sizeof(float));
         sums[0] += (double)loss * count;
         for (int i = 0; i < count; i++) count_hits(logits_host + (size_t)i * classes, classes, labels[i], &sums[1], &sums[2]);
@@ -262,7 +363,7 @@ static void log_step(Trainer *t, int force) {
     if (!force && t->step % log->every != 0 && t->step != 1 && t->step != t->total_steps) return;
     log_flush(t);
     Backend *be = t->be;
-    be->readback_begin(be, t->readback, t->model.loss, sizeof(float));
+    be->readback_begin(be, t->readback, t->act.loss, sizeof(float));
     be->readback_begin(be, t->readback + 1, t->scaler.state, sizeof(ScalerState));
     double now = metrics_now();
     long steps = t->step - t->last_log_step;
@@ -274,7 +375,10 @@ static void log_step(Trainer *t, int force) {
         .images_per_s = steps > 0 ? steps * global_batch / (now - t->last_log_time) : 0,
         .step_ms = steps > 0 ? 1e3 * (now - t->last_log_time) / steps : 0,
         .memory_mib = be->peak_bytes(be) / 1048576.0,
+        .data_wait_ms = steps > 0 ? 1e3 * t->data_wait_s / steps : 0,
     };
+    t->data_wait_total_s += t->data_wait_s;
+    t->data_wait_s = 0;
     t->log_pending = 1;
     t->last_log_step = t->step;
     t->last_log_time = now;
@@ -299,20 +403,44 @@ static int agreed_stop(Trainer *t, volatile sig_atomic_t *stop) {
     return flag != 0;
 }
 
-// Feeds trainer_step from the loader; remembers where the data stands.
+// Feeds trainer_step from the loader, one batch ahead: while step k runs, batch k+1 is already on its way
+// up on the copy stream (trainer_upload into the other input slot). A loader buffer is handed back (by
+// taking the next batch) only after its upload has left it.
 typedef struct LoaderFeed {
+    Trainer *t;
     Loader *loader;
+    const Batch *ahead;     // the next batch, uploaded into slot `ahead_slot`; NULL at the end
+    int ahead_slot;
     MicroBatch current;
 } LoaderFeed;
 
+static void feed_advance(LoaderFeed *f) {
+    if (f->ahead) f->t->be->input_upload_wait(f->t->be, f->ahead_slot);
+    f->ahead = loader_next(f->loader, &f->t->data_wait_s);
+    f->ahead_slot = (f->ahead_slot + 1) % BACKEND_INPUT_SLOTS;
+    if (f->ahead) trainer_upload(f->t, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
+}
+
+// The batch uploaded ahead is this micro-batch; the next one starts up right away (accumulation), or
+// after the step was launched (feed_advance in trainer_run).
 static const MicroBatch *loader_micro(void *ctx, int k) {
     LoaderFeed *f = ctx;
-    (void)k;
-    const Batch *b = loader_next(f->loader);
+    if (k > 0) feed_advance(f);
+    const Batch *b = f->ahead;
     AMP_ASSERT(b, "the loader ran out of batches inside a step");
     f->current = (MicroBatch){.count = b->count, .step_total = b->step_total, .host_images = b->images,
-                              .host_labels = b->labels};
+                              .host_labels = b->labels, .uploaded = 1, .slot = f->ahead_slot};
     return &f->current;
+}
+
+// Loader threads: the host's cores shared by the ranks on it, at most 8 and no more than prefetch.
+static int loader_workers(const Config *cfg, const Comm *comm) {
+    if (cfg->data.workers > 0) return cfg->data.workers;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = cores / (comm->local_size > 0 ? comm->local_size : 1) - 1;
+    if (share > 8) share = 8;
+    if (share > cfg->data.prefetch) share = cfg->data.prefetch;
+    return share < 1 ? 1 : (int)share;
 }
 
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
@@ -321,13 +449,18 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->last_log_time = start;
     t->last_log_step = t->step;
     long step_at_start = t->step;
+    t->first_step = t->step;
     int stopped = 0;
-    LoaderFeed feed = {0};
-    if (t->step < t->total_steps)
-        feed.loader = loader_create(t->train_set, &t->sampler, cfg->data.prefetch, t->epoch, t->step_in_epoch,
-                                    cfg->train.epochs);
+    LoaderFeed feed = {.t = t, .ahead_slot = BACKEND_INPUT_SLOTS - 1};
+    if (t->step < t->total_steps) {
+        feed.loader = loader_create(t->train_set, &t->sampler, cfg->data.prefetch, loader_workers(cfg, t->comm),
+                                    t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
+        feed_advance(&feed);
+    }
     while (t->step < t->total_steps) {
         trainer_step(t, loader_micro, &feed, cfg->train.accum_steps);
+        if (t->step == step_at_start + 1) t->startup_s = metrics_now() - t->init_start;
+        feed_advance(&feed);
         t->images_seen += feed.current.step_total;
         if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
         log_step(t, 0);

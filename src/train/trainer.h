@@ -24,18 +24,23 @@
 #include "dist/comm.h"
 #include "grad_buckets.h"
 #include "metrics.h"
+#include "model/activations.h"
 #include "model/resnext.h"
 #include "optimizer.h"
 
-// One micro-batch of this rank. Images either on the host (uploaded by the step) or already in backend
-// memory (the benchmark keeps a few batches resident, as torch_baseline.py does).
+// One micro-batch of this rank: raw bytes on the host (uploaded through an input slot, maybe already on
+// their way: `uploaded`), or already in backend memory (the benchmark keeps a few batches resident, as
+// torch_baseline.py does; tests pass fp32 images that are already normalised).
 typedef struct MicroBatch {
-    int count;                  // samples of this rank (0 allowed in an epoch's partial last step)
-    int step_total;             // samples of the whole optimizer step over all ranks
-    const float *host_images;   // (count, side, side, 3) fp32 or NULL
-    const int32_t *host_labels; // (count) or NULL
-    float *device_images;       // backend memory, used when host_images is NULL
-    int32_t *device_labels;
+    int count;                    // samples of this rank (0 allowed in an epoch's partial last step)
+    int step_total;               // samples of the whole optimizer step over all ranks
+    const uint8_t *host_images;   // (count, side, side, 3) u8 or NULL
+    const int32_t *host_labels;   // (count) or NULL
+    int uploaded;                 // 1: trainer_upload(.., slot) already sent host_images/labels up
+    int slot;                     // the input slot it went to
+    const void *device_images;    // backend memory, used when host_images is NULL
+    DType device_dt;              // DTYPE_U8 (normalised by the dataset's norm) or DTYPE_F32 (as is)
+    const int32_t *device_labels;
 } MicroBatch;
 
 typedef struct Trainer {
@@ -44,6 +49,8 @@ typedef struct Trainer {
     Comm *comm;        // host-side communicator (MPI or single): control, eval sums, BN stats
     Comm *grad_comm;   // the one that sums gradients in backend memory (NCCL on GPUs, else == comm)
     Model model;
+    Activations act;   // this rank's per-step buffers at data.batch_size
+    PixelAffine affine;  // the training set's normalisation of raw bytes
     LossScaler scaler;
     Sgd opt;
     GradBuckets buckets;
@@ -67,9 +74,26 @@ typedef struct Trainer {
     int has_eval;
     double train_seconds;
     long images_seen;   // global samples trained on by this run
+    double data_wait_s; // seconds the step loop waited for the loader since the last log record
+    double data_wait_total_s;  // ... over the whole run
     // Phase split of each step for the benchmark (timing marks on the compute stream, when `timed`):
     // compute = forward + backward, exposed_comm = waiting for gradient sums + the verdict, optimizer.
+    // A timed step runs as plain launches.
     int timed;
+    // Input slots (backend memory, BACKEND_INPUT_SLOTS): where uploads land before the step copies them
+    // into act.images / act.labels (backend.h says which stream owns a slot when).
+    uint8_t *input_slot[BACKEND_INPUT_SLOTS];
+    int32_t *input_slot_labels[BACKEND_INPUT_SLOTS];
+    // The captured step (train.cuda_graph): NULL until captured. Steps with a full global batch, one
+    // micro-batch and no debug injection replay it; the first such step runs eagerly (cuDNN's algorithm
+    // search, workspaces), the second is captured.
+    int graphs;          // the backend can capture and train.cuda_graph allows it
+    int graph_warm;      // an eligible step ran eagerly
+    void *graph;
+    long graph_steps;    // steps replayed from the graph (for the summary)
+    double init_start;   // metrics_now() when trainer_init began
+    long first_step;     // the step this run started at (after a resume, the checkpoint's)
+    double startup_s;    // seconds from trainer_init's start to the end of the first step (summary)
 } Trainer;
 
 typedef struct StepPhases {
@@ -88,6 +112,9 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop);
 typedef const MicroBatch *(*MicroBatchFn)(void *ctx, int k);
 // One optimizer step over n_micro micro-batches, fetched in order from next(ctx, k).
 void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro);
+// Sends a host batch (pinned memory from host_alloc) up on the copy stream into input slot `slot` while
+// the step before runs; the MicroBatch then carries uploaded = 1 and the slot.
+void trainer_upload(Trainer *t, int slot, const uint8_t *images, const int32_t *labels, int count);
 // The same over an array of micro-batches (tests, the benchmark).
 void trainer_step_array(Trainer *t, const MicroBatch *micro, int n_micro);
 // Validation loss / top-1 / top-5 over all ranks (BN running stats averaged first).

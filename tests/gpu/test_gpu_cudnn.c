@@ -342,11 +342,11 @@ static uint64_t seed_from_env_or_clock(void) {
 
 int main(void) {
     char why[256] = "";
-    gpu_heuristic = cuda_backend_create(0, 0, 0, why, sizeof why);
+    gpu_heuristic = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     if (!gpu_heuristic) {
         return tu_skip_gpu("test_gpu_cudnn", why);
     }
-    gpu_benchmark = cuda_backend_create(0, 1, 0, why, sizeof why);
+    gpu_benchmark = cuda_backend_create(0, 1, 0, 0, why, sizeof why);
     if (!gpu_benchmark) {
         fprintf(stderr, "test_gpu_cudnn: a second CUDA backend (cudnn.benchmark on) failed: %s\n", why);
         return EXIT_FAILURE;

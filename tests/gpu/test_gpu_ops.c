@@ -579,8 +579,10 @@ START_TEST(test_sgd_step) {
     const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
     const int nesterov = (_i >> 1) & 1, with_copy = !((_i >> 2) & 1);
     const size_t off = (_i >> 3) & 1, n = N_SGD - off;
-    const SgdParams p = {0.1f, 0.9f, 1e-4f, nesterov};
+    const SgdParams p = {0.9f, 1e-4f, nesterov};
     const ScalerState st = scaler_state(1024.0f, 17, 0.0f, 3);
+    const float lr_value = 0.1f;
+    Twin lr = twin_values(DTYPE_F32, &lr_value, 1);
     char what[128];
     Twin grad = twin_random(dt, N_SGD, case_seed(9, _i, 0), -1000, 1000);
     Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(9, _i, 1), -1, 1);
@@ -589,9 +591,9 @@ START_TEST(test_sgd_step) {
     Twin state = twin_state(&st);
     const size_t go = off * dtype_size(dt);
     cpu->sgd_step(cpu, n, dt, (char *)grad.cpu + go, (float *)master.cpu + off, (float *)mom.cpu + off,
-                  with_copy ? (char *)copy.cpu + 2 * off : NULL, &p, state.cpu);
+                  with_copy ? (char *)copy.cpu + 2 * off : NULL, &p, lr.cpu, state.cpu);
     gpu->sgd_step(gpu, n, dt, (char *)grad.gpu + go, (float *)master.gpu + off, (float *)mom.gpu + off,
-                  with_copy ? (char *)copy.gpu + 2 * off : NULL, &p, state.gpu);
+                  with_copy ? (char *)copy.gpu + 2 * off : NULL, &p, lr.gpu, state.gpu);
     const char *variant = nesterov ? "nesterov" : "momentum";
     snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu master", variant, dtype_name(dt), off);
     expect_close_tol(what, master, 1e-6);
@@ -606,15 +608,17 @@ START_TEST(test_sgd_step) {
         snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu fp16 copy", variant, dtype_name(dt), off);
         expect_close(what, copy);
     }
-    twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state);
+    twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state), twin_free(lr);
 }
 END_TEST
 
 // With the agreed verdict set, nothing is written: masters, momenta and copies keep every bit.
 START_TEST(test_sgd_step_skipped) {
     const DType dt = _i ? DTYPE_F16 : DTYPE_F32;
-    const SgdParams p = {0.1f, 0.9f, 1e-4f, 0};
+    const SgdParams p = {0.9f, 1e-4f, 0};
     const ScalerState st = scaler_state(1024.0f, 17, 1.0f, 3);
+    const float lr_value = 0.1f;
+    Twin lr = twin_values(DTYPE_F32, &lr_value, 1);
     Twin grad = twin_random(dt, N_SGD, case_seed(10, _i, 0), -1000, 1000);
     Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 1), -1, 1);
     Twin mom = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 2), -0.1f, 0.1f);
@@ -622,7 +626,7 @@ START_TEST(test_sgd_step_skipped) {
     Twin state = twin_state(&st);
     void *m0 = download_raw(gpu, master.gpu, N_SGD * 4), *v0 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c0 = download_raw(gpu, copy.gpu, N_SGD * 2);
-    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, state.gpu);
+    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, lr.gpu, state.gpu);
     void *m1 = download_raw(gpu, master.gpu, N_SGD * 4), *v1 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c1 = download_raw(gpu, copy.gpu, N_SGD * 2);
     printf("  sgd_step skipped (found_inf 1)                             %s  %s\n", dtype_name(dt),
@@ -631,7 +635,7 @@ START_TEST(test_sgd_step_skipped) {
     ck_assert_msg(memcmp(v0, v1, N_SGD * 4) == 0, "skipped sgd_step changed the momenta");
     ck_assert_msg(memcmp(c0, c1, N_SGD * 2) == 0, "skipped sgd_step changed the fp16 copies");
     free(m0), free(v0), free(c0), free(m1), free(v1), free(c1);
-    twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state);
+    twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state), twin_free(lr);
 }
 END_TEST
 
@@ -706,7 +710,7 @@ static Suite *gpu_ops_suite(void) {
 
 int main(void) {
     char why[256] = "";
-    gpu = cuda_backend_create(0, 1, 0, why, sizeof why);  // cudnn.benchmark on, TF32 off
+    gpu = cuda_backend_create(0, 1, 0, 0, why, sizeof why);  // cudnn.benchmark on, TF32 off
     if (!gpu) {
         return tu_skip_gpu("test_gpu_ops", why);
     }

@@ -39,7 +39,7 @@ static void side_stop(Side *s) {
 
 static float side_loss(Side *s) {
     float loss;
-    s->be->to_host(s->be, &loss, s->t.model.loss, sizeof loss);
+    s->be->to_host(s->be, &loss, s->t.act.loss, sizeof loss);
     return loss;
 }
 
@@ -52,7 +52,7 @@ static float *side_weights(Side *s) {
 
 static void compare_training(int amp, double weight_tol, double loss_tol) {
     char why[256];
-    Backend *gpu = cuda_backend_create(0, 0, 0, why, sizeof why);
+    Backend *gpu = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     ck_assert_msg(gpu != NULL, "%s", why);
     Side c, g;
     side_start(&c, cpu_backend_create(), amp);
@@ -94,7 +94,7 @@ END_TEST
 
 int main(void) {
     char why[256];
-    Backend *probe = cuda_backend_create(0, 0, 0, why, sizeof why);
+    Backend *probe = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     if (!probe) return tu_skip_gpu("test_gpu_training", why);
     probe->destroy(probe);
     Suite *s = suite_create("gpu_training");

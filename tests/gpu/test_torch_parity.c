@@ -78,8 +78,12 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     size_t n_input;
     float *input = read_tensor(f, "parity.input", &n_input);
     int32_t *labels = (int32_t *)read_tensor(f, "parity.labels", NULL);
-    be->to_device(be, m->input_f32, input, n_input * sizeof(float));
-    be->to_device(be, m->labels, labels, (size_t)batch * sizeof(int32_t));
+    // torch's input is already normalised fp32: the batch passes it as is (identity affine)
+    float *input_dev = be->alloc(be, n_input * sizeof(float));
+    be->to_device(be, input_dev, input, n_input * sizeof(float));
+    be->to_device(be, t.act.labels, labels, (size_t)batch * sizeof(int32_t));
+    ModelBatch mb = {.images = input_dev, .images_dt = DTYPE_F32, .affine = pixel_affine_identity(),
+                     .labels = t.act.labels, .n = batch};
 
     // AMP: the backward is seeded with the same loss scale as torch's (GradScaler-style), and the
     // gradients are divided by it again below.
@@ -91,19 +95,19 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
         ScalerState st = {.scale = scale};
         scaler_write(&t.scaler, be, &st);
     }
-    model_forward(m, be, batch, 1);
-    model_loss(m, be, batch, amp ? &t.scaler.state->scale : NULL, 1.0f / (float)batch);
-    model_backward(m, be, batch, 0, NULL, NULL);
+    model_forward(m, &t.act, be, &mb, 1);
+    model_loss(m, &t.act, be, &mb, amp ? &t.scaler.state->scale : NULL, 1.0f / (float)batch);
+    model_backward(m, &t.act, be, &mb, 0, NULL, NULL);
 
     char name[256];
     const char *ref_tag = "fp64";
     snprintf(name, sizeof name, "parity.%s.logits", ref_tag);
     size_t n_logits;
     float *want_logits = read_tensor(f, name, &n_logits);
-    float *got_logits = to_host_f32(be, m->logits, m->act_dt, n_logits);
+    float *got_logits = to_host_f32(be, t.act.logits, m->act_dt, n_logits);
     snprintf(name, sizeof name, "parity.%s.loss", ref_tag);
     float *want_loss = read_tensor(f, name, NULL), got_loss;
-    be->to_host(be, &got_loss, m->loss, sizeof got_loss);
+    be->to_host(be, &got_loss, t.act.loss, sizeof got_loss);
     double logits_err = tu_rel_error(got_logits, want_logits, n_logits);
     double loss_err = fabs(got_loss - want_loss[0]) / fabs(want_loss[0]);
 
@@ -137,6 +141,7 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     ck_assert_msg(cosine > tol.cosine, "%s cosine %g", tag, cosine);
 
     if (checkpoint_out) ck_assert_msg(checkpoint_save(&t, checkpoint_out, err, sizeof err) == 0, "%s", err);
+    be->free(be, input_dev);
     free(master), free(stats), free(input), free(labels), free(want_logits), free(got_logits), free(want_loss),
         free(grads);
     st_close(f);
@@ -159,7 +164,7 @@ END_TEST
 
 static Backend *gpu_or_skip(void) {
     char why[256];
-    Backend *be = cuda_backend_create(0, 0, 0, why, sizeof why);
+    Backend *be = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     ck_assert_msg(be != NULL, "CUDA backend unavailable: %s", why);
     return be;
 }
@@ -210,7 +215,7 @@ int main(void) {
            "gradients %.2e\n", err32[0], err32[1], err32[2], err16[0], err16[1], err16[2]);
     st_close(f);
     char why[256];
-    Backend *probe = cuda_backend_create(0, 0, 0, why, sizeof why);
+    Backend *probe = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     Suite *s = suite_create("torch_parity");
     TCase *tc = tcase_create("parity");
     tcase_set_timeout(tc, 600);

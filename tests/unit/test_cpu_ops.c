@@ -696,13 +696,14 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
     //   g = grad / S + wd * p;  buf = momentum * buf + g;  d = nesterov ? g + momentum * buf : buf;
     //   p -= lr * d
     const struct {
+        float lr;
         SgdParams p;
         DType grad_dt;
     } cases[] = {
-        {{0.1f, 0.9f, 1e-4f, 0}, DTYPE_F16},
-        {{0.1f, 0.9f, 1e-4f, 1}, DTYPE_F16},
-        {{0.05f, 0.0f, 0.0f, 0}, DTYPE_F32},
-        {{0.2f, 0.5f, 5e-4f, 1}, DTYPE_F32},
+        {0.1f, {0.9f, 1e-4f, 0}, DTYPE_F16},
+        {0.1f, {0.9f, 1e-4f, 1}, DTYPE_F16},
+        {0.05f, {0.0f, 0.0f, 0}, DTYPE_F32},
+        {0.2f, {0.5f, 5e-4f, 1}, DTYPE_F32},
     };
     const size_t n = 257;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -720,9 +721,9 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
             const double g = graw / st.scale + (double)p->weight_decay * master[i];
             want_mom[i] = (double)p->momentum * mom[i] + g;
             const double d = p->nesterov ? g + (double)p->momentum * want_mom[i] : want_mom[i];
-            want_master[i] = master[i] - (double)p->lr * d;
+            want_master[i] = master[i] - (double)cases[k].lr * d;
         }
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, &st);
+        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, &cases[k].lr, &st);
         for (size_t i = 0; i < n; i++) {
             ck_assert_double_eq_tol(master[i], want_master[i], 1e-6);
             ck_assert_double_eq_tol(mom[i], want_mom[i], 1e-6);
@@ -731,14 +732,14 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
         }
 
         // NULL copy: only the fp32 state moves.
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, NULL, p, &st);
+        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, NULL, p, &cases[k].lr, &st);
 
         // found_inf: master, momentum and copy stay bitwise as they were.
         float *master_before = copy_floats(master, n), *mom_before = copy_floats(mom, n);
         half *copy_before = calloc(n, sizeof(half));
         memcpy(copy_before, copy, n * sizeof(half));
         st.found_inf = 1.0f;
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, &st);
+        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, &cases[k].lr, &st);
         ck_assert_mem_eq(master, master_before, n * sizeof(float));
         ck_assert_mem_eq(mom, mom_before, n * sizeof(float));
         ck_assert_mem_eq(copy, copy_before, n * sizeof(half));

@@ -238,6 +238,25 @@ END_TEST
 
 // ---- generated datasets --------------------------------------------------------------------------
 
+// Sample i as the network sees it: the dataset's bytes, normalised with its norm (what the device's
+// input_normalize computes), so the value tests below read normalised floats.
+static void get_normalised(const Dataset *ds, int index, float *x, int32_t *label, Rng *rng) {
+    size_t n = dataset_image_bytes(ds);
+    uint8_t *raw = malloc(n);
+    dataset_get(ds, index, raw, label, rng);
+    for (size_t k = 0; k < n; k++) x[k] = ((float)raw[k] / 255.0f - ds->norm.mean[k % 3]) / ds->norm.std[k % 3];
+    free(raw);
+}
+
+static void get_batch_normalised(const Dataset *ds, const int32_t *indices, int count, int epoch, float *x,
+                                 int32_t *labels) {
+    size_t n = (size_t)count * dataset_image_bytes(ds);
+    uint8_t *raw = malloc(n);
+    dataset_get_batch(ds, indices, count, epoch, raw, labels);
+    for (size_t k = 0; k < n; k++) x[k] = ((float)raw[k] / 255.0f - ds->norm.mean[k % 3]) / ds->norm.std[k % 3];
+    free(raw);
+}
+
 START_TEST(test_synthetic_is_a_function_of_seed_and_index) {
     const int side = 8, n = side * side * 3;
     Dataset *a = dataset_synthetic_create(50, side, 10, 3, 0);
@@ -248,12 +267,12 @@ START_TEST(test_synthetic_is_a_function_of_seed_and_index) {
     double sum = 0, sum2 = 0;
     int differs_from_val = 0;
     for (int i = 0; i < 50; i++) {
-        dataset_get(a, i, x, &lx, NULL);
-        dataset_get(b, i, y, &ly, NULL);
+        get_normalised(a, i, x, &lx, NULL);
+        get_normalised(b, i, y, &ly, NULL);
         ck_assert_mem_eq(x, y, sizeof x);
         ck_assert_int_eq(lx, ly);
         ck_assert(lx >= 0 && lx < 10);
-        dataset_get(val, i, y, &ly, NULL);
+        get_normalised(val, i, y, &ly, NULL);
         differs_from_val += memcmp(x, y, sizeof x) != 0;
         for (int k = 0; k < n; k++) {
             sum += x[k];
@@ -278,8 +297,8 @@ START_TEST(test_learnable_same_index_same_image) {
     float x[L_FLOATS], y[L_FLOATS];
     int32_t lx, ly;
     for (int i = 0; i < 100; i += 7) {
-        dataset_get(a, i, x, &lx, NULL);
-        dataset_get(b, i, y, &ly, NULL);
+        get_normalised(a, i, x, &lx, NULL);
+        get_normalised(b, i, y, &ly, NULL);
         ck_assert_mem_eq(x, y, sizeof x);
         ck_assert_int_eq(lx, ly);
     }
@@ -299,7 +318,7 @@ START_TEST(test_learnable_is_learnable) {
     float x[L_FLOATS];
     int32_t label;
     for (int i = 0; i < 4000; i++) {
-        dataset_get(train, i, x, &label, NULL);
+        get_normalised(train, i, x, &label, NULL);
         ck_assert(label >= 0 && label < L_CLASSES);
         per_class[label]++;
         for (int k = 0; k < L_FLOATS; k++) means[label][k] += x[k];
@@ -318,7 +337,7 @@ START_TEST(test_learnable_is_learnable) {
     }
     int correct = 0;
     for (int i = 0; i < 200; i++) {
-        dataset_get(val, i, x, &label, NULL);
+        get_normalised(val, i, x, &label, NULL);
         int best = -1;
         double best_d = INFINITY;
         for (int c = 0; c < L_CLASSES; c++) {
@@ -421,18 +440,18 @@ START_TEST(test_cifar10_values_labels_nhwc) {
     static float img[32 * 32 * 3];
     int32_t label;
     for (int i = 0; i < train->size; i++) {
-        dataset_get(train, i, img, &label, NULL);
+        get_normalised(train, i, img, &label, NULL);
         ck_assert_int_eq(label, cifar_label(i));
     }
     // Record 4 = data_batch_2.bin record 1: every value, (y, x, ch) with ch fastest.
-    dataset_get(train, 4, img, &label, NULL);
+    get_normalised(train, 4, img, &label, NULL);
     for (int y = 0; y < 32; y++)
         for (int x = 0; x < 32; x++)
             for (int ch = 0; ch < 3; ch++)
                 ck_assert_double_eq_tol(img[(y * 32 + x) * 3 + ch], cifar_expected(4, ch, y, x), 1e-5);
     // One value by hand: byte (4*31 + 85*1 + 7*33 + 1) & 255 = 185 at (y 1, x 1, G).
     ck_assert_double_eq_tol(img[(32 + 1) * 3 + 1], (185 / 255.0 - 0.4822) / 0.2435, 1e-5);
-    dataset_get(val, 1, img, &label, NULL);
+    get_normalised(val, 1, img, &label, NULL);
     ck_assert_int_eq(label, cifar_label(101));
     ck_assert_double_eq_tol(img[(5 * 32 + 7) * 3 + 2], cifar_expected(101, 2, 5, 7), 1e-5);
     dataset_close(train);
@@ -473,8 +492,8 @@ START_TEST(test_cifar10_augmentation_reproducible) {
     for (int epoch = 0; epoch < 24; epoch++) {
         // Same (seed, epoch, index), different batch position: same bits.
         int32_t ab[2] = {4, 7}, ba[2] = {7, 4};
-        dataset_get_batch(ds, ab, 2, epoch, a[0], la);
-        dataset_get_batch(ds, ba, 2, epoch, b[0], lb);
+        get_batch_normalised(ds, ab, 2, epoch, a[0], la);
+        get_batch_normalised(ds, ba, 2, epoch, b[0], lb);
         ck_assert_mem_eq(a[0], b[1], sizeof a[0]);
         ck_assert_mem_eq(a[1], b[0], sizeof a[1]);
         ck_assert_int_eq(la[0], cifar_label(4));
@@ -491,7 +510,7 @@ START_TEST(test_cifar10_augmentation_reproducible) {
     Dataset *again = NULL, *val = NULL;
     ck_assert_int_eq(dataset_cifar10_open("cifar_aug", 1, 1, 42, &again, err, sizeof err), 0);
     int32_t idx = 4;
-    dataset_get_batch(again, &idx, 1, 23, b[0], lb);
+    get_batch_normalised(again, &idx, 1, 23, b[0], lb);
     ck_assert_mem_eq(a[0], b[0], sizeof a[0]);
     ck_assert_int_eq(dataset_cifar10_open("cifar_aug", 0, 1, 42, &val, err, sizeof err), 0);
     ck_assert_int_eq(val->augment, 0);
@@ -546,30 +565,37 @@ END_TEST
 
 // ---- loader ----------------------------------------------------------------------------------------
 
-static int batches_equal(const Batch *a, const Batch *b, size_t floats_per_batch, int batch) {
+static int batches_equal(const Batch *a, const Batch *b, size_t bytes_per_batch, int batch) {
     return a->count == b->count && a->step_total == b->step_total && a->epoch == b->epoch &&
            a->step == b->step && a->micro == b->micro &&
-           memcmp(a->images, b->images, floats_per_batch * sizeof(float)) == 0 &&
+           memcmp(a->images, b->images, bytes_per_batch) == 0 &&
            memcmp(a->labels, b->labels, (size_t)batch * sizeof(int32_t)) == 0;
 }
 
-// prefetch 2 against prefetch 0 over two epochs, and both against sampler + dataset called directly.
+// prefetch 2 (two workers) and prefetch 3 (three workers, so workers finish out of order) against
+// prefetch 0 over two epochs, and all against sampler + dataset called directly.
 static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
-    Loader *sync = loader_create(ds, s, 0, 0, 0, 2);
-    Loader *ahead = loader_create(ds, s, 2, 0, 0, 2);
+    Loader *sync = loader_create(ds, s, 0, 1, 0, 0, 2, NULL);
+    Loader *ahead = loader_create(ds, s, 2, 2, 0, 0, 2, NULL);
+    Loader *wide = loader_create(ds, s, 3, 3, 0, 0, 2, NULL);
     Sampler direct;
     sampler_init(&direct, s->size, s->batch, s->world, s->rank, s->accum, 0, (long)s->seed);
-    size_t floats = (size_t)s->batch * dataset_image_floats(ds);
-    float *images = calloc(floats, sizeof(float));
+    size_t bytes = (size_t)s->batch * dataset_image_bytes(ds);
+    uint8_t *images = calloc(bytes, 1);
     int32_t *labels = calloc((size_t)s->batch, sizeof(int32_t)), *idx = calloc((size_t)s->batch, sizeof(int32_t));
     int n = 0, partial = 0;
     for (int epoch = 0; epoch < 2; epoch++) {
         for (int step = 0; step < sampler_steps_per_epoch(s); step++) {
             for (int micro = 0; micro < s->accum; micro++, n++) {
-                const Batch *a = loader_next(sync), *b = loader_next(ahead);
+                double waited = 0;
+                const Batch *a = loader_next(sync, NULL), *b = loader_next(ahead, &waited);
+                const Batch *c = loader_next(wide, &waited);
                 ck_assert_ptr_nonnull(a);
                 ck_assert_ptr_nonnull(b);
-                ck_assert(batches_equal(a, b, floats, s->batch));
+                ck_assert_ptr_nonnull(c);
+                ck_assert(batches_equal(a, b, bytes, s->batch));
+                ck_assert(batches_equal(a, c, bytes, s->batch));
+                ck_assert(waited >= 0);
                 ck_assert_int_eq(a->epoch, epoch);
                 ck_assert_int_eq(a->step, step);
                 ck_assert_int_eq(a->micro, micro);
@@ -577,17 +603,19 @@ static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
                 ck_assert_int_eq(a->count, count);
                 partial += count < s->batch;
                 dataset_get_batch(ds, idx, count, epoch, images, labels);
-                ck_assert_mem_eq(a->images, images, (size_t)count * dataset_image_floats(ds) * sizeof(float));
+                ck_assert_mem_eq(a->images, images, (size_t)count * dataset_image_bytes(ds));
                 ck_assert_mem_eq(a->labels, labels, (size_t)count * sizeof(int32_t));
             }
         }
     }
     ck_assert_int_gt(partial, 0);  // the fixtures exercise a partial last step
-    ck_assert_ptr_null(loader_next(sync));
-    ck_assert_ptr_null(loader_next(ahead));
-    ck_assert_ptr_null(loader_next(ahead));
+    ck_assert_ptr_null(loader_next(sync, NULL));
+    ck_assert_ptr_null(loader_next(ahead, NULL));
+    ck_assert_ptr_null(loader_next(ahead, NULL));
+    ck_assert_ptr_null(loader_next(wide, NULL));
     loader_destroy(sync);
     loader_destroy(ahead);
+    loader_destroy(wide);
     sampler_free(&direct);
     free(images);
     free(labels);
@@ -616,27 +644,27 @@ START_TEST(test_loader_starts_at_any_step) {
     Dataset *ds = dataset_learnable_create(100, L_SIDE, L_CLASSES, 9, 0);
     Sampler s;
     sampler_init(&s, ds->size, 4, 2, 1, 2, 0, 9);  // global batch 16: 7 steps
-    size_t floats = (size_t)s.batch * dataset_image_floats(ds);
-    Loader *from_start = loader_create(ds, &s, 0, 0, 0, 3);
+    size_t bytes = (size_t)s.batch * dataset_image_bytes(ds);
+    Loader *from_start = loader_create(ds, &s, 0, 1, 0, 0, 3, NULL);
     const Batch *b;
     do {
-        b = loader_next(from_start);
+        b = loader_next(from_start, NULL);
         ck_assert_ptr_nonnull(b);
     } while (!(b->epoch == 1 && b->step == 3 && b->micro == 0));
-    Loader *resumed = loader_create(ds, &s, 2, 1, 3, 3);
+    Loader *resumed = loader_create(ds, &s, 2, 2, 1, 3, 3, NULL);
     int compared = 0;
-    for (; b; b = loader_next(from_start), compared++) {
-        const Batch *r = loader_next(resumed);
+    for (; b; b = loader_next(from_start, NULL), compared++) {
+        const Batch *r = loader_next(resumed, NULL);
         ck_assert_ptr_nonnull(r);
-        ck_assert(batches_equal(b, r, floats, s.batch));
+        ck_assert(batches_equal(b, r, bytes, s.batch));
     }
-    ck_assert_ptr_null(loader_next(resumed));
+    ck_assert_ptr_null(loader_next(resumed, NULL));
     ck_assert_int_eq(compared, (7 - 3) * 2 + 7 * 2);  // rest of epoch 1, all of epoch 2
     loader_destroy(from_start);
     loader_destroy(resumed);
     // Stopping early joins a thread that is blocked on a full ring.
-    Loader *early = loader_create(ds, &s, 3, 0, 0, 100);
-    ck_assert_ptr_nonnull(loader_next(early));
+    Loader *early = loader_create(ds, &s, 3, 2, 0, 0, 100, NULL);
+    ck_assert_ptr_nonnull(loader_next(early, NULL));
     loader_destroy(early);
     sampler_free(&s);
     dataset_close(ds);

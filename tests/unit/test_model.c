@@ -9,6 +9,7 @@
 
 #include "core/backend.h"
 #include "core/config.h"
+#include "model/activations.h"
 #include "model/arena.h"
 #include "model/resnext.h"
 #include "test_util.h"
@@ -56,25 +57,33 @@ END_TEST
 
 // ---- the model's arena ------------------------------------------------------------------------------
 
-static ArenaSpan span_of(const Model *m, const void *p, size_t bytes) {
-    return (ArenaSpan){(size_t)((const char *)p - (const char *)m->arena), bytes};
+// The model, its activations at batch 2, and the backend both live on.
+typedef struct Laid {
+    Model m;
+    Activations a;
+    Backend *be;
+} Laid;
+
+static ArenaSpan span_of(const Laid *l, const void *p, size_t bytes) {
+    return (ArenaSpan){(size_t)((const char *)p - (const char *)l->a.arena), bytes};
 }
 
-static size_t out_bytes(const Model *m, const ConvLayer *l) {
-    return (size_t)m->max_batch * l->shape.out_h * l->shape.out_w * l->shape.c_out * dtype_size(m->act_dt);
+static size_t out_bytes(const Laid *l, const ConvLayer *c) {
+    return (size_t)l->a.max_batch * c->shape.out_h * c->shape.out_w * c->shape.c_out * dtype_size(l->m.act_dt);
 }
 
-static size_t in_bytes(const Model *m, const ConvLayer *l) {
-    return (size_t)m->max_batch * l->shape.h * l->shape.w * l->shape.c_in * dtype_size(m->act_dt);
+static size_t in_bytes(const Laid *l, const ConvLayer *c) {
+    return (size_t)l->a.max_batch * c->shape.h * c->shape.w * c->shape.c_in * dtype_size(l->m.act_dt);
 }
 
 // The end of everything backward reads while block `i`'s backward runs: the activations up to and
 // including that block's (they are laid out in forward order).
-static size_t live_end(const Model *m, int i) {
-    const Block *b = &m->blocks[i];
-    size_t end = span_of(m, b->out, 0).offset + out_bytes(m, &b->conv3);
+static size_t live_end(const Laid *l, int i) {
+    const Block *b = &l->m.blocks[i];
+    const BlockActs *ba = &l->a.blocks[i];
+    size_t end = span_of(l, ba->out, 0).offset + out_bytes(l, &b->conv3);
     if (b->has_down) {
-        size_t down_end = span_of(m, b->down_a, 0).offset + out_bytes(m, &b->down);
+        size_t down_end = span_of(l, ba->down_a, 0).offset + out_bytes(l, &b->down);
         if (down_end > end) end = down_end;
     }
     return end;
@@ -89,8 +98,8 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 
 // What block_backward writes into its output-gradient buffer after bn3's backward read it: the
 // downsample's gradient (output shape), conv3's (b2's shape) and conv2's (b1's shape) data gradients.
-static size_t dout_need(const Model *m, const Block *b) {
-    return max3(out_bytes(m, &b->conv3), out_bytes(m, &b->conv2), out_bytes(m, &b->conv1));
+static size_t dout_need(const Laid *l, const Block *b) {
+    return max3(out_bytes(l, &b->conv3), out_bytes(l, &b->conv2), out_bytes(l, &b->conv1));
 }
 
 // For every block, with each buffer as large as the largest tensor block_backward writes into it: d_in,
@@ -101,28 +110,29 @@ static size_t dout_need(const Model *m, const Block *b) {
 static void check_layout(const char *const *overrides, int amp) {
     Config cfg;
     tu_config(&cfg, overrides);
-    Model m;
-    model_init_shapes(&m, &cfg.model, 2, amp);
-    Backend *be = cpu_backend_create();
-    model_alloc(&m, be, 1);
-    ck_assert_uint_eq(m.arena_bytes, model_activation_bytes(&m));  // --dry-run agrees
-    const size_t arena_end = m.arena_bytes;
-    const Block *last = &m.blocks[m.n_blocks - 1];
-    ArenaSpan dout = span_of(&m, m.d_top, dout_need(&m, last));
-    size_t grads_above_activations = 0, activations_end = live_end(&m, m.n_blocks - 1);
-    for (int i = m.n_blocks - 1; i >= 0; i--) {
-        const Block *b = &m.blocks[i];
-        dout.bytes = dout_need(&m, b);
-        size_t t = max3(out_bytes(&m, &b->conv1), out_bytes(&m, &b->conv2), out_bytes(&m, &b->conv3));
-        size_t d_in_bytes = in_bytes(&m, &b->conv1);  // holds the residual's gradient first
-        if (b->has_down && out_bytes(&m, &b->conv3) > d_in_bytes) d_in_bytes = out_bytes(&m, &b->conv3);
-        ArenaSpan d_in = span_of(&m, b->d_in, d_in_bytes), d_tmp = span_of(&m, b->d_tmp, t);
-        assert_clear(dout, live_end(&m, i), "output gradient", i);
-        assert_clear(d_in, live_end(&m, i), "d_in", i);
-        assert_clear(d_tmp, live_end(&m, i), "d_tmp", i);
+    Laid l = {.be = cpu_backend_create()};
+    model_init_shapes(&l.m, &cfg.model, amp);
+    model_alloc(&l.m, l.be, 1);
+    activations_alloc(&l.a, &l.m, l.be, 2);
+    ck_assert_uint_eq(l.a.arena_bytes, activations_arena_bytes(&l.m, 2));  // --dry-run agrees
+    const size_t arena_end = l.a.arena_bytes;
+    const Block *last = &l.m.blocks[l.m.n_blocks - 1];
+    ArenaSpan dout = span_of(&l, l.a.d_top, dout_need(&l, last));
+    size_t grads_above_activations = 0, activations_end = live_end(&l, l.m.n_blocks - 1);
+    for (int i = l.m.n_blocks - 1; i >= 0; i--) {
+        const Block *b = &l.m.blocks[i];
+        const BlockActs *ba = &l.a.blocks[i];
+        dout.bytes = dout_need(&l, b);
+        size_t t = max3(out_bytes(&l, &b->conv1), out_bytes(&l, &b->conv2), out_bytes(&l, &b->conv3));
+        size_t d_in_bytes = in_bytes(&l, &b->conv1);  // holds the residual's gradient first
+        if (b->has_down && out_bytes(&l, &b->conv3) > d_in_bytes) d_in_bytes = out_bytes(&l, &b->conv3);
+        ArenaSpan d_in = span_of(&l, ba->d_in, d_in_bytes), d_tmp = span_of(&l, ba->d_tmp, t);
+        assert_clear(dout, live_end(&l, i), "output gradient", i);
+        assert_clear(d_in, live_end(&l, i), "d_in", i);
+        assert_clear(d_tmp, live_end(&l, i), "d_tmp", i);
         ck_assert_msg(!arena_spans_overlap(d_in, dout) && !arena_spans_overlap(d_tmp, dout) &&
                           !arena_spans_overlap(d_in, d_tmp), "block %d: its gradient buffers overlap", i);
-        if (b->has_down) assert_clear(span_of(&m, b->down_b, out_bytes(&m, &b->down)), live_end(&m, i), "down_b", i);
+        if (b->has_down) assert_clear(span_of(&l, ba->down_b, out_bytes(&l, &b->down)), live_end(&l, i), "down_b", i);
         ArenaSpan spans[3] = {dout, d_in, d_tmp};
         for (int k = 0; k < 3; k++) {
             size_t end = spans[k].offset + spans[k].bytes;
@@ -134,27 +144,34 @@ static void check_layout(const char *const *overrides, int amp) {
         dout = d_in;
     }
     // the stem: its gradients sit above block 0's start (the stem's activations and the input below)
-    size_t stem_live = span_of(&m, m.stem_pool, 0).offset + in_bytes(&m, &m.blocks[0].conv1);
-    size_t stem_bytes = out_bytes(&m, &m.stem);
-    dout.bytes = in_bytes(&m, &m.blocks[0].conv1);  // maxpool's output gradient
-    ArenaSpan d_b = span_of(&m, m.d_stem_b, stem_bytes), d_a = span_of(&m, m.d_stem_a, stem_bytes);
+    size_t stem_live = span_of(&l, l.a.stem_pool, 0).offset + in_bytes(&l, &l.m.blocks[0].conv1);
+    size_t stem_bytes = out_bytes(&l, &l.m.stem);
+    dout.bytes = in_bytes(&l, &l.m.blocks[0].conv1);  // maxpool's output gradient
+    ArenaSpan d_b = span_of(&l, l.a.d_stem_b, stem_bytes), d_a = span_of(&l, l.a.d_stem_a, stem_bytes);
     assert_clear(d_b, stem_live, "d_stem_b", -1);
     assert_clear(d_a, stem_live, "d_stem_a", -1);
     ck_assert(!arena_spans_overlap(d_b, dout) && !arena_spans_overlap(d_a, dout) && !arena_spans_overlap(d_a, d_b));
     ck_assert(d_b.offset + d_b.bytes <= arena_end && d_a.offset + d_a.bytes <= arena_end);
-    if (amp) assert_clear(span_of(&m, m.input_f32, 0), stem_live, "input_f32", -1);
-    else ck_assert_ptr_eq(m.input, m.input_f32);
+    // the raw bytes sit above the stem (only the first op reads them), the normalised input below it (the
+    // stem's backward reads it)
+    size_t image_bytes = (size_t)l.a.max_batch * cfg.model.image_size * cfg.model.image_size * 3;
+    ArenaSpan raw = span_of(&l, l.a.images, image_bytes), input = span_of(&l, l.a.input, image_bytes * dtype_size(l.m.act_dt));
+    assert_clear(raw, stem_live, "images", -1);
+    ck_assert(raw.offset + raw.bytes <= arena_end);
+    ck_assert_uint_lt(input.offset, span_of(&l, l.a.stem_a, 0).offset);
+    ck_assert(!arena_spans_overlap(raw, input));
     // what the arena adds to the forward's activations: less than the three gradient buffers of the
     // largest activation that a layout without reuse needs
     size_t largest = stem_bytes;
-    for (int i = 0; i < m.n_blocks; i++)
-        if (dout_need(&m, &m.blocks[i]) > largest) largest = dout_need(&m, &m.blocks[i]);
+    for (int i = 0; i < l.m.n_blocks; i++)
+        if (dout_need(&l, &l.m.blocks[i]) > largest) largest = dout_need(&l, &l.m.blocks[i]);
     if (getenv("AMPTRAIN_TEST_VERBOSE"))
         printf("arena: activations %zu, gradients above them %zu, largest activation %zu\n", activations_end,
                arena_end - activations_end, largest);
     ck_assert_uint_lt(arena_end - activations_end, 3 * largest);
-    model_free(&m, be);
-    be->destroy(be);
+    activations_free(&l.a, l.be);
+    model_free(&l.m, l.be);
+    l.be->destroy(l.be);
 }
 
 START_TEST(test_gradients_never_overlap_live_activations) {
@@ -175,23 +192,31 @@ END_TEST
 
 // ---- reuse changes no value -------------------------------------------------------------------------
 
-// One forward + loss + backward on fixed inputs; returns the gradient bytes (malloc'd) and the loss.
+// One forward + loss + backward on fixed inputs (raw bytes, normalised by a non-trivial affine); returns
+// the gradient bytes (malloc'd) and the loss.
 static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, int n, float *loss) {
     Model m;
-    model_init_shapes(&m, &cfg->model, n, amp);
-    m.arena_no_reuse = no_reuse;
+    Activations act = {.no_reuse = no_reuse};
+    model_init_shapes(&m, &cfg->model, amp);
     Backend *be = cpu_backend_create();
     model_alloc(&m, be, 11);
+    activations_alloc(&act, &m, be, n);
     size_t image = (size_t)cfg->model.image_size * cfg->model.image_size * 3;
-    tu_fill_uniform(m.input_f32, (size_t)n * image, 5, -1.0f, 1.0f);
-    for (int i = 0; i < n; i++) m.labels[i] = (3 * i + 1) % cfg->model.num_classes;
-    model_forward(&m, be, n, 1);
-    model_loss(&m, be, n, NULL, 1.0f / (float)n);
-    model_backward(&m, be, n, 0, NULL, NULL);
-    *loss = *m.loss;  // the CPU backend's memory is host memory
+    uint8_t *images = be->alloc(be, (size_t)n * image);
+    int32_t *labels = be->alloc(be, (size_t)n * sizeof(int32_t));
+    for (size_t i = 0; i < (size_t)n * image; i++) images[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (int i = 0; i < n; i++) labels[i] = (3 * i + 1) % cfg->model.num_classes;
+    PixelNorm norm = {{0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
+    ModelBatch b = {.images = images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm), .labels = labels, .n = n};
+    model_forward(&m, &act, be, &b, 1);
+    model_loss(&m, &act, be, &b, NULL, 1.0f / (float)n);
+    model_backward(&m, &act, be, &b, 0, NULL, NULL);
+    *loss = *act.loss;  // the CPU backend's memory is host memory
     size_t bytes = m.params.padded_numel * dtype_size(m.act_dt);
     unsigned char *grads = malloc(bytes);
     memcpy(grads, m.grads, bytes);
+    be->free(be, images), be->free(be, labels);
+    activations_free(&act, be);
     model_free(&m, be);
     be->destroy(be);
     return grads;
@@ -203,7 +228,7 @@ static void check_reuse_changes_nothing(const char *const *overrides, int amp) {
     Config cfg;
     tu_config(&cfg, overrides);
     Model shapes;
-    model_init_shapes(&shapes, &cfg.model, 3, amp);
+    model_init_shapes(&shapes, &cfg.model, amp);
     size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
     model_free(&shapes, NULL);
     float loss_shared, loss_own;
