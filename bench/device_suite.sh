@@ -10,6 +10,11 @@
 #   bench70   bench1 at batch 70
 #   bench70x2 bench2 at batch 70 per GPU
 #   benchws   AMP batch 256 with cudnn.workspace_mb 1024, 512, 256 and 128, torch beside
+#   loop      the training loop a user runs (data made on the host by the loader, uploaded every step),
+#             batch 256 and 70, AMP, each beside --bench and torch_baseline.py, in 3 alternating repeats
+#   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
+#             TF32 off on both sides
+#   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -52,8 +57,7 @@ stage_dp2() {
 amp_bench() {  # world batch amp
     local world=$1 batch=$2 amp=$3 tag="amptrain w$1 b$2 amp$3"
     local cmd=(build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "$tag"
-               data.batch_size="$batch" amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" cudnn.benchmark=true
-               cudnn.tf32=true)  # PyTorch allows TF32 in cuDNN convolutions by default
+               data.batch_size="$batch" amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" cudnn.benchmark=true)
     if [ "$world" = 1 ]; then "${cmd[@]}" | grep '^{' | tee -a "$BENCH"
     else mpirun -np "$world" "${cmd[@]}" | grep '^{' | tee -a "$BENCH"; fi
 }
@@ -77,6 +81,44 @@ stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024
             data.batch_size=256 cudnn.benchmark=true cudnn.workspace_mb=$ws | grep '^{' | tee -a "$BENCH"
     done
     torch_bench 1 256 1
+}
+loop_run() {  # batch amp(1|0) extra-overrides... : one JSON line from the loop's steady-state metrics
+    local batch=$1 amp=$2; shift 2
+    local m="$OUT/loop_b${batch}_amp${amp}_$RANDOM.jsonl"
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml data.batch_size="$batch" data.train_size=$((batch * 100)) \
+        data.val_size=0 train.steps=90 log.every=10 log.progress=never log.metrics="$m" checkpoint.dir= \
+        amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" "$@" 2>&1 | grep -E "summary|error" >&2
+    python3 - "$m" "$batch" "$amp" "$*" <<'PY' | tee -a "$BENCH"
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1]) if '"images_per_s"' in l]
+steady = [r for r in recs if r["step"] >= 40]
+ips = [r["images_per_s"] for r in steady]
+print(json.dumps({"tag": f"amptrain loop b{sys.argv[2]} amp{sys.argv[3]} {sys.argv[4]}".strip(), "impl": "amptrain-loop",
+                  "img_s_median": round(statistics.median(ips), 1), "img_s_min": round(min(ips), 1),
+                  "img_s_max": round(max(ips), 1),
+                  "data_wait_ms": round(statistics.median(r["data_wait_ms"] for r in steady), 3),
+                  "peak_mem_MiB": steady[-1]["memory_mib"]}))
+PY
+}
+stage_loop() {
+    for rep in 1 2 3; do
+        loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1
+        loop_run 70 1; amp_bench 1 70 1; torch_bench 1 70 1
+    done
+}
+stage_loopfp32() {
+    loop_run 256 0; amp_bench 1 256 0; torch_bench 1 256 0
+    loop_run 256 0 cudnn.tf32=false
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp0 tf32off" \
+        data.batch_size=256 amp.enabled=false cudnn.tf32=false | grep '^{' | tee -a "$BENCH"
+    python3 bench/torch_baseline.py --batch 256 --amp 0 --cl 1 --tf32 0 --tag "torch w1 b256 amp0 cl1 tf32off" \
+        2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+stage_seed() {
+    for amp in true false; do
+        build/amptrain configs/seed_resnext50.yaml amp.enabled=$amp log.metrics= checkpoint.dir= 2>&1 | grep summary
+    done
+    python3 bench/seed_torch.py 2>&1 | tail -4
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift

@@ -14,6 +14,7 @@ p.add_argument("--steps", type=int, default=30)
 p.add_argument("--warmup", type=int, default=8)
 p.add_argument("--nbatches", type=int, default=4)
 p.add_argument("--tag", default="")
+p.add_argument("--tf32", type=int, default=-1, help="0: no TF32 anywhere (cuDNN and matmuls); -1: PyTorch's defaults")
 p.add_argument("--compile", default="", help="torch.compile mode: default, reduce-overhead, max-autotune")
 a = p.parse_args()
 
@@ -25,6 +26,9 @@ if ddp:
 else:
     rank, world = 0, 1
 torch.backends.cudnn.benchmark = True
+if a.tf32 == 0:
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
 dev = "cuda"
 mf = torch.channels_last if a.cl else torch.contiguous_format
 data = [torch.randn(a.batch, 3, 224, 224, device=dev).to(memory_format=mf) for _ in range(a.nbatches)]
