@@ -8,6 +8,15 @@ scratch=$PWD
 # Anything NCCL- or GPU-related in the caller's environment must not change a CPU run.
 unset CUDA_VISIBLE_DEVICES
 
+# take_amptrain "$0" "$@": the test's one argument, PATH/TO/amptrain, as an absolute path in $amptrain.
+take_amptrain() {
+    if (($# != 2)) || [[ $2 == -h || $2 == --help ]]; then
+        echo "usage: $1 PATH/TO/amptrain   (registered in CTest by tests/launch/launch.cmake)" >&2
+        exit 2
+    fi
+    amptrain=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+}
+
 fail() {
     echo "FAIL: $*" >&2
     exit 1

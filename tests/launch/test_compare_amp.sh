@@ -9,12 +9,8 @@
 # (amp.enabled) and a bad config are refused with exit code 2, before anything is written.
 set -euo pipefail
 
-if (($# != 1)) || [[ $1 == -h || $1 == --help ]]; then
-    echo "usage: $0 PATH/TO/amptrain   (registered in CTest by tests/launch/launch.cmake)" >&2
-    exit 2
-fi
-amptrain=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 source "$(dirname "$0")/lib.sh"
+take_amptrain "$0" "$@"
 compare="$repo/launch/compare-amp"
 tiny="$repo/configs/tiny.yaml"
 out="$scratch/out"

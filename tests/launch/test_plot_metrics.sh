@@ -6,12 +6,8 @@
 # is refused, both with exit code 2 and no PNG.
 set -euo pipefail
 
-if (($# != 1)) || [[ $1 == -h || $1 == --help ]]; then
-    echo "usage: $0 PATH/TO/amptrain   (registered in CTest by tests/launch/launch.cmake)" >&2
-    exit 2
-fi
-amptrain=$1
 source "$(dirname "$0")/lib.sh"
+take_amptrain "$0" "$@"
 plot="$repo/launch/plot-metrics"
 out="$scratch/out"
 rm -rf "$out"

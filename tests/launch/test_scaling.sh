@@ -7,12 +7,8 @@
 # anything runs. Run in a scratch folder (the working directory).
 set -euo pipefail
 
-if (($# != 1)) || [[ $1 == -h || $1 == --help ]]; then
-    echo "usage: $0 PATH/TO/amptrain   (registered in CTest by tests/launch/launch.cmake)" >&2
-    exit 2
-fi
-amptrain=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 source "$(dirname "$0")/lib.sh"
+take_amptrain "$0" "$@"
 scaling="$repo/launch/scaling"
 out="$scratch/out"
 rm -rf "$out"
