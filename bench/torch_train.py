@@ -10,8 +10,9 @@ amptrain's scaler settings). Prints one JSON line with the keys of amptrain's su
      "images_per_s": ..., "peak_mib": ..., "final_loss": ..., "skipped_total": ..., "scale": ...}
 
 seconds is the wall time of the training loop (the first step to the last, synchronised), as amptrain's
-summary. The data: --nbatches batches of N(0,1) images with uniform labels, generated on the device before
-the clock starts and cycled (amptrain's loader makes and uploads each batch while the step runs).
+summary. The data: each step's batch of N(0,1) images with uniform labels is drawn on the device from a
+seeded generator inside the loop (amptrain's loader makes each batch on the host and uploads it), so the
+device holds one batch at a time, as amptrain's does.
 skipped_total counts AMP steps whose scale fell (GradScaler skipped them); fp32 runs report null
 (PyTorch does not check their gradients). peak_mib: torch.cuda.max_memory_allocated, null on the CPU.
 """
@@ -31,7 +32,6 @@ def parse_args():
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch", type=int, default=70)
     p.add_argument("--steps", type=int, default=150, help="optimizer steps (default 150: 3 epochs of 50)")
-    p.add_argument("--nbatches", type=int, default=50, help="distinct batches on the device (default 50)")
     p.add_argument("--lr", type=float, default=0.001)
     p.add_argument("--momentum", type=float, default=0.0)
     p.add_argument("--weight-decay", type=float, default=0.0)
@@ -48,8 +48,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=42)
     a = p.parse_args()
     a.layers = [int(x) for x in a.layers.split(",")]
-    if len(a.layers) != 4 or min(a.layers) < 1 or min(a.batch, a.steps, a.nbatches) < 1:
-        p.error("--layers takes four positive counts; --batch, --steps and --nbatches must be positive")
+    if len(a.layers) != 4 or min(a.layers) < 1 or min(a.batch, a.steps) < 1:
+        p.error("--layers takes four positive counts; --batch and --steps must be positive")
     return a
 
 
@@ -80,10 +80,6 @@ def main():
                                   enabled=bool(a.amp))
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator(device=dev).manual_seed(a.seed)
-    nb = min(a.nbatches, a.steps)
-    images = [torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev, generator=gen).to(memory_format=fmt)
-              for _ in range(nb)]
-    labels = [torch.randint(0, a.classes, (a.batch,), device=dev, generator=gen) for _ in range(nb)]
 
     def sync():
         if dev.type == "cuda":
@@ -94,9 +90,11 @@ def main():
     skipped = torch.zeros((), dtype=torch.int64, device=dev)  # counted on the device: no sync per step
     sync()
     start = time.perf_counter()
-    for i in range(a.steps):
+    for _ in range(a.steps):
+        images = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev, generator=gen).to(memory_format=fmt)
+        labels = torch.randint(0, a.classes, (a.batch,), device=dev, generator=gen)
         with torch.autocast(a.device, dtype=torch.float16, enabled=bool(a.amp)):
-            loss = loss_fn(net(images[i % nb]), labels[i % nb])
+            loss = loss_fn(net(images), labels)
         scaler.scale(loss).backward()
         scaler.step(opt)
         if a.amp:

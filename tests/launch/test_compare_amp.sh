@@ -5,7 +5,8 @@
 # the two runs' own summary records (fp32: amp false, AMP: amp true; 256 / 32 x 2 = 16 steps each), AMP's
 # peak memory below fp32's (fp16 activations) with the saving computed from the two, report.md with the
 # fp32, AMP and "AMP saves" rows, and report.png + curves.png (or, when $PYTHON has no matplotlib, say
-# so); with matplotlib hidden it must still write the table and say why there is no PNG; its own keys
+# so); with matplotlib hidden it must still write the table and say why there is no PNG, and --redraw (with
+# matplotlib) must then add the pictures to the same table; its own keys
 # (amp.enabled) and a bad config are refused with exit code 2, before anything is written.
 set -euo pipefail
 
@@ -73,6 +74,14 @@ grep -q '^| amptrain | AMP | [0-9]' "$out/no-mpl/report.md" || fail "no AMP row 
 [[ -s $out/no-mpl/report.csv && ! -e $out/no-mpl/report.png ]] || fail "without matplotlib: want the CSV, no PNG"
 grep -q 'matplotlib is not installed' "$out/no-mpl.err" || fail "no word on stderr about the missing matplotlib"
 grep -q 'matplotlib is not installed' "$out/no-mpl/report.md" || fail "report.md does not say why there is no PNG"
+if has_matplotlib; then
+    echo "== 2b. --redraw where matplotlib is: the same table, now with the pictures"
+    grep '^|' "$out/no-mpl/report.md" >"$out/no-mpl.rows"
+    "$PYTHON" "$compare" --redraw --out "$out/no-mpl" || fail "compare-amp --redraw exited with $?"
+    grep '^|' "$out/no-mpl/report.md" | cmp -s - "$out/no-mpl.rows" || fail "--redraw changed the table"
+    is_png "$out/no-mpl/report.png" 1000 400 || fail "--redraw drew no report.png"
+    ! grep -q 'matplotlib is not installed' "$out/no-mpl/report.md" || fail "--redraw left the no-matplotlib note"
+fi
 
 echo "== 3. refusals: its own keys, a bad config"
 for args in "amp.enabled=false" "train.lr=-1"; do
