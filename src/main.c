@@ -256,19 +256,16 @@ int main(int argc, char **argv) {
         rc = trainer_init(&t, &cfg, be, comm, grad_comm);
         if (rc == 0) rc = trainer_run(&t, &stop_requested);
         if (rc == 0 && comm->rank == 0) {
-            double ips = t.train_seconds > 0 ? t.images_seen / t.train_seconds : 0;
             ScalerState st = scaler_read(&t.scaler, be);
-            printf("summary: %ld steps, epoch %d, %.1f s, %.1f images/s, peak %s memory %.1f MiB, "
-                   "%d steps skipped, loss scale %g, final loss %.4f",
-                   t.step, t.epoch, t.train_seconds, ips, be->name, be->peak_bytes(be) / 1048576.0,
-                   st.skipped_total, st.scale, t.last_loss);
-            if (t.has_eval)
-                printf(", val loss %.4f, top-1 %.2f%%, top-5 %.2f%%", t.last_eval.loss, 100 * t.last_eval.top1,
-                       100 * t.last_eval.top5);
-            long run_steps = t.step - t.first_step;
-            printf("; start-up %.2f s (build, first step with cuDNN's search), data wait %.2f ms/step, %ld of %ld "
-                   "steps replayed from the CUDA graph\n",
-                   t.startup_s, run_steps > 0 ? 1e3 * t.data_wait_total_s / run_steps : 0.0, t.graph_steps, run_steps);
+            metrics_summary(&t.metrics, &(SummaryRecord){
+                .steps = t.step, .epoch = t.epoch, .world = comm->size, .amp = cfg.amp.enabled,
+                .seconds = t.train_seconds,
+                .images_per_s = t.train_seconds > 0 ? t.images_seen / t.train_seconds : 0,
+                .backend = be->name, .peak_mib = be->peak_bytes(be) / 1048576.0,
+                .skipped_total = st.skipped_total, .scale = st.scale, .final_loss = t.last_loss,
+                .eval = t.has_eval ? &t.last_eval : NULL, .startup_s = t.startup_s,
+                .data_wait_ms = t.step > t.first_step ? 1e3 * t.data_wait_total_s / (double)(t.step - t.first_step) : 0,
+                .graph_steps = t.graph_steps});
         }
         trainer_free(&t);
     }

@@ -1,6 +1,7 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -100,6 +101,42 @@ void metrics_eval(Metrics *mt, const EvalRecord *r) {
                 r->step, r->epoch, r->loss, r->top1, r->top5, r->samples);
         fflush(mt->jsonl);
     }
+}
+
+// JSON has no NaN or infinity: a non-finite value is written as null.
+static const char *json_number(char *buf, size_t n, double v) {
+    if (!isfinite(v)) return "null";
+    snprintf(buf, n, "%.6g", v);
+    return buf;
+}
+
+void metrics_summary(Metrics *mt, const SummaryRecord *r) {
+    if (!mt->active) return;
+    end_bar(mt);
+    printf("summary: %ld steps, epoch %d, %.1f s, %.1f images/s, peak %s memory %.1f MiB, %ld steps skipped, "
+           "loss scale %g, final loss %.4f",
+           r->steps, r->epoch, r->seconds, r->images_per_s, r->backend, r->peak_mib, r->skipped_total, r->scale,
+           r->final_loss);
+    if (r->eval)
+        printf(", val loss %.4f, top-1 %.2f%%, top-5 %.2f%%", r->eval->loss, 100 * r->eval->top1,
+               100 * r->eval->top5);
+    printf("; start-up %.2f s (build, first step with cuDNN's search), data wait %.2f ms/step, %ld of %ld steps "
+           "replayed from the CUDA graph\n", r->startup_s, r->data_wait_ms, r->graph_steps, r->steps);
+    fflush(stdout);
+    if (!mt->jsonl) return;
+    char loss[32], val[32];
+    fprintf(mt->jsonl,
+            "{\"summary\":true,\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\","
+            "\"seconds\":%.3f,\"images_per_s\":%.1f,\"peak_mib\":%.1f,\"skipped_total\":%ld,\"scale\":%.6g,"
+            "\"final_loss\":%s,\"startup_s\":%.3f,\"data_wait_ms\":%.3f,\"graph_steps\":%ld",
+            r->steps, r->epoch, r->world, r->amp ? "true" : "false", r->backend, r->seconds, r->images_per_s,
+            r->peak_mib, r->skipped_total, r->scale, json_number(loss, sizeof loss, r->final_loss), r->startup_s,
+            r->data_wait_ms, r->graph_steps);
+    if (r->eval)
+        fprintf(mt->jsonl, ",\"val_loss\":%s,\"top1\":%.6g,\"top5\":%.6g",
+                json_number(val, sizeof val, r->eval->loss), r->eval->top1, r->eval->top5);
+    fprintf(mt->jsonl, "}\n");
+    fflush(mt->jsonl);
 }
 
 void metrics_note(Metrics *mt, const char *fmt, ...) {

@@ -28,6 +28,26 @@ typedef struct EvalRecord {
     long samples;
 } EvalRecord;
 
+// The end of a run, as the summary line on stdout and as the metrics file's last record
+// ({"summary":true,...}: what launch/compare-amp reads).
+typedef struct SummaryRecord {
+    long steps;          // optimizer steps done
+    int epoch;
+    int world;           // ranks
+    int amp;             // amp.enabled
+    double seconds;      // wall time of the training loop, evaluation included
+    double images_per_s; // global images trained / seconds
+    const char *backend; // "cpu", "cuda"
+    double peak_mib;     // rank 0's peak backend memory
+    long skipped_total;
+    double scale;        // final loss scale
+    double final_loss;   // rank 0's last logged training loss
+    const EvalRecord *eval; // NULL: no evaluation ran
+    double startup_s;       // trainer_init's start to the end of the first step (build, cuDNN's search)
+    double data_wait_ms;    // per step, waiting for the loader
+    long graph_steps;       // steps replayed from the CUDA graph
+} SummaryRecord;
+
 typedef struct Metrics {
     FILE *jsonl;         // NULL: no metrics file
     int bar;             // 1: redraw a progress bar on stdout
@@ -43,6 +63,7 @@ typedef struct Metrics {
 int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps);
 void metrics_step(Metrics *mt, const StepRecord *r);
 void metrics_eval(Metrics *mt, const EvalRecord *r);
+void metrics_summary(Metrics *mt, const SummaryRecord *r);
 // A line of text that must not collide with the bar.
 void metrics_note(Metrics *mt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void metrics_close(Metrics *mt);

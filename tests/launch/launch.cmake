@@ -1,9 +1,48 @@
-# The launch/ scripts, tested on the CPU backend: the scaling workflow end to end (mpirun with 1 and 2
-# ranks, oversubscribed) and its refusal of GPU counts the machine cannot serve.
+# The launch/ scripts and the install, tested on the CPU backend, each in its own scratch folder:
+#   test_scaling       the scaling workflow end to end (mpirun with 1 and 2 ranks, oversubscribed) and its
+#                      refusal of GPU counts the machine cannot serve
+#   test_compare_amp   launch/compare-amp configs/tiny.yaml (shortened): both rows, the CSV, the PNG
+#   test_plot_metrics  launch/plot-metrics over two runs, and its refusals
+#   test_install       cmake --install into the scratch folder, then the installed amptrain and scripts
 # Included from tests/tests.cmake:  include(tests/launch/launch.cmake)
+#
+# The scripts run under AMPTRAIN_TEST_PYTHON: the first of python3 on PATH and /usr/bin/python3 that has
+# matplotlib (Debian's python3-matplotlib belongs to /usr/bin/python3, which a pyenv or conda python3
+# first on PATH hides), else python3 on PATH. Without matplotlib the tests check that the scripts still
+# write their tables and say why there is no PNG; with it, the PNGs too. Either way each test also hides
+# matplotlib once, to check that path.
+find_program(AMPTRAIN_PATH_PYTHON3 python3)
+if(NOT AMPTRAIN_TEST_PYTHON)
+  foreach(py ${AMPTRAIN_PATH_PYTHON3} /usr/bin/python3)
+    execute_process(COMMAND ${py} -c "import matplotlib" RESULT_VARIABLE no_mpl OUTPUT_QUIET ERROR_QUIET)
+    if(no_mpl EQUAL 0)
+      set(AMPTRAIN_TEST_PYTHON ${py} CACHE FILEPATH "Python 3 that runs the launch scripts in the tests")
+      break()
+    endif()
+  endforeach()
+  if(NOT AMPTRAIN_TEST_PYTHON)
+    set(AMPTRAIN_TEST_PYTHON ${AMPTRAIN_PATH_PYTHON3} CACHE FILEPATH "Python 3 that runs the launch scripts in the tests")
+  endif()
+endif()
+execute_process(COMMAND ${AMPTRAIN_TEST_PYTHON} -c "import matplotlib" RESULT_VARIABLE no_mpl OUTPUT_QUIET ERROR_QUIET)
+if(no_mpl EQUAL 0)
+  message(STATUS "amptrain: launch tests run ${AMPTRAIN_TEST_PYTHON} (matplotlib found: the PNGs are checked)")
+else()
+  message(STATUS "amptrain: launch tests run ${AMPTRAIN_TEST_PYTHON} (matplotlib not found: the no-PNG path is checked; Debian: python3-matplotlib)")
+endif()
+
+function(amptrain_add_launch_test name)
+  set(scratch ${CMAKE_BINARY_DIR}/test-scratch/${name})
+  file(MAKE_DIRECTORY ${scratch})
+  add_test(NAME ${name} COMMAND bash ${CMAKE_SOURCE_DIR}/tests/launch/${name}.sh ${ARGN} WORKING_DIRECTORY ${scratch})
+  # no __pycache__ folders in the source tree (launch/amptrain_report.py is imported from there)
+  set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 300
+                       ENVIRONMENT "PYTHON=${AMPTRAIN_TEST_PYTHON};PYTHONDONTWRITEBYTECODE=1")
+endfunction()
+
+amptrain_add_launch_test(test_compare_amp $<TARGET_FILE:amptrain>)
+amptrain_add_launch_test(test_plot_metrics $<TARGET_FILE:amptrain>)
 if(HAVE_MPI)
-  add_test(NAME test_scaling
-           COMMAND bash ${CMAKE_SOURCE_DIR}/tests/launch/test_scaling.sh $<TARGET_FILE:amptrain>
-           WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
-  set_tests_properties(test_scaling PROPERTIES LABELS unit TIMEOUT 300)
+  amptrain_add_launch_test(test_scaling $<TARGET_FILE:amptrain>)
+  amptrain_add_launch_test(test_install ${CMAKE_COMMAND} ${CMAKE_BINARY_DIR})
 endif()

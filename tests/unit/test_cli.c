@@ -110,8 +110,17 @@ START_TEST(test_short_run_outputs) {
     FILE *f = fopen("short/m.jsonl", "r");
     ck_assert_ptr_nonnull(f);
     char line[1024];
-    int records = 0;
+    int records = 0, summaries = 0;
     while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "{\"summary\":true,", 16)) {
+            // the last record: what launch/compare-amp reads
+            ck_assert_ptr_nonnull(strstr(line, "\"steps\":4,"));
+            ck_assert_ptr_nonnull(strstr(line, "\"backend\":\"cpu\""));
+            ck_assert_ptr_nonnull(strstr(line, "\"final_loss\":"));
+            summaries++;
+            continue;
+        }
+        ck_assert_int_eq(summaries, 0);
         ck_assert_ptr_nonnull(strstr(line, "\"loss\":"));
         ck_assert_ptr_nonnull(strstr(line, "\"scale\":"));
         ck_assert_ptr_nonnull(strstr(line, "\"images_per_s\":"));
@@ -119,6 +128,7 @@ START_TEST(test_short_run_outputs) {
     }
     fclose(f);
     ck_assert_int_eq(records, 3);  // steps 1, 2, 4
+    ck_assert_int_eq(summaries, 1);
 }
 END_TEST
 

@@ -165,10 +165,13 @@ START_TEST(seed_config_is_the_seed_experiment) {
     ck_assert_int_eq(c.model.num_classes, 1000);
     ck_assert_int_eq(c.model.image_size, 224);
     ck_assert_str_eq(c.data.source, "synthetic");
-    ck_assert_int_eq(c.data.train_size / c.data.batch_size, 50);
+    ck_assert_int_eq(c.data.train_size, 50 * 70);
     ck_assert_int_eq(c.data.batch_size, 70);
     ck_assert_int_eq(c.train.epochs, 3);
-    ck_assert(c.train.lr == 0.001 && c.train.momentum == 0.9 && c.train.weight_decay == 0);
+    ck_assert_int_eq(c.train.steps, 0);
+    ck_assert_int_eq(c.train.accum_steps, 1);
+    // plain SGD, as the seed: lr 0.001, no momentum, no weight decay
+    ck_assert(c.train.lr == 0.001 && c.train.momentum == 0 && c.train.weight_decay == 0 && !c.train.nesterov);
     ck_assert_str_eq(c.train.schedule, "constant");
     ck_assert_int_eq(c.train.warmup_steps, 0);
     ck_assert_int_eq(c.amp.enabled, 1);
