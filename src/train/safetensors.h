@@ -71,6 +71,9 @@ typedef struct SafetensorsFile SafetensorsFile;
 //   "ckpt.safetensors: tensor 'fc.weight': data_offsets [0, 100] exceed the file's data (64 bytes)".
 SafetensorsFile *st_open(const char *path, char *err, size_t err_len);
 
+// The path it was opened with (for messages).
+const char *st_path(const SafetensorsFile *f);
+
 // Tensors in data order, for iteration (the caller's "unexpected tensor" checks): index 0..count-1.
 size_t st_count(const SafetensorsFile *f);
 const StTensor *st_tensor(const SafetensorsFile *f, size_t index);

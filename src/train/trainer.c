@@ -85,6 +85,10 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
             return 2;
         }
         log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, t->epoch, t->step);
+        // The run ends with train.epochs: steps counted at another global batch may leave fewer to go
+        // than train.epochs x steps_per_epoch - step.
+        long left = (long)(cfg->train.epochs - t->epoch) * t->steps_per_epoch - t->step_in_epoch;
+        if (t->total_steps > t->step + left) t->total_steps = t->step + (left > 0 ? left : 0);
     }
     if (metrics_open(&t->metrics, &cfg->log, comm->rank, comm->size, t->total_steps) != 0) return 1;
     return 0;
