@@ -698,6 +698,17 @@ static void print_value(FILE *out, const ConfigKey *row, const Config *cfg) {
     }
 }
 
+size_t config_value_count(void) { return config_key_count; }
+
+void config_value_text(const Config *cfg, size_t i, char *name, size_t name_len, char *value, size_t value_len) {
+    full_name(&config_keys[i], name, name_len);
+    value[0] = '\0';
+    FILE *out = fmemopen(value, value_len, "w");
+    if (!out) return;
+    print_value(out, &config_keys[i], cfg);
+    fclose(out);
+}
+
 void config_print(const Config *cfg, FILE *out) {
     fputs("# amptrain configuration (docs/config.md describes every key)", out);
     if (cfg->source_path[0]) {

@@ -11,7 +11,8 @@
 
 #include "core/check.h"
 #include "core/log.h"
-#include "metrics.h"
+#include "dist/agree.h"
+#include "outputs.h"
 #include "safetensors.h"
 
 #define CHECKPOINT_FORMAT "amptrain-checkpoint-1"
@@ -46,7 +47,11 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
     be->to_host(be, stats, m->running, m->stats_numel * sizeof(float));
     ScalerState scaler = scaler_read(&t->scaler, be);
 
-    if (metrics_make_parent_dir(path) != 0) {
+    char dir[CONFIG_PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    if (slash && dir[0] && outputs_make_dir(dir, NULL) != 0) {
         snprintf(err, err_len, "%s: cannot create its folder: %s", path, strerror(errno));
         free(master), free(momentum), free(stats);
         return 1;
@@ -316,4 +321,40 @@ done:
     free(master), free(momentum), free(stats), free(scratch);
     st_close(f);
     return rc;
+}
+
+// FNV-1a over bytes, continuing from h.
+static uint64_t digest_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+// The digest of one backend buffer of n floats.
+static uint64_t digest_device(uint64_t h, Backend *be, const float *device, size_t n) {
+    float *host = xcalloc(n ? n : 1, sizeof(float));
+    be->to_host(be, host, device, n * sizeof(float));
+    h = digest_bytes(h, host, n * sizeof(float));
+    free(host);
+    return h;
+}
+
+int checkpoint_agree_resumed(Trainer *t) {
+    Model *m = &t->model;
+    ScalerState st = scaler_read(&t->scaler, t->be);
+    uint64_t h = 0xcbf29ce484222325ull;
+    h = digest_device(h, t->be, m->master, m->params.padded_numel);
+    h = digest_device(h, t->be, t->opt.momentum, m->params.padded_numel);
+    h = digest_device(h, t->be, m->running, m->stats_numel);
+    char values[6][32];
+    snprintf(values[0], sizeof values[0], "%ld", t->step);
+    snprintf(values[1], sizeof values[1], "%d", t->epoch);
+    snprintf(values[2], sizeof values[2], "%d", t->step_in_epoch);
+    snprintf(values[3], sizeof values[3], "%.9g", st.scale);
+    snprintf(values[4], sizeof values[4], "%d/%d", st.growth_count, st.skipped_total);
+    snprintf(values[5], sizeof values[5], "%016" PRIx64, h);
+    const char *names[] = {"step", "epoch", "step of the epoch", "scale", "growth_count/skipped_total",
+                           "the digest of weights, momentum and BN statistics"};
+    const char *list[] = {values[0], values[1], values[2], values[3], values[4], values[5]};
+    return agree_same(t->comm, "the resumed checkpoints", 6, names, list);
 }

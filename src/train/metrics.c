@@ -1,9 +1,9 @@
 #include "metrics.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -13,34 +13,18 @@ double metrics_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int metrics_make_parent_dir(const char *path) {
-    char dir[CONFIG_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return 0;
-    *slash = 0;
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (dir[0] && mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
-int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps) {
+int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps, int append,
+                 char *err, size_t err_len) {
     memset(mt, 0, sizeof *mt);
     mt->active = rank == 0;
     mt->total_steps = total_steps;
     mt->start_time = metrics_now();
+    mt->path = log->metrics;
     if (!mt->active) return 0;
     mt->bar = strcmp(log->progress, "always") == 0 || (strcmp(log->progress, "auto") == 0 && world_size == 1 && isatty(STDOUT_FILENO));
-    if (log->metrics[0]) {
-        if (metrics_make_parent_dir(log->metrics) != 0 || !(mt->jsonl = fopen(log->metrics, "w"))) {
-            fprintf(stderr, "error: cannot write metrics file '%s': %s\n", log->metrics, strerror(errno));
-            return 1;
-        }
+    if (log->metrics[0] && !(mt->jsonl = fopen(log->metrics, append ? "a" : "w"))) {
+        snprintf(err, err_len, "log.metrics: cannot write '%s': %s", log->metrics, strerror(errno));
+        return 2;
     }
     return 0;
 }
@@ -50,6 +34,67 @@ static void end_bar(Metrics *mt) {
     mt->bar_drawn = 0;
 }
 
+// ---- JSON records -----------------------------------------------------------------------------------
+
+// One JSON-lines record. JSON has no NaN or infinity: such a number is written as null, and the record
+// ends with "not_finite":{"key":"nan",...} saying which value it was and why it is missing.
+typedef struct Record {
+    char text[1024], not_finite[256];
+    size_t len, nf_len;
+} Record;
+
+static void append(char *buf, size_t cap, size_t *len, const char *fmt, va_list args) {
+    if (*len >= cap) return;
+    int n = vsnprintf(buf + *len, cap - *len, fmt, args);
+    if (n > 0) *len += (size_t)n < cap - *len ? (size_t)n : cap - *len - 1;
+}
+
+static void record_add(Record *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void record_add(Record *r, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    append(r->text, sizeof r->text, &r->len, fmt, args);
+    va_end(args);
+}
+
+static void record_why(Record *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void record_why(Record *r, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    append(r->not_finite, sizeof r->not_finite, &r->nf_len, fmt, args);
+    va_end(args);
+}
+
+static void record_null(Record *r, const char *key, const char *why) {
+    record_add(r, ",\"%s\":null", key);
+    record_why(r, "%s\"%s\":\"%s\"", r->nf_len ? "," : "", key, why);
+}
+
+static void record_number(Record *r, const char *key, double v) {
+    if (isfinite(v))
+        record_add(r, ",\"%s\":%.6g", key, v);
+    else
+        record_null(r, key, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+// Writes the record and flushes it to the file. The first failure (a full disk, /dev/full) is reported
+// at once, and nothing more is written: metrics_failed tells the loop to stop.
+static void record_write(Metrics *mt, Record *r) {
+    if (mt->failed) return;
+    if (r->nf_len) record_add(r, ",\"not_finite\":{%s}", r->not_finite);
+    record_add(r, "}\n");
+    errno = 0;
+    if (fputs(r->text, mt->jsonl) < 0 || fflush(mt->jsonl) != 0) {
+        mt->failed = errno ? errno : EIO;
+        end_bar(mt);
+        fprintf(stderr, "error: log.metrics: cannot write '%s': %s; the run stops after this step\n", mt->path,
+                strerror(mt->failed));
+        fflush(stderr);
+    }
+}
+
+int metrics_failed(const Metrics *mt) { return mt->failed != 0; }
+
 static void format_eta(double seconds, char *out, size_t n) {
     long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
     snprintf(out, n, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
@@ -58,12 +103,16 @@ static void format_eta(double seconds, char *out, size_t n) {
 void metrics_step(Metrics *mt, const StepRecord *r) {
     if (!mt->active) return;
     if (mt->jsonl) {
-        fprintf(mt->jsonl,
-                "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6g,\"lr\":%.6g,\"scale\":%.6g,\"skipped\":%d,"
-                "\"skipped_total\":%ld,\"images_per_s\":%.1f,\"step_ms\":%.3f,\"memory_mib\":%.1f}\n",
-                r->step, r->epoch, r->loss, r->lr, r->scale, r->skipped, r->skipped_total, r->images_per_s,
-                r->step_ms, r->memory_mib);
-        fflush(mt->jsonl);
+        Record rec = {.len = 0};
+        record_add(&rec, "{\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
+        record_number(&rec, "loss", r->loss);
+        record_number(&rec, "lr", r->lr);
+        record_number(&rec, "scale", r->scale);
+        record_add(&rec, ",\"skipped\":%d,\"skipped_total\":%ld", r->skipped, r->skipped_total);
+        record_number(&rec, "images_per_s", r->images_per_s);
+        record_number(&rec, "step_ms", r->step_ms);
+        record_number(&rec, "memory_mib", r->memory_mib);
+        record_write(mt, &rec);
     }
     double elapsed = metrics_now() - mt->start_time;
     char eta[32];
@@ -90,14 +139,28 @@ void metrics_step(Metrics *mt, const StepRecord *r) {
 void metrics_eval(Metrics *mt, const EvalRecord *r) {
     if (!mt->active) return;
     end_bar(mt);
-    printf("eval  epoch %d  step %ld  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld samples)\n", r->epoch, r->step,
-           r->loss, 100 * r->top1, 100 * r->top5, r->samples);
+    // A loss that is not finite makes the ranking of the logits meaningless: no accuracy is claimed.
+    int finite = isfinite(r->loss);
+    if (finite)
+        printf("eval  epoch %d  step %ld  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld samples)\n", r->epoch, r->step,
+               r->loss, 100 * r->top1, 100 * r->top5, r->samples);
+    else
+        printf("eval  epoch %d  step %ld  loss %.4f  top-1 and top-5 not finite (the loss is not finite)  "
+               "(%ld samples)\n", r->epoch, r->step, r->loss, r->samples);
     fflush(stdout);
     if (mt->jsonl) {
-        fprintf(mt->jsonl, "{\"eval\":true,\"step\":%ld,\"epoch\":%d,\"loss\":%.6g,\"top1\":%.6g,\"top5\":%.6g,"
-                           "\"samples\":%ld}\n",
-                r->step, r->epoch, r->loss, r->top1, r->top5, r->samples);
-        fflush(mt->jsonl);
+        Record rec = {.len = 0};
+        record_add(&rec, "{\"eval\":true,\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
+        record_number(&rec, "loss", r->loss);
+        if (finite) {
+            record_number(&rec, "top1", r->top1);
+            record_number(&rec, "top5", r->top5);
+        } else {
+            record_null(&rec, "top1", "loss not finite");
+            record_null(&rec, "top5", "loss not finite");
+        }
+        record_add(&rec, ",\"samples\":%ld", r->samples);
+        record_write(mt, &rec);
     }
 }
 

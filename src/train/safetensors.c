@@ -104,7 +104,7 @@ SafetensorsWriter *st_writer_open(const char *final_path) {
     w->final_path = string_copy(final_path);
     size_t len = strlen(final_path) + 32;
     w->temp_path = xcalloc(len, 1);
-    snprintf(w->temp_path, len, "%s.tmp.%ld", final_path, (long)getpid());
+    snprintf(w->temp_path, len, "%s" ST_TEMP_INFIX "%ld", final_path, (long)getpid());
     return w;
 }
 

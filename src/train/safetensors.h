@@ -29,6 +29,9 @@ const char *st_dtype_name(StDtype dtype);   // "F32", as the header spells it
 
 typedef struct SafetensorsWriter SafetensorsWriter;
 
+// The temp file of a commit is "<final path>" ST_TEMP_INFIX "<pid of the writer>".
+#define ST_TEMP_INFIX ".tmp."
+
 // Starts a checkpoint that will replace `final_path`; nothing touches the disk before commit.
 SafetensorsWriter *st_writer_open(const char *final_path);
 
