@@ -131,8 +131,8 @@ static int prove_checkpoint_dir(const char *dir, int dry_run, size_t *created, c
     return rc;
 }
 
-// log.metrics: a device (/dev/null) is opened as it is; a file gets its folder made and probed under
-// "<file>.tmp.<pid>", and an existing one must open for appending.
+// log.metrics: a device (/dev/null) is opened as it is; a file gets its folder made and probed, its name
+// must fit the folder's file system, and an existing one must open for appending.
 static int prove_metrics_file(const char *path, size_t *created, char *made_dir, char *err, size_t err_len) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -150,13 +150,14 @@ static int prove_metrics_file(const char *path, size_t *created, char *made_dir,
         snprintf(made_dir, PATH_MAX, "/");
     else
         snprintf(made_dir, PATH_MAX, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    char name[CONFIG_PATH_MAX + 64];
-    snprintf(name, sizeof name, "%s" ST_TEMP_INFIX "%ld", base, (long)getpid());
-    if (strlen(name) > NAME_MAX) {
+    char name[NAME_MAX + 1];
+    snprintf(name, sizeof name, ".amptrain-metrics" ST_TEMP_INFIX "%ld", (long)getpid());
+    int rc = prove_folder("log.metrics", made_dir, name, created, err, err_len);
+    long name_max = rc == 0 ? pathconf(made_dir, _PC_NAME_MAX) : -1;
+    if (name_max > 0 && strlen(base) > (size_t)name_max) {
         snprintf(err, err_len, "log.metrics: cannot write '%s': %s", path, strerror(ENAMETOOLONG));
         return 2;
     }
-    int rc = prove_folder("log.metrics", made_dir, name, created, err, err_len);
     if (rc == 0 && access(path, F_OK) == 0) {
         int fd = open(path, O_WRONLY | O_APPEND);
         if (fd < 0) {
