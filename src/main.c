@@ -2,8 +2,13 @@
 // benchmark, or just describe the run.
 //
 // Exit codes: 0 success (also after SIGTERM/SIGINT: the step is finished and a checkpoint written),
-//             1 runtime failure (a library call failed, a peer rank died, no GPU when cuda was asked for),
-//             2 usage or configuration error (nothing was written).
+//             1 runtime failure (a library call failed, a peer rank died, no GPU when cuda was asked for,
+//               the metrics file could not be written),
+//             2 usage or configuration error (nothing was written): also data, a resume file or an output
+//               folder found unusable at start-up, and ranks given different configs.
+// Start-up is agreed over ranks (dist/agree.h): every rank loads the config and keeps its message, then
+// each stage (config, same config, backend, data, resume, outputs) ends with every rank knowing whether
+// any failed, so all exit together with the failing rank's message.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -40,7 +45,8 @@ static const char usage_text[] =
     "  -h, --help          this text\n"
     "  --version           print the version and the backends this build has\n"
     "  --print-config      print the merged, validated config as YAML and exit\n"
-    "  --dry-run           validate, build the model, print parameters, multiply-adds and memory; no training\n"
+    "  --dry-run           validate, check the data, resume file and output folders (leaving nothing behind),\n"
+    "                      print parameters, multiply-adds and memory; no training\n"
     "  --bench             benchmark: warm-up, then median step time, images/s and peak memory as one JSON\n"
     "                      line (synthetic data resident on the device, like shared/anchors/torch_baseline.py)\n"
     "  --bench-steps N     timed steps of --bench (default 30)\n"

@@ -113,30 +113,23 @@ static char *scalar_copy(YtParse *p, const yaml_event_t *event) {
     return copy;
 }
 
-static const yaml_char_t *event_anchor(const yaml_event_t *event) {
-    switch (event->type) {
-    case YAML_SCALAR_EVENT: return event->data.scalar.anchor;
-    case YAML_SEQUENCE_START_EVENT: return event->data.sequence_start.anchor;
-    case YAML_MAPPING_START_EVENT: return event->data.mapping_start.anchor;
-    default: return NULL;
-    }
-}
-
-static const yaml_char_t *event_tag(const yaml_event_t *event) {
-    switch (event->type) {
-    case YAML_SCALAR_EVENT: return event->data.scalar.tag;
-    case YAML_SEQUENCE_START_EVENT: return event->data.sequence_start.tag;
-    case YAML_MAPPING_START_EVENT: return event->data.mapping_start.tag;
-    default: return NULL;
-    }
+// The anchor (&a) and the tag (!!str) a node event carries, NULL where it has none.
+static void event_marks(const yaml_event_t *event, const yaml_char_t **anchor, const yaml_char_t **tag) {
+    *anchor = *tag = NULL;
+    if (event->type == YAML_SCALAR_EVENT)
+        *anchor = event->data.scalar.anchor, *tag = event->data.scalar.tag;
+    else if (event->type == YAML_SEQUENCE_START_EVENT)
+        *anchor = event->data.sequence_start.anchor, *tag = event->data.sequence_start.tag;
+    else if (event->type == YAML_MAPPING_START_EVENT)
+        *anchor = event->data.mapping_start.anchor, *tag = event->data.mapping_start.tag;
 }
 
 // Explicit tags are refused rather than honoured: `lr: !!str 0.1` must never read as a number, and
 // no value of ours needs a tag. The message spells the tag as written (libyaml expands `!!x` to
 // `tag:yaml.org,2002:x`).
-static void fail_tag(YtParse *p, const yaml_event_t *event) {
+static void fail_tag(YtParse *p, const yaml_event_t *event, const yaml_char_t *written) {
     static const char core[] = "tag:yaml.org,2002:";
-    const char *tag = (const char *)event_tag(event);
+    const char *tag = (const char *)written;
     int is_core = strncmp(tag, core, sizeof core - 1) == 0;
     parse_fail(p, event->start_mark.line,
                "explicit tags (%s%.40s) are not supported: write the value plainly, in quotes for a string",
@@ -234,7 +227,7 @@ static char *parse_map_key(YtParse *p, yaml_event_t *event) {
     } else if (event->data.scalar.anchor) {
         parse_fail(p, event->start_mark.line, "anchors are not supported");
     } else if (event->data.scalar.tag) {
-        fail_tag(p, event);
+        fail_tag(p, event, event->data.scalar.tag);
     } else {
         key = scalar_copy(p, event);
     }
@@ -283,14 +276,16 @@ static YtNode *parse_mapping(YtParse *p, const yaml_event_t *start, int depth) {
 static YtNode *parse_node(YtParse *p, yaml_event_t *first, int depth) {
     YtNode *node = NULL;
     size_t line0 = first->start_mark.line;
+    const yaml_char_t *anchor, *tag;
+    event_marks(first, &anchor, &tag);
     if (depth > YT_MAX_DEPTH) {
         parse_fail(p, line0, "nesting deeper than %d levels", YT_MAX_DEPTH);
     } else if (first->type == YAML_ALIAS_EVENT) {
         parse_fail(p, line0, "aliases are not supported");
-    } else if (event_anchor(first)) {
+    } else if (anchor) {
         parse_fail(p, line0, "anchors are not supported");
-    } else if (event_tag(first)) {
-        fail_tag(p, first);
+    } else if (tag) {
+        fail_tag(p, first, tag);
     } else if (first->type == YAML_SCALAR_EVENT) {
         node = parse_scalar(p, first);
     } else if (first->type == YAML_SEQUENCE_START_EVENT) {

@@ -38,41 +38,33 @@ static void end_bar(Metrics *mt) {
 
 // One JSON-lines record. JSON has no NaN or infinity: such a number is written as null, and the record
 // ends with "not_finite":{"key":"nan",...} saying which value it was and why it is missing.
+typedef struct Text {
+    char s[1024];
+    size_t len;
+} Text;
+
 typedef struct Record {
-    char text[1024], not_finite[256];
-    size_t len, nf_len;
+    Text body, not_finite;
 } Record;
 
-static void append(char *buf, size_t cap, size_t *len, const char *fmt, va_list args) {
-    if (*len >= cap) return;
-    int n = vsnprintf(buf + *len, cap - *len, fmt, args);
-    if (n > 0) *len += (size_t)n < cap - *len ? (size_t)n : cap - *len - 1;
-}
-
-static void record_add(Record *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void record_add(Record *r, const char *fmt, ...) {
+static void text_add(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(Text *t, const char *fmt, ...) {
+    if (t->len + 1 >= sizeof t->s) return;
     va_list args;
     va_start(args, fmt);
-    append(r->text, sizeof r->text, &r->len, fmt, args);
+    int n = vsnprintf(t->s + t->len, sizeof t->s - t->len, fmt, args);
     va_end(args);
-}
-
-static void record_why(Record *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void record_why(Record *r, const char *fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    append(r->not_finite, sizeof r->not_finite, &r->nf_len, fmt, args);
-    va_end(args);
+    if (n > 0) t->len += (size_t)n < sizeof t->s - t->len ? (size_t)n : sizeof t->s - t->len - 1;
 }
 
 static void record_null(Record *r, const char *key, const char *why) {
-    record_add(r, ",\"%s\":null", key);
-    record_why(r, "%s\"%s\":\"%s\"", r->nf_len ? "," : "", key, why);
+    text_add(&r->body, ",\"%s\":null", key);
+    text_add(&r->not_finite, "%s\"%s\":\"%s\"", r->not_finite.len ? "," : "", key, why);
 }
 
 static void record_number(Record *r, const char *key, double v) {
     if (isfinite(v))
-        record_add(r, ",\"%s\":%.6g", key, v);
+        text_add(&r->body, ",\"%s\":%.6g", key, v);
     else
         record_null(r, key, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
 }
@@ -81,10 +73,10 @@ static void record_number(Record *r, const char *key, double v) {
 // at once, and nothing more is written: metrics_failed tells the loop to stop.
 static void record_write(Metrics *mt, Record *r) {
     if (mt->failed) return;
-    if (r->nf_len) record_add(r, ",\"not_finite\":{%s}", r->not_finite);
-    record_add(r, "}\n");
+    if (r->not_finite.len) text_add(&r->body, ",\"not_finite\":{%s}", r->not_finite.s);
+    text_add(&r->body, "}\n");
     errno = 0;
-    if (fputs(r->text, mt->jsonl) < 0 || fflush(mt->jsonl) != 0) {
+    if (fputs(r->body.s, mt->jsonl) < 0 || fflush(mt->jsonl) != 0) {
         mt->failed = errno ? errno : EIO;
         end_bar(mt);
         fprintf(stderr, "error: log.metrics: cannot write '%s': %s; the run stops after this step\n", mt->path,
@@ -103,12 +95,12 @@ static void format_eta(double seconds, char *out, size_t n) {
 void metrics_step(Metrics *mt, const StepRecord *r) {
     if (!mt->active) return;
     if (mt->jsonl) {
-        Record rec = {.len = 0};
-        record_add(&rec, "{\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
+        Record rec = {0};
+        text_add(&rec.body, "{\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
         record_number(&rec, "loss", r->loss);
         record_number(&rec, "lr", r->lr);
         record_number(&rec, "scale", r->scale);
-        record_add(&rec, ",\"skipped\":%d,\"skipped_total\":%ld", r->skipped, r->skipped_total);
+        text_add(&rec.body, ",\"skipped\":%d,\"skipped_total\":%ld", r->skipped, r->skipped_total);
         record_number(&rec, "images_per_s", r->images_per_s);
         record_number(&rec, "step_ms", r->step_ms);
         record_number(&rec, "memory_mib", r->memory_mib);
@@ -149,8 +141,8 @@ void metrics_eval(Metrics *mt, const EvalRecord *r) {
                "(%ld samples)\n", r->epoch, r->step, r->loss, r->samples);
     fflush(stdout);
     if (mt->jsonl) {
-        Record rec = {.len = 0};
-        record_add(&rec, "{\"eval\":true,\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
+        Record rec = {0};
+        text_add(&rec.body, "{\"eval\":true,\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
         record_number(&rec, "loss", r->loss);
         if (finite) {
             record_number(&rec, "top1", r->top1);
@@ -159,7 +151,7 @@ void metrics_eval(Metrics *mt, const EvalRecord *r) {
             record_null(&rec, "top1", "loss not finite");
             record_null(&rec, "top5", "loss not finite");
         }
-        record_add(&rec, ",\"samples\":%ld", r->samples);
+        text_add(&rec.body, ",\"samples\":%ld", r->samples);
         record_write(mt, &rec);
     }
 }

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #include "kernels/cuda_backend.h"
 #include "test_util.h"
@@ -34,14 +33,7 @@ static int run_pair(const char *a, const char *b) {
              "timeout %d mpiexec --allow-run-as-root --oversubscribe "
              "-np 1 --wdir startup/r0 %s %s " QUICK " %s : -np 1 --wdir startup/r1 %s %s " QUICK " %s 2>&1",
              JOB_TIMEOUT_S, AMPTRAIN_BIN, TINY, a, AMPTRAIN_BIN, TINY, b);
-    FILE *p = popen(cmd, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t len = fread(out, 1, sizeof out - 1, p);
-    out[len] = 0;
-    char drain[4096];
-    while (fread(drain, 1, sizeof drain, p) > 0) continue;
-    int status = pclose(p);
-    return status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return tu_run_shell(cmd, out, sizeof out);
 }
 
 static int count(const char *text, const char *needle) {
