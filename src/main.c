@@ -2,22 +2,33 @@
 // benchmark, or just describe the run.
 //
 // Exit codes: 0 success (also after SIGTERM/SIGINT: the step is finished and a checkpoint written),
-//             1 runtime failure (a library call failed, a peer rank died, no GPU when cuda was asked for),
-//             2 usage or configuration error (nothing was written).
+//             1 runtime failure (a library call failed, a peer rank died, no GPU when cuda was asked for,
+//               the metrics file could not be written),
+//             2 usage or configuration error (nothing was written): also data, a resume file or an output
+//               folder found unusable at start-up, and ranks given different configs.
+// Start-up is agreed over ranks (dist/agree.h): every rank loads the config and keeps its message, then
+// each stage (config, same config, backend, data, resume, outputs) ends with every rank knowing whether
+// any failed, so all exit together with the failing rank's message.
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/check.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "data/dataset.h"
+#include "dist/agree.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
 #include "kernels/cuda_backend.h"
 #include "model/activations.h"
 #include "model/resnext.h"
 #include "train/bench.h"
+#include "train/outputs.h"
+#include "train/safetensors.h"
 #include "train/trainer.h"
 
 static const char usage_text[] =
@@ -35,7 +46,8 @@ static const char usage_text[] =
     "  -h, --help          this text\n"
     "  --version           print the version and the backends this build has\n"
     "  --print-config      print the merged, validated config as YAML and exit\n"
-    "  --dry-run           validate, build the model, print parameters, multiply-adds and memory; no training\n"
+    "  --dry-run           validate, check the data, resume file and output folders (leaving nothing behind),\n"
+    "                      print parameters, multiply-adds and memory; no training\n"
     "  --bench             benchmark: warm-up, then median step time, images/s and peak memory as one JSON\n"
     "                      line (synthetic data resident on the device, like shared/anchors/torch_baseline.py)\n"
     "  --bench-steps N     timed steps of --bench (default 30)\n"
@@ -172,33 +184,112 @@ static void on_stop_signal(int sig) {
     stop_requested = 1;
 }
 
-static Backend *select_backend(const Config *cfg, Comm *comm) {
+// Picks this rank's backend, or returns NULL with why set. Every rank makes the same collective calls
+// whatever it sees (hosts may differ in GPUs), so the start-up stays in step.
+static Backend *select_backend(const Config *cfg, Comm *comm, char *why, size_t cap) {
     const char *want = cfg->backend.device;
-    char why[512] = "";
-    if (strcmp(want, "cpu") != 0) {
-        int gpus = cuda_visible_device_count();
-        if (gpus > 0) {
-            char refuse[512];
-            if (comm_check_local_gpus(comm, gpus, refuse, sizeof refuse) != 0) {
-                log_error("%s", refuse);
-                return NULL;
-            }
-            Backend *be = cuda_backend_create(comm->local_rank, cfg->cudnn.benchmark, cfg->cudnn.tf32,
-                                              cfg->cudnn.matmul_tf32, why, sizeof why);
-            if (be) {
-                cuda_backend_set_workspace_cap(be, (size_t)cfg->cudnn.workspace_mb << 20);
-                return be;
-            }
-        } else {
-            snprintf(why, sizeof why, "no CUDA device is visible");
-        }
-        if (!strcmp(want, "cuda")) {
-            log_error("backend.device is cuda but the CUDA backend is unavailable: %s", why);
-            return NULL;
+    if (!strcmp(want, "cpu")) return cpu_backend_create();
+    int gpus = cuda_visible_device_count();
+    float any_gpu = gpus > 0;
+    comm->allreduce_max_flag(comm, &any_gpu);
+    char reason[512] = "no CUDA device is visible";
+    if (any_gpu != 0) {
+        if (comm_check_local_gpus(comm, gpus, why, cap) != 0) return NULL;
+        Backend *be = cuda_backend_create(comm->local_rank, cfg->cudnn.benchmark, cfg->cudnn.tf32,
+                                          cfg->cudnn.matmul_tf32, reason, sizeof reason);
+        if (be) {
+            cuda_backend_set_workspace_cap(be, (size_t)cfg->cudnn.workspace_mb << 20);
+            return be;
         }
     }
-    if (!strcmp(want, "auto") && why[0]) log_info("no GPU (%s): using the CPU reference backend", why);
+    if (!strcmp(want, "cuda")) {
+        snprintf(why, cap, "backend.device is cuda but the CUDA backend is unavailable: %s", reason);
+        return NULL;
+    }
+    log_info("no GPU (%s): using the CPU reference backend", reason);
     return cpu_backend_create();
+}
+
+// Every rank must run the same config: compared key by key with rank 0's (paths included).
+static int agree_config(Comm *comm, const Config *cfg) {
+    size_t n = config_value_count();
+    char(*names)[96] = xcalloc(n, sizeof *names);
+    char(*values)[CONFIG_VALUE_MAX] = xcalloc(n, sizeof *values);
+    const char **name_list = xcalloc(n, sizeof *name_list), **value_list = xcalloc(n, sizeof *value_list);
+    for (size_t i = 0; i < n; i++) {
+        config_value_text(cfg, i, names[i], sizeof names[i], values[i], sizeof values[i]);
+        name_list[i] = names[i], value_list[i] = values[i];
+    }
+    int rc = agree_same(comm, "the configs", n, name_list, value_list);
+    free(names), free(values), free(name_list), free(value_list);
+    return rc;
+}
+
+// --dry-run: the data and the resume file open (every rank), the outputs can be written (rank 0: made,
+// probed, then removed again), then the description. Nothing is left on disk.
+static int dry_run(const Config *cfg, Comm *comm) {
+    char err[AGREE_MESSAGE_MAX] = "";
+    Dataset *train = NULL, *val = NULL;
+    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &train, err, sizeof err);
+    if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, &val, err, sizeof err);
+    if (train) dataset_close(train);
+    if (val) dataset_close(val);
+    if (rc == 0 && cfg->checkpoint.resume[0]) {
+        SafetensorsFile *f = st_open(cfg->checkpoint.resume, err, sizeof err);
+        rc = f ? 0 : 2;
+        if (f) st_close(f);
+    }
+    if (rc == 0 && comm->rank == 0) rc = outputs_prepare(cfg, 1, err, sizeof err);
+    rc = agree_startup(comm, rc, err);
+    if (rc == 0 && comm->rank == 0) print_dry_run(cfg);
+    return rc;
+}
+
+static void print_summary(Trainer *t, const Config *cfg) {
+    Backend *be = t->be;
+    ScalerState st = scaler_read(&t->scaler, be);
+    long run_steps = t->step - t->first_step;
+    metrics_summary(&t->metrics, &(SummaryRecord){
+        .steps = t->step, .epoch = t->epoch, .world = t->comm->size, .amp = cfg->amp.enabled,
+        .seconds = t->train_seconds, .images_per_s = t->train_seconds > 0 ? t->images_seen / t->train_seconds : 0,
+        .backend = be->name, .peak_mib = be->peak_bytes(be) / 1048576.0, .skipped_total = st.skipped_total,
+        .scale = st.scale, .final_loss = t->last_loss, .eval = t->has_eval ? &t->last_eval : NULL,
+        .startup_s = t->startup_s, .data_wait_ms = run_steps > 0 ? 1e3 * t->data_wait_total_s / run_steps : 0,
+        .graph_steps = t->graph_steps});
+}
+
+// The backend and the gradient communicator, agreed over ranks, then the benchmark or the training.
+static int run(const Cli *cli, const Config *cfg, Comm *comm) {
+    char why[AGREE_MESSAGE_MAX] = "";
+    Backend *be = select_backend(cfg, comm, why, sizeof why);
+    int rc = agree_startup(comm, be ? 0 : 1, why);
+    if (rc == 0) rc = agree_same(comm, "the backends", 1, (const char *[]){"backend"}, (const char *[]){be->name});
+    Comm *grad_comm = comm;
+    if (rc == 0 && comm->size > 1 && strcmp(be->name, "cpu") != 0) {
+        grad_comm = comm_nccl_create(comm, cuda_backend_stream(be));
+        snprintf(why, sizeof why, "%d ranks on the CUDA backend need NCCL, and this build has none", comm->size);
+        rc = agree_startup(comm, grad_comm ? 0 : 1, why);
+    }
+    if (rc == 0) {
+        log_info("amptrain %s: %d rank%s, backend %s, gradients over %s, %s", AMPTRAIN_VERSION, comm->size,
+                 comm->size > 1 ? "s" : "", be->name, grad_comm->name, cfg->amp.enabled ? "AMP (fp16)" : "fp32");
+        if (cli->bench) {
+            rc = bench_run(cfg, be, comm, grad_comm, &cli->bench_opt);
+        } else {
+            struct sigaction sa = {.sa_handler = on_stop_signal};
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGTERM, &sa, NULL);
+            sigaction(SIGINT, &sa, NULL);
+            Trainer t;
+            rc = trainer_init(&t, cfg, be, comm, grad_comm);
+            if (rc == 0) rc = trainer_run(&t, &stop_requested);
+            if (rc == 0 && comm->rank == 0) print_summary(&t, cfg);
+            trainer_free(&t);
+        }
+    }
+    if (grad_comm && grad_comm != comm) grad_comm->destroy(grad_comm);
+    if (be) be->destroy(be);
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -209,68 +300,24 @@ int main(int argc, char **argv) {
         return rc;
     }
     static Config cfg;
-    FILE *err = launcher_rank() == 0 ? stderr : NULL;
-    FILE *sink = err ? err : fopen("/dev/null", "w");
+    // Every rank loads the config and keeps its message: the ranks agree below on who failed.
+    char message[AGREE_MESSAGE_MAX] = "";
+    FILE *sink = fmemopen(message, sizeof message, "w");
     rc = config_load(&cfg, cli.config_path, cli.n_overrides, cli.overrides, sink);
-    if (!err && sink) fclose(sink);
+    if (sink) fclose(sink);
+    message[strcspn(message, "\n")] = '\0';
     free(cli.overrides);
-    if (rc != 0) return 2;
     if (cli.print_config) {
-        if (launcher_rank() == 0) config_print(&cfg, stdout);
-        return 0;
-    }
-    if (cli.dry_run) {
-        if (launcher_rank() == 0) print_dry_run(&cfg);
-        return 0;
+        if (launcher_rank() == 0 && rc != 0) fprintf(stderr, "%s\n", message);
+        if (launcher_rank() == 0 && rc == 0) config_print(&cfg, stdout);
+        return rc ? 2 : 0;
     }
 
+    // An invalid config leaves the defaults in cfg (dist.timeout_s among them) for this start-up.
     Comm *comm = comm_init(&argc, &argv, cfg.dist.timeout_s);
-    Backend *be = select_backend(&cfg, comm);
-    if (!be) {
-        comm->destroy(comm);
-        comm_finalize();
-        return 1;
-    }
-    Comm *grad_comm = comm;
-    if (comm->size > 1 && strcmp(be->name, "cpu") != 0) {
-        grad_comm = comm_nccl_create(comm, cuda_backend_stream(be));
-        if (!grad_comm) {
-            log_error("%d ranks on the CUDA backend need NCCL, and this build has none", comm->size);
-            be->destroy(be);
-            comm->destroy(comm);
-            comm_finalize();
-            return 1;
-        }
-    }
-    log_info("amptrain %s: %d rank%s, backend %s, gradients over %s, %s", AMPTRAIN_VERSION, comm->size,
-             comm->size > 1 ? "s" : "", be->name, grad_comm->name, cfg.amp.enabled ? "AMP (fp16)" : "fp32");
-
-    if (cli.bench) {
-        rc = bench_run(&cfg, be, comm, grad_comm, &cli.bench_opt);
-    } else {
-        struct sigaction sa = {.sa_handler = on_stop_signal};
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGTERM, &sa, NULL);
-        sigaction(SIGINT, &sa, NULL);
-        Trainer t;
-        rc = trainer_init(&t, &cfg, be, comm, grad_comm);
-        if (rc == 0) rc = trainer_run(&t, &stop_requested);
-        if (rc == 0 && comm->rank == 0) {
-            ScalerState st = scaler_read(&t.scaler, be);
-            metrics_summary(&t.metrics, &(SummaryRecord){
-                .steps = t.step, .epoch = t.epoch, .world = comm->size, .amp = cfg.amp.enabled,
-                .seconds = t.train_seconds,
-                .images_per_s = t.train_seconds > 0 ? t.images_seen / t.train_seconds : 0,
-                .backend = be->name, .peak_mib = be->peak_bytes(be) / 1048576.0,
-                .skipped_total = st.skipped_total, .scale = st.scale, .final_loss = t.last_loss,
-                .eval = t.has_eval ? &t.last_eval : NULL, .startup_s = t.startup_s,
-                .data_wait_ms = t.step > t.first_step ? 1e3 * t.data_wait_total_s / (double)(t.step - t.first_step) : 0,
-                .graph_steps = t.graph_steps});
-        }
-        trainer_free(&t);
-    }
-    if (grad_comm != comm) grad_comm->destroy(grad_comm);
-    be->destroy(be);
+    rc = agree_startup(comm, rc ? 2 : 0, message);
+    if (rc == 0) rc = agree_config(comm, &cfg);
+    if (rc == 0) rc = cli.dry_run ? dry_run(&cfg, comm) : run(&cli, &cfg, comm);
     comm->destroy(comm);
     comm_finalize();
     return rc;

@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/config.h"
+#include "train/safetensors.h"
 #include "train/trainer.h"
 
 #include <math.h>
@@ -43,8 +44,12 @@ double tu_rel_error(const float *a, const float *b, size_t n) {
 }
 
 int tu_run_cli(const char *args, char *output, size_t cap) {
-    char cmd[4096];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s %s 2>&1", AMPTRAIN_BIN, args);
+    return tu_run_shell(cmd, output, cap);
+}
+
+int tu_run_shell(const char *cmd, char *output, size_t cap) {
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     size_t len = 0;
@@ -62,6 +67,35 @@ int tu_run_cli(const char *args, char *output, size_t cap) {
     int status = pclose(p);
     if (status == -1 || !WIFEXITED(status)) return -1;
     return WEXITSTATUS(status);
+}
+
+void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta) {
+    static const char *const keys[] = {"format", "model", "arch", "amp", "scale", "growth_count", "skipped_total",
+                                       "step", "epoch", "samples_done", "seed", "world_size", "batch_size",
+                                       "accum_steps"};
+    char err[1024];
+    SafetensorsFile *f = st_open(src, err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    SafetensorsWriter *w = st_writer_open(dst);
+    for (size_t i = 0; i < st_count(f); i++) {
+        const StTensor *t = st_tensor(f, i);
+        void *data = xcalloc(t->nbytes ? t->nbytes : 1, 1);
+        ck_assert_msg(st_read(f, t->name, t->dtype, t->ndim, t->shape, data, err, sizeof err) == 0, "%s", err);
+        int64_t shape[ST_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof shape);
+        if (edit) edit(t->name, (int)t->dtype, shape, data, ctx);
+        st_writer_add_copy(w, t->name, t->dtype, t->ndim, shape, data);
+        free(data);
+    }
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+        const char *value = st_meta(f, keys[k]);
+        for (int m = 0; meta && meta[m]; m += 2)
+            if (strcmp(meta[m], keys[k]) == 0) value = meta[m + 1];
+        ck_assert_msg(value != NULL, "%s has no metadata '%s'", src, keys[k]);
+        st_writer_set_meta(w, keys[k], value);
+    }
+    ck_assert_msg(st_writer_commit(w, err, sizeof err) == 0, "%s", err);
+    st_close(f);
 }
 
 const char *tu_write_file(const char *path, const char *text) {

@@ -15,6 +15,15 @@ double tu_rel_error(const float *a, const float *b, size_t n);
 // bytes, NUL-terminated) and returns the exit status (or -1 if it did not exit normally).
 int tu_run_cli(const char *args, char *output, size_t cap);
 
+// Runs a shell command line as it is (stderr not redirected); output and result as tu_run_cli.
+int tu_run_shell(const char *command, char *output, size_t cap);
+
+// Copies the safetensors file src to dst tensor by tensor, with the metadata keys an amptrain checkpoint
+// has (train/checkpoint.h). edit (NULL: none) may change each tensor's shape and data (dtype: a StDtype)
+// before it is written; meta (NULL: none) is NULL-terminated "key", "value" pairs that replace values.
+typedef void (*TuTensorEdit)(const char *name, int dtype, int64_t *shape, void *data, void *ctx);
+void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta);
+
 // Writes text to a file (overwrites); returns the path for convenience.
 const char *tu_write_file(const char *path, const char *text);
 

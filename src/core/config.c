@@ -7,13 +7,13 @@
 #include "config.h"
 
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "config_schema.h"
 #include "yaml_tree.h"
@@ -271,6 +271,24 @@ static int fail_range(const Loader *L, Where at, const char *name, const ConfigK
     return fail_at(L, at, "%s: must be %s (got %s)", name, range, got);
 }
 
+// The run computes in fp32 (the loss scale, the learning rate, factors on fp32 weights), so a bounded
+// float key holds 0 or a normal fp32 magnitude: 1e-320 passes "> 0" yet is 0 as a float (a loss scale
+// of 0 turns every loss into NaN), and 1e39 is inf. Only the unbounded rows (debug.inject_value) take
+// anything.
+static int is_float_normal(const ConfigKey *row, double v) {
+    if (row->lo == -INFINITY && row->hi == INFINITY) return 1;
+    return v == 0 || (fabs(v) >= FLT_MIN && fabs(v) <= FLT_MAX);
+}
+
+static int fail_not_normal(const Loader *L, Where at, const char *name, double v) {
+    char got[32], lo[32], hi[32];
+    format_double(v, got, sizeof got);
+    format_double(FLT_MIN, lo, sizeof lo);
+    format_double(FLT_MAX, hi, sizeof hi);
+    return fail_at(L, at, "%s: %s is not a normal fp32 number (0, or a magnitude in [%s, %s])", name, got,
+                   lo, hi);
+}
+
 // An integer in the row's range, into *out; 0 on success, else the error has been reported.
 static int read_integer(const Loader *L, Where at, const char *name, const ConfigKey *row,
                         const YtNode *node, long lo, long hi, long *out) {
@@ -354,6 +372,8 @@ static int apply_value(Loader *L, const ConfigKey *row, const YtNode *node, Wher
             rc = fail_expected(L, at, name, "a number", node);
         else if (!in_range(row, d))
             rc = fail_range(L, at, name, row, d);
+        else if (!is_float_normal(row, d))
+            rc = fail_not_normal(L, at, name, d);
         else
             *(double *)field = d;
         break;
@@ -437,18 +457,10 @@ static int apply_document(Loader *L, const YtNode *root) {
 }
 
 static int apply_file(Loader *L, const char *path) {
-    // Checked here rather than left to yt_parse_file so the message reads "cannot read: why".
-    struct stat st;
-    FILE *f = fopen(path, "rb");
-    if (!f) return fail_at(L, (Where){FROM_DEFAULT, 0}, "cannot read: %s", strerror(errno));
-    int is_dir = fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode);
-    fclose(f);
-    if (is_dir) return fail_at(L, (Where){FROM_DEFAULT, 0}, "cannot read: %s", strerror(EISDIR));
-
     char message[MESSAGE_MAX];
     YtNode *root = yt_parse_file(path, message, sizeof message);
     if (!root) {
-        // yt_parse_file's message already reads "FILE:LINE: what".
+        // yt_parse_file's message already reads "FILE:LINE: what" or "FILE: cannot read: why".
         write_line(L->err, message);
         return CONFIG_EXIT_INVALID;
     }
@@ -688,6 +700,17 @@ static void print_value(FILE *out, const ConfigKey *row, const Config *cfg) {
         break;
     }
     }
+}
+
+size_t config_value_count(void) { return config_key_count; }
+
+void config_value_text(const Config *cfg, size_t i, char *name, size_t name_len, char *value, size_t value_len) {
+    full_name(&config_keys[i], name, name_len);
+    value[0] = '\0';
+    FILE *out = fmemopen(value, value_len, "w");
+    if (!out) return;
+    print_value(out, &config_keys[i], cfg);
+    fclose(out);
 }
 
 void config_print(const Config *cfg, FILE *out) {

@@ -119,4 +119,11 @@ int config_load(Config *cfg, const char *path, int n_overrides, char **overrides
 // Writes the merged config as YAML that config_load reads back to the same values.
 void config_print(const Config *cfg, FILE *out);
 
+// The keys one by one, for comparing two configs (the ranks of one run must hold the same): key i in
+// [0, config_value_count()) as its name "section.key" and its value as config_print writes it.
+// CONFIG_VALUE_MAX holds any value (a string of CONFIG_PATH_MAX - 1 characters, each escaped as \xHH).
+#define CONFIG_VALUE_MAX (4 * CONFIG_PATH_MAX + 8)
+size_t config_value_count(void);
+void config_value_text(const Config *cfg, size_t i, char *name, size_t name_len, char *value, size_t value_len);
+
 #endif

@@ -5,12 +5,14 @@
 #include "yaml_tree.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
 
 // Deeper nesting than this is no config or checkpoint header we write; the limit keeps a hostile
@@ -111,13 +113,27 @@ static char *scalar_copy(YtParse *p, const yaml_event_t *event) {
     return copy;
 }
 
-static const yaml_char_t *event_anchor(const yaml_event_t *event) {
-    switch (event->type) {
-    case YAML_SCALAR_EVENT: return event->data.scalar.anchor;
-    case YAML_SEQUENCE_START_EVENT: return event->data.sequence_start.anchor;
-    case YAML_MAPPING_START_EVENT: return event->data.mapping_start.anchor;
-    default: return NULL;
-    }
+// The anchor (&a) and the tag (!!str) a node event carries, NULL where it has none.
+static void event_marks(const yaml_event_t *event, const yaml_char_t **anchor, const yaml_char_t **tag) {
+    *anchor = *tag = NULL;
+    if (event->type == YAML_SCALAR_EVENT)
+        *anchor = event->data.scalar.anchor, *tag = event->data.scalar.tag;
+    else if (event->type == YAML_SEQUENCE_START_EVENT)
+        *anchor = event->data.sequence_start.anchor, *tag = event->data.sequence_start.tag;
+    else if (event->type == YAML_MAPPING_START_EVENT)
+        *anchor = event->data.mapping_start.anchor, *tag = event->data.mapping_start.tag;
+}
+
+// Explicit tags are refused rather than honoured: `lr: !!str 0.1` must never read as a number, and
+// no value of ours needs a tag. The message spells the tag as written (libyaml expands `!!x` to
+// `tag:yaml.org,2002:x`).
+static void fail_tag(YtParse *p, const yaml_event_t *event, const yaml_char_t *written) {
+    static const char core[] = "tag:yaml.org,2002:";
+    const char *tag = (const char *)written;
+    int is_core = strncmp(tag, core, sizeof core - 1) == 0;
+    parse_fail(p, event->start_mark.line,
+               "explicit tags (%s%.40s) are not supported: write the value plainly, in quotes for a string",
+               is_core ? "!!" : "", is_core ? tag + sizeof core - 1 : tag);
 }
 
 static YtNode *parse_node(YtParse *p, yaml_event_t *first, int depth);
@@ -210,6 +226,8 @@ static char *parse_map_key(YtParse *p, yaml_event_t *event) {
         parse_fail(p, event->start_mark.line, "map keys must be scalars");
     } else if (event->data.scalar.anchor) {
         parse_fail(p, event->start_mark.line, "anchors are not supported");
+    } else if (event->data.scalar.tag) {
+        fail_tag(p, event, event->data.scalar.tag);
     } else {
         key = scalar_copy(p, event);
     }
@@ -258,12 +276,16 @@ static YtNode *parse_mapping(YtParse *p, const yaml_event_t *start, int depth) {
 static YtNode *parse_node(YtParse *p, yaml_event_t *first, int depth) {
     YtNode *node = NULL;
     size_t line0 = first->start_mark.line;
+    const yaml_char_t *anchor, *tag;
+    event_marks(first, &anchor, &tag);
     if (depth > YT_MAX_DEPTH) {
         parse_fail(p, line0, "nesting deeper than %d levels", YT_MAX_DEPTH);
     } else if (first->type == YAML_ALIAS_EVENT) {
         parse_fail(p, line0, "aliases are not supported");
-    } else if (event_anchor(first)) {
+    } else if (anchor) {
         parse_fail(p, line0, "anchors are not supported");
+    } else if (tag) {
+        fail_tag(p, first, tag);
     } else if (first->type == YAML_SCALAR_EVENT) {
         node = parse_scalar(p, first);
     } else if (first->type == YAML_SEQUENCE_START_EVENT) {
@@ -343,32 +365,53 @@ YtNode *yt_parse_buffer(const char *data, size_t len, const char *name, char *er
 }
 
 static void file_fail(char *err, size_t err_len, const char *path, const char *why) {
-    if (err && err_len) snprintf(err, err_len, "%s: %s", path, why);
+    if (err && err_len) snprintf(err, err_len, "%s: cannot read: %s", path, why);
+}
+
+// Why `st` is no file to read, or NULL for a regular file.
+static const char *irregular_kind(const struct stat *st) {
+    if (S_ISREG(st->st_mode)) return NULL;
+    if (S_ISDIR(st->st_mode)) return "a directory";
+    if (S_ISFIFO(st->st_mode)) return "a FIFO";
+    if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) return "a device";
+    if (S_ISSOCK(st->st_mode)) return "a socket";
+    return "a special file";
 }
 
 YtNode *yt_parse_file(const char *path, char *err, size_t err_len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer before fstat could refuse it.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
         file_fail(err, err_len, path, strerror(errno));
         return NULL;
     }
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        file_fail(err, err_len, path, "not a regular file");
-        fclose(f);
+    const char *kind = fstat(fd, &st) != 0 ? "unknown (fstat failed)" : irregular_kind(&st);
+    if (kind) {
+        char why[96];
+        snprintf(why, sizeof why, "not a regular file (%s)", kind);
+        file_fail(err, err_len, path, why);
+        close(fd);
         return NULL;
     }
-    // The file's size bounds the read: whatever the content, no more than st_size bytes are taken.
+    // The file's size bounds the read: whatever the content, no more than st_size bytes are taken,
+    // and one byte beyond them means the size lies (a /proc file reports 0).
     size_t size = (size_t)st.st_size;
-    char *data = malloc(size ? size : 1);
+    char *data = malloc(size + 1);
     if (!data) {
         file_fail(err, err_len, path, "out of memory");
-        fclose(f);
+        close(fd);
         return NULL;
     }
-    size_t got = fread(data, 1, size, f);
-    const char *why = got == size ? NULL : ferror(f) ? strerror(errno) : "file shrank while reading";
-    fclose(f);
+    size_t got = 0;
+    ssize_t n = 0;
+    while (got < size + 1 && (n = read(fd, data + got, size + 1 - got)) > 0) got += (size_t)n;
+    const char *why = n < 0                 ? strerror(errno)
+                      : got < size          ? "file shrank while reading"
+                      : got > size          ? "not a regular file (it holds more than the size it reports, "
+                                              "like a /proc file)"
+                                            : NULL;
+    close(fd);
     if (why) {
         file_fail(err, err_len, path, why);
         free(data);

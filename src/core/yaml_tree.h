@@ -2,7 +2,8 @@
 // of safetensors checkpoints (libyaml reads compact JSON as a flow mapping, `\/` escapes included).
 //
 // The document becomes a small tree; every node remembers its 1-based line so errors can say
-// `FILE:LINE: KEY: what is wrong`. Anchors/aliases and multi-document streams are rejected.
+// `FILE:LINE: KEY: what is wrong`. Anchors/aliases, explicit tags (`!!str`) and multi-document
+// streams are rejected.
 #ifndef AMPTRAIN_YAML_TREE_H
 #define AMPTRAIN_YAML_TREE_H
 
@@ -24,6 +25,9 @@ struct YtNode {
 
 // Parses a whole file / an in-memory buffer. On failure returns NULL and writes
 // "NAME:LINE: message" into err. `name` is what error messages call the buffer.
+// A file must be a regular file whose size tells its length: a FIFO or a device is refused before
+// anything is read (opening does not wait for a FIFO's writer), and a file that holds more than its
+// size says (a /proc file reports 0) is refused too: "PATH: cannot read: not a regular file (a FIFO)".
 // An empty document parses as an empty map.
 YtNode *yt_parse_file(const char *path, char *err, size_t err_len);
 YtNode *yt_parse_buffer(const char *data, size_t len, const char *name, char *err, size_t err_len);

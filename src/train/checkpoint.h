@@ -21,8 +21,17 @@
 #define CHECKPOINT_MOMENTUM_PREFIX "amptrain.momentum."
 
 int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len);
-// Restores weights, momentum, BN statistics, scaler state and the data position.
+// Restores weights, momentum, BN statistics, scaler state and the data position. Refuses (1, one line in
+// err, the run untouched) what no run writes: a tensor holding NaN or inf (named), a negative BN
+// variance, a loss scale that is not a positive normal fp32 number, negative counters, samples_done
+// beyond the epoch, a step count below the epoch count, growth_count or skipped_total beyond step, a
+// non-positive world_size/batch_size/accum_steps, a position past the end of train.epochs.
 int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len);
+
+// After every rank loaded checkpoint.resume (its own copy, maybe on another host): 0 when all resumed
+// the same state (position, scaler, a digest of weights, momentum and BN statistics), else 2 on every
+// rank with the first difference printed (dist/agree.h).
+int checkpoint_agree_resumed(Trainer *t);
 
 // The model part alone (torchvision names and layouts) into host buffers in our layout: master
 // (padded_numel) fp32, stats (stats_numel) fp32 running mean/var, tracked = num_batches_tracked.

@@ -4,7 +4,6 @@
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,34 +13,18 @@ double metrics_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int metrics_make_parent_dir(const char *path) {
-    char dir[CONFIG_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) return 0;
-    *slash = 0;
-    for (char *p = dir + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (dir[0] && mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
-
-int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps) {
+int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps, int append,
+                 char *err, size_t err_len) {
     memset(mt, 0, sizeof *mt);
     mt->active = rank == 0;
     mt->total_steps = total_steps;
     mt->start_time = metrics_now();
+    mt->path = log->metrics;
     if (!mt->active) return 0;
     mt->bar = strcmp(log->progress, "always") == 0 || (strcmp(log->progress, "auto") == 0 && world_size == 1 && isatty(STDOUT_FILENO));
-    if (log->metrics[0]) {
-        if (metrics_make_parent_dir(log->metrics) != 0 || !(mt->jsonl = fopen(log->metrics, "w"))) {
-            fprintf(stderr, "error: cannot write metrics file '%s': %s\n", log->metrics, strerror(errno));
-            return 1;
-        }
+    if (log->metrics[0] && !(mt->jsonl = fopen(log->metrics, append ? "a" : "w"))) {
+        snprintf(err, err_len, "log.metrics: cannot write '%s': %s", log->metrics, strerror(errno));
+        return 2;
     }
     return 0;
 }
@@ -51,6 +34,59 @@ static void end_bar(Metrics *mt) {
     mt->bar_drawn = 0;
 }
 
+// ---- JSON records -----------------------------------------------------------------------------------
+
+// One JSON-lines record. JSON has no NaN or infinity: such a number is written as null, and the record
+// ends with "not_finite":{"key":"nan",...} saying which value it was and why it is missing.
+typedef struct Text {
+    char s[1024];
+    size_t len;
+} Text;
+
+typedef struct Record {
+    Text body, not_finite;
+} Record;
+
+static void text_add(Text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(Text *t, const char *fmt, ...) {
+    if (t->len + 1 >= sizeof t->s) return;
+    va_list args;
+    va_start(args, fmt);
+    int n = vsnprintf(t->s + t->len, sizeof t->s - t->len, fmt, args);
+    va_end(args);
+    if (n > 0) t->len += (size_t)n < sizeof t->s - t->len ? (size_t)n : sizeof t->s - t->len - 1;
+}
+
+static void record_null(Record *r, const char *key, const char *why) {
+    text_add(&r->body, ",\"%s\":null", key);
+    text_add(&r->not_finite, "%s\"%s\":\"%s\"", r->not_finite.len ? "," : "", key, why);
+}
+
+static void record_number(Record *r, const char *key, double v) {
+    if (isfinite(v))
+        text_add(&r->body, ",\"%s\":%.6g", key, v);
+    else
+        record_null(r, key, isnan(v) ? "nan" : v > 0 ? "inf" : "-inf");
+}
+
+// Writes the record and flushes it to the file. The first failure (a full disk, /dev/full) is reported
+// at once, and nothing more is written: metrics_failed tells the loop to stop.
+static void record_write(Metrics *mt, Record *r) {
+    if (mt->failed) return;
+    if (r->not_finite.len) text_add(&r->body, ",\"not_finite\":{%s}", r->not_finite.s);
+    text_add(&r->body, "}\n");
+    errno = 0;
+    if (fputs(r->body.s, mt->jsonl) < 0 || fflush(mt->jsonl) != 0) {
+        mt->failed = errno ? errno : EIO;
+        end_bar(mt);
+        fprintf(stderr, "error: log.metrics: cannot write '%s': %s; the run stops after this step\n", mt->path,
+                strerror(mt->failed));
+        fflush(stderr);
+    }
+}
+
+int metrics_failed(const Metrics *mt) { return mt->failed != 0; }
+
 static void format_eta(double seconds, char *out, size_t n) {
     long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
     snprintf(out, n, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
@@ -59,13 +95,17 @@ static void format_eta(double seconds, char *out, size_t n) {
 void metrics_step(Metrics *mt, const StepRecord *r) {
     if (!mt->active) return;
     if (mt->jsonl) {
-        fprintf(mt->jsonl,
-                "{\"step\":%ld,\"epoch\":%d,\"loss\":%.6g,\"lr\":%.6g,\"scale\":%.6g,\"skipped\":%d,"
-                "\"skipped_total\":%ld,\"images_per_s\":%.1f,\"step_ms\":%.3f,\"data_wait_ms\":%.3f,"
-                "\"memory_mib\":%.1f}\n",
-                r->step, r->epoch, r->loss, r->lr, r->scale, r->skipped, r->skipped_total, r->images_per_s,
-                r->step_ms, r->data_wait_ms, r->memory_mib);
-        fflush(mt->jsonl);
+        Record rec = {0};
+        text_add(&rec.body, "{\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
+        record_number(&rec, "loss", r->loss);
+        record_number(&rec, "lr", r->lr);
+        record_number(&rec, "scale", r->scale);
+        text_add(&rec.body, ",\"skipped\":%d,\"skipped_total\":%ld", r->skipped, r->skipped_total);
+        record_number(&rec, "images_per_s", r->images_per_s);
+        record_number(&rec, "step_ms", r->step_ms);
+        record_number(&rec, "data_wait_ms", r->data_wait_ms);
+        record_number(&rec, "memory_mib", r->memory_mib);
+        record_write(mt, &rec);
     }
     double elapsed = metrics_now() - mt->start_time;
     char eta[32];
@@ -92,22 +132,29 @@ void metrics_step(Metrics *mt, const StepRecord *r) {
 void metrics_eval(Metrics *mt, const EvalRecord *r) {
     if (!mt->active) return;
     end_bar(mt);
-    printf("eval  epoch %d  step %ld  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld samples)\n", r->epoch, r->step,
-           r->loss, 100 * r->top1, 100 * r->top5, r->samples);
+    // A loss that is not finite makes the ranking of the logits meaningless: no accuracy is claimed.
+    int finite = isfinite(r->loss);
+    if (finite)
+        printf("eval  epoch %d  step %ld  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld samples)\n", r->epoch, r->step,
+               r->loss, 100 * r->top1, 100 * r->top5, r->samples);
+    else
+        printf("eval  epoch %d  step %ld  loss %.4f  top-1 and top-5 not finite (the loss is not finite)  "
+               "(%ld samples)\n", r->epoch, r->step, r->loss, r->samples);
     fflush(stdout);
     if (mt->jsonl) {
-        fprintf(mt->jsonl, "{\"eval\":true,\"step\":%ld,\"epoch\":%d,\"loss\":%.6g,\"top1\":%.6g,\"top5\":%.6g,"
-                           "\"samples\":%ld}\n",
-                r->step, r->epoch, r->loss, r->top1, r->top5, r->samples);
-        fflush(mt->jsonl);
+        Record rec = {0};
+        text_add(&rec.body, "{\"eval\":true,\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
+        record_number(&rec, "loss", r->loss);
+        if (finite) {
+            record_number(&rec, "top1", r->top1);
+            record_number(&rec, "top5", r->top5);
+        } else {
+            record_null(&rec, "top1", "loss not finite");
+            record_null(&rec, "top5", "loss not finite");
+        }
+        text_add(&rec.body, ",\"samples\":%ld", r->samples);
+        record_write(mt, &rec);
     }
-}
-
-// JSON has no NaN or infinity: a non-finite value is written as null.
-static const char *json_number(char *buf, size_t n, double v) {
-    if (!isfinite(v)) return "null";
-    snprintf(buf, n, "%.6g", v);
-    return buf;
 }
 
 void metrics_summary(Metrics *mt, const SummaryRecord *r) {
@@ -117,26 +164,38 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
            "loss scale %g, final loss %.4f",
            r->steps, r->epoch, r->seconds, r->images_per_s, r->backend, r->peak_mib, r->skipped_total, r->scale,
            r->final_loss);
-    if (r->eval)
+    if (r->eval && isfinite(r->eval->loss))
         printf(", val loss %.4f, top-1 %.2f%%, top-5 %.2f%%", r->eval->loss, 100 * r->eval->top1,
                100 * r->eval->top5);
+    else if (r->eval)
+        printf(", val loss %.4f, top-1 and top-5 not finite", r->eval->loss);
     printf("; start-up %.2f s (build, first step with cuDNN's search), data wait %.2f ms/step, %ld of %ld steps "
            "replayed from the CUDA graph\n", r->startup_s, r->data_wait_ms, r->graph_steps, r->steps);
     fflush(stdout);
     if (!mt->jsonl) return;
-    char loss[32], val[32];
-    fprintf(mt->jsonl,
-            "{\"summary\":true,\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\","
-            "\"seconds\":%.3f,\"images_per_s\":%.1f,\"peak_mib\":%.1f,\"skipped_total\":%ld,\"scale\":%.6g,"
-            "\"final_loss\":%s,\"startup_s\":%.3f,\"data_wait_ms\":%.3f,\"graph_steps\":%ld",
-            r->steps, r->epoch, r->world, r->amp ? "true" : "false", r->backend, r->seconds, r->images_per_s,
-            r->peak_mib, r->skipped_total, r->scale, json_number(loss, sizeof loss, r->final_loss), r->startup_s,
-            r->data_wait_ms, r->graph_steps);
-    if (r->eval)
-        fprintf(mt->jsonl, ",\"val_loss\":%s,\"top1\":%.6g,\"top5\":%.6g",
-                json_number(val, sizeof val, r->eval->loss), r->eval->top1, r->eval->top5);
-    fprintf(mt->jsonl, "}\n");
-    fflush(mt->jsonl);
+    Record rec = {0};
+    text_add(&rec.body, "{\"summary\":true,\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\"",
+             r->steps, r->epoch, r->world, r->amp ? "true" : "false", r->backend);
+    record_number(&rec, "seconds", r->seconds);
+    record_number(&rec, "images_per_s", r->images_per_s);
+    record_number(&rec, "peak_mib", r->peak_mib);
+    text_add(&rec.body, ",\"skipped_total\":%ld", r->skipped_total);
+    record_number(&rec, "scale", r->scale);
+    record_number(&rec, "final_loss", r->final_loss);
+    record_number(&rec, "startup_s", r->startup_s);
+    record_number(&rec, "data_wait_ms", r->data_wait_ms);
+    text_add(&rec.body, ",\"graph_steps\":%ld", r->graph_steps);
+    if (r->eval) {
+        record_number(&rec, "val_loss", r->eval->loss);
+        if (isfinite(r->eval->loss)) {
+            record_number(&rec, "top1", r->eval->top1);
+            record_number(&rec, "top5", r->eval->top5);
+        } else {
+            record_null(&rec, "top1", "loss not finite");
+            record_null(&rec, "top5", "loss not finite");
+        }
+    }
+    record_write(mt, &rec);
 }
 
 void metrics_note(Metrics *mt, const char *fmt, ...) {

@@ -50,6 +50,8 @@ typedef struct SummaryRecord {
 
 typedef struct Metrics {
     FILE *jsonl;         // NULL: no metrics file
+    const char *path;    // log.metrics, for messages
+    int failed;          // errno of the first failed write to jsonl (0: none); nothing is written after it
     int bar;             // 1: redraw a progress bar on stdout
     int active;          // rank 0
     long total_steps;
@@ -57,20 +59,26 @@ typedef struct Metrics {
     int bar_drawn;       // a bar line is on screen (end it before printing other lines)
 } Metrics;
 
-// path "" : no file. Creates the parent folder. Returns 0, or 1 with a message on stderr.
+// path "" : no file. The folder must exist (outputs_prepare made and probed it). append: a resumed run
+// continues the file of the run it resumes (records after the checkpoint's step, written by the run
+// that died, stay: a reader takes the last record of each step). Returns 0, or 2 with one line in err.
 // progress "auto" draws a bar only for a single process on a terminal: mpirun hands its ranks a
 // pseudo-terminal even when its own output goes to a file.
-int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps);
+int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps, int append,
+                 char *err, size_t err_len);
+// One record each; a number that is not finite is written as JSON null, named with its value in the
+// record's "not_finite" object. An evaluation whose loss is not finite claims no accuracy (top1 and
+// top5 null, "loss not finite"; the printed line says "not finite").
 void metrics_step(Metrics *mt, const StepRecord *r);
 void metrics_eval(Metrics *mt, const EvalRecord *r);
 void metrics_summary(Metrics *mt, const SummaryRecord *r);
+// 1 after a write to the metrics file failed (reported on stderr when it happened).
+int metrics_failed(const Metrics *mt);
 // A line of text that must not collide with the bar.
 void metrics_note(Metrics *mt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void metrics_close(Metrics *mt);
 
 // Seconds on a monotonic clock.
 double metrics_now(void);
-// mkdir -p of the folder that holds `path`; 0 on success.
-int metrics_make_parent_dir(const char *path);
 
 #endif

@@ -104,7 +104,7 @@ SafetensorsWriter *st_writer_open(const char *final_path) {
     w->final_path = string_copy(final_path);
     size_t len = strlen(final_path) + 32;
     w->temp_path = xcalloc(len, 1);
-    snprintf(w->temp_path, len, "%s.tmp.%ld", final_path, (long)getpid());
+    snprintf(w->temp_path, len, "%s" ST_TEMP_INFIX "%ld", final_path, (long)getpid());
     return w;
 }
 
@@ -579,8 +579,11 @@ static char *read_header_bytes(SafetensorsFile *f, uint64_t *header_len, char *e
 SafetensorsFile *st_open(const char *path, char *err, size_t err_len) {
     SafetensorsFile *f = xcalloc(1, sizeof *f);
     f->path = string_copy(path);
-    f->file = fopen(path, "rb");
+    // O_NONBLOCK: a FIFO would block the open until a writer came; read_header_bytes refuses it instead.
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+    f->file = fd >= 0 ? fdopen(fd, "rb") : NULL;
     if (!f->file) {
+        if (fd >= 0) close(fd);
         fail(err, err_len, "%s: cannot open: %s", path, strerror(errno));
         st_close(f);
         return NULL;
@@ -622,6 +625,8 @@ const StTensor *st_find(const SafetensorsFile *f, const char *name) {
     const StTensor **hit = bsearch(&key_ptr, f->by_name, f->count, sizeof *f->by_name, tensor_by_name);
     return hit ? *hit : NULL;
 }
+
+const char *st_path(const SafetensorsFile *f) { return f->path; }
 
 const char *st_meta(const SafetensorsFile *f, const char *key) {
     for (size_t i = 0; i < f->meta_count; i++) {

@@ -29,6 +29,9 @@ const char *st_dtype_name(StDtype dtype);   // "F32", as the header spells it
 
 typedef struct SafetensorsWriter SafetensorsWriter;
 
+// The temp file of a commit is "<final path>" ST_TEMP_INFIX "<pid of the writer>".
+#define ST_TEMP_INFIX ".tmp."
+
 // Starts a checkpoint that will replace `final_path`; nothing touches the disk before commit.
 SafetensorsWriter *st_writer_open(const char *final_path);
 
@@ -70,6 +73,9 @@ typedef struct SafetensorsFile SafetensorsFile;
 // the offending tensor or field, e.g.
 //   "ckpt.safetensors: tensor 'fc.weight': data_offsets [0, 100] exceed the file's data (64 bytes)".
 SafetensorsFile *st_open(const char *path, char *err, size_t err_len);
+
+// The path it was opened with (for messages).
+const char *st_path(const SafetensorsFile *f);
 
 // Tensors in data order, for iteration (the caller's "unexpected tensor" checks): index 0..count-1.
 size_t st_count(const SafetensorsFile *f);

@@ -9,8 +9,10 @@
 #include "checkpoint.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "dist/agree.h"
 #include "data/loader.h"
 #include "lr_schedule.h"
+#include "outputs.h"
 
 #include <unistd.h>
 
@@ -60,12 +62,11 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     memset(t, 0, sizeof *t);
     t->init_start = metrics_now();
     t->cfg = cfg, t->be = be, t->comm = comm, t->grad_comm = grad_comm;
-    char err[1024];
-    if (dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &t->train_set, err, sizeof err) != 0 ||
-        dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, &t->val_set, err, sizeof err) != 0) {
-        log_error("%s", err);
-        return 2;
-    }
+    // Each stage ends in an agreement (dist/agree.h): a rank that failed, and every other, return here.
+    char err[AGREE_MESSAGE_MAX] = "";
+    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &t->train_set, err, sizeof err);
+    if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, &t->val_set, err, sizeof err);
+    if ((rc = agree_startup(comm, rc ? 2 : 0, err)) != 0) return rc;
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
                  cfg->train.accum_steps, cfg->data.drop_last, cfg->train.seed);
     t->steps_per_epoch = sampler_steps_per_epoch(&t->sampler);
@@ -73,15 +74,12 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     t->base_lr = lr_base(&cfg->train, cfg->data.batch_size * comm->size * cfg->train.accum_steps);
 
     model_init_shapes(&t->model, &cfg->model, cfg->amp.enabled);
-    if (check_epoch_split(t, err, sizeof err) != 0) {
-        log_error("%s", err);
-        return 2;
-    }
-    if (!strcmp(cfg->train.cuda_graph, "on") && !be->graph_begin) {
-        log_error("train.cuda_graph: on needs the CUDA backend (this run uses the %s backend); use auto or off",
-                  be->name);
-        return 2;
-    }
+    if ((rc = agree_startup(comm, check_epoch_split(t, err, sizeof err), err)) != 0) return rc;
+    int graph_refused = !strcmp(cfg->train.cuda_graph, "on") && !be->graph_begin;
+    if (graph_refused)
+        snprintf(err, sizeof err, "train.cuda_graph: on needs the CUDA backend (this run uses the %s backend); "
+                 "use auto or off", be->name);
+    if ((rc = agree_startup(comm, graph_refused ? 2 : 0, err)) != 0) return rc;
     t->graphs = be->graph_begin != NULL && strcmp(cfg->train.cuda_graph, "off") != 0;
     model_alloc(&t->model, be, (uint64_t)cfg->train.seed);
     activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
@@ -97,14 +95,19 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     t->readback = be->host_alloc(be, sizeof(float) + sizeof(ScalerState));
 
     if (cfg->checkpoint.resume[0]) {
-        if (checkpoint_load(t, cfg->checkpoint.resume, err, sizeof err) != 0) {
-            log_error("%s", err);
-            return 2;
-        }
+        rc = checkpoint_load(t, cfg->checkpoint.resume, err, sizeof err) != 0 ? 2 : 0;
+        if ((rc = agree_startup(comm, rc, err)) != 0 || (rc = checkpoint_agree_resumed(t)) != 0) return rc;
         log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, t->epoch, t->step);
+        // The run ends with train.epochs: steps counted at another global batch may leave fewer to go
+        // than train.epochs x steps_per_epoch - step.
+        long left = (long)(cfg->train.epochs - t->epoch) * t->steps_per_epoch - t->step_in_epoch;
+        if (t->total_steps > t->step + left) t->total_steps = t->step + (left > 0 ? left : 0);
     }
-    if (metrics_open(&t->metrics, &cfg->log, comm->rank, comm->size, t->total_steps) != 0) return 1;
-    return 0;
+    rc = comm->rank == 0 ? outputs_prepare(cfg, 0, err, sizeof err) : 0;
+    if (rc == 0)
+        rc = metrics_open(&t->metrics, &cfg->log, comm->rank, comm->size, t->total_steps, cfg->checkpoint.resume[0] != 0,
+                          err, sizeof err);
+    return agree_startup(comm, rc, err);
 }
 
 void trainer_free(Trainer *t) {
@@ -290,7 +293,11 @@ void trainer_sync_bn_stats(Trainer *t) {
 }
 
 // Top-1 and top-5 hits of one row of logits.
+// A row with a NaN logit ranks nothing (NaN compares false both ways, so it would count as a hit):
+// it is a miss.
 static void count_hits(const float *row, int classes, int label, double *top1, double *top5) {
+    for (int c = 0; c < classes; c++)
+        if (isnan(row[c])) return;
     int better = 0;
     for (int c = 0; c < classes; c++)
         if (row[c] > row[label] || (row[c] == row[label] && c < label)) better++;
@@ -396,11 +403,13 @@ static void save_checkpoint(Trainer *t, const char *tag) {
     metrics_note(&t->metrics, "checkpoint written: %s (step %ld)", path, t->step);
 }
 
-// 1 on every rank if any rank asked to stop (SIGTERM/SIGINT), so all stop after the same step.
+// Why every rank stops after this step, the same on all: 0 none, STOP_SIGNAL (SIGTERM/SIGINT on any
+// rank), STOP_METRICS_FAILED (rank 0 cannot write the metrics file: it wins, the run then fails).
+enum { STOP_SIGNAL = 1, STOP_METRICS_FAILED = 2 };
 static int agreed_stop(Trainer *t, volatile sig_atomic_t *stop) {
-    float flag = stop && *stop ? 1.0f : 0.0f;
+    float flag = metrics_failed(&t->metrics) ? STOP_METRICS_FAILED : stop && *stop ? STOP_SIGNAL : 0;
     if (t->comm->size > 1) t->comm->allreduce_max_flag(t->comm, &flag);
-    return flag != 0;
+    return (int)flag;
 }
 
 // Feeds trainer_step from the loader, one batch ahead: while step k runs, batch k+1 is already on its way
@@ -472,10 +481,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         }
         if (cfg->checkpoint.every > 0 && t->step % cfg->checkpoint.every == 0 && t->step < t->total_steps)
             save_checkpoint(t, "last");
-        if (agreed_stop(t, stop)) {
-            stopped = 1;
-            break;
-        }
+        if ((stopped = agreed_stop(t, stop)) != 0) break;
     }
     if (feed.loader) loader_destroy(feed.loader);
     t->be->sync(t->be);
@@ -483,6 +489,11 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     if (t->step > step_at_start && t->step != t->last_log_step) log_step(t, 1);
     log_flush(t);
     save_checkpoint(t, "last");
-    if (stopped) metrics_note(&t->metrics, "stopped by signal after step %ld", t->step);
+    if (stopped == STOP_SIGNAL) metrics_note(&t->metrics, "stopped by signal after step %ld", t->step);
+    // The last records were written after the loop's last agreement: agree once more.
+    if (agreed_stop(t, NULL) == STOP_METRICS_FAILED) {
+        metrics_note(&t->metrics, "stopped after step %ld: the metrics file cannot be written", t->step);
+        return 1;
+    }
     return 0;
 }

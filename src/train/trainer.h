@@ -103,10 +103,13 @@ typedef struct StepPhases {
 // The phases of the last step (waits for it); requires t->timed = 1 before that step.
 StepPhases trainer_step_phases(Trainer *t);
 
-// Builds everything from a validated config. Returns 0, or 1/2 with a message printed (data files
-// missing: 2; runtime failure: 1). With checkpoint.resume set, loads it (refusing a mismatch).
+// Builds everything from a validated config. With checkpoint.resume set, loads it (refusing a mismatch
+// or values no run writes, checkpoint.h). Rank 0 proves the outputs writable (outputs.h). Every stage is
+// agreed over ranks (dist/agree.h): returns 0 on every rank, or on every rank the failing rank's exit
+// code (2: data, resume file, outputs) with its message printed once.
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm);
 // Runs to the end (or until *stop is set on any rank: then finishes the step, checkpoints, returns 0).
+// A failed write to the metrics file stops every rank the same way but returns 1.
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop);
 // Supplies micro-batch k (0..n_micro-1) of the current step; it stays valid until the next call.
 typedef const MicroBatch *(*MicroBatchFn)(void *ctx, int k);

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/config.h"
 #include "test_util.h"
@@ -264,7 +266,7 @@ END_TEST
 START_TEST(print_reads_back_to_identical_values) {
     char *overrides[] = {"train.lr=0.0123456789012345", "train.momentum=0.3", "debug.inject_value=.nan",
                          "train.seed=9007199254740993", "log.metrics=\"q\\\"uote\\\\back\\nline: #x\"",
-                         "dist.timeout_s=1e-7",         "amp.init_scale=1e300",  "train.nesterov=true",
+                         "dist.timeout_s=1e-7",         "amp.init_scale=3e38",   "train.nesterov=true",
                          "cudnn.tf32=true",             "model.arch=resnext50_32x4d"};
     Config a, b;
     load_ok(&a, SHIPPED("seed_resnext50.yaml"), 10, overrides);
@@ -360,6 +362,11 @@ static const BadConfig bad_configs[] = {
      "inject_rank.yaml:2: debug.inject_rank: must be >= -1"},
     {"nesterov.yaml", "train:\n  momentum: 0\n  nesterov: true\n", NULL,
      "nesterov.yaml:3: train.nesterov: needs train.momentum > 0"},
+    {"tag_str.yaml", "train:\n  lr: !!str 0.1\n", NULL,
+     "tag_str.yaml:2: explicit tags (!!str) are not supported"},
+    {"tag_float.yaml", "amp:\n  init_scale: !!float 1\n", NULL, "tag_float.yaml:2: explicit tags (!!float)"},
+    {"denormal_scale.yaml", "amp:\n  init_scale: 1e-320\n", NULL,
+     "denormal_scale.yaml:2: amp.init_scale: 1e-320 is not a normal fp32 number"},
     {NULL, NULL, NULL, "no_such_dir/x.yaml: cannot read: No such file or directory"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "train.lr", "command line: train.lr: expected section.key=value"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "train.lerning_rate=0.1",
@@ -367,6 +374,13 @@ static const BadConfig bad_configs[] = {
     {"ok.yaml", "train:\n  lr: 0.1\n", "lr=0.5",
      "command line: lr: expected section.key=value (did you mean train.lr=0.5?)"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "train.lr=abc", "command line: train.lr: expected a number, got abc"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "train.lr=!!str 0.1",
+     "command line: train.lr: cannot parse the value: explicit tags (!!str)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "amp.init_scale=1e-40",
+     "command line: amp.init_scale: 1e-40 is not a normal fp32 number"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "train.lr=1e39", "command line: train.lr: 1e+39 is not a normal fp32"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "dist.timeout_s=4e-324",
+     "command line: dist.timeout_s: 5e-324 is not a normal fp32"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "amp.growth_interval=0",
      "command line: amp.growth_interval: must be >= 1 (got 0)"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "model.layers=[1, 1,",
@@ -408,6 +422,30 @@ START_TEST(control_characters_stay_on_one_line) {
 }
 END_TEST
 
+// Files that are not regular are refused before a byte is read: a FIFO with no writer would block a
+// reader forever (the test's timeout catches a hang), a /proc file reports size 0 but has content.
+START_TEST(special_files_are_refused) {
+    unlink("fifo.yaml");
+    ck_assert_int_eq(mkfifo("fifo.yaml", 0600), 0);
+    const struct {
+        const char *path, *expected;
+    } cases[] = {
+        {"fifo.yaml", "fifo.yaml: cannot read: not a regular file (a FIFO)"},
+        {"/proc/self/status", "/proc/self/status: cannot read: not a regular file (it holds more than"},
+        {"/dev/null", "/dev/null: cannot read: not a regular file (a device)"},
+        {".", ".: cannot read: not a regular file (a directory)"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        Config c;
+        LoadResult r = load(&c, cases[i].path, 0, NULL);
+        ck_assert_int_eq(r.rc, 2);
+        ck_assert_msg(strstr(r.message, cases[i].expected) == r.message, "got '%s', expected '%s'", r.message,
+                      cases[i].expected);
+    }
+    unlink("fifo.yaml");
+}
+END_TEST
+
 static Suite *config_suite(void) {
     Suite *s = suite_create("config");
     TCase *good = tcase_create("valid");
@@ -426,6 +464,7 @@ static Suite *config_suite(void) {
     tcase_add_loop_test(bad, bad_config_is_one_line_and_exit_2, 0,
                         (int)(sizeof bad_configs / sizeof bad_configs[0]));
     tcase_add_test(bad, control_characters_stay_on_one_line);
+    tcase_add_test(bad, special_files_are_refused);
     suite_add_tcase(s, bad);
     return s;
 }

@@ -146,6 +146,22 @@ START_TEST(unsupported_constructs_rejected) {
 }
 END_TEST
 
+// A tag changes what a scalar means (`!!str 0.1` is text, not a number); none is honoured, all refused.
+START_TEST(explicit_tags_rejected) {
+    assert_rejects("a: 1\nlr: !!str 0.1\n", "t.yaml:2: explicit tags (!!str) are not supported");
+    assert_rejects("lr: !!float 1\n", "t.yaml:1: explicit tags (!!float)");
+    assert_rejects("lr: !custom 1\n", "t.yaml:1: explicit tags (!custom)");
+    assert_rejects("a: !!map {b: 1}\n", "explicit tags (!!map)");
+    assert_rejects("a: !!seq [1]\n", "explicit tags (!!seq)");
+    assert_rejects("!!str a: 1\n", "t.yaml:1: explicit tags (!!str)");
+    // the same characters quoted are a plain string
+    YtNode *root = parse("lr: \"!!str 0.1\"\n");
+    ck_assert_msg(root != NULL, "%s", err);
+    ck_assert_str_eq(yt_map_get(root, "lr")->scalar, "!!str 0.1");
+    yt_free(root);
+}
+END_TEST
+
 START_TEST(deep_nesting_rejected) {
     char text[201];
     memset(text, '[', 100);
@@ -159,7 +175,7 @@ START_TEST(parse_file_reports_missing_file) {
     char message[256];
     YtNode *root = yt_parse_file("no_such_config.yaml", message, sizeof message);
     ck_assert_ptr_null(root);
-    ck_assert_msg(strstr(message, "no_such_config.yaml: No such file") != NULL, "%s", message);
+    ck_assert_msg(strstr(message, "no_such_config.yaml: cannot read: No such file") != NULL, "%s", message);
 }
 END_TEST
 
@@ -190,6 +206,7 @@ static Suite *yaml_tree_suite(void) {
     tcase_add_test(tc, duplicate_keys_rejected);
     tcase_add_test(tc, syntax_error_names_line);
     tcase_add_test(tc, unsupported_constructs_rejected);
+    tcase_add_test(tc, explicit_tags_rejected);
     tcase_add_test(tc, deep_nesting_rejected);
     tcase_add_test(tc, parse_file_reports_missing_file);
     tcase_add_test(tc, parse_file_reads_whole_file);

@@ -1,0 +1,26 @@
+// outputs.h - the run's output paths, proven before the first step, so that a folder that cannot be
+// made, a name too long or a read-only disk ends the run at start-up (exit 2), not after it trained.
+//
+// checkpoint.dir is created (mkdir -p) and a probe is written under the longest name a checkpoint
+// takes there (its temp file, last.safetensors.tmp.<pid>), fsynced, renamed, removed, and the folder
+// fsynced: every operation of the atomic checkpoint write, once. log.metrics gets the same in its
+// folder (unless it is a device such as /dev/null, which is opened as it is). Temp files that a dead
+// run left in checkpoint.dir (*.safetensors.tmp.<pid> whose process is gone) are removed.
+// Rank 0 writes every output, so only rank 0 calls this.
+#ifndef AMPTRAIN_OUTPUTS_H
+#define AMPTRAIN_OUTPUTS_H
+
+#include <stddef.h>
+
+#include "core/config.h"
+
+// mkdir -p of `dir`; 0, or -1 with errno set (ENOTDIR when it exists but is no folder). *created (may be
+// NULL): the length of the prefix of `dir` that names the topmost folder this call created, 0 if none.
+int outputs_make_dir(const char *dir, size_t *created);
+
+// Proves checkpoint.dir and log.metrics writable and clears dead runs' temp files. dry_run: the same
+// proof, but folders it created are removed again and leftovers are only reported, so the disk is as it
+// was. Returns 0, or 2 with one line in err naming the key, the path and what failed.
+int outputs_prepare(const Config *cfg, int dry_run, char *err, size_t err_len);
+
+#endif

@@ -1,0 +1,167 @@
+// test_checkpoint_checks.c - a checkpoint whose values no run could have written is refused at resume,
+// exit 2, with one line naming the tensor or the metadata key: non-finite weights, momentum or BN
+// statistics, a negative variance, a loss scale that is no positive normal fp32 number, negative or
+// inconsistent counters, a non-positive world/batch/accumulation. A resume with another batch size
+// trains to the end of train.epochs (it used to run the loader dry).
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+#include "train/safetensors.h"
+
+#define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
+// tiny.yaml's model on 256 samples: 8 steps of 32 per epoch, train.epochs 3.
+#define QUICK TINY " backend.device=cpu data.train_size=256 data.val_size=0 data.prefetch=0 log.progress=never " \
+                   "log.metrics="
+#define GOOD "ckpt_checks/last.safetensors"
+
+static char out[1 << 16];
+
+typedef struct {
+    const char *victim;   // tensor changed, or NULL
+    double value;         // its element 0
+    const char *meta[5];  // metadata changed: "key", "value" pairs, NULL-terminated
+    const char *expect;
+} BadCheckpoint;
+
+// Sets element 0 of the F32 or I64 tensor c->victim to c->value.
+static void set_first(const char *name, int dtype, int64_t *shape, void *data, void *ctx) {
+    const BadCheckpoint *c = ctx;
+    (void)shape;
+    if (!c->victim || strcmp(name, c->victim) != 0) return;
+    if (dtype == ST_F32)
+        ((float *)data)[0] = (float)c->value;
+    else
+        ((int64_t *)data)[0] = (int64_t)c->value;
+}
+
+// Copies GOOD to dst with the changes of `c`.
+static void copy_changed(const char *dst, const BadCheckpoint *c) {
+    tu_copy_checkpoint(GOOD, dst, set_first, (void *)c, c->meta);
+}
+
+static void make_good_checkpoint(void) {
+    if (tu_file_exists(GOOD)) return;
+    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=3 checkpoint.dir=ckpt_checks", out, sizeof out), 0);
+}
+
+// Resuming from `path` exits 2 before the first step, with one error line containing `expect`.
+static void assert_refused(const char *path, const char *expect) {
+    char args[1024];
+    snprintf(args, sizeof args, QUICK " checkpoint.resume=%s", path);
+    int rc = tu_run_cli(args, out, sizeof out);
+    ck_assert_msg(rc == 2, "%s: exit %d, output:\n%s", path, rc, out);
+    ck_assert_msg(strstr(out, expect) != NULL, "%s: want '%s' in:\n%s", path, expect, out);
+    ck_assert_msg(strstr(out, "step 1/") == NULL, "%s: trained before refusing:\n%s", path, out);
+}
+
+static const BadCheckpoint bad_checkpoints[] = {
+    {"conv1.weight", NAN, {NULL}, "tensor 'conv1.weight' holds NaN at element 0"},
+    {"layer2.0.conv2.weight", INFINITY, {NULL}, "tensor 'layer2.0.conv2.weight' holds +inf"},
+    {"amptrain.momentum.fc.weight", -INFINITY, {NULL}, "tensor 'amptrain.momentum.fc.weight' holds -inf"},
+    {"bn1.running_var", NAN, {NULL}, "tensor 'bn1.running_var' holds NaN"},
+    {"layer1.0.bn2.running_mean", INFINITY, {NULL}, "tensor 'layer1.0.bn2.running_mean' holds +inf"},
+    {"bn1.running_var", -1, {NULL}, "tensor 'bn1.running_var' holds the negative variance -1"},
+    {"bn1.num_batches_tracked", -3, {NULL}, "tensor 'bn1.num_batches_tracked' is -3: must not be negative"},
+    {NULL, 0, {"scale", "nan"}, "'scale' is nan: the loss scale must be a finite, positive, normal fp32 number"},
+    {NULL, 0, {"scale", "inf"}, "'scale' is inf"},
+    {NULL, 0, {"scale", "0"}, "'scale' is 0"},
+    {NULL, 0, {"scale", "-1"}, "'scale' is -1"},
+    {NULL, 0, {"scale", "1e-40"}, "'scale' is 1e-40"},   // a normal double, a denormal float
+    {NULL, 0, {"scale", "1e+39"}, "'scale' is 1e+39"},   // inf as a float
+    {NULL, 0, {"step", "-5"}, "step -5, epoch 0, samples_done 96: counters must not be negative"},
+    {NULL, 0, {"epoch", "-1"}, "counters must not be negative"},
+    {NULL, 0, {"samples_done", "-64"}, "samples_done -64: counters must not be negative"},
+    {NULL, 0, {"samples_done", "256"}, "'samples_done' is 256, beyond the epoch of 256 samples"},
+    {NULL, 0, {"epoch", "5", "step", "80"}, "epoch 5 (+96 samples) is past the end of train.epochs 3"},
+    {NULL, 0, {"epoch", "3", "step", "80"}, "epoch 3 (+96 samples) is past the end of train.epochs 3"},
+    {NULL, 0, {"epoch", "5"}, "step 3 is too few for epoch 5 and samples_done 96"},
+    {NULL, 0, {"step", "0"}, "step 0 is too few for epoch 0 and samples_done 96"},
+    {NULL, 0, {"world_size", "0"}, "'world_size' is 0: must be at least 1"},
+    {NULL, 0, {"batch_size", "-32"}, "'batch_size' is -32: must be at least 1"},
+    {NULL, 0, {"accum_steps", "0"}, "'accum_steps' is 0: must be at least 1"},
+    {NULL, 0, {"amp", "2"}, "'amp' is 2: must be 0 or 1"},
+    {NULL, 0, {"growth_count", "-1"}, "growth_count -1, skipped_total "},
+    {NULL, 0, {"skipped_total", "4"}, "skipped_total 4: each must be in [0, step 3]"},
+    {NULL, 0, {"step", "1.5"}, "checkpoint metadata 'step' is not an integer"},
+};
+
+START_TEST(bad_checkpoint_is_refused) {
+    make_good_checkpoint();
+    const BadCheckpoint *bad = &bad_checkpoints[_i];
+    char path[64];
+    snprintf(path, sizeof path, "bad_%d.safetensors", _i);
+    copy_changed(path, bad);
+    assert_refused(path, bad->expect);
+}
+END_TEST
+
+// The copier changes nothing else: an unchanged copy resumes, and the run ends at train.steps. A run at
+// the very end of train.epochs (epoch 3, no samples of it done) is consistent: nothing is left to train.
+START_TEST(unchanged_copy_resumes) {
+    make_good_checkpoint();
+    copy_changed("same.safetensors", &(BadCheckpoint){0});
+    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=5 checkpoint.resume=same.safetensors", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "resumed from same.safetensors at epoch 0, step 3"), "%s", out);
+    ck_assert_msg(strstr(out, "summary: 5 steps"), "%s", out);
+    BadCheckpoint at_end = {.meta = {"epoch", "3", "samples_done", "0"}};
+    copy_changed("finished.safetensors", &at_end);
+    ck_assert_int_eq(tu_run_cli(QUICK " checkpoint.resume=finished.safetensors", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "summary: 3 steps, epoch 3"), "%s", out);
+}
+END_TEST
+
+// A run of 1 epoch at batch 32 (8 steps) resumed at batch 16 with train.epochs 2: the second epoch has 16
+// steps of 16, so the run ends at step 8 + 16 = 24, not at 2 x 16 = 32 (the loader has no 17th step).
+// The same global batch resumes where it stopped; a batch that does not divide the samples done skips to
+// the next epoch and says so.
+START_TEST(resume_with_another_batch_size_ends_with_the_epochs) {
+    ck_assert_int_eq(tu_run_cli(QUICK " train.epochs=1 checkpoint.dir=ckpt_epoch", out, sizeof out), 0);
+    ck_assert_int_eq(tu_run_cli(QUICK " train.epochs=2 data.batch_size=16 "
+                                "checkpoint.resume=ckpt_epoch/last.safetensors", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "resumed from ckpt_epoch/last.safetensors at epoch 1, step 8"), "%s", out);
+    ck_assert_msg(strstr(out, "summary: 24 steps, epoch 2"), "%s", out);
+
+    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=3 checkpoint.dir=ckpt_mid", out, sizeof out), 0);
+    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=5 data.batch_size=40 "
+                                "checkpoint.resume=ckpt_mid/last.safetensors", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "does not divide the 96 samples done in epoch 0, so it continues at the start "
+                              "of epoch 1"), "%s", out);
+    ck_assert_msg(strstr(out, "resumed from ckpt_mid/last.safetensors at epoch 1, step 3"), "%s", out);
+}
+END_TEST
+
+// A refused resume touches no output: the metrics file of the run it would continue keeps its records
+// (it used to be emptied before the loader failed).
+START_TEST(refused_resume_keeps_the_metrics_file) {
+    make_good_checkpoint();
+    copy_changed("epoch5.safetensors", &(BadCheckpoint){.meta = {"epoch", "5", "step", "80"}});
+    const char *records = "{\"step\":1,\"epoch\":0,\"loss\":2.3}\n";
+    tu_write_file("kept.jsonl", records);
+    ck_assert_int_eq(tu_run_cli(QUICK " log.metrics=kept.jsonl checkpoint.resume=epoch5.safetensors", out, sizeof out), 2);
+    char text[256] = "";
+    FILE *f = fopen("kept.jsonl", "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    ck_assert_str_eq(text, records);
+}
+END_TEST
+
+static Suite *checkpoint_checks_suite(void) {
+    Suite *s = suite_create("checkpoint_checks");
+    TCase *tc = tcase_create("resume");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, bad_checkpoint_is_refused, 0, (int)(sizeof bad_checkpoints / sizeof bad_checkpoints[0]));
+    tcase_add_test(tc, unchanged_copy_resumes);
+    tcase_add_test(tc, refused_resume_keeps_the_metrics_file);
+    tcase_add_test(tc, resume_with_another_batch_size_ends_with_the_epochs);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) { return tu_run_suite(checkpoint_checks_suite(), 1); }
