@@ -90,7 +90,7 @@ loop_run() {  # batch amp(1|0) extra-overrides... : one JSON line from the loop'
         amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" "$@" 2>&1 | grep -E "summary|error" >&2
     python3 - "$m" "$batch" "$amp" "$*" <<'PY' | tee -a "$BENCH"
 import json, statistics, sys
-recs = [json.loads(l) for l in open(sys.argv[1]) if '"images_per_s"' in l]
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r and "images_per_s" in r]
 steady = [r for r in recs if r["step"] >= 40]
 ips = [r["images_per_s"] for r in steady]
 print(json.dumps({"tag": f"amptrain loop b{sys.argv[2]} amp{sys.argv[3]} {sys.argv[4]}".strip(), "impl": "amptrain-loop",
