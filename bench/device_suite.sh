@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # device_suite.sh STAGES... - build on the GPU machine and run the named stages; logs go to $OUT.
-#   build     cmake + build for sm_90 (needs .devdeps carried: ../shared/device/README.md)
+#   build     cmake + build for sm_90 (needs the build dependencies under .devdeps/)
 #   gputests  the gpu ctest label with AMPTRAIN_REQUIRE_GPU=1 (a missing GPU fails instead of skipping)
 #   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
 #   diag      per-step loss/scale/skips of a short ResNeXt-50 AMP run, 1 and 2 ranks

@@ -6,14 +6,28 @@
 #include "core/config.h"
 #include "train/trainer.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char **environ;
+
+// See test_util.h: runs before main in every test binary (and in every rank mpiexec starts).
+__attribute__((constructor)) static void tu_enter_scratch(void) {
+    if (mkdir(AMPTRAIN_TEST_SCRATCH, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cannot create the scratch folder %s: %s\n", AMPTRAIN_TEST_SCRATCH, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    if (chdir(AMPTRAIN_TEST_SCRATCH) != 0) {
+        fprintf(stderr, "cannot enter the scratch folder %s: %s\n", AMPTRAIN_TEST_SCRATCH, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+}
 
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

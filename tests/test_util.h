@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Every test binary links this file, and before main it makes AMPTRAIN_TEST_SCRATCH (its folder under
+// build/test-scratch) the working directory: the relative paths the suites write (checkpoints, configs,
+// logs) land there however the binary was started, never in the checkout or the caller's folder.
+
 // Deterministic uniform floats in [lo, hi) from a seed (splitmix64).
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
 

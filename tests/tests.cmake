@@ -2,7 +2,8 @@
 #   unit  CPU only, forked Check runner
 #   mpi   CPU backend under mpiexec with 1, 2 and 3 ranks (CK_FORK=no)
 #   gpu   CUDA backend; without a GPU each test prints why and exits 77, which ctest reports as Skipped
-# Tests run in their own scratch folder under the build tree, and find the binary, the sources and the
+# Tests run in their own scratch folder under the build tree (each binary moves there itself before main,
+# so one started from anywhere writes nothing elsewhere), and find the binary, the sources and the
 # configs through compile definitions.
 set(AMPTRAIN_TEST_MPI_RANKS 1 2 3)
 
@@ -11,11 +12,12 @@ function(amptrain_add_check_test label src)
   add_executable(${name} ${src} tests/test_util.c)
   target_link_libraries(${name} PRIVATE amptrain_lib PkgConfig::CHECK)
   target_include_directories(${name} PRIVATE tests)
+  set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
   target_compile_definitions(${name} PRIVATE
     AMPTRAIN_BIN="$<TARGET_FILE:amptrain>"
-    AMPTRAIN_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+    AMPTRAIN_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    AMPTRAIN_TEST_SCRATCH="${workdir}")
   add_dependencies(${name} amptrain)
-  set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
   file(MAKE_DIRECTORY ${workdir})
   if(label STREQUAL "mpi")
     if(NOT HAVE_MPI)
