@@ -91,9 +91,13 @@ int tu_file_exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-int tu_skip_gpu(const char *suite, const char *why) {
+int tu_gpu_required(void) {
     const char *require = getenv("AMPTRAIN_REQUIRE_GPU");
-    if (require && strcmp(require, "1") == 0) {
+    return require && strcmp(require, "1") == 0;
+}
+
+int tu_skip_gpu(const char *suite, const char *why) {
+    if (tu_gpu_required()) {
         printf("%s: FAILED: AMPTRAIN_REQUIRE_GPU=1 but the CUDA backend is unavailable: %s\n", suite, why);
         return 1;
     }

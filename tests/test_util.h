@@ -51,5 +51,7 @@ int tu_file_exists(const char *path);
 // environment (the device machine) a missing GPU is a failure instead.
 #define TU_SKIP_EXIT 77
 int tu_skip_gpu(const char *suite, const char *why);
+// 1 when AMPTRAIN_REQUIRE_GPU=1: a suite that could still run its CPU part must fail without a GPU.
+int tu_gpu_required(void);
 
 #endif
