@@ -1,7 +1,7 @@
 // main.c - the amptrain command line: arguments, config, backend and communicator, then train,
 // benchmark, or just describe the run.
 //
-// Exit codes: 0 success (also after SIGTERM/SIGINT: the step is finished and a checkpoint written),
+// Exit codes: 0 success (also after SIGTERM/SIGINT/SIGUSR1: the step is finished and a checkpoint written),
 //             1 runtime failure (a library call failed, a peer rank died, no GPU when cuda was asked for),
 //             2 usage or configuration error (nothing was written).
 #include <signal.h>
@@ -46,6 +46,9 @@ static const char usage_text[] =
     "  amptrain configs/seed_resnext50.yaml amp.enabled=false\n"
     "  mpirun -np 2 amptrain configs/resnext50_32x4d_imagenet.yaml --bench\n"
     "  amptrain configs/tiny.yaml checkpoint.resume=runs/tiny/last.safetensors\n"
+    "\n"
+    "signals: SIGTERM, SIGINT or SIGUSR1 finish the step, write a checkpoint and exit 0; under Open MPI's\n"
+    "mpirun send SIGUSR1 (mpirun forwards it to every rank; SIGTERM makes mpirun itself exit 1)\n"
     "\n"
     "exit codes: 0 done, 1 runtime failure, 2 usage or config error\n";
 
@@ -250,6 +253,9 @@ int main(int argc, char **argv) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
+        // Open MPI's mpirun turns SIGTERM into an abort (exit 1 whatever the ranks do) but forwards
+        // SIGUSR1 to every rank: the stop signal to send mpirun (launch/amptrain-mpirun does).
+        sigaction(SIGUSR1, &sa, NULL);
         Trainer t;
         rc = trainer_init(&t, &cfg, be, comm, grad_comm);
         if (rc == 0) rc = trainer_run(&t, &stop_requested);

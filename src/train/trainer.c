@@ -332,6 +332,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         feed.loader = loader_create(t->train_set, &t->sampler, cfg->data.prefetch, t->epoch, t->step_in_epoch,
                                     cfg->train.epochs);
     while (t->step < t->total_steps) {
+        comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
         trainer_step(t, loader_micro, &feed, cfg->train.accum_steps);
         t->images_seen += feed.current.step_total;
         if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;

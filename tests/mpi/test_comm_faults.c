@@ -1,5 +1,5 @@
-// test_comm_faults.c - a dead or stalled rank, or a failing MPI call, ends the whole job with a clear
-// message within a bounded time; and without a launcher comm_init makes no MPI call at all.
+// test_comm_faults.c - a dead, stalled or stopped (SIGSTOP) rank, or a failing MPI call, ends the whole job
+// with a clear message naming the collective and the step within a bounded time; and without a launcher comm_init makes no MPI call at all.
 //
 // Each scenario kills (or avoids) an MPI job, so it cannot run inside the job ctest started. This binary
 // plays two parts: given a scenario name it is the program under test (one rank of a job); otherwise it
@@ -8,6 +8,8 @@
 // without mpiexec (tests/tests.cmake). A scenario's output - the error lines it is meant to produce - is
 // kept and shown only inside a failing assertion, so a passing `ctest -V` prints no expected errors.
 #include <check.h>
+#include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,15 +27,29 @@
 
 // ---- the program under test ------------------------------------------------------------------------
 
-// The last rank sleeps far past the 2 s timeout; the others wait in an allreduce and their watchdog ends
-// the job.
+// The last rank sleeps far past the 2 s timeout; the others wait in an allreduce of step 7 and their
+// watchdog ends the job.
 static int scenario_stall(int argc, char **argv) {
     Comm *c = comm_init(&argc, &argv, 2.0);
+    comm_note_step(7);
     float x = 1.0f;
     if (c->rank == c->size - 1)
         sleep(60);
     else
         c->allreduce_sum(c, &x, 1, DTYPE_F32);
+    c->destroy(c);
+    comm_finalize();
+    return 0;
+}
+
+// The last rank stops itself (SIGSTOP: alive, holding its sockets, never answering) before step 3's
+// allreduce; the others' watchdog ends the job, and mpirun must end the stopped rank too.
+static int scenario_stopped(int argc, char **argv) {
+    Comm *c = comm_init(&argc, &argv, 2.0);
+    comm_note_step(3);
+    float x = 1.0f;
+    if (c->rank == c->size - 1) raise(SIGSTOP);
+    c->allreduce_sum(c, &x, 1, DTYPE_F32);
     c->destroy(c);
     comm_finalize();
     return 0;
@@ -126,11 +142,47 @@ START_TEST(stalled_rank_ends_the_job_after_the_timeout) {
     run_scenario(&run, 2, "stall");
     // Open MPI's mpiexec exits with the status of the first rank that failed: the watchdog's.
     ck_assert_msg(run.status == COMM_EXIT_TIMEOUT, "exit status %d:\n%s", run.status, run.output);
-    ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum waited 2.0 s for other ranks "
-                                     "(dist.timeout_s); a peer rank died or stalled; aborting") != NULL,
+    ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum (step 7) waited 2.0 s for other "
+                                     "ranks (dist.timeout_s); a peer rank died or stalled; aborting") != NULL,
                   "%s", run.output);
     // It waited the timeout, then ended the job long before the stalled rank's 60 s sleep.
     ck_assert_msg(run.seconds >= 2.0 && run.seconds < 30.0, "took %.1f s:\n%s", run.seconds, run.output);
+}
+END_TEST
+
+// Processes still running `self_path scenario`: a rank mpirun failed to end.
+static int leftover_ranks(const char *scenario) {
+    int found = 0;
+    DIR *proc = opendir("/proc");
+    ck_assert_ptr_nonnull(proc);
+    for (struct dirent *d; (d = readdir(proc)) != NULL;) {
+        pid_t pid = (pid_t)atoi(d->d_name);
+        char path[64], cmdline[4096 + 64] = "";
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        FILE *f = pid > 0 ? fopen(path, "r") : NULL;
+        if (!f) continue;
+        size_t len = fread(cmdline, 1, sizeof cmdline - 1, f);
+        fclose(f);
+        // argv[0] NUL argv[1]: this binary running the scenario
+        if (len > strlen(self_path) && strcmp(cmdline, self_path) == 0 &&
+            strcmp(cmdline + strlen(self_path) + 1, scenario) == 0) {
+            kill(pid, SIGKILL);  // ours: started by this test's job
+            found++;
+        }
+    }
+    closedir(proc);
+    return found;
+}
+
+START_TEST(stopped_rank_ends_the_job_after_the_timeout) {
+    static Run run;
+    run_scenario(&run, 2, "stopped");
+    int left = leftover_ranks("stopped");
+    ck_assert_msg(run.status == COMM_EXIT_TIMEOUT, "exit status %d:\n%s", run.status, run.output);
+    ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum (step 3) waited 2.0 s") != NULL,
+                  "%s", run.output);
+    ck_assert_msg(run.seconds >= 2.0 && run.seconds < 30.0, "took %.1f s:\n%s", run.seconds, run.output);
+    ck_assert_msg(left == 0, "%d stopped rank(s) outlived the job", left);
 }
 END_TEST
 
@@ -169,6 +221,7 @@ static Suite *comm_faults_suite(void) {
     TCase *tc = tcase_create("faults");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, stalled_rank_ends_the_job_after_the_timeout);
+    tcase_add_test(tc, stopped_rank_ends_the_job_after_the_timeout);
     tcase_add_test(tc, dead_rank_ends_the_job);
     tcase_add_test(tc, failing_mpi_call_is_named);
     tcase_add_test(tc, no_launcher_means_single_and_no_mpi);
@@ -179,6 +232,7 @@ static Suite *comm_faults_suite(void) {
 int main(int argc, char **argv) {
     if (argc > 1) {
         if (strcmp(argv[1], "stall") == 0) return scenario_stall(argc, argv);
+        if (strcmp(argv[1], "stopped") == 0) return scenario_stopped(argc, argv);
         if (strcmp(argv[1], "die") == 0) return scenario_die(argc, argv);
         if (strcmp(argv[1], "mpi_error") == 0) return scenario_mpi_error(argc, argv);
         if (strcmp(argv[1], "single") == 0) return scenario_single(argc, argv);
