@@ -50,7 +50,7 @@ static const char usage_text[] =
     "signals: SIGTERM, SIGINT or SIGUSR1 finish the step, write a checkpoint and exit 0; under Open MPI's\n"
     "mpirun send SIGUSR1 (mpirun forwards it to every rank; SIGTERM makes mpirun itself exit 1)\n"
     "\n"
-    "exit codes: 0 done, 1 runtime failure, 2 usage or config error\n";
+    "exit codes: 0 done, 1 runtime failure, 2 usage or config error, 3 a collective waited past dist.timeout_s\n";
 
 typedef struct Cli {
     const char *config_path;

@@ -8,7 +8,6 @@
 // without mpiexec (tests/tests.cmake). A scenario's output - the error lines it is meant to produce - is
 // kept and shown only inside a failing assertion, so a passing `ctest -V` prints no expected errors.
 #include <check.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,42 +103,9 @@ static int scenario_single(int argc, char **argv) {
 
 // ---- the suite ----------------------------------------------------------------------------------------
 
-static char self_path[4096];
-
-
-typedef struct {
-    int status;  // exit status, or -1 if the command did not exit normally
-    double seconds;
-    char output[16384];
-} Run;
-
-// `timeout 90` bounds the test itself even if the job under test hangs.
-static void run_scenario(Run *run, int ranks, const char *scenario) {
-    char command[8192];
-    if (ranks > 0)
-        snprintf(command, sizeof command,
-                 "timeout 90 mpiexec --allow-run-as-root --oversubscribe -np %d '%s' %s 2>&1", ranks,
-                 self_path, scenario);
-    else
-        snprintf(command, sizeof command, "timeout 90 '%s' %s 2>&1", self_path, scenario);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    FILE *p = popen(command, "r");
-    ck_assert_ptr_nonnull(p);
-    size_t len = fread(run->output, 1, sizeof run->output - 1, p);
-    run->output[len] = 0;
-    char drain[4096];
-    while (fread(drain, 1, sizeof drain, p) > 0) continue;
-    int status = pclose(p);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    run->status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    run->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("%s (np %d): exit %d after %.1f s\n", scenario, ranks, run->status, run->seconds);
-}
-
 START_TEST(stalled_rank_ends_the_job_after_the_timeout) {
-    static Run run;
-    run_scenario(&run, 2, "stall");
+    static TuRun run;
+    tu_run_scenario(&run, 2, "", "stall");
     // Open MPI's mpiexec exits with the status of the first rank that failed: the watchdog's.
     ck_assert_msg(run.status == COMM_EXIT_TIMEOUT, "exit status %d:\n%s", run.status, run.output);
     ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum (step 7) waited 2.0 s for other "
@@ -150,34 +116,10 @@ START_TEST(stalled_rank_ends_the_job_after_the_timeout) {
 }
 END_TEST
 
-// Processes still running `self_path scenario`: a rank mpirun failed to end.
-static int leftover_ranks(const char *scenario) {
-    int found = 0;
-    DIR *proc = opendir("/proc");
-    ck_assert_ptr_nonnull(proc);
-    for (struct dirent *d; (d = readdir(proc)) != NULL;) {
-        pid_t pid = (pid_t)atoi(d->d_name);
-        char path[64], cmdline[4096 + 64] = "";
-        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
-        FILE *f = pid > 0 ? fopen(path, "r") : NULL;
-        if (!f) continue;
-        size_t len = fread(cmdline, 1, sizeof cmdline - 1, f);
-        fclose(f);
-        // argv[0] NUL argv[1]: this binary running the scenario
-        if (len > strlen(self_path) && strcmp(cmdline, self_path) == 0 &&
-            strcmp(cmdline + strlen(self_path) + 1, scenario) == 0) {
-            kill(pid, SIGKILL);  // ours: started by this test's job
-            found++;
-        }
-    }
-    closedir(proc);
-    return found;
-}
-
 START_TEST(stopped_rank_ends_the_job_after_the_timeout) {
-    static Run run;
-    run_scenario(&run, 2, "stopped");
-    int left = leftover_ranks("stopped");
+    static TuRun run;
+    tu_run_scenario(&run, 2, "", "stopped");
+    int left = tu_end_scenario_leftovers("stopped");
     ck_assert_msg(run.status == COMM_EXIT_TIMEOUT, "exit status %d:\n%s", run.status, run.output);
     ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum (step 3) waited 2.0 s") != NULL,
                   "%s", run.output);
@@ -187,8 +129,8 @@ START_TEST(stopped_rank_ends_the_job_after_the_timeout) {
 END_TEST
 
 START_TEST(dead_rank_ends_the_job) {
-    static Run run;
-    run_scenario(&run, 2, "die");
+    static TuRun run;
+    tu_run_scenario(&run, 2, "", "die");
     ck_assert_msg(run.status != 0 && run.status != 124, "exit status %d:\n%s", run.status, run.output);
     ck_assert_msg(strstr(run.output, "rank 1 dies now") != NULL, "%s", run.output);
     ck_assert_msg(run.seconds < 30.0, "took %.1f s:\n%s", run.seconds, run.output);
@@ -196,8 +138,8 @@ START_TEST(dead_rank_ends_the_job) {
 END_TEST
 
 START_TEST(failing_mpi_call_is_named) {
-    static Run run;
-    run_scenario(&run, 2, "mpi_error");
+    static TuRun run;
+    tu_run_scenario(&run, 2, "", "mpi_error");
     ck_assert_msg(run.status != 0 && run.status != 124, "exit status %d:\n%s", run.status, run.output);
     ck_assert_msg(strstr(run.output, "error: ") && strstr(run.output, "src/dist/comm_mpi.c:") &&
                       strstr(run.output, "MPI call failed: MPI_Bcast(") && strstr(run.output, "MPI_ERR_ROOT"),
@@ -207,8 +149,8 @@ START_TEST(failing_mpi_call_is_named) {
 END_TEST
 
 START_TEST(no_launcher_means_single_and_no_mpi) {
-    static Run run;
-    run_scenario(&run, 0, "single");
+    static TuRun run;
+    tu_run_scenario(&run, 0, "", "single");
     ck_assert_msg(run.status == 0, "exit status %d:\n%s", run.status, run.output);
     ck_assert_msg(strstr(run.output, "name=single rank=0 size=1 local=0/1 sum=40000 flag=0.5 bytes=1234 "
                                      "mpi_started=0") != NULL,
@@ -247,9 +189,6 @@ int main(int argc, char **argv) {
                getenv("OMPI_COMM_WORLD_RANK"), launch_size);
         return TU_SKIP_EXIT;
     }
-    ssize_t n = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-    if (n <= 0) return EXIT_FAILURE;
-    self_path[n] = 0;
     tu_forget_launcher();
 
     SRunner *runner = srunner_create(comm_faults_suite());
