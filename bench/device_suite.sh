@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # device_suite.sh STAGES... - build on the GPU machine and run the named stages; logs go to $OUT.
-#   build     cmake + build for sm_90 (needs .devdeps carried: ../shared/device/README.md)
+#   build     cmake + build for sm_90 (needs the build dependencies under .devdeps/)
 #   gputests  the gpu ctest label with AMPTRAIN_REQUIRE_GPU=1 (a missing GPU fails instead of skipping)
 #   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
 #   diag      per-step loss/scale/skips of a short ResNeXt-50 AMP run, 1 and 2 ranks
-#   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL)
+#   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL), including its model cut
+#             into dozens of buckets; then test_nccl_faults (a SIGSTOPped rank ends the job in time)
 #   bench1    amptrain --bench vs torch_baseline.py on one GPU, batch 256, AMP and fp32
 #   bench2    the same on two GPUs, batch 256 each (mpirun / torchrun)
 #   bench70   bench1 at batch 70
@@ -52,7 +53,8 @@ stage_diag() {  # per-step loss / scale / skips of a short ResNeXt-50 AMP run on
     mpirun -np 2 build/amptrain "${args[@]}" 2>&1 | grep -E "^step|summary|error"
 }
 stage_dp2() {
-    AMPTRAIN_TEST_BACKEND=cuda CK_FORK=no mpirun -np 2 build/test_data_parallel
+    AMPTRAIN_TEST_BACKEND=cuda CK_FORK=no mpirun -np 2 build/test_data_parallel &&
+        AMPTRAIN_REQUIRE_GPU=1 build/test_nccl_faults  # starts its own mpirun -np 2; not under mpirun
 }
 amp_bench() {  # world batch amp
     local world=$1 batch=$2 amp=$3 tag="amptrain w$1 b$2 amp$3"

@@ -1,4 +1,4 @@
-# Copied unchanged (below this line) from shared/anchors/torch_baseline.py so it travels to the device machine.
+# The PyTorch reference that bench/ and launch/scaling run beside amptrain, in the same device call.
 # PyTorch reference for the trainer: ResNeXt-50 32x4d, synthetic ImageNet-shaped data, SGD momentum,
 # fp32 vs AMP (fp16 autocast + GradScaler), optionally channels_last and DDP.
 # Prints one JSON line per configuration: images/s (median over timed steps) and peak memory.

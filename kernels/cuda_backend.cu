@@ -235,11 +235,15 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int con
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        snprintf(why, why_len, "no usable CUDA device: cudaGetDeviceCount: %s", cudaGetErrorString(err));
+        // No driver at all reads "CUDA driver version is insufficient": say what it means here first.
+        int absent = err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver;
+        snprintf(why, why_len, "%s (cudaGetDeviceCount: %s)",
+                 absent ? "no GPU: no NVIDIA device, or no driver new enough for this CUDA runtime" : "no usable GPU",
+                 cudaGetErrorString(err));
         return NULL;
     }
     if (count == 0) {
-        snprintf(why, why_len, "no CUDA device visible (check CUDA_VISIBLE_DEVICES)");
+        snprintf(why, why_len, "no GPU visible (check CUDA_VISIBLE_DEVICES)");
         return NULL;
     }
     if (device < 0 || device >= count) {

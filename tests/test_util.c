@@ -7,14 +7,31 @@
 #include "train/safetensors.h"
 #include "train/trainer.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 extern char **environ;
+
+// See test_util.h: runs before main in every test binary (and in every rank mpiexec starts).
+__attribute__((constructor)) static void tu_enter_scratch(void) {
+    if (mkdir(AMPTRAIN_TEST_SCRATCH, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cannot create the scratch folder %s: %s\n", AMPTRAIN_TEST_SCRATCH, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+    if (chdir(AMPTRAIN_TEST_SCRATCH) != 0) {
+        fprintf(stderr, "cannot enter the scratch folder %s: %s\n", AMPTRAIN_TEST_SCRATCH, strerror(errno));
+        exit(EXIT_FAILURE);
+    }
+}
 
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
@@ -106,14 +123,75 @@ const char *tu_write_file(const char *path, const char *text) {
     return path;
 }
 
+// This binary's own path, for starting its scenarios.
+static const char *tu_self_path(void) {
+    static char path[4096];
+    if (!path[0]) {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        ck_assert_msg(n > 0, "readlink /proc/self/exe failed");
+        path[n] = 0;
+    }
+    return path;
+}
+
+void tu_run_scenario(TuRun *run, int ranks, const char *mpiexec_args, const char *scenario) {
+    char command[8192];
+    if (ranks > 0)
+        snprintf(command, sizeof command, "timeout 120 mpiexec --allow-run-as-root --oversubscribe %s -np %d '%s' %s 2>&1",
+                 mpiexec_args, ranks, tu_self_path(), scenario);
+    else
+        snprintf(command, sizeof command, "timeout 120 '%s' %s 2>&1", tu_self_path(), scenario);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    FILE *p = popen(command, "r");
+    ck_assert_ptr_nonnull(p);
+    size_t len = fread(run->output, 1, sizeof run->output - 1, p);
+    run->output[len] = 0;
+    char drain[4096];
+    while (fread(drain, 1, sizeof drain, p) > 0) continue;
+    int status = pclose(p);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    run->status = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    run->seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("%s (np %d): exit %d after %.1f s\n", scenario, ranks, run->status, run->seconds);
+}
+
+int tu_end_scenario_leftovers(const char *scenario) {
+    const char *self = tu_self_path();
+    size_t self_len = strlen(self);
+    int found = 0;
+    DIR *proc = opendir("/proc");
+    ck_assert_ptr_nonnull(proc);
+    for (struct dirent *d; (d = readdir(proc)) != NULL;) {
+        pid_t pid = (pid_t)atoi(d->d_name);
+        char path[64], cmdline[4096 + 256] = "";
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)pid);
+        FILE *f = pid > 0 && pid != getpid() ? fopen(path, "r") : NULL;
+        if (!f) continue;
+        size_t len = fread(cmdline, 1, sizeof cmdline - 1, f);
+        fclose(f);
+        // argv[0] NUL argv[1] NUL: this binary, running the scenario
+        if (len > self_len + 1 && strcmp(cmdline, self) == 0 && strcmp(cmdline + self_len + 1, scenario) == 0) {
+            kill(pid, SIGKILL);
+            found++;
+        }
+    }
+    closedir(proc);
+    return found;
+}
+
 int tu_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
 }
 
-int tu_skip_gpu(const char *suite, const char *why) {
+int tu_gpu_required(void) {
     const char *require = getenv("AMPTRAIN_REQUIRE_GPU");
-    if (require && strcmp(require, "1") == 0) {
+    return require && strcmp(require, "1") == 0;
+}
+
+int tu_skip_gpu(const char *suite, const char *why) {
+    if (tu_gpu_required()) {
         printf("%s: FAILED: AMPTRAIN_REQUIRE_GPU=1 but the CUDA backend is unavailable: %s\n", suite, why);
         return 1;
     }

@@ -5,6 +5,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// Every test binary links this file, and before main it makes AMPTRAIN_TEST_SCRATCH (its folder under
+// build/test-scratch) the working directory: the relative paths the suites write (checkpoints, configs,
+// logs) land there however the binary was started, never in the checkout or the caller's folder.
+
 // Deterministic uniform floats in [lo, hi) from a seed (splitmix64).
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);
 
@@ -48,6 +52,22 @@ void tu_train_steps(struct Trainer *t, int n);
 struct Config;
 void tu_config(struct Config *cfg, const char *const *overrides);
 
+// A fault scenario of the calling test binary, run as a job of its own (test_comm_faults.c,
+// test_nccl_faults.c): the binary is both the suite and, given a scenario name, the program under test.
+typedef struct TuRun {
+    int status;  // exit status, or -1 if the command did not exit normally
+    double seconds;
+    char output[16384];  // stdout + stderr, for the assertions (printed only when one fails)
+} TuRun;
+
+// `mpiexec -np ranks SELF scenario` (ranks 0: SELF scenario, no launcher), bounded by `timeout 120`;
+// mpiexec_args (may be "") go to mpiexec before -np. Prints one line: scenario, status, seconds.
+void tu_run_scenario(TuRun *run, int ranks, const char *mpiexec_args, const char *scenario);
+
+// Kills (SIGKILL) the processes still running `SELF scenario` - ranks the job should have ended - and
+// returns how many there were.
+int tu_end_scenario_leftovers(const char *scenario);
+
 // 1 if the file exists.
 int tu_file_exists(const char *path);
 
@@ -56,5 +76,7 @@ int tu_file_exists(const char *path);
 // environment (the device machine) a missing GPU is a failure instead.
 #define TU_SKIP_EXIT 77
 int tu_skip_gpu(const char *suite, const char *why);
+// 1 when AMPTRAIN_REQUIRE_GPU=1: a suite that could still run its CPU part must fail without a GPU.
+int tu_gpu_required(void);
 
 #endif

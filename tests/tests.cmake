@@ -1,25 +1,34 @@
 # One Check executable per tests/<label>/test_*.c, labelled by its folder:
 #   unit  CPU only, forked Check runner
-#   mpi   CPU backend under mpiexec with 1, 2 and 3 ranks (CK_FORK=no); a suite that starts jobs of its own
-#         runs them from the 1-rank launch and exits 77 (Skipped) in the others
+#   mpi   CPU backend under mpiexec with 1, 2 and 3 ranks (CK_FORK=no); the suites that start MPI jobs of
+#         their own (AMPTRAIN_TEST_OWN_LAUNCH) run once, without mpiexec, since a job cannot nest in another;
+#         test_startup runs its MPMD jobs from the 1-rank launch and exits 77 (Skipped) in the others
 #   gpu   CUDA backend; without a GPU each test prints why and exits 77, which ctest reports as Skipped
-# Tests run in their own scratch folder under the build tree, and find the binary, the sources and the
+# Tests run in their own scratch folder under the build tree (each binary moves there itself before main,
+# so one started from anywhere writes nothing elsewhere), and find the binary, the sources and the
 # configs through compile definitions.
 set(AMPTRAIN_TEST_MPI_RANKS 1 2 3)
+set(AMPTRAIN_TEST_OWN_LAUNCH test_comm_faults test_fault_trainer)
 
 function(amptrain_add_check_test label src)
   get_filename_component(name ${src} NAME_WE)
   add_executable(${name} ${src} tests/test_util.c)
   target_link_libraries(${name} PRIVATE amptrain_lib PkgConfig::CHECK)
   target_include_directories(${name} PRIVATE tests)
+  set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
   target_compile_definitions(${name} PRIVATE
     AMPTRAIN_BIN="$<TARGET_FILE:amptrain>"
-    AMPTRAIN_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+    AMPTRAIN_SOURCE_DIR="${CMAKE_SOURCE_DIR}"
+    AMPTRAIN_TEST_SCRATCH="${workdir}")
   add_dependencies(${name} amptrain)
-  set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
   file(MAKE_DIRECTORY ${workdir})
   if(label STREQUAL "mpi")
     if(NOT HAVE_MPI)
+      return()
+    endif()
+    if(name IN_LIST AMPTRAIN_TEST_OWN_LAUNCH)
+      add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${workdir})
+      set_tests_properties(${name} PROPERTIES LABELS mpi TIMEOUT 600 SKIP_RETURN_CODE 77)
       return()
     endif()
     foreach(np ${AMPTRAIN_TEST_MPI_RANKS})

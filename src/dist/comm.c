@@ -6,6 +6,7 @@
 // still runs where no MPI runtime is configured).
 #include "comm.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -42,6 +43,15 @@ Comm *comm_single_create(void) {
     c->destroy = comm_single_destroy;
     return c;
 }
+
+// ---- the step a failure is reported in ------------------------------------------------------------------
+
+// Written by the training thread, read by the watchdog threads.
+static atomic_long noted_step;
+
+void comm_note_step(long step) { atomic_store_explicit(&noted_step, step, memory_order_relaxed); }
+
+long comm_noted_step(void) { return atomic_load_explicit(&noted_step, memory_order_relaxed); }
 
 // ---- start-up ------------------------------------------------------------------------------------------
 

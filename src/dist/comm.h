@@ -17,6 +17,7 @@ struct Comm {
     const char *name;  // "single", "mpi", "nccl"
     int rank, size;    // in the world
     int local_rank, local_size;  // on this host (shared-memory split of the world)
+    double timeout_s;  // dist.timeout_s: how long a collective may wait for peers (<= 0: for ever)
 
     // buf[i] = sum over ranks of buf[i]; n elements of dt. fp16 sums accumulate pairwise in fp32 and
     // round once per combine, overflowing to inf exactly like a fp16 add would.
@@ -39,7 +40,13 @@ Comm *comm_init(int *argc, char ***argv, double timeout_s);
 
 // The NCCL communicator over device buffers, bootstrapped through `host` (rank 0 makes the unique id,
 // host->broadcast sends it). stream: the compute stream (cudaStream_t) to chain to. NULL without CUDA.
+// Bounded by host->timeout_s like the host communicator: a collective that started on the device and
+// did not finish in time, or an NCCL error, aborts the communicator and ends the job (watchdog.h).
 Comm *comm_nccl_create(Comm *host, void *compute_stream);
+
+// The training step under way (1-based; 0 before the first), for the message of a collective that
+// times out or fails. Process-wide: every communicator's watchdog names it.
+void comm_note_step(long step);
 
 // Ends MPI cleanly (after comm destroy) when it was started.
 void comm_finalize(void);

@@ -166,7 +166,8 @@ Comm *comm_mpi_create(int *argc, char ***argv, double timeout_s) {
                "this MPI provides thread level %d, amptrain needs MPI_THREAD_FUNNELED (%d)", provided,
                MPI_THREAD_FUNNELED);
 
-    m->watchdog = watchdog_start(timeout_s);
+    c->timeout_s = timeout_s;
+    m->watchdog = watchdog_start(timeout_s, NULL);
     watchdog_enter(m->watchdog, "start-up");
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->world));  // inherits the error handler
     comm_mpi_local_ranks(m->world, c->rank, &c->local_rank, &c->local_size);

@@ -16,6 +16,9 @@
 // visible GPUs (CUDA_VISIBLE_DEVICES=0,1)". c: a host communicator (single or mpi), not the NCCL one.
 int comm_check_local_gpus(Comm *c, int visible_gpus, char *why, size_t n);
 
+// The step comm_note_step recorded last (what the collective-timeout message names).
+long comm_noted_step(void);
+
 // A one-rank communicator whose collectives are the identity (what comm_init returns without a
 // launcher). Also usable under mpirun, e.g. for a single-rank reference run inside an MPI test.
 Comm *comm_single_create(void);

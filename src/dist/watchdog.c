@@ -1,8 +1,9 @@
 // watchdog.c - the collective timeout (see watchdog.h for the contract).
 //
 // Why a thread and _exit rather than MPI_Abort: MPI runs at MPI_THREAD_FUNNELED (only the main thread
-// calls MPI), and the main thread is exactly the one stuck inside MPI. _exit from the helper is legal at
-// any thread level, and mpirun reacts to a rank ending without MPI_Finalize by killing the others.
+// calls MPI), and the main thread is exactly the one stuck inside MPI (or blocked on a stream that an
+// NCCL kernel holds). _exit from the helper is legal at any thread level, and mpirun reacts to a rank
+// ending without MPI_Finalize by killing the others.
 #include "watchdog.h"
 
 #include <pthread.h>
@@ -20,10 +21,12 @@
 
 struct Watchdog {
     double timeout_s;
+    WatchdogHooks hooks;
     int64_t timeout_ns, poll_ns;
     // CLOCK_MONOTONIC time at which the current collective began; 0 while none is in flight.
     _Atomic int64_t entered_ns;
     _Atomic(const char *) what;
+    atomic_int aborted;  // the abort hook returned
 
     pthread_mutex_t mutex;  // guards stopping; the condition lets watchdog_stop wake the thread at once
     pthread_cond_t wake;
@@ -42,13 +45,60 @@ static struct timespec timespec_from_ns(int64_t ns) {
     return ts;
 }
 
-static void watchdog_fire(const Watchdog *w, const char *what) {
-    log_error("collective %s waited %.1f s for other ranks (dist.timeout_s); a peer rank died or stalled; "
-              "aborting",
-              what ? what : "(unknown)", w->timeout_s);
+// "step 12", or "start-up" before the first step: where the job was when it failed.
+static void watchdog_where(char *buf, size_t n) {
+    long step = comm_noted_step();
+    if (step > 0)
+        snprintf(buf, n, "step %ld", step);
+    else
+        snprintf(buf, n, "start-up");
+}
+
+static void *watchdog_run_abort(void *arg) {
+    Watchdog *w = arg;
+    w->hooks.abort(w->hooks.arg);
+    atomic_store(&w->aborted, 1);
+    return NULL;
+}
+
+// The communicator's abort on a thread of its own, waited for at most WATCHDOG_ABORT_S: ncclCommAbort
+// can itself wait on a peer that is gone, and the job must end either way.
+static void watchdog_abort_bounded(Watchdog *w) {
+    if (!w->hooks.abort) return;
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, watchdog_run_abort, w) != 0) return;
+    pthread_detach(thread);
+    int64_t deadline = monotonic_ns() + (int64_t)(WATCHDOG_ABORT_S * 1e9);
+    struct timespec nap = timespec_from_ns(10000000);
+    while (!atomic_load(&w->aborted) && monotonic_ns() < deadline) nanosleep(&nap, NULL);
+    if (!atomic_load(&w->aborted))
+        log_error("the communicator's abort did not finish within %.0f s; exiting without it", WATCHDOG_ABORT_S);
+}
+
+static void watchdog_end(Watchdog *w) __attribute__((noreturn));
+static void watchdog_end(Watchdog *w) {
     fflush(stdout);
     fflush(stderr);
+    watchdog_abort_bounded(w);
+    fflush(stderr);
     _exit(COMM_EXIT_TIMEOUT);
+}
+
+void watchdog_expire(Watchdog *w, const char *what) {
+    AMP_ASSERT(w, "watchdog_expire without a watchdog");
+    char where[64];
+    watchdog_where(where, sizeof where);
+    log_error("collective %s (%s) waited %.1f s for other ranks (dist.timeout_s); a peer rank died or stalled; "
+              "aborting",
+              what ? what : "(unknown)", where, w->timeout_s);
+    watchdog_end(w);
+}
+
+static void watchdog_fail(Watchdog *w, const char *what, const char *why) {
+    char where[64];
+    watchdog_where(where, sizeof where);
+    log_error("collective %s (%s) failed: %s; aborting", what ? what : "(none in flight)", where, why);
+    watchdog_end(w);
 }
 
 static void *watchdog_main(void *arg) {
@@ -61,7 +111,9 @@ static void *watchdog_main(void *arg) {
         // entered_ns is published after what (release), so reading it first (acquire) pairs them.
         int64_t entered = atomic_load_explicit(&w->entered_ns, memory_order_acquire);
         const char *what = atomic_load_explicit(&w->what, memory_order_relaxed);
-        if (entered != 0 && monotonic_ns() - entered > w->timeout_ns) watchdog_fire(w, what);
+        if (entered != 0 && monotonic_ns() - entered > w->timeout_ns) watchdog_expire(w, what);
+        char why[512];
+        if (w->hooks.probe && w->hooks.probe(w->hooks.arg, why, sizeof why)) watchdog_fail(w, what, why);
     }
     pthread_mutex_unlock(&w->mutex);
     return NULL;
@@ -72,10 +124,11 @@ static void pthread_check(int err, const char *expr, const char *file, int line)
 }
 #define PTHREAD_CHECK(expr) pthread_check((expr), #expr, __FILE__, __LINE__)
 
-Watchdog *watchdog_start(double timeout_s) {
+Watchdog *watchdog_start(double timeout_s, const WatchdogHooks *hooks) {
     if (!(timeout_s > 0)) return NULL;
     Watchdog *w = xcalloc(1, sizeof *w);
     w->timeout_s = timeout_s;
+    if (hooks) w->hooks = *hooks;
     w->timeout_ns = (int64_t)(timeout_s * 1e9);
     int64_t poll = w->timeout_ns / 8;
     w->poll_ns = poll < 10000000 ? 10000000 : poll > 500000000 ? 500000000 : poll;

@@ -1,5 +1,5 @@
 // bench.h - `amptrain --bench`: the throughput benchmark, measured the way
-// shared/anchors/torch_baseline.py measures PyTorch, so the two JSON lines compare directly.
+// bench/torch_baseline.py measures PyTorch, so the two JSON lines compare directly.
 //
 // Synthetic data: a few batches made once and kept resident in backend memory (as the baseline keeps
 // its tensors on the GPU), warm-up steps, then timed steps each ended by a device sync; the median step

@@ -9,7 +9,7 @@
 
 typedef struct StepRecord {
     long step;           // optimizer steps done (1-based after the first step)
-    int epoch;
+    int epoch;           // 1-based: the epoch this step belonged to (trainer_last_epoch)
     double loss;         // rank 0's local mean loss of its last micro-batch (unscaled)
     double lr;
     double scale;        // loss scale after the step's update
@@ -22,7 +22,7 @@ typedef struct StepRecord {
 } StepRecord;
 
 typedef struct EvalRecord {
-    int epoch;
+    int epoch;                // 1-based: the epoch just finished (trainer_last_epoch)
     long step;
     double loss, top1, top5;  // over the whole validation split, all ranks
     long samples;

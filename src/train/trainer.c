@@ -292,6 +292,11 @@ void trainer_sync_bn_stats(Trainer *t) {
     free(host);
 }
 
+int trainer_last_epoch(const Trainer *t) {
+    // After an epoch's last step the position has already moved to (epoch + 1, 0).
+    return t->step_in_epoch == 0 ? t->epoch : t->epoch + 1;
+}
+
 // Top-1 and top-5 hits of one row of logits.
 // A row with a NaN logit ranks nothing (NaN compares false both ways, so it would count as a hit):
 // it is a miss.
@@ -306,7 +311,7 @@ static void count_hits(const float *row, int classes, int label, double *top1, d
 }
 
 EvalRecord trainer_evaluate(Trainer *t) {
-    EvalRecord r = {.epoch = t->epoch, .step = t->step};
+    EvalRecord r = {.epoch = trainer_last_epoch(t), .step = t->step};
     if (!t->val_set) return r;
     trainer_sync_bn_stats(t);
     Model *m = &t->model;
@@ -377,7 +382,7 @@ static void log_step(Trainer *t, int force) {
     long global_batch = (long)t->cfg->data.batch_size * t->comm->size * t->cfg->train.accum_steps;
     t->pending_log = (StepRecord){
         .step = t->step,
-        .epoch = t->epoch,
+        .epoch = trainer_last_epoch(t),
         .lr = lr_at(&t->cfg->train, t->base_lr, (int)t->step - 1, t->steps_per_epoch, (int)t->total_steps),
         .images_per_s = steps > 0 ? steps * global_batch / (now - t->last_log_time) : 0,
         .step_ms = steps > 0 ? 1e3 * (now - t->last_log_time) / steps : 0,
@@ -467,6 +472,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         feed_advance(&feed);
     }
     while (t->step < t->total_steps) {
+        comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
         trainer_step(t, loader_micro, &feed, cfg->train.accum_steps);
         if (t->step == step_at_start + 1) t->startup_s = metrics_now() - t->init_start;
         feed_advance(&feed);

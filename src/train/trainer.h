@@ -122,6 +122,9 @@ void trainer_upload(Trainer *t, int slot, const uint8_t *images, const int32_t *
 void trainer_step_array(Trainer *t, const MicroBatch *micro, int n_micro);
 // Validation loss / top-1 / top-5 over all ranks (BN running stats averaged first).
 EvalRecord trainer_evaluate(Trainer *t);
+// The 1-based number of the epoch the last step done belonged to (0 before the first step): the one
+// epoch number step lines, evaluation lines, the metrics file and the summary all show.
+int trainer_last_epoch(const Trainer *t);
 // Averages BN running statistics across ranks (before evaluation and checkpoints).
 void trainer_sync_bn_stats(Trainer *t);
 void trainer_free(Trainer *t);

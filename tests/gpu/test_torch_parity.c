@@ -184,6 +184,13 @@ START_TEST(test_cuda_amp_matches_torch) {
 END_TEST
 
 int main(void) {
+    // The GPU first: on the device machine (AMPTRAIN_REQUIRE_GPU=1) a missing GPU fails the suite, even
+    // though its CPU case could run.
+    char why[256];
+    Backend *probe = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    if (!probe && tu_gpu_required()) return tu_skip_gpu("test_torch_parity", why);
+    int have_gpu = probe != NULL;
+    if (probe) probe->destroy(probe);
     parity_path = getenv("AMPTRAIN_PARITY_FILE");
     if (!parity_path) {
         printf("test_torch_parity: skipped: AMPTRAIN_PARITY_FILE is not set (bench/device_suite.sh parity "
@@ -198,9 +205,10 @@ int main(void) {
     }
     const StTensor *labels = st_find(f, "parity.labels"), *e32 = st_find(f, "parity.torch_fp32_error"),
                    *e16 = st_find(f, "parity.torch_amp_error");
-    float err32[3], err16[3];
-    if (!labels || !e32 || !e16 || st_read(f, e32->name, ST_F32, 1, e32->shape, err32, err, sizeof err) != 0 ||
-        st_read(f, e16->name, ST_F32, 1, e16->shape, err16, err, sizeof err) != 0) {
+    float err32[4], err16[4];
+    const int64_t four[1] = {4};  // logits, loss and gradient errors, then the gradient cosine
+    if (!labels || !e32 || !e16 || st_read(f, e32->name, ST_F32, 1, four, err32, err, sizeof err) != 0 ||
+        st_read(f, e16->name, ST_F32, 1, four, err16, err, sizeof err) != 0) {
         printf("test_torch_parity: %s lacks parity.labels or torch's error figures (re-export it)\n", parity_path);
         return 1;
     }
@@ -209,19 +217,22 @@ int main(void) {
                        .grads = fmax(3 * err32[2], 1e-4), .cosine = 0.999};
     // The AMP loss: fp32 softmax over fp16 logits, which both sides get 2e-2 wrong; held to fp16's 1e-3
     // at least (an H200 run: ours 6.8e-4, torch's 1.1e-4).
+    // The AMP gradient's direction: torch AMP's gradient vector makes the angle acos(err16[3]) with the
+    // exact (fp64) one; ours may make at most 3x that angle (capped at 90 degrees), the same "no worse
+    // than 3x torch in the same precision" as the other bounds. The relative-error bound alone admits any
+    // angle up to asin(.grads) (sin of the angle <= the relative error), which its 1e-2 floor and 3x margin
+    // make loose; the angle is the part of the error that changes where SGD goes.
     AMP = (Tolerance){.logits = fmax(3 * err16[0], 1e-3), .loss = fmax(3 * err16[1], 1e-3),
-                      .grads = fmax(3 * err16[2], 1e-2), .cosine = 0.0};
-    printf("torch vs fp64 on this batch: fp32 logits %.2e loss %.2e gradients %.2e; AMP logits %.2e loss %.2e "
-           "gradients %.2e\n", err32[0], err32[1], err32[2], err16[0], err16[1], err16[2]);
+                      .grads = fmax(3 * err16[2], 1e-2), .cosine = cos(fmin(3 * acos(fmin(err16[3], 1.0)), M_PI / 2))};
+    printf("torch vs fp64 on this batch: fp32 logits %.2e loss %.2e gradients %.2e cosine %.6f; AMP logits %.2e "
+           "loss %.2e gradients %.2e cosine %.6f (ours must exceed %.6f)\n", err32[0], err32[1], err32[2], err32[3],
+           err16[0], err16[1], err16[2], err16[3], AMP.cosine);
     st_close(f);
-    char why[256];
-    Backend *probe = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     Suite *s = suite_create("torch_parity");
     TCase *tc = tcase_create("parity");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_cpu_fp32_matches_torch);
-    if (probe) {
-        probe->destroy(probe);
+    if (have_gpu) {
         tcase_add_test(tc, test_cuda_fp32_matches_torch);
         tcase_add_test(tc, test_cuda_amp_matches_torch);
     } else {

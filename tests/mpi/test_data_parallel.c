@@ -415,6 +415,102 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
 }
 END_TEST
 
+// ---- 7. a model cut into many buckets ------------------------------------------------------------------------
+
+// dist.bucket_mb so small that each step's gradient goes out in dozens of collectives, most of them
+// started while backward is still running (NCCL on the device suite's dp2 stage, MPI in CI): every rank
+// still holds the same state after every step, and the same state as a run that sends one bucket.
+START_TEST(many_buckets_train_like_one) {
+    enum { STEPS = 3 };
+    static Config many_cfg, one_cfg;
+    make_config(&many_cfg, (const char *const[]){"dist.bucket_mb=0.0002", "dist.first_bucket_mb=0.0001", NULL});
+    make_config(&one_cfg, (const char *const[]){"dist.bucket_mb=64", "dist.first_bucket_mb=64", NULL});
+    Trainer many, one;
+    trainer_start(&many, &many_cfg, comm);
+    trainer_start(&one, &one_cfg, comm);
+    ck_assert_int_eq(one.buckets.count, 1);
+    ck_assert_msg(many.buckets.count >= 20, "only %d buckets", many.buckets.count);  // not vacuous
+    State a = {0}, b = {0};
+    char why[512];
+    for (int step = 1; step <= STEPS; step++) {
+        tu_train_step(&many);
+        tu_train_step(&one);
+        state_read(&many, &a);
+        state_read(&one, &b);
+        ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "%d buckets, after step %d: %s",
+                      many.buckets.count, step, why);
+        // With 1 or 2 ranks each element's sum is one addition, so where the buckets end cannot change it.
+        // With 3 the library may order the two additions differently for buffers of different sizes; on
+        // 4-sample batches that one rounding grows chaotically within steps, so there only the identity
+        // across ranks above is exact.
+        if (comm->size <= 2)
+            ck_assert_msg(on_every_rank(memcmp(a.master, b.master, a.n * sizeof(float)) == 0 &&
+                                        memcmp(a.momentum, b.momentum, a.n * sizeof(float)) == 0),
+                          "%d buckets vs one: state differs after step %d", many.buckets.count, step);
+    }
+    state_free(&a), state_free(&b);
+    trainer_free(&many);
+    trainer_free(&one);
+}
+END_TEST
+
+// ---- 8. resume and the batch-norm running statistics ---------------------------------------------------------
+
+static void run_to(Trainer *t, Config *cfg, const char *const *overrides) {
+    make_config(cfg, overrides);
+    trainer_start(t, cfg, comm);
+    ck_assert_int_eq(trainer_run(t, NULL), 0);
+}
+
+static float *running_stats(Trainer *t) {
+    float *host = xcalloc(t->model.stats_numel, sizeof(float));
+    be->to_host(be, host, t->model.running, t->model.stats_numel * sizeof(float));
+    return host;
+}
+
+// A checkpoint holds one set of BN running statistics, the mean over ranks, and writing it makes every
+// rank of the live run hold that mean too (trainer.c save_checkpoint). So a run resumed from the file
+// continues bitwise like the run that wrote it and went on (writer). A run that wrote no checkpoint at
+// that step (straight) keeps each rank's own statistics until its next sync; averaging commutes with
+// the running-average update in exact arithmetic only, so its statistics differ from the resumed run's
+// by rounding - with 2 or more ranks; with one, averaging is the identity. Weights, momentum and the
+// scaler never read the running statistics (training normalises with batch statistics): bitwise always.
+START_TEST(resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_rounding) {
+    static Config straight_cfg, writer_cfg, first_cfg, resumed_cfg;
+    Trainer straight, writer, first, resumed;
+    const char *common[] = {"train.steps=8", "checkpoint.every=4"};
+    run_to(&writer, &writer_cfg, (const char *const[]){common[0], common[1], "checkpoint.dir=dp_writer", NULL});
+    run_to(&first, &first_cfg, (const char *const[]){"train.steps=4", "checkpoint.dir=dp_first", NULL});
+    comm->barrier(comm);  // rank 0 wrote the file
+    run_to(&resumed, &resumed_cfg, (const char *const[]){common[0], "checkpoint.dir=dp_resumed",
+                                                          "checkpoint.resume=dp_first/last.safetensors", NULL});
+    run_to(&straight, &straight_cfg, (const char *const[]){common[0], "checkpoint.dir=dp_straight", NULL});
+    ck_assert_int_eq(resumed.step, 8);
+
+    State w = {0}, r = {0}, s = {0};
+    state_read(&writer, &w), state_read(&resumed, &r), state_read(&straight, &s);
+    char why[512];
+    ck_assert_msg(on_every_rank(state_hash(&w) == state_hash(&r) && state_hash(&s) == state_hash(&r)),
+                  "weights, momentum or scaler differ after the resume");
+    ck_assert_msg(same_on_every_rank(state_hash(&r), why, sizeof why), "resumed state across ranks: %s", why);
+
+    size_t n = resumed.model.stats_numel;
+    float *bn_w = running_stats(&writer), *bn_r = running_stats(&resumed), *bn_s = running_stats(&straight);
+    ck_assert_msg(on_every_rank(memcmp(bn_w, bn_r, n * sizeof(float)) == 0),
+                  "BN running statistics of the resumed run differ from the writer's");
+    double err = tu_rel_error(bn_s, bn_r, n);
+    int bitwise = memcmp(bn_s, bn_r, n * sizeof(float)) == 0;
+    if (comm->rank == 0)
+        printf("BN running statistics, straight vs resumed on %d ranks: %s (relative %.2g)\n", comm->size,
+               bitwise ? "bitwise equal" : "rounding apart", err);
+    ck_assert_msg(on_every_rank(comm->size > 1 ? err < 1e-6 : bitwise),
+                  "BN running statistics of a straight run vs the resumed one: %g apart", err);
+    free(bn_w), free(bn_r), free(bn_s);
+    state_free(&w), state_free(&r), state_free(&s);
+    trainer_free(&straight), trainer_free(&writer), trainer_free(&first), trainer_free(&resumed);
+}
+END_TEST
+
 static Suite *data_parallel_suite(void) {
     Suite *s = suite_create("data_parallel");
     TCase *tc = tcase_create("cpu");
@@ -425,6 +521,8 @@ static Suite *data_parallel_suite(void) {
     tcase_add_test(tc, ranks_equal_one_rank_with_accumulation);
     tcase_add_test(tc, shards_cover_the_dataset_once);
     tcase_add_test(tc, bn_sync_and_evaluation_agree_on_every_rank);
+    tcase_add_test(tc, many_buckets_train_like_one);
+    tcase_add_test(tc, resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_rounding);
     suite_add_tcase(s, tc);
     return s;
 }

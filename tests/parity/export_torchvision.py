@@ -13,8 +13,9 @@ Tensors written (fp32 unless noted):
                               underflow), gradients divided by it again
   parity.fp64.logits / .loss / .grad.<param>  the same in float64 (stored as fp32): the exact answer that
                               both fp32 implementations are measured against
-  parity.torch_fp32_error     (3,) torch fp32's own relative error against fp64: logits, loss, gradients
-  parity.torch_amp_error      (3,) the same for torch AMP
+  parity.torch_fp32_error     (4,) torch fp32's own relative error against fp64: logits, loss, gradients;
+                              then the cosine between its gradient vector and fp64's
+  parity.torch_amp_error      (4,) the same for torch AMP
 """
 import argparse
 
@@ -59,12 +60,16 @@ for tag, amp, dtype in (("fp32", False, torch.float32), ("amp", True, torch.floa
 def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
+def cosine(a, b):
+    a, b = a.double(), b.double()
+    return (a.dot(b) / (a.norm() * b.norm())).item()
+
 grads64 = torch.cat([out[k].flatten() for k in out if k.startswith("parity.fp64.grad.")])
 for tag in ("fp32", "amp"):
     grads = torch.cat([out[k].flatten() for k in out if k.startswith(f"parity.{tag}.grad.")])
     err = [rel(out[f"parity.{tag}.logits"], out["parity.fp64.logits"]),
-           rel(out[f"parity.{tag}.loss"], out["parity.fp64.loss"]), rel(grads, grads64)]
+           rel(out[f"parity.{tag}.loss"], out["parity.fp64.loss"]), rel(grads, grads64), cosine(grads, grads64)]
     out[f"parity.torch_{tag}_error"] = torch.tensor(err, dtype=torch.float32)
-    print(f"torch {tag} vs fp64: logits {err[0]:.2e} loss {err[1]:.2e} gradients {err[2]:.2e}")
+    print(f"torch {tag} vs fp64: logits {err[0]:.2e} loss {err[1]:.2e} gradients {err[2]:.2e} cosine {err[3]:.6f}")
 save_file(out, a.out)
 print(f"wrote {a.out}: {len(out)} tensors")

@@ -132,6 +132,42 @@ START_TEST(test_short_run_outputs) {
 }
 END_TEST
 
+// Epochs count from 1 alike in step lines, evaluation lines, the metrics file and the summary: 8 steps per
+// epoch (256 samples / 32), so step 8 is epoch 1's last, evaluation 1 follows it, step 9 opens epoch 2.
+START_TEST(test_epochs_count_alike_everywhere) {
+    ck_assert_int_eq(system("rm -rf epochs"), 0);
+    ck_assert_int_eq(tu_run_cli(TINY " " QUICK " train.epochs=2 log.every=1 log.metrics=epochs/m.jsonl "
+                                "checkpoint.dir=", out, sizeof out), 0);
+    static const char *const lines[] = {"step 1/16  epoch 1 ", "step 8/16  epoch 1 ", "eval  epoch 1  step 8 ",
+                                        "step 9/16  epoch 2 ", "step 16/16  epoch 2 ", "eval  epoch 2  step 16 ",
+                                        "summary: 16 steps, epoch 2,"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(out, lines[i]) != NULL, "no '%s' in:\n%s", lines[i], out);
+    FILE *f = fopen("epochs/m.jsonl", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    int checked = 0;
+    int summaries = 0;
+    while (fgets(line, sizeof line, f)) {
+        long step = -1;
+        int epoch = -1;
+        if (strncmp(line, "{\"summary\":true,", 16) == 0) {  // the last record: the run's last epoch
+            ck_assert_msg(strstr(line, "\"epoch\":2,") != NULL, "%s", line);
+            summaries++;
+            continue;
+        }
+        const char *s = strstr(line, "\"step\":"), *e = strstr(line, "\"epoch\":");
+        ck_assert_msg(s && e && sscanf(s, "\"step\":%ld", &step) == 1 && sscanf(e, "\"epoch\":%d", &epoch) == 1,
+                      "%s", line);
+        ck_assert_msg(epoch == (step - 1) / 8 + 1, "step %ld in epoch %d: %s", step, epoch, line);
+        checked++;
+    }
+    fclose(f);
+    ck_assert_int_eq(checked, 16 + 2);  // 16 step records, 2 evaluations
+    ck_assert_int_eq(summaries, 1);
+}
+END_TEST
+
 // SIGTERM: the step finishes, a checkpoint is written, exit 0.
 START_TEST(test_sigterm_checkpoints_and_exits_0) {
     // Outputs of an earlier run of this test would make the wait below end too early.
@@ -175,6 +211,7 @@ Suite *cli_suite(void) {
     tcase_add_test(tc, test_single_image_last_step_refused_at_start);
     tcase_add_test(tc, test_dry_run_describes_resnext50);
     tcase_add_test(tc, test_short_run_outputs);
+    tcase_add_test(tc, test_epochs_count_alike_everywhere);
     tcase_add_test(tc, test_sigterm_checkpoints_and_exits_0);
     suite_add_tcase(s, tc);
     return s;
