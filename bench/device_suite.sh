@@ -42,7 +42,9 @@ stage_parity() {
         (cd /tmp/parity && AMPTRAIN_REQUIRE_GPU=1 AMPTRAIN_PARITY_FILE=/tmp/parity/export.safetensors \
             "$OLDPWD/build/test_torch_parity")
     local rc=$?
-    python3 tests/parity/check_checkpoint.py /tmp/parity/parity_cpu.safetensors --expect /tmp/parity/export.safetensors &&
+    # the test binary works in its scratch folder (tests write nowhere else): its checkpoint is there
+    python3 tests/parity/check_checkpoint.py build/test-scratch/test_torch_parity/parity_cpu.safetensors \
+        --expect /tmp/parity/export.safetensors &&
         return $rc
 }
 stage_diag() {  # per-step loss / scale / skips of a short ResNeXt-50 AMP run on 1 and 2 ranks
