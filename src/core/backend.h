@@ -111,15 +111,20 @@ struct Backend {
     void (*input_acquire)(Backend *be, int slot);
     void (*input_release)(Backend *be, int slot);
 
-    // ---- CUDA graphs (NULL where the backend has none: the caller launches eagerly) ----------------
+    // ---- graphs: the step captured once, replayed ------------------------------------------------------
     // graph_begin: from here on the compute stream (and every stream it hands work to through events,
     // e.g. NCCL's) is captured, not run; nothing may allocate new device memory or wait on the host.
     // graph_end: the captured work as an executable graph. graph_launch: runs it on the compute stream.
     // Buffers the caching allocator handed out and took back during the capture stay the graph's.
+    // A backend without CUDA graphs (the CPU's) records the ops it is called with into an op log instead
+    // (core/op_log.h), replayed with a graph's semantics; graph_log then returns the log being captured
+    // into, so the communicator's collectives can join it (comm_record_into). NULL on CUDA, whose stream
+    // capture takes in NCCL's collectives itself.
     void (*graph_begin)(Backend *be);
     void *(*graph_end)(Backend *be);
     void (*graph_launch)(Backend *be, void *graph);
     void (*graph_destroy)(Backend *be, void *graph);
+    struct OpLog *(*graph_log)(Backend *be);
 
     // ---- input -----------------------------------------------------------------------------------
     // The batch's first op: dst (pixels, 3) dst_dt = src * affine.scale[ch] + affine.shift[ch], with src

@@ -87,8 +87,9 @@ const ConfigKey config_keys[] = {
     {"train", "lr_scaling", CK_ENUM, AT_STR(train.lr_scaling), NONE, {"none", "linear"},
      "linear: lr *= global batch / 256 (global batch = batch_size x ranks x accum_steps)"},
     {"train", "cuda_graph", CK_ENUM, AT_STR(train.cuda_graph), NONE, {"auto", "on", "off"},
-     "capture the training step once as a CUDA graph and replay it (auto: on with the CUDA backend; "
-     "steps with a partial batch, accumulation or a debug injection run as plain launches)"},
+     "capture the training step once as a CUDA graph and replay it (auto: on with the CUDA backend; on with "
+     "the CPU backend: its op-log emulation, for tests; steps with a partial batch, accumulation or a debug "
+     "injection run as plain launches)"},
     // ---- amp ----
     {"amp", "enabled", CK_BOOL, AT(amp.enabled), NONE, {0},
      "mixed precision (fp16 compute, fp32 masters); false: everything fp32"},

@@ -13,7 +13,16 @@ typedef struct CpuState {
     size_t current_bytes;  // bytes handed out by alloc and not yet freed
     size_t peak_bytes;     // the high-water mark of current_bytes
     double marks[BACKEND_MARKS];  // seconds on a monotonic clock (timing marks)
+    OpLog *capture;        // the graph being captured (cpu_graph.c), NULL when none
+    Backend ops;           // the backend's own ops while a capture has swapped in the recording ones
 } CpuState;
+
+// ---- graph capture state (cpu_graph.c records; the backend keeps) -----------------------------------
+
+OpLog *cpu_graph_log(Backend *be) { return ((CpuState *)be->impl)->capture; }
+void cpu_graph_set_log(Backend *be, OpLog *log) { ((CpuState *)be->impl)->capture = log; }
+void cpu_graph_save_ops(Backend *be) { ((CpuState *)be->impl)->ops = *be; }
+void cpu_graph_restore_ops(Backend *be) { *be = ((CpuState *)be->impl)->ops; }
 
 // Each allocation carries its size in a header so free can subtract it; the union keeps the payload
 // aligned like malloc's own result.
@@ -187,6 +196,11 @@ Backend *cpu_backend_create(void) {
     be->input_acquire = cpu_input_slot_noop;
     be->input_release = cpu_input_slot_noop;
     be->input_normalize = cpu_input_normalize;
+    be->graph_begin = cpu_graph_begin;
+    be->graph_end = cpu_graph_end;
+    be->graph_launch = cpu_graph_launch;
+    be->graph_destroy = cpu_graph_destroy;
+    be->graph_log = cpu_graph_log;
     be->cast = cpu_cast;
 
     be->conv_forward = cpu_conv_forward;

@@ -8,6 +8,7 @@
 #define AMPTRAIN_CPU_OPS_H
 
 #include "core/backend.h"
+#include "core/op_log.h"
 
 // ---- scratch and dtype conversion (cpu_backend.c) -------------------------------------------------
 // n floats of scratch, zeroed; free() when done. Never NULL.
@@ -61,5 +62,15 @@ void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float 
                   void *copy, const SgdParams *p, const float *lr, const ScalerState *state);
 void cpu_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
                        int dynamic);
+
+// ---- graphs as op logs (cpu_graph.c; the capture state lives in cpu_backend.c) --------------------------
+void cpu_graph_begin(Backend *be);
+void *cpu_graph_end(Backend *be);
+void cpu_graph_launch(Backend *be, void *graph);
+void cpu_graph_destroy(Backend *be, void *graph);
+OpLog *cpu_graph_log(Backend *be);  // the log being captured into, NULL outside a capture
+void cpu_graph_set_log(Backend *be, OpLog *log);
+void cpu_graph_save_ops(Backend *be);
+void cpu_graph_restore_ops(Backend *be);
 
 #endif

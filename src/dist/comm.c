@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../core/check.h"
+#include "../core/op_log.h"
 #include "dist.h"
 #ifdef AMPTRAIN_HAVE_MPI
 #include "comm_mpi.h"
@@ -42,6 +43,45 @@ Comm *comm_single_create(void) {
     c->wait = comm_single_wait;
     c->destroy = comm_single_destroy;
     return c;
+}
+
+// ---- collectives recorded into an op log (a CPU graph capture) ------------------------------------------
+
+typedef struct { Comm *c; void *buf; size_t n; DType dt; } RecordedSum;
+typedef struct { Comm *c; float *flag; } RecordedFlag;
+
+static void replay_sum(const void *p) {
+    const RecordedSum *a = p;
+    a->c->live_allreduce_sum(a->c, a->buf, a->n, a->dt);
+}
+static void replay_flag(const void *p) {
+    const RecordedFlag *a = p;
+    a->c->live_allreduce_max_flag(a->c, a->flag);
+}
+static void replay_wait(const void *p) {
+    Comm *const *c = p;
+    (*c)->live_wait(*c);
+}
+static void record_sum(Comm *c, void *buf, size_t n, DType dt) {
+    RecordedSum a = {c, buf, n, dt};
+    op_log_append(c->recording, replay_sum, &a, sizeof a);
+}
+static void record_flag(Comm *c, float *flag) {
+    RecordedFlag a = {c, flag};
+    op_log_append(c->recording, replay_flag, &a, sizeof a);
+}
+static void record_wait(Comm *c) { op_log_append(c->recording, replay_wait, &c, sizeof c); }
+
+void comm_record_into(Comm *c, struct OpLog *log) {
+    if (log && !c->recording) {
+        c->live_allreduce_sum = c->allreduce_sum, c->live_allreduce_max_flag = c->allreduce_max_flag;
+        c->live_wait = c->wait;
+        c->allreduce_sum = record_sum, c->allreduce_max_flag = record_flag, c->wait = record_wait;
+    } else if (!log && c->recording) {
+        c->allreduce_sum = c->live_allreduce_sum, c->allreduce_max_flag = c->live_allreduce_max_flag;
+        c->wait = c->live_wait;
+    }
+    c->recording = log;
 }
 
 // ---- the step a failure is reported in ------------------------------------------------------------------

@@ -31,7 +31,18 @@ struct Comm {
     void (*wait)(Comm *c);
     void (*destroy)(Comm *c);
     void *impl;
+    // comm_record_into: while set, the two sums and wait are appended to this log (run at its replay);
+    // live_* keep the implementation's own.
+    struct OpLog *recording;
+    void (*live_allreduce_sum)(Comm *c, void *buf, size_t n, DType dt);
+    void (*live_allreduce_max_flag)(Comm *c, float *flag);
+    void (*live_wait)(Comm *c);
 };
+
+// A graph captured as an op log (Backend.graph_log: the CPU backend's) must hold the step's collectives
+// too, in their place among the ops: with log set, allreduce_sum, allreduce_max_flag and wait are recorded
+// into it instead of run; with NULL they run again. Every rank captures the same sequence.
+void comm_record_into(Comm *c, struct OpLog *log);
 
 // Start-up: under mpirun (OMPI_COMM_WORLD_SIZE, PMI_SIZE, ... set) initialises MPI and returns the MPI
 // communicator; otherwise the single-process one without touching MPI. Installs the MPI_Abort hook for

@@ -75,12 +75,11 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
 
     model_init_shapes(&t->model, &cfg->model, cfg->amp.enabled);
     if ((rc = agree_startup(comm, check_epoch_split(t, err, sizeof err), err)) != 0) return rc;
-    int graph_refused = !strcmp(cfg->train.cuda_graph, "on") && !be->graph_begin;
-    if (graph_refused)
-        snprintf(err, sizeof err, "train.cuda_graph: on needs the CUDA backend (this run uses the %s backend); "
-                 "use auto or off", be->name);
-    if ((rc = agree_startup(comm, graph_refused ? 2 : 0, err)) != 0) return rc;
-    t->graphs = be->graph_begin != NULL && strcmp(cfg->train.cuda_graph, "off") != 0;
+    // auto: graphs where the backend captures natively (CUDA); on: also the CPU's op-log emulation
+    // (cpu_graph.c), which runs the same path for the tests.
+    int native = be->graph_begin != NULL && be->graph_log == NULL;
+    t->graphs = be->graph_begin != NULL &&
+                (!strcmp(cfg->train.cuda_graph, "on") || (!strcmp(cfg->train.cuda_graph, "auto") && native));
     model_alloc(&t->model, be, (uint64_t)cfg->train.seed);
     activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
     t->affine = pixel_affine_of(&t->train_set->norm);
@@ -234,7 +233,10 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
         } else {
             if (!t->graph) {
                 be->graph_begin(be);
+                struct OpLog *log = be->graph_log ? be->graph_log(be) : NULL;
+                if (log) comm_record_into(t->grad_comm, log);  // the sums join the op log in their place
                 whole_step(t, &b, first->step_total);
+                if (log) comm_record_into(t->grad_comm, NULL);
                 t->graph = be->graph_end(be);
             }
             be->graph_launch(be, t->graph);

@@ -454,6 +454,44 @@ START_TEST(many_buckets_train_like_one) {
 }
 END_TEST
 
+// ---- 7b. the graph path against plain launches ----------------------------------------------------------------
+
+// The step captured once and replayed (train.cuda_graph: on; on the CPU backend an op log with a graph's
+// semantics, the communicator's sums recorded in their place) against the same run as launches: bitwise
+// the same state after every step, on every rank. The learning rate changes every step (warm-up), an inf
+// on the last rank at step 4 and the epoch's partial last step run as launches in the middle of replays.
+START_TEST(graph_path_trains_like_launches) {
+    enum { STEPS = 13 };
+    char rank_override[64];
+    snprintf(rank_override, sizeof rank_override, "debug.inject_rank=%d", comm->size - 1);
+    static Config graph_cfg, launch_cfg;
+    const char *common[] = {"data.train_size=92", "train.warmup_steps=6", "debug.inject_step=4", rank_override};
+    make_config(&graph_cfg, (const char *const[]){common[0], common[1], common[2], common[3], "train.cuda_graph=on", NULL});
+    make_config(&launch_cfg, (const char *const[]){common[0], common[1], common[2], common[3], "train.cuda_graph=off", NULL});
+    Trainer g, l;
+    trainer_start(&g, &graph_cfg, comm);
+    trainer_start(&l, &launch_cfg, comm);
+    ck_assert(g.graphs && !l.graphs);
+    State a = {0}, b = {0};
+    char why[512];
+    for (int step = 1; step <= STEPS; step++) {
+        tu_train_step(&g);
+        tu_train_step(&l);
+        state_read(&g, &a);
+        state_read(&l, &b);
+        ck_assert_msg(on_every_rank(state_hash(&a) == state_hash(&b)), "step %d: the graph and launches differ", step);
+        ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "graph, after step %d: %s", step, why);
+    }
+    ck_assert_int_eq(a.scaler.skipped_total, 1);
+    // replayed: all but the first eligible step, the injection step and the partial step(s)
+    ck_assert_msg(g.graph_steps >= STEPS - 4, "only %ld of %d steps replayed", g.graph_steps, STEPS);
+    ck_assert_int_eq(l.graph_steps, 0);
+    state_free(&a), state_free(&b);
+    trainer_free(&g);
+    trainer_free(&l);
+}
+END_TEST
+
 // ---- 8. resume and the batch-norm running statistics ---------------------------------------------------------
 
 static void run_to(Trainer *t, Config *cfg, const char *const *overrides) {
@@ -522,6 +560,7 @@ static Suite *data_parallel_suite(void) {
     tcase_add_test(tc, shards_cover_the_dataset_once);
     tcase_add_test(tc, bn_sync_and_evaluation_agree_on_every_rank);
     tcase_add_test(tc, many_buckets_train_like_one);
+    tcase_add_test(tc, graph_path_trains_like_launches);
     tcase_add_test(tc, resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_rounding);
     suite_add_tcase(s, tc);
     return s;
