@@ -250,6 +250,78 @@ START_TEST(test_cast) {
 }
 END_TEST
 
+// ---- input: normalisation and the copy stream's slots --------------------------------------------------
+
+// Loop index bits: 0 fp16 destination, 1 fp32 source (else u8 bytes). One multiply and one add per value,
+// each rounded once on both sides: bitwise equal. Both outputs start as NaN; every value must be written.
+START_TEST(test_input_normalize) {
+    const DType dst_dt = _i & 1 ? DTYPE_F16 : DTYPE_F32, src_dt = _i & 2 ? DTYPE_F32 : DTYPE_U8;
+    const size_t pixels = 3 * 1009 + 1, n = pixels * 3;  // odd counts: no whole-vector assumption
+    uint64_t state = case_seed(11, _i, 0);
+    uint8_t *bytes = malloc(n);
+    float *values = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        bytes[i] = (uint8_t)(state >> 56);
+        values[i] = (float)(state >> 40) / 16777216.0f * 6.0f - 3.0f;
+    }
+    const PixelNorm norm = {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+    const PixelAffine affine = src_dt == DTYPE_U8 ? pixel_affine_of(&norm)
+                                                  : (PixelAffine){{1.5f, -0.5f, 2.0f}, {0.25f, 1.0f, -3.0f}};
+    const size_t src_bytes = n * dtype_size(src_dt);
+    const void *host_src = src_dt == DTYPE_U8 ? (const void *)bytes : (const void *)values;
+    void *src_c = cpu->alloc(cpu, src_bytes), *src_g = gpu->alloc(gpu, src_bytes);
+    cpu->to_device(cpu, src_c, host_src, src_bytes);
+    gpu->to_device(gpu, src_g, host_src, src_bytes);
+    Twin out = twin_output(dst_dt, n);
+    cpu->input_normalize(cpu, pixels, src_dt, src_c, &affine, dst_dt, out.cpu);
+    gpu->input_normalize(gpu, pixels, src_dt, src_g, &affine, dst_dt, out.gpu);
+    const size_t out_bytes = n * dtype_size(dst_dt);
+    void *c = download_raw(cpu, out.cpu, out_bytes), *g = download_raw(gpu, out.gpu, out_bytes);
+    float *gv = download(gpu, dst_dt, out.gpu, n);
+    size_t unwritten = 0;
+    for (size_t i = 0; i < n; i++) unwritten += isnan(gv[i]);
+    printf("  input_normalize %s -> %s, %zu pixels                       %s\n", dtype_name(src_dt),
+           dtype_name(dst_dt), pixels, memcmp(c, g, out_bytes) == 0 ? "bitwise equal to the CPU" : "DIFFERS");
+    ck_assert_msg(unwritten == 0, "input_normalize left %zu values unwritten", unwritten);
+    ck_assert_msg(memcmp(c, g, out_bytes) == 0, "input_normalize %s -> %s differs from the CPU", dtype_name(src_dt),
+                  dtype_name(dst_dt));
+    free(c), free(g), free(gv), free(bytes), free(values);
+    cpu->free(cpu, src_c), gpu->free(gpu, src_g);
+    twin_free(out);
+}
+END_TEST
+
+// Two slots used round-robin for 8 uploads from pinned memory: each batch lands whole, the compute
+// stream's copy of it (after input_acquire) sees exactly that batch, and a refilled host buffer never
+// reaches a slot the compute stream has not released.
+START_TEST(test_input_slots_hand_over) {
+    const size_t bytes = (size_t)1 << 22;
+    uint8_t *host[BACKEND_INPUT_SLOTS], *slot[BACKEND_INPUT_SLOTS];
+    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++) host[s] = gpu->host_alloc(gpu, bytes), slot[s] = gpu->alloc(gpu, bytes);
+    uint8_t *taken = gpu->alloc(gpu, 8 * bytes), *back = malloc(8 * bytes);
+    for (int k = 0; k < 8; k++) {
+        int s = k % BACKEND_INPUT_SLOTS;
+        if (k >= BACKEND_INPUT_SLOTS) gpu->input_upload_wait(gpu, s);  // the host buffer may be refilled
+        memset(host[s], 17 * k + 3, bytes);
+        gpu->input_upload(gpu, s, slot[s], host[s], bytes);
+        gpu->input_acquire(gpu, s);
+        gpu->copy(gpu, taken + (size_t)k * bytes, slot[s], bytes);
+        gpu->input_release(gpu, s);
+    }
+    gpu->sync(gpu);
+    gpu->to_host(gpu, back, taken, 8 * bytes);
+    size_t wrong = 0;
+    for (int k = 0; k < 8; k++)
+        for (size_t i = 0; i < bytes; i++) wrong += back[(size_t)k * bytes + i] != (uint8_t)(17 * k + 3);
+    printf("  input slots, 8 uploads through %d slots                      %zu bytes wrong\n", BACKEND_INPUT_SLOTS, wrong);
+    ck_assert_msg(wrong == 0, "%zu bytes of the uploaded batches arrived wrong", wrong);
+    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++) gpu->host_free(gpu, host[s]), gpu->free(gpu, slot[s]);
+    gpu->free(gpu, taken);
+    free(back);
+}
+END_TEST
+
 // ---- convolution -----------------------------------------------------------------------------------
 
 typedef struct ConvCase {
@@ -688,6 +760,8 @@ static Suite *gpu_ops_suite(void) {
     } cases[] = {
         {"memory", test_memory_ops, 1},
         {"cast", test_cast, 3},
+        {"input_normalize", test_input_normalize, 4},
+        {"input_slots", test_input_slots_hand_over, 1},
         {"conv", test_conv, 2 * CONV_CASES},
         {"batchnorm", test_batchnorm, 8 * BN_SHAPES},
         {"maxpool", test_maxpool, 8},
