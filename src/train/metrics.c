@@ -169,8 +169,9 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
                100 * r->eval->top5);
     else if (r->eval)
         printf(", val loss %.4f, top-1 and top-5 not finite", r->eval->loss);
-    printf("; start-up %.2f s (build, first step with cuDNN's search), data wait %.2f ms/step, %ld of %ld steps "
-           "replayed from the CUDA graph\n", r->startup_s, r->data_wait_ms, r->graph_steps, r->steps);
+    printf("; start-up %.2f s (build, cuDNN's search, graph capture), then %.1f images/s; data wait %.2f ms/step, "
+           "%ld of %ld steps replayed from the CUDA graph\n", r->startup_s, r->steady_images_per_s, r->data_wait_ms,
+           r->graph_steps, r->steps);
     fflush(stdout);
     if (!mt->jsonl) return;
     Record rec = {0};
@@ -183,6 +184,7 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     record_number(&rec, "scale", r->scale);
     record_number(&rec, "final_loss", r->final_loss);
     record_number(&rec, "startup_s", r->startup_s);
+    record_number(&rec, "steady_images_per_s", r->steady_images_per_s);
     record_number(&rec, "data_wait_ms", r->data_wait_ms);
     text_add(&rec.body, ",\"graph_steps\":%ld", r->graph_steps);
     if (r->eval) {

@@ -476,9 +476,15 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     while (t->step < t->total_steps) {
         comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
         trainer_step(t, loader_micro, &feed, cfg->train.accum_steps);
-        if (t->step == step_at_start + 1) t->startup_s = metrics_now() - t->init_start;
         feed_advance(&feed);
         t->images_seen += feed.current.step_total;
+        // Start-up ends with the first step (cuDNN's search), or with the second when it captures the graph.
+        if (t->startup_s == 0 && t->step - step_at_start >= (t->graphs ? 2 : 1)) {
+            t->be->sync(t->be);
+            t->steady_start = metrics_now();
+            t->startup_s = t->steady_start - t->init_start;
+            t->steady_images = t->images_seen;
+        }
         if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
         log_step(t, 0);
         if (t->step_in_epoch == 0 && t->val_set) {
@@ -493,7 +499,10 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     }
     if (feed.loader) loader_destroy(feed.loader);
     t->be->sync(t->be);
-    t->train_seconds = metrics_now() - start;
+    double end = metrics_now();
+    t->train_seconds = end - start;
+    if (t->startup_s > 0 && end > t->steady_start)
+        t->steady_images_per_s = (double)(t->images_seen - t->steady_images) / (end - t->steady_start);
     if (t->step > step_at_start && t->step != t->last_log_step) log_step(t, 1);
     log_flush(t);
     save_checkpoint(t, "last");
