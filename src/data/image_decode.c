@@ -28,14 +28,21 @@ static void cmyk_to_rgb(const uint8_t *cmyk, size_t n, uint8_t *rgb) {
 
 // Decompresses into out (height, width, channels of format); 0, or 1 with err filled. A warning is an
 // error only when it means the data ended early (libjpeg pads the rest with grey; PIL raises instead).
+// The first pass stops at any warning, because TurboJPEG 2.1 loses the end-of-data warning of some
+// truncated progressive files when it is left to run on; a recoverable warning (extraneous bytes before
+// a marker) then gets a second pass that decodes through it, as PIL does.
 static int decompress(tjhandle tj, const uint8_t *data, size_t size, uint8_t *out, int width, int height,
                       int format, char *err, size_t err_cap) {
-    if (tjDecompress2(tj, data, (unsigned long)size, out, width, 0, height, format, TJFLAG_LIMITSCANS) == 0)
-        return 0;
-    const char *why = tjGetErrorStr2(tj);
-    if (tjGetErrorCode(tj) == TJERR_WARNING && !strstr(why, "Premature end")) return 0;
-    snprintf(err, err_cap, "corrupt or truncated JPEG: %s", why);
-    return 1;
+    int flags = TJFLAG_LIMITSCANS | TJFLAG_STOPONWARNING;
+    for (int pass = 0; pass < 2; pass++, flags &= ~TJFLAG_STOPONWARNING) {
+        if (tjDecompress2(tj, data, (unsigned long)size, out, width, 0, height, format, flags) == 0) return 0;
+        const char *why = tjGetErrorStr2(tj);
+        if (tjGetErrorCode(tj) != TJERR_WARNING || strstr(why, "Premature end")) {
+            snprintf(err, err_cap, "corrupt or truncated JPEG: %s", why);
+            return 1;
+        }
+    }
+    return 0;  // the second pass warned again, and decoded to the end
 }
 
 int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err, size_t err_cap) {
