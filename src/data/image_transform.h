@@ -6,7 +6,7 @@
 // Resizing is Pillow's antialiased BILINEAR (ImagingResample): a triangle filter whose support grows with
 // the downscale factor, separable, horizontal pass then vertical, coefficients in 22-bit fixed point,
 // each pass rounding to 8 bits. The results are Pillow's bytes: tests/unit/test_images.c holds them to
-// a float64 model of that algorithm, and tests/unit/test_resize_pil.sh to Pillow itself.
+// a float64 model of that algorithm (within 1), and tests/unit/test_images_pil.c to Pillow itself (bitwise).
 // Normalisation is not here: the device applies Dataset.norm to the bytes (core/pixels.h).
 #ifndef AMPTRAIN_IMAGE_TRANSFORM_H
 #define AMPTRAIN_IMAGE_TRANSFORM_H
