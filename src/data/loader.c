@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../core/check.h"
 
@@ -119,7 +120,7 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, i
     long per_epoch = (long)l->steps_per_epoch * l->accum;
     l->total = end_epoch > epoch ? (long)(end_epoch - epoch) * per_epoch - l->first_flat : 0;
     l->threaded = prefetch > 0;
-    l->n_workers = l->threaded ? (workers < prefetch ? workers : prefetch) : 1;
+    l->n_workers = l->threaded ? workers : 1;
     l->workers = xcalloc((size_t)l->n_workers, sizeof *l->workers);
     for (int i = 0; i < l->n_workers; i++) {
         LoaderWorker *w = &l->workers[i];
@@ -129,7 +130,7 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, i
                      sampler->drop_last, (long)sampler->seed);
         w->indices = xcalloc((size_t)sampler->batch, sizeof(int32_t));
     }
-    l->slots = prefetch + 1;
+    l->slots = (l->threaded && workers > prefetch ? workers : prefetch) + 1;
     l->ring = xcalloc((size_t)l->slots, sizeof(Batch));
     l->ready = xcalloc((size_t)l->slots, sizeof(long));
     for (int i = 0; i < l->slots; i++) {
@@ -169,6 +170,12 @@ const Batch *loader_next(Loader *l, double *waited) {
     }
     pthread_mutex_unlock(&l->mutex);
     return b;
+}
+
+int loader_auto_workers(int local_ranks) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = cores / (local_ranks > 0 ? local_ranks : 1) - 1;
+    return share < 1 ? 1 : share > LOADER_MAX_WORKERS ? LOADER_MAX_WORKERS : (int)share;
 }
 
 void loader_destroy(Loader *l) {

@@ -5,9 +5,9 @@
 // micro fastest. Each batch is the sampler's block for this rank, assembled by dataset_get_batch as raw
 // bytes (pixels.h): the device normalises them.
 //
-// prefetch = P > 0: `workers` threads fill up to P batches ahead in a ring of P + 1 buffers (the extra one
-// is the batch the caller holds); batch j of the walk is made by worker j % workers into slot j % (P + 1)
-// and handed out in order. prefetch = 0: loader_next assembles the batch on the caller's thread. Every
+// prefetch = P > 0: `workers` threads fill up to max(P, workers) batches ahead in a ring of one more
+// buffer (the batch the caller holds), so every worker has a batch to work on; batch j of the walk is
+// made by worker j % workers into slot j % slots and handed out in order. prefetch = 0: loader_next assembles the batch on the caller's thread. Every
 // value is a pure function of (seed, epoch, index), so every path gives bitwise-identical batches.
 // The buffers come from `pinned` (Backend.host_alloc: page-locked on CUDA, so the copy stream reads them
 // directly) or from the heap when it is NULL.
@@ -32,13 +32,17 @@ typedef struct Loader Loader;
 
 // ds must outlive the loader; the sampler is copied (its parameters, not its cached order), so the
 // caller's sampler stays the caller's. Starts at (epoch, step, micro 0); end_epoch > epoch.
-// workers >= 1 (only used when prefetch > 0; more workers than prefetch would idle).
+// workers >= 1 (only used when prefetch > 0).
 Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, int workers, int epoch, int step,
                       int end_epoch, Backend *pinned);
 
 // The next micro-batch, or NULL after the last one. The batch stays valid until the next call.
 // Adds the seconds this call waited for a worker to *waited (when not NULL).
 const Batch *loader_next(Loader *l, double *waited);
+
+// data.workers = 0: the host's cores shared by the ranks on it, one of each share left to its training
+// thread; at least 1.
+int loader_auto_workers(int local_ranks);
 
 // Stops and joins the threads (also mid-epoch), frees the buffers.
 void loader_destroy(Loader *l);

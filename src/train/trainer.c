@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "checkpoint.h"
 #include "core/check.h"
@@ -13,8 +12,6 @@
 #include "data/loader.h"
 #include "lr_schedule.h"
 #include "outputs.h"
-
-#include <unistd.h>
 
 // ---- set-up ---------------------------------------------------------------------------------------
 
@@ -449,15 +446,6 @@ static const MicroBatch *loader_micro(void *ctx, int k) {
     return &f->current;
 }
 
-// Loader threads: the host's cores shared by the ranks on it, at most 8 and no more than prefetch.
-static int loader_workers(const Config *cfg, const Comm *comm) {
-    if (cfg->data.workers > 0) return cfg->data.workers;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long share = cores / (comm->local_size > 0 ? comm->local_size : 1) - 1;
-    if (share > 8) share = 8;
-    if (share > cfg->data.prefetch) share = cfg->data.prefetch;
-    return share < 1 ? 1 : (int)share;
-}
 
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     const Config *cfg = t->cfg;
@@ -469,7 +457,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     int stopped = 0;
     LoaderFeed feed = {.t = t, .ahead_slot = BACKEND_INPUT_SLOTS - 1};
     if (t->step < t->total_steps) {
-        feed.loader = loader_create(t->train_set, &t->sampler, cfg->data.prefetch, loader_workers(cfg, t->comm),
+        feed.loader = loader_create(t->train_set, &t->sampler, cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
                                     t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
         feed_advance(&feed);
     }
