@@ -1,0 +1,44 @@
+// image_dataset.h - the Dataset of the JPEG sources (imagefolder, webdataset): encoded samples read by
+// index from an EncodedSource, decoded (image_decode.h) and transformed (image_transform.h) in `get`.
+//
+// Training split with data.augment: RandomResizedCrop + horizontal flip from the sample's rng (keyed
+// (seed, epoch, index), so the same images, crops and flips on any rank count); otherwise (validation,
+// or augment off) Resize + CenterCrop. A sample that cannot be read or decoded is counted, named once in
+// the log and replaced by the next readable index (i+1, i+2, ... mod size) with that sample's label and
+// the original sample's rng: deterministic, so every rank and thread agrees, and the run never stops for
+// it. Only a split where no sample at all decodes ends the run (exit 1).
+#ifndef AMPTRAIN_IMAGE_DATASET_H
+#define AMPTRAIN_IMAGE_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dataset.h"
+
+// Encoded samples a source can read by index. Sources fill the struct (calloc'd) and hand it over.
+typedef struct EncodedSource {
+    int size, classes;
+    // Reads sample i's encoded bytes (malloc'd into *bytes, *len) and its label; thread-safe (pread).
+    // 0, or 1 with one line in err (an unreadable file/shard member).
+    int (*read)(const struct EncodedSource *src, int index, uint8_t **bytes, size_t *len, int32_t *label,
+                char *err, size_t err_cap);
+    void (*destroy)(struct EncodedSource *src);
+    void *impl;
+    char name[64];       // "imagefolder", "webdataset"
+    // Optional (NULL: "sample i"): writes what a user calls sample i (its file, its shard member) into
+    // out, for the log line that names a sample that does not decode.
+    void (*describe)(const struct EncodedSource *src, int index, char *out, size_t out_cap);
+} EncodedSource;
+
+// Takes ownership of src. A sample that cannot be read or decoded is counted, named once in the log
+// (log_warn) and replaced by the next readable index (i+1, i+2, ... mod size): deterministic, so every
+// rank and thread agrees; never stops the run. side: output images are (side, side, 3) u8.
+Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm);
+
+// Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
+long image_dataset_skipped(const Dataset *ds);
+
+// The source behind an image dataset (for --bench-data's decode-only rate), or NULL for other datasets.
+const EncodedSource *image_dataset_source(const Dataset *ds);
+
+#endif
