@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # setup.sh - install what amptrain's build needs on Debian/Ubuntu (idempotent; skips what is there).
 #   required: a C compiler, CMake >= 3.24, pkg-config, libyaml, Check
-#   optional: Open MPI (multi-rank runs and the MPI tests); matplotlib (the pictures of launch/scaling,
+#   optional: libjpeg-turbo (the JPEG image sources: imagefolder, webdataset); Open MPI (multi-rank runs and the MPI tests); matplotlib (the pictures of launch/scaling,
 #             compare-amp and plot-metrics); CUDA 12+/13 with cuDNN 9 and NCCL is used when found under
 #             /usr/local/cuda (not installed by this script)
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libyaml-dev check libopenmpi-dev openmpi-bin python3 python3-matplotlib)
+packages=(build-essential cmake pkg-config libyaml-dev check libturbojpeg0-dev libopenmpi-dev openmpi-bin python3 python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "data/bench_data.h"
 #include "data/dataset.h"
 #include "dist/agree.h"
 #include "dist/comm.h"
@@ -50,7 +51,10 @@ static const char usage_text[] =
     "                      print parameters, multiply-adds and memory; no training\n"
     "  --bench             benchmark: warm-up, then median step time, images/s and peak memory as one JSON\n"
     "                      line (synthetic data resident on the device, like bench/torch_baseline.py)\n"
-    "  --bench-steps N     timed steps of --bench (default 30)\n"
+    "  --bench-data        the input pipeline alone: the loader's data.workers threads (0: all cores) make\n"
+    "                      --bench-steps training batches; images/s, threads and libjpeg-turbo's decode-only\n"
+    "                      rate per core as one JSON line (no model, no GPU)\n"
+    "  --bench-steps N     timed steps of --bench, batches of --bench-data (default 30)\n"
     "  --bench-warmup N    untimed steps of --bench (default 8)\n"
     "  --bench-tag TEXT    a label copied into the JSON line\n"
     "\n"
@@ -69,7 +73,7 @@ typedef struct Cli {
     const char *config_path;
     char **overrides;
     int n_overrides;
-    int print_config, dry_run, bench;
+    int print_config, dry_run, bench, bench_data;
     BenchOptions bench_opt;
 } Cli;
 
@@ -130,6 +134,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->dry_run = 1;
         } else if (!strcmp(a, "--bench")) {
             cli->bench = 1;
+        } else if (!strcmp(a, "--bench-data")) {
+            cli->bench_data = 1;
         } else if (!strcmp(a, "--bench-steps") || !strcmp(a, "--bench-warmup")) {
             int *dst = !strcmp(a, "--bench-steps") ? &cli->bench_opt.steps : &cli->bench_opt.warmup;
             if (parse_positive(a, i + 1 < argc ? argv[i + 1] : NULL, dst)) return 2;
@@ -248,6 +254,16 @@ static int dry_run(const Config *cfg, Comm *comm) {
     return rc;
 }
 
+// --bench-data: the training split opened on every rank, then each measures its own shard; rank 0 prints.
+static int bench_data(const Config *cfg, Comm *comm, int batches) {
+    char err[AGREE_MESSAGE_MAX] = "";
+    Dataset *ds = NULL;
+    int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &ds, err, sizeof err), err);
+    if (rc == 0) bench_data_run(cfg, ds, comm->size, comm->rank, batches, comm->rank == 0 ? stdout : NULL);
+    dataset_close(ds);
+    return rc;
+}
+
 static void print_summary(Trainer *t, const Config *cfg) {
     Backend *be = t->be;
     ScalerState st = scaler_read(&t->scaler, be);
@@ -323,7 +339,8 @@ int main(int argc, char **argv) {
     Comm *comm = comm_init(&argc, &argv, cfg.dist.timeout_s);
     rc = agree_startup(comm, rc ? 2 : 0, message);
     if (rc == 0) rc = agree_config(comm, &cfg);
-    if (rc == 0) rc = cli.dry_run ? dry_run(&cfg, comm) : run(&cli, &cfg, comm);
+    if (rc == 0 && cli.bench_data) rc = bench_data(&cfg, comm, cli.bench_opt.steps);
+    else if (rc == 0) rc = cli.dry_run ? dry_run(&cfg, comm) : run(&cli, &cfg, comm);
     comm->destroy(comm);
     comm_finalize();
     return rc;

@@ -1,5 +1,5 @@
 # One Check executable per tests/<label>/test_*.c, labelled by its folder:
-#   unit  CPU only, forked Check runner
+#   unit  CPU only, forked Check runner; exit 77 is Skipped (test_images_pil without Pillow)
 #   mpi   CPU backend under mpiexec with 1, 2 and 3 ranks (CK_FORK=no); the suites that start MPI jobs of
 #         their own (AMPTRAIN_TEST_OWN_LAUNCH) run once, without mpiexec, since a job cannot nest in another;
 #         test_startup runs its MPMD jobs from the 1-rank launch and exits 77 (Skipped) in the others
@@ -12,7 +12,14 @@ set(AMPTRAIN_TEST_OWN_LAUNCH test_comm_faults test_fault_trainer)
 
 function(amptrain_add_check_test label src)
   get_filename_component(name ${src} NAME_WE)
+  # The image suites make their JPEG fixtures with libjpeg-turbo: built only where it was found.
+  if(name MATCHES "^test_images" AND NOT TURBOJPEG_FOUND)
+    return()
+  endif()
   add_executable(${name} ${src} tests/test_util.c)
+  if(name MATCHES "^test_images")
+    target_sources(${name} PRIVATE tests/unit/image_fixtures.c)
+  endif()
   target_link_libraries(${name} PRIVATE amptrain_lib PkgConfig::CHECK)
   target_include_directories(${name} PRIVATE tests)
   set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
@@ -44,7 +51,7 @@ function(amptrain_add_check_test label src)
     if(label STREQUAL "gpu")
       set_tests_properties(${name} PROPERTIES LABELS gpu ENVIRONMENT "CK_FORK=no" TIMEOUT 900 SKIP_RETURN_CODE 77)
     else()
-      set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 600)
+      set_tests_properties(${name} PROPERTIES LABELS unit TIMEOUT 600 SKIP_RETURN_CODE 77)
     endif()
   endif()
 endfunction()

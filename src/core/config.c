@@ -58,6 +58,10 @@ void config_defaults(Config *cfg) {
     d->val_size = 512;
     d->batch_size = 32;
     d->augment = 1;
+    // ImageNet's statistics, the constants of torchvision's reference scripts.
+    const double imagenet_mean[3] = {0.485, 0.456, 0.406}, imagenet_std[3] = {0.229, 0.224, 0.225};
+    memcpy(d->mean, imagenet_mean, sizeof d->mean);
+    memcpy(d->std, imagenet_std, sizeof d->std);
     d->prefetch = 4;
     d->workers = 0;
 
@@ -326,6 +330,29 @@ static int read_list(const Loader *L, Where at, const char *name, const ConfigKe
     return 0;
 }
 
+// Three numbers, one per channel, each in the row's range and a normal fp32 value (they become floats).
+static int read_channels(const Loader *L, Where at, const char *name, const ConfigKey *row, const YtNode *node,
+                         double *out) {
+    if (node->kind != YT_SEQ || node->count != CONFIG_CHANNELS)
+        return node->kind == YT_SEQ
+                   ? fail_at(L, at, "%s: expected a list of 3 numbers (R, G, B), got %zu", name, node->count)
+                   : fail_expected(L, at, name, "a list of 3 numbers (R, G, B) like [0.485, 0.456, 0.406]", node);
+    double values[CONFIG_CHANNELS];
+    for (size_t i = 0; i < CONFIG_CHANNELS; i++) {
+        char item_name[KEY_NAME_MAX + 8];
+        snprintf(item_name, sizeof item_name, "%s[%zu]", name, i);
+        Where item_at = at;
+        if (at.origin == FROM_FILE) item_at.line = node->items[i]->line;
+        const YtNode *item = node->items[i];
+        if (item->kind != YT_SCALAR || item->quoted || !parse_double(item->scalar, &values[i]))
+            return fail_expected(L, item_at, item_name, "a number", item);
+        if (!in_range(row, values[i])) return fail_range(L, item_at, item_name, row, values[i]);
+        if (!is_float_normal(row, values[i])) return fail_not_normal(L, item_at, item_name, values[i]);
+    }
+    memcpy(out, values, sizeof values);
+    return 0;
+}
+
 // Plain `~`, `null` and nothing at all are YAML's null: for a path that means "none", i.e. "".
 static const char *string_value(const YtNode *node) {
     if (node->quoted) return node->scalar;
@@ -400,6 +427,9 @@ static int apply_value(Loader *L, const ConfigKey *row, const YtNode *node, Wher
         break;
     case CK_INT_LIST:
         rc = read_list(L, at, name, row, node, (int *)field);
+        break;
+    case CK_FLOAT3:
+        rc = read_channels(L, at, name, row, node, (double *)field);
         break;
     }
     if (!rc) L->where[row - config_keys] = at;
@@ -603,6 +633,15 @@ static int apply_cifar10_shape(Loader *L) {
     return 0;
 }
 
+// The JPEG sources read a folder: without data.path there is nothing to read.
+static int check_image_source(const Loader *L) {
+    const DataConfig *d = &L->cfg.data;
+    if ((strcmp(d->source, "imagefolder") != 0 && strcmp(d->source, "webdataset") != 0) || d->path[0]) return 0;
+    return fail_at(L, where_set(L, "data", "source"), "data.source: %s needs data.path (%s)", d->source,
+                   !strcmp(d->source, "imagefolder") ? "the root folder with train/<class>/*.jpg and val/<class>/*.jpg"
+                                                     : "the folder of train-*.tar and val-*.tar shards");
+}
+
 static int check_optimizer(const Loader *L) {
     const TrainConfig *t = &L->cfg.train;
     char lr[32], min_lr[32];
@@ -641,6 +680,7 @@ static int apply_rules(Loader *L) {
     int rc = apply_arch_preset(L);
     if (!rc) rc = check_group_width(L);
     if (!rc) rc = apply_cifar10_shape(L);
+    if (!rc) rc = check_image_source(L);
     if (!rc) rc = check_optimizer(L);
     if (!rc) rc = check_checkpoint(L);
     return rc;
@@ -697,6 +737,15 @@ static void print_value(FILE *out, const ConfigKey *row, const Config *cfg) {
     case CK_INT_LIST: {
         const int *v = (const int *)field;
         fprintf(out, "[%d, %d, %d, %d]", v[0], v[1], v[2], v[3]);
+        break;
+    }
+    case CK_FLOAT3: {
+        const double *v = (const double *)field;
+        for (int i = 0; i < CONFIG_CHANNELS; i++) {
+            format_double(v[i], number, sizeof number);
+            fprintf(out, "%s%s", i ? ", " : "[", number);
+        }
+        fputc(']', out);
         break;
     }
     }

@@ -22,12 +22,13 @@ typedef struct ModelConfig {
 } ModelConfig;
 
 typedef struct DataConfig {
-    char source[16];    // synthetic | learnable | cifar10
-    char path[CONFIG_PATH_MAX];  // cifar10: folder with data_batch_1..5.bin, test_batch.bin
+    char source[16];    // synthetic | learnable | cifar10 | imagefolder | webdataset
+    char path[CONFIG_PATH_MAX];  // cifar10: folder with data_batch_1..5.bin, test_batch.bin; image sources: root
     int train_size;     // synthetic/learnable: samples per epoch
     int val_size;       // synthetic/learnable: validation samples (0: no evaluation)
     int batch_size;     // per rank
-    int augment;        // cifar10: random crop (pad 4) + horizontal flip
+    int augment;        // cifar10: random crop (pad 4) + flip; image sources: RandomResizedCrop + flip
+    double mean[3], std[3];  // image sources: torchvision's Normalize on [0, 1] pixels (R, G, B)
     int prefetch;       // batches prepared ahead by the loader's workers (0: synchronous)
     int workers;        // loader threads (0: auto)
     int drop_last;      // skip each epoch's partial last step

@@ -41,10 +41,13 @@ const ConfigKey config_keys[] = {
     {"model", "image_size", CK_INT, AT(model.image_size), BETWEEN(32, 1024), {0},
      "square input side in pixels (5 stride-2 stages need at least 32)"},
     // ---- data ----
-    {"data", "source", CK_ENUM, AT_STR(data.source), NONE, {"synthetic", "learnable", "cifar10"},
-     "synthetic: random noise; learnable: class-dependent patterns a model can fit; cifar10: files"},
+    {"data", "source", CK_ENUM, AT_STR(data.source), NONE,
+     {"synthetic", "learnable", "cifar10", "imagefolder", "webdataset"},
+     "synthetic: random noise; learnable: class-dependent patterns a model can fit; cifar10: files; "
+     "imagefolder, webdataset: JPEGs in class folders or tar shards"},
     {"data", "path", CK_STRING, AT_STR(data.path), NONE, {0},
-     "cifar10: folder with data_batch_1..5.bin and test_batch.bin"},
+     "cifar10: folder with data_batch_1..5.bin and test_batch.bin; imagefolder: the root with train/ and "
+     "val/ class folders; webdataset: the folder of train-*.tar and val-*.tar shards"},
     {"data", "train_size", CK_INT, AT(data.train_size), AT_LEAST(1), {0},
      "synthetic/learnable: training samples per epoch"},
     {"data", "val_size", CK_INT, AT(data.val_size), AT_LEAST(0), {0},
@@ -52,7 +55,12 @@ const ConfigKey config_keys[] = {
     {"data", "batch_size", CK_INT, AT(data.batch_size), AT_LEAST(1), {0},
      "samples per rank per micro-batch"},
     {"data", "augment", CK_BOOL, AT(data.augment), NONE, {0},
-     "cifar10: random crop (pad 4) and horizontal flip"},
+     "cifar10: random crop (pad 4) and horizontal flip; imagefolder/webdataset: RandomResizedCrop and "
+     "horizontal flip (false: the validation transform)"},
+    {"data", "mean", CK_FLOAT3, AT(data.mean), BETWEEN(0, 1), {0},
+     "imagefolder/webdataset: per-channel mean (R, G, B) of torchvision's Normalize on [0, 1] pixels"},
+    {"data", "std", CK_FLOAT3, AT(data.std), ABOVE(0), {0},
+     "imagefolder/webdataset: per-channel standard deviation (R, G, B) of the same Normalize"},
     {"data", "prefetch", CK_INT, AT(data.prefetch), BETWEEN(0, 64), {0},
      "batches prepared ahead by the loader's workers (0: synchronous, on the training thread)"},
     {"data", "workers", CK_INT, AT(data.workers), BETWEEN(0, 64), {0},

@@ -16,10 +16,12 @@ typedef enum {
     CK_STRING,     // char[size]
     CK_ENUM,       // char[size], one of `choices`
     CK_INT_LIST,   // int[4]
+    CK_FLOAT3,     // double[3]; one value per colour channel (R, G, B)
 } ConfigKeyType;
 
 #define CONFIG_LIST_LEN 4
-#define CONFIG_MAX_CHOICES 4
+#define CONFIG_CHANNELS 3
+#define CONFIG_MAX_CHOICES 6
 #define CONFIG_MAX_KEYS 64   // config.c keeps per-key state in arrays of this size
 
 typedef struct ConfigKey {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "image_decode.h"
 
 #define POOL_OFFSETS (1 << 18)   // distinct windows; the pool is image_bytes + POOL_OFFSETS values
 #define LEARNABLE_NOISE 5.0f  // noise sigma relative to the templates' std of 1
@@ -189,6 +190,20 @@ Dataset *dataset_learnable_create(int size, int side, int classes, long seed, in
 
 // ---- the factory ---------------------------------------------------------------------------------
 
+// The JPEG sources: libjpeg-turbo decodes them, data.mean/std normalise them.
+static int dataset_open_images(const DataConfig *data, const ModelConfig *model, long seed, int train,
+                               Dataset **out, char *err, size_t err_cap) {
+    if (!image_decode_available()) {
+        snprintf(err, err_cap, "data.source %s: this amptrain was built without libjpeg-turbo, which decodes "
+                 "the JPEGs (Debian: libturbojpeg0-dev; then configure and build again)", data->source);
+        return 2;
+    }
+    PixelNorm norm;
+    for (int ch = 0; ch < 3; ch++) norm.mean[ch] = (float)data->mean[ch], norm.std[ch] = (float)data->std[ch];
+    return dataset_imagefolder_open(data->path, train, data->augment, model->image_size, model->num_classes, seed,
+                                    norm, out, err, err_cap);
+}
+
 static int dataset_open(const DataConfig *data, const ModelConfig *model, long seed, int train,
                         Dataset **out, char *err, size_t err_cap) {
     *out = NULL;
@@ -202,9 +217,11 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
         }
         return dataset_cifar10_open(data->path, train, train && data->augment, seed, out, err, err_cap);
     }
+    if (strcmp(data->source, "imagefolder") == 0)
+        return dataset_open_images(data, model, seed, train, out, err, err_cap);
     int synthetic = strcmp(data->source, "synthetic") == 0;
     if (!synthetic && strcmp(data->source, "learnable") != 0) {
-        snprintf(err, err_cap, "data.source: unknown source '%s' (synthetic | learnable | cifar10)",
+        snprintf(err, err_cap, "data.source: unknown source '%s' (synthetic | learnable | cifar10 | imagefolder)",
                  data->source);
         return 2;
     }

@@ -7,6 +7,8 @@
 //              learn (the throughput benchmark's data)
 //   learnable  image = class template + noise; a small CNN learns it in a few hundred steps
 //   cifar10    the CIFAR-10 binary files, read into memory at open; optional crop + flip augmentation
+//   imagefolder  JPEGs in torchvision's ImageFolder layout, decoded and transformed in `get`
+//              (image_dataset.h: torchvision's RandomResizedCrop + flip, or Resize + CenterCrop)
 // Sample i is a pure function of (seed, i) and, with augmentation, of (seed, epoch, i): every rank and
 // thread that asks for it gets the same bits. `get` only reads the dataset, so the loader thread and the
 // caller may call it at the same time.
@@ -33,7 +35,7 @@
 
 typedef struct Dataset Dataset;
 struct Dataset {
-    const char *name;   // "synthetic", "learnable", "cifar10"
+    const char *name;   // "synthetic", "learnable", "cifar10", "imagefolder", "webdataset"
     int size;           // samples
     int side;           // images are (side, side, 3)
     int classes;        // labels are in [0, classes)
@@ -87,5 +89,14 @@ Dataset *dataset_learnable_create(int size, int side, int classes, long seed, in
 // convention as dataset_open_train. augment only applies to the training split.
 int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dataset **out, char *err,
                          size_t err_cap);
+
+// root: the ImageFolder root, holding train/<class>/**/*.jpg and val/<class>/**/*.jpg (imagefolder.c
+// says which files count and in what order). side: output images are (side, side, 3). max_classes:
+// model.num_classes, which the class folders must not exceed. Same return and error convention as
+// dataset_open_train (a missing root, a split without class folders, a class folder without JPEGs,
+// class folders that differ between train/ and val/, too many classes); the validation split of a root
+// without val/ is no split (0, *out NULL).
+int dataset_imagefolder_open(const char *root, int train, int augment, int side, int max_classes, long seed,
+                             PixelNorm norm, Dataset **out, char *err, size_t err_cap);
 
 #endif

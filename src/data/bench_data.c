@@ -1,0 +1,82 @@
+// bench_data.c - the input pipeline's throughput (see bench_data.h). Timings go to stdout, never to tests.
+#include "bench_data.h"
+
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "image_dataset.h"
+#include "image_decode.h"
+#include "loader.h"
+#include "sampler.h"
+
+#define DECODE_SAMPLES 64      // distinct files in the decode-only loop
+#define DECODE_MIN_SECONDS 1.0 // the loop repeats them until at least this long has passed
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Decodes per second on this thread, over the first samples' bytes (read beforehand, so no I/O is in
+// it); 0 when nothing decodes. *megapixels: the mean size of the decoded images.
+static double decode_rate(const EncodedSource *src, double *megapixels) {
+    int n = src->size < DECODE_SAMPLES ? src->size : DECODE_SAMPLES, have = 0;
+    uint8_t *bytes[DECODE_SAMPLES];
+    size_t len[DECODE_SAMPLES];
+    char err[512];
+    for (int i = 0; i < n; i++) {
+        int32_t label;
+        if (src->read(src, i, &bytes[have], &len[have], &label, err, sizeof err) == 0) have++;
+    }
+    long decoded = 0;
+    double pixels = 0, start = seconds_now(), elapsed = 0;
+    while (have > 0 && elapsed < DECODE_MIN_SECONDS) {
+        for (int i = 0; i < have; i++) {
+            DecodedImage img;
+            if (image_decode(bytes[i], len[i], &img, err, sizeof err) != 0) continue;
+            decoded++;
+            pixels += (double)img.width * img.height;
+            image_free(&img);
+        }
+        elapsed = seconds_now() - start;
+        if (decoded == 0) break;
+    }
+    for (int i = 0; i < have; i++) free(bytes[i]);
+    *megapixels = decoded ? pixels / decoded / 1e6 : 0;
+    return decoded ? decoded / elapsed : 0;
+}
+
+void bench_data_run(const Config *cfg, const Dataset *ds, int world, int rank, int batches, FILE *out) {
+    int threads = cfg->data.workers > 0 ? cfg->data.workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (threads > 64) threads = 64;
+    if (threads < 1) threads = 1;
+    Sampler s;
+    sampler_init(&s, ds->size, cfg->data.batch_size, world, rank, 1, cfg->data.drop_last, cfg->train.seed);
+    int per_epoch = sampler_steps_per_epoch(&s);
+    int epochs = per_epoch > 0 ? (batches + 1 + per_epoch - 1) / per_epoch : 1;
+    Loader *l = loader_create(ds, &s, 2 * threads, threads, 0, 0, epochs, NULL);
+    const Batch *b = loader_next(l, NULL);  // untimed: the threads start and the caches fill
+    long images = 0;
+    int done = 0;
+    double start = seconds_now();
+    while (done < batches && b && (b = loader_next(l, NULL))) {
+        images += b->count;
+        done++;
+    }
+    double elapsed = seconds_now() - start;
+    loader_destroy(l);
+    sampler_free(&s);
+    const EncodedSource *src = image_dataset_source(ds);
+    double megapixels = 0, decode = src ? decode_rate(src, &megapixels) : 0;
+    if (!out) return;
+    fprintf(out,
+            "{\"bench\":\"data\",\"source\":\"%s\",\"side\":%d,\"augment\":%s,\"batch\":%d,\"batches\":%d,"
+            "\"images\":%ld,\"seconds\":%.4f,\"threads\":%d,\"img_per_s\":%.1f,\"img_per_s_per_thread\":%.1f,"
+            "\"decode_img_per_s_per_core\":%.1f,\"decode_megapixels\":%.3f,\"skipped\":%ld}\n",
+            ds->name, ds->side, ds->augment ? "true" : "false", cfg->data.batch_size, done, images, elapsed, threads,
+            elapsed > 0 ? images / elapsed : 0, elapsed > 0 ? images / elapsed / threads : 0, decode, megapixels,
+            image_dataset_skipped(ds));
+    fflush(out);
+}

@@ -1,0 +1,19 @@
+// bench_data.h - `amptrain CONFIG --bench-data`: the input pipeline alone, without a model or a device.
+//
+// The loader (data.workers threads; 0: every online core) assembles `batches` training micro-batches of
+// data.batch_size for this rank, as the trainer would (decode, crop, resize, flip); the first batch is
+// untimed. For the JPEG sources it also times libjpeg-turbo's decode alone on one thread over the first
+// samples' bytes already in memory: the per-core rate that says how many cores a GPU's appetite needs.
+#ifndef AMPTRAIN_BENCH_DATA_H
+#define AMPTRAIN_BENCH_DATA_H
+
+#include <stdio.h>
+
+#include "../core/config.h"
+#include "dataset.h"
+
+// Measures over ds (the training split of cfg), as rank `rank` of `world`, and writes one JSON line to
+// out (NULL: measure only, for the ranks that do not print).
+void bench_data_run(const Config *cfg, const Dataset *ds, int world, int rank, int batches, FILE *out);
+
+#endif

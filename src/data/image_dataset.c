@@ -1,0 +1,104 @@
+// image_dataset.c - Dataset over an EncodedSource: read, decode, transform (see image_dataset.h).
+//
+// Shared state is read-only in `get` except two atomics: the replacement counter and one "already
+// named" flag per sample, so the loader's workers call `get` at once without a lock. Decoded pixels live
+// in per-call buffers.
+#include "image_dataset.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "../core/check.h"
+#include "../core/log.h"
+#include "image_decode.h"
+#include "image_transform.h"
+
+typedef struct ImageSet {
+    EncodedSource *src;
+    atomic_long skipped;           // calls of `get` that handed out a replacement
+    atomic_uchar *named;           // (size) 1 once sample i's failure was logged
+} ImageSet;
+
+// Reads and decodes sample i; 0, or 1 with err filled.
+static int image_load(const EncodedSource *src, int index, DecodedImage *img, int32_t *label, char *err,
+                      size_t err_cap) {
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (src->read(src, index, &bytes, &len, label, err, err_cap) != 0) return 1;
+    int rc = image_decode(bytes, len, img, err, err_cap);
+    free(bytes);
+    if (rc == 0 && (*label < 0 || *label >= src->classes)) {
+        snprintf(err, err_cap, "label %d outside [0, %d)", *label, src->classes);
+        image_free(img);
+        rc = 1;
+    }
+    return rc;
+}
+
+// Names sample `index` in the log, the first time it fails only.
+static void image_report(ImageSet *s, int index, const char *why) {
+    if (atomic_exchange(&s->named[index], 1)) return;
+    char what[512];
+    if (s->src->describe)
+        s->src->describe(s->src, index, what, sizeof what);
+    else
+        snprintf(what, sizeof what, "sample %d", index);
+    log_warn("%s: %s: %s; replaced by the next readable sample (counted as skipped)", s->src->name, what, why);
+}
+
+static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
+    ImageSet *s = ds->impl;
+    DecodedImage decoded;
+    char err[512];
+    int at = index;
+    while (image_load(s->src, at, &decoded, label, err, sizeof err) != 0) {
+        image_report(s, at, err);
+        at = (at + 1) % ds->size;
+        AMP_ASSERT(at != index, "%s: none of the %d samples of this split can be read or decoded (the last: %s)",
+                   s->src->name, ds->size, err);
+    }
+    if (at != index) atomic_fetch_add(&s->skipped, 1);
+    if (rng)
+        image_transform_train(&decoded, ds->side, rng, img);
+    else
+        image_transform_val(&decoded, ds->side, img);
+    image_free(&decoded);
+}
+
+static void image_destroy(Dataset *ds) {
+    ImageSet *s = ds->impl;
+    s->src->destroy(s->src);
+    free(s->named);
+    free(s);
+    free(ds);
+}
+
+Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm) {
+    AMP_ASSERT(src->size > 0 && src->classes > 0 && side > 0, "%s: %d samples, %d classes, side %d", src->name,
+               src->size, src->classes, side);
+    ImageSet *s = xcalloc(1, sizeof *s);
+    s->src = src;
+    atomic_init(&s->skipped, 0);
+    s->named = xcalloc((size_t)src->size, sizeof *s->named);
+    Dataset *ds = xcalloc(1, sizeof *ds);
+    ds->name = src->name;
+    ds->size = src->size;
+    ds->side = side;
+    ds->classes = src->classes;
+    ds->seed = (uint64_t)seed;
+    ds->augment = train && augment;
+    ds->norm = norm;
+    ds->get = image_get;
+    ds->destroy = image_destroy;
+    ds->impl = s;
+    return ds;
+}
+
+long image_dataset_skipped(const Dataset *ds) {
+    return ds->get == image_get ? atomic_load(&((ImageSet *)ds->impl)->skipped) : 0;
+}
+
+const EncodedSource *image_dataset_source(const Dataset *ds) {
+    return ds->get == image_get ? ((ImageSet *)ds->impl)->src : NULL;
+}

@@ -1,0 +1,706 @@
+// test_images.c - the JPEG sources: decode (image_decode.h), torchvision's transforms (image_transform.h),
+// the shared image Dataset's replacement of bad samples (image_dataset.h), the ImageFolder source, the
+// data.mean/std keys and --bench-data.
+//
+// Fixtures are JPEGs made here with TurboJPEG's compressor (image_fixtures.h). References are independent
+// of the code under test: source pixels (decode), torchvision's RandomResizedCrop algorithm re-implemented
+// with another generator (box statistics), the antialiased bilinear resize as its float64 formula (the
+// tolerance is +-1: Pillow rounds to 8 bits after each pass and its weights are 22-bit fixed point, the
+// formula rounds once), and exact invariants (progressive == baseline, flips mirror, windows of a resize
+// equal the resize cut). tests/unit/test_images_pil.c compares with Pillow itself.
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <turbojpeg.h>
+
+#include "core/config.h"
+#include "data/data_rng.h"
+#include "data/dataset.h"
+#include "data/image_dataset.h"
+#include "data/image_decode.h"
+#include "data/image_transform.h"
+#include "image_fixtures.h"
+#include "test_util.h"
+
+// ---- decode ----------------------------------------------------------------------------------------
+
+// Largest and mean |decoded - source| over (h, w, 3) decoded and (h, w, channels) source (gray: the
+// source value for every channel).
+static void diff_to_source(const DecodedImage *img, const uint8_t *src, int channels, int *max, double *mean) {
+    long sum = 0;
+    *max = 0;
+    size_t n = (size_t)img->width * img->height;
+    for (size_t i = 0; i < n; i++)
+        for (int c = 0; c < 3; c++) {
+            int d = abs((int)img->rgb[3 * i + c] - (int)src[i * channels + (channels == 1 ? 0 : c)]);
+            sum += d;
+            if (d > *max) *max = d;
+        }
+    *mean = (double)sum / (double)(n * 3);
+}
+
+static DecodedImage decode_ok(const uint8_t *jpeg, size_t len) {
+    DecodedImage img = {0};
+    char err[256] = "";
+    ck_assert_msg(image_decode(jpeg, len, &img, err, sizeof err) == 0, "decode failed: %s", err);
+    return img;
+}
+
+START_TEST(decode_rgb_round_trip) {
+    // (w, h, subsampling, quality, largest and mean error allowed): 4:4:4 at quality 100 keeps a smooth
+    // pattern within a few levels; 4:2:0 at 90 halves the chroma resolution, so the bound is looser.
+    const struct { int w, h, subsamp, quality, max_err; double mean_err; } cases[] = {
+        {64, 48, TJSAMP_444, 100, 4, 0.8}, {37, 23, TJSAMP_444, 100, 4, 0.8}, {1, 1, TJSAMP_444, 100, 4, 1.0},
+        {37, 23, TJSAMP_420, 90, 24, 4.0}, {500, 375, TJSAMP_420, 90, 24, 3.0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        uint8_t *src = fx_pattern(cases[k].w, cases[k].h, 3, (int)k);
+        size_t len;
+        uint8_t *jpeg = fx_jpeg(src, cases[k].w, cases[k].h, 3, cases[k].quality, cases[k].subsamp, 0, &len);
+        DecodedImage img = decode_ok(jpeg, len);
+        ck_assert_int_eq(img.width, cases[k].w);
+        ck_assert_int_eq(img.height, cases[k].h);
+        int max;
+        double mean;
+        diff_to_source(&img, src, 3, &max, &mean);
+        ck_assert_msg(max <= cases[k].max_err && mean <= cases[k].mean_err, "case %zu: max %d, mean %.3f", k, max, mean);
+        image_free(&img);
+        free(jpeg);
+        free(src);
+    }
+}
+END_TEST
+
+START_TEST(decode_grayscale_becomes_three_equal_channels) {
+    uint8_t *src = fx_pattern(37, 23, 1, 3);
+    size_t len;
+    uint8_t *jpeg = fx_jpeg(src, 37, 23, 1, 100, TJSAMP_GRAY, 0, &len);
+    DecodedImage img = decode_ok(jpeg, len);
+    for (size_t i = 0; i < 37 * 23; i++) {
+        ck_assert_int_eq(img.rgb[3 * i], img.rgb[3 * i + 1]);
+        ck_assert_int_eq(img.rgb[3 * i], img.rgb[3 * i + 2]);
+    }
+    int max;
+    double mean;
+    diff_to_source(&img, src, 1, &max, &mean);
+    ck_assert_msg(max <= 2 && mean <= 0.6, "max %d, mean %.3f", max, mean);
+    image_free(&img);
+    free(jpeg);
+    free(src);
+}
+END_TEST
+
+// A progressive JPEG stores the same quantised coefficients as the baseline one in more scans, so the
+// decoded pixels are bitwise the same: an exact check that every scan was decoded.
+START_TEST(decode_progressive_equals_baseline) {
+    const struct { int w, h, channels, subsamp; } cases[] = {{64, 48, 3, TJSAMP_420}, {37, 23, 3, TJSAMP_444},
+                                                            {37, 23, 1, TJSAMP_GRAY}, {301, 199, 3, TJSAMP_422}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        uint8_t *src = fx_pattern(cases[k].w, cases[k].h, cases[k].channels, 5);
+        size_t len_b, len_p;
+        uint8_t *base = fx_jpeg(src, cases[k].w, cases[k].h, cases[k].channels, 85, cases[k].subsamp, 0, &len_b);
+        uint8_t *prog = fx_jpeg(src, cases[k].w, cases[k].h, cases[k].channels, 85, cases[k].subsamp, 1, &len_p);
+        ck_assert(memcmp(base, prog, len_b < len_p ? len_b : len_p) != 0);  // really two encodings
+        DecodedImage a = decode_ok(base, len_b), b = decode_ok(prog, len_p);
+        ck_assert_int_eq(a.width, b.width);
+        ck_assert_int_eq(a.height, b.height);
+        ck_assert_mem_eq(a.rgb, b.rgb, (size_t)a.width * a.height * 3);
+        image_free(&a);
+        image_free(&b);
+        free(base);
+        free(prog);
+        free(src);
+    }
+}
+END_TEST
+
+// CMYK as Adobe/libjpeg store it (inverted): r = c * k / 255 per PIL's convert("RGB") (and torchvision).
+START_TEST(decode_cmyk_converts_like_pil) {
+    uint8_t *src = fx_pattern(40, 30, 4, 7);
+    size_t len;
+    uint8_t *jpeg = fx_jpeg(src, 40, 30, 4, 100, TJSAMP_444, 0, &len);
+    DecodedImage img = decode_ok(jpeg, len);
+    int max = 0;
+    for (size_t i = 0; i < 40 * 30; i++)
+        for (int c = 0; c < 3; c++) {
+            double want = src[4 * i + c] * src[4 * i + 3] / 255.0;
+            int d = (int)fabs(img.rgb[3 * i + c] - want);
+            if (d > max) max = d;
+        }
+    ck_assert_msg(max <= 4, "largest error %d", max);
+    image_free(&img);
+    free(jpeg);
+    free(src);
+}
+END_TEST
+
+static void assert_refused(const uint8_t *bytes, size_t len, const char *why_contains) {
+    DecodedImage img = {.rgb = (uint8_t *)"untouched", .width = -7};
+    char err[256] = "";
+    ck_assert_int_eq(image_decode(bytes, len, &img, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, why_contains), "'%s' lacks '%s'", err, why_contains);
+    ck_assert_int_eq(img.width, -7);
+}
+
+// The SOF marker's height and width fields (FF C0..C2, length, precision, height, width) set to w x h.
+static void set_jpeg_size(uint8_t *jpeg, size_t len, int w, int h) {
+    for (size_t i = 2; i + 9 < len; i++) {
+        if (jpeg[i] == 0xFF && jpeg[i + 1] >= 0xC0 && jpeg[i + 1] <= 0xC2) {
+            jpeg[i + 5] = (uint8_t)(h >> 8), jpeg[i + 6] = (uint8_t)h;
+            jpeg[i + 7] = (uint8_t)(w >> 8), jpeg[i + 8] = (uint8_t)w;
+            return;
+        }
+    }
+    ck_abort_msg("no SOF marker");
+}
+
+START_TEST(decode_refuses_bad_input) {
+    uint8_t *src = fx_pattern(64, 48, 3, 1);
+    size_t len, plen;
+    uint8_t *jpeg = fx_jpeg(src, 64, 48, 3, 90, TJSAMP_420, 0, &len);
+    uint8_t *prog = fx_jpeg(src, 64, 48, 3, 90, TJSAMP_420, 1, &plen);
+    assert_refused(jpeg, 0, "empty");
+    const char text[] = "this is a text file named photo.jpg\n";
+    assert_refused((const uint8_t *)text, sizeof text - 1, "not a JPEG");
+    assert_refused(jpeg, len / 2, "truncated");
+    assert_refused(prog, plen / 2, "truncated");
+    assert_refused(jpeg, 300, "");  // cut inside the headers
+    uint8_t garbage[512];
+    memcpy(garbage, jpeg, 2);       // FF D8, then noise
+    for (size_t i = 2; i < sizeof garbage; i++) garbage[i] = (uint8_t)(i * 37 + 11);
+    assert_refused(garbage, sizeof garbage, "");
+    // Two stray bytes before the end marker: libjpeg warns and recovers, and so does PIL: same pixels.
+    uint8_t *stray = malloc(len + 2);
+    memcpy(stray, jpeg, len - 2);
+    stray[len - 2] = 0x00, stray[len - 1] = 0x00, stray[len] = 0xFF, stray[len + 1] = 0xD9;
+    DecodedImage a = decode_ok(jpeg, len), b = decode_ok(stray, len + 2);
+    ck_assert_mem_eq(a.rgb, b.rgb, 64 * 48 * 3);
+    image_free(&a);
+    image_free(&b);
+    free(stray);
+    // 20000 x 20000 = 400 MP in the header: refused before any pixel buffer is made.
+    set_jpeg_size(jpeg, len, 20000, 20000);
+    assert_refused(jpeg, len, "megapixels");
+    free(jpeg);
+    free(prog);
+    free(src);
+}
+END_TEST
+
+// ---- RandomResizedCrop's box: torchvision's algorithm, re-implemented with another generator ---------
+
+static double ref_uniform(uint64_t *s) {  // splitmix64 -> [0, 1)
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (double)((z ^ (z >> 31)) >> 11) / 9007199254740992.0;
+}
+
+// torchvision.transforms.RandomResizedCrop.get_params (v0.15), line by line.
+static CropBox ref_rrc(int width, int height, uint64_t *s) {
+    double area = (double)height * width, lr0 = log(3.0 / 4.0), lr1 = log(4.0 / 3.0);
+    for (int t = 0; t < 10; t++) {
+        double target_area = area * (0.08 + (1.0 - 0.08) * ref_uniform(s));
+        double aspect_ratio = exp(lr0 + (lr1 - lr0) * ref_uniform(s));
+        int w = (int)nearbyint(sqrt(target_area * aspect_ratio));
+        int h = (int)nearbyint(sqrt(target_area / aspect_ratio));
+        if (0 < w && w <= width && 0 < h && h <= height) {
+            int i = (int)(ref_uniform(s) * (height - h + 1));
+            int j = (int)(ref_uniform(s) * (width - w + 1));
+            return (CropBox){i, j, h, w};
+        }
+    }
+    double in_ratio = (double)width / height;
+    int w, h;
+    if (in_ratio < 3.0 / 4.0) {
+        w = width;
+        h = (int)nearbyint(w / (3.0 / 4.0));
+    } else if (in_ratio > 4.0 / 3.0) {
+        h = height;
+        w = (int)nearbyint(h * (4.0 / 3.0));
+    } else {
+        w = width;
+        h = height;
+    }
+    return (CropBox){(height - h) / 2, (width - w) / 2, h, w};
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// Two-sample Kolmogorov-Smirnov statistic (sorts both arrays).
+static double ks_statistic(double *a, double *b, int n) {
+    qsort(a, (size_t)n, sizeof *a, cmp_double);
+    qsort(b, (size_t)n, sizeof *b, cmp_double);
+    double d = 0;
+    for (int i = 0, j = 0; i < n && j < n;) {
+        double v = a[i] < b[j] ? a[i] : b[j];
+        while (i < n && a[i] <= v) i++;
+        while (j < n && b[j] <= v) j++;
+        double gap = fabs((double)i / n - (double)j / n);
+        if (gap > d) d = gap;
+    }
+    return d;
+}
+
+#define RRC_DRAWS 20000
+
+START_TEST(rrc_boxes_match_torchvision_distribution) {
+    // 20000 draws each: a KS statistic above 0.025 has probability about 1e-5 for equal distributions.
+    const int sizes[][2] = {{500, 375}, {375, 500}, {64, 64}, {37, 23}, {1000, 300}};
+    double *stat[2][4];
+    for (int k = 0; k < 2; k++)
+        for (int q = 0; q < 4; q++) stat[k][q] = malloc(RRC_DRAWS * sizeof(double));
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        int W = sizes[z][0], H = sizes[z][1];
+        uint64_t ref_state = 1234 + z;
+        double mean_area[2] = {0, 0};
+        for (int n = 0; n < RRC_DRAWS; n++) {
+            Rng rng;
+            data_rng_seed(&rng, 42, DATA_STREAM_AUGMENT, (uint32_t)z, (uint32_t)n);
+            CropBox box[2] = {image_random_resized_crop_box(W, H, &rng), ref_rrc(W, H, &ref_state)};
+            for (int k = 0; k < 2; k++) {
+                CropBox b = box[k];
+                ck_assert(b.top >= 0 && b.left >= 0 && b.height > 0 && b.width > 0);
+                ck_assert(b.top + b.height <= H && b.left + b.width <= W);
+                stat[k][0][n] = (double)b.width * b.height / ((double)W * H);
+                stat[k][1][n] = log((double)b.width / b.height);
+                stat[k][2][n] = (b.left + b.width / 2.0) / W;
+                stat[k][3][n] = (b.top + b.height / 2.0) / H;
+                mean_area[k] += stat[k][0][n] / RRC_DRAWS;
+            }
+        }
+        ck_assert_msg(fabs(mean_area[0] - mean_area[1]) < 0.01, "%dx%d: mean area %.4f vs %.4f", W, H,
+                      mean_area[0], mean_area[1]);
+        const char *what[] = {"area fraction", "log aspect", "centre x", "centre y"};
+        for (int q = 0; q < 4; q++) {
+            double d = ks_statistic(stat[0][q], stat[1][q], RRC_DRAWS);
+            ck_assert_msg(d < 0.025, "%dx%d: %s: KS %.4f", W, H, what[q], d);
+        }
+    }
+    for (int k = 0; k < 2; k++)
+        for (int q = 0; q < 4; q++) free(stat[k][q]);
+}
+END_TEST
+
+// No try can fit in a 1000x10 image (the smallest area, 800 px, needs h >= 24), so every box is the
+// fallback: the full height, width round(10 * 4/3) = 13, centred.
+START_TEST(rrc_fallback_is_torchvision_centre_crop) {
+    for (uint32_t n = 0; n < 50; n++) {
+        Rng rng;
+        data_rng_seed(&rng, 7, DATA_STREAM_AUGMENT, 0, n);
+        CropBox wide = image_random_resized_crop_box(1000, 10, &rng);
+        ck_assert(wide.top == 0 && wide.left == 493 && wide.height == 10 && wide.width == 13);
+        CropBox tall = image_random_resized_crop_box(10, 1000, &rng);
+        ck_assert(tall.top == 493 && tall.left == 0 && tall.height == 13 && tall.width == 10);
+    }
+}
+END_TEST
+
+// ---- resize: the float64 formula of the antialiased bilinear filter ------------------------------------
+
+// Weight of input sample i for output o of an in -> out resize: a triangle of half-width
+// max(1, in/out) input pixels centred on the output pixel's centre, normalised to sum 1.
+static void ref_weights(int in, int out, int o, double *w) {
+    double scale = (double)in / out, fs = scale > 1 ? scale : 1, centre = (o + 0.5) * scale, sum = 0;
+    for (int i = 0; i < in; i++) {
+        double x = fabs(i + 0.5 - centre) / fs;
+        w[i] = x < 1 ? 1 - x : 0;
+        sum += w[i];
+    }
+    for (int i = 0; i < in; i++) w[i] /= sum;
+}
+
+// The pixel (oy, ox) of the region box of img resized to out_w x out_h, rounded once; rgb[3].
+static void ref_pixel(const DecodedImage *img, CropBox box, int out_w, int out_h, int oy, int ox, double *wx,
+                      double *wy, double *rgb) {
+    ref_weights(box.width, out_w, ox, wx);
+    ref_weights(box.height, out_h, oy, wy);
+    for (int c = 0; c < 3; c++) rgb[c] = 0;
+    for (int y = 0; y < box.height; y++) {
+        if (wy[y] == 0) continue;
+        for (int x = 0; x < box.width; x++) {
+            if (wx[x] == 0) continue;
+            const uint8_t *p = img->rgb + ((size_t)(box.top + y) * img->width + box.left + x) * 3;
+            for (int c = 0; c < 3; c++) rgb[c] += wy[y] * wx[x] * p[c];
+        }
+    }
+}
+
+// Largest |out - formula| over out (win.height, win.width, 3), the window win of the resize of box.
+static int ref_max_diff(const DecodedImage *img, CropBox box, int out_w, int out_h, CropBox win, const uint8_t *out,
+                        int mirrored) {
+    double *wx = malloc((size_t)box.width * sizeof(double)), *wy = malloc((size_t)box.height * sizeof(double));
+    int max = 0;
+    for (int y = 0; y < win.height; y++)
+        for (int x = 0; x < win.width; x++) {
+            double rgb[3];
+            ref_pixel(img, box, out_w, out_h, win.top + y, win.left + x, wx, wy, rgb);
+            int ox = mirrored ? win.width - 1 - x : x;
+            for (int c = 0; c < 3; c++) {
+                int d = abs((int)out[((size_t)y * win.width + ox) * 3 + c] - (int)lrint(rgb[c]));
+                if (d > max) max = d;
+            }
+        }
+    free(wx);
+    free(wy);
+    return max;
+}
+
+static DecodedImage image_of(uint8_t *rgb, int w, int h) { return (DecodedImage){.rgb = rgb, .width = w, .height = h}; }
+
+START_TEST(val_transform_matches_formula_within_one) {
+    // (w, h, side) and torchvision's numbers: Resize(s = round(side*256/224)) gives the shorter side s and
+    // the longer int(s * long / short); CenterCrop offsets int(round((size - side) / 2)), half to even.
+    const struct { int w, h, side, out_w, out_h, top, left; } cases[] = {
+        {500, 375, 224, 341, 256, 16, 58},   // (341 - 224) / 2 = 58.5 -> 58
+        {375, 500, 224, 256, 341, 58, 16},
+        {300, 300, 224, 256, 256, 16, 16},
+        {37, 23, 32, 59, 37, 2, 14},         // upsampling: s = round(36.57) = 37, int(37*37/23) = 59; 2.5 -> 2, 13.5 -> 14
+        {640, 480, 64, 97, 73, 4, 16},       // s = round(73.14) = 73, long int(73*640/480) = 97
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int W = cases[k].w, H = cases[k].h, side = cases[k].side;
+        // The expected numbers, from the rules above in this test's own arithmetic.
+        int s = (int)nearbyint(side * 256.0 / 224.0);
+        int out_w = W <= H ? s : (int)((double)s * W / H), out_h = W <= H ? (int)((double)s * H / W) : s;
+        CropBox win = {(int)nearbyint((out_h - side) / 2.0), (int)nearbyint((out_w - side) / 2.0), side, side};
+        ck_assert_int_eq(out_w, cases[k].out_w);
+        ck_assert_int_eq(out_h, cases[k].out_h);
+        ck_assert_int_eq(win.top, cases[k].top);
+        ck_assert_int_eq(win.left, cases[k].left);
+        for (int pattern = 0; pattern < 2; pattern++) {
+            uint8_t *rgb = pattern ? fx_noise(W, H, k) : fx_pattern(W, H, 3, (int)k);
+            DecodedImage img = image_of(rgb, W, H);
+            uint8_t *out = malloc((size_t)side * side * 3);
+            image_transform_val(&img, side, out);
+            int d = ref_max_diff(&img, (CropBox){0, 0, H, W}, out_w, out_h, win, out, 0);
+            ck_assert_msg(d <= 1, "%dx%d -> %d (%s): off by %d", W, H, side, pattern ? "noise" : "pattern", d);
+            free(out);
+            free(rgb);
+        }
+    }
+}
+END_TEST
+
+// Train = the crop box's resize, then a mirror with probability 1/2: checked bitwise against the resize
+// alone (drawn from a copy of the same rng), and the resize against the formula.
+START_TEST(train_transform_is_crop_resize_and_exact_flip) {
+    const int W = 120, H = 90, side = 48;
+    uint8_t *rgb = fx_noise(W, H, 99);
+    DecodedImage img = image_of(rgb, W, H);
+    uint8_t *out = malloc((size_t)side * side * 3), *plain = malloc((size_t)side * side * 3);
+    int flips = 0;
+    for (uint32_t n = 0; n < 60; n++) {
+        Rng rng, copy;
+        data_rng_seed(&rng, 3, DATA_STREAM_AUGMENT, 1, n);
+        copy = rng;
+        image_transform_train(&img, side, &rng, out);
+        CropBox box = image_random_resized_crop_box(W, H, &copy);
+        int flip = rng_uniform(&copy) < 0.5f;
+        flips += flip;
+        CropBox all = {0, 0, side, side};
+        image_resize_bilinear(&img, box, side, side, all, plain);
+        for (int y = 0; y < side; y++)
+            for (int x = 0; x < side; x++)
+                ck_assert_mem_eq(out + ((size_t)y * side + x) * 3,
+                                 plain + ((size_t)y * side + (flip ? side - 1 - x : x)) * 3, 3);
+        if (n < 10) ck_assert_int_le(ref_max_diff(&img, box, side, side, all, out, flip), 1);
+    }
+    ck_assert(flips > 10 && flips < 50);  // both branches ran
+    free(out);
+    free(plain);
+    free(rgb);
+}
+END_TEST
+
+START_TEST(resize_window_equals_full_resize_cut) {
+    const int W = 77, H = 51, OW = 40, OH = 66;
+    uint8_t *rgb = fx_noise(W, H, 5);
+    DecodedImage img = image_of(rgb, W, H);
+    CropBox box = {3, 5, 40, 60};
+    uint8_t *full = malloc((size_t)OW * OH * 3), *part = malloc((size_t)OW * OH * 3);
+    image_resize_bilinear(&img, box, OW, OH, (CropBox){0, 0, OH, OW}, full);
+    CropBox win = {13, 7, 30, 21};
+    image_resize_bilinear(&img, box, OW, OH, win, part);
+    for (int y = 0; y < win.height; y++)
+        ck_assert_mem_eq(part + (size_t)y * win.width * 3, full + ((size_t)(win.top + y) * OW + win.left) * 3,
+                         (size_t)win.width * 3);
+    free(full);
+    free(part);
+    free(rgb);
+}
+END_TEST
+
+// ---- ImageFolder ----------------------------------------------------------------------------------------
+
+static void mkdirs(const char *path) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(buf, 0755);
+            *p = '/';
+        }
+    mkdir(buf, 0755);
+}
+
+static void rm_rf(const char *path) {
+    char cmd[600], out[64];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    tu_run_shell(cmd, out, sizeof out);
+}
+
+static const PixelNorm imagenet = {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+
+static int open_folder(const char *root, int train, int max_classes, Dataset **ds, char *err, size_t cap) {
+    return dataset_imagefolder_open(root, train, 0, 32, max_classes, 42, imagenet, ds, err, cap);
+}
+
+// The grey level of a solid fixture: sample k of the expected order has level 20 + 10 k.
+static int level_of(const uint8_t *img) { return img[(16 * 32 + 16) * 3]; }
+
+// Classes C, a, b (byte order: upper case first); in a, os.walk's folders sorted by path: a, a/s, a/s-t,
+// a/s/deeper, and files sorted by name within each ("10.jpg" before "2.jpg").
+static const char *const order_files[] = {"C/x.JPEG",   "a/10.jpg",         "a/2.jpg", "a/s/0.jpeg",
+                                          "a/s-t/1.jpg", "a/s/deeper/9.Jpg", "b/1.jpg"};
+static const int order_labels[] = {0, 1, 1, 1, 1, 1, 2};
+
+static void make_ordered_folder(const char *root) {
+    rm_rf(root);
+    char path[512];
+    const char *splits[] = {"train", "val"};
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 7; k++) {
+            snprintf(path, sizeof path, "%s/%s/%s", root, splits[s], order_files[k]);
+            *strrchr(path, '/') = '\0';
+            mkdirs(path);
+            snprintf(path, sizeof path, "%s/%s/%s", root, splits[s], order_files[k]);
+            uint8_t v = (uint8_t)(20 + 10 * k);
+            fx_write_solid(path, 40, 30, v, v, v);
+        }
+    snprintf(path, sizeof path, "%s/train/b/notes.txt", root);  // not a JPEG name: left out
+    tu_write_file(path, "not an image\n");
+    snprintf(path, sizeof path, "%s/train/b/picture.png", root);
+    tu_write_file(path, "not decoded either\n");
+}
+
+START_TEST(imagefolder_order_is_torchvision_order) {
+    make_ordered_folder("folder_order");
+    for (int train = 1; train >= 0; train--) {
+        Dataset *ds;
+        char err[512] = "";
+        ck_assert_msg(open_folder("folder_order", train, 10, &ds, err, sizeof err) == 0, "%s", err);
+        ck_assert_int_eq(ds->size, 7);
+        ck_assert_int_eq(ds->classes, 3);
+        ck_assert_int_eq(ds->side, 32);
+        ck_assert_float_eq(ds->norm.std[2], 0.225f);
+        uint8_t img[32 * 32 * 3];
+        for (int k = 0; k < 7; k++) {
+            int32_t label = -1;
+            dataset_get(ds, k, img, &label, NULL);
+            ck_assert_msg(label == order_labels[k], "sample %d (%s): label %d", k, order_files[k], label);
+            ck_assert_msg(abs(level_of(img) - (20 + 10 * k)) <= 2, "sample %d should be %s (level %d), got %d", k,
+                          order_files[k], 20 + 10 * k, level_of(img));
+        }
+        ck_assert_int_eq(image_dataset_skipped(ds), 0);
+        dataset_close(ds);
+    }
+}
+END_TEST
+
+typedef struct GetJob {
+    const Dataset *ds;
+    int32_t labels[12];
+    uint8_t levels[12];
+} GetJob;
+
+static void *get_all(void *arg) {
+    GetJob *j = arg;
+    uint8_t img[32 * 32 * 3];
+    for (int i = j->ds->size - 1; i >= 0; i--) {
+        dataset_get(j->ds, i, img, &j->labels[i], NULL);
+        j->levels[i] = (uint8_t)level_of(img);
+    }
+    return NULL;
+}
+
+// Samples 1 (truncated) and 2 (0 bytes) are replaced by 3, sample 5 (text named .jpg) by 0 (wrapping
+// around), each time, from any thread, and every replacement is counted.
+START_TEST(imagefolder_replaces_bad_samples_deterministically) {
+    const char *root = "folder_bad";
+    rm_rf(root);
+    char path[512];
+    snprintf(path, sizeof path, "%s/train/a", root);
+    mkdirs(path);
+    snprintf(path, sizeof path, "%s/train/b", root);
+    mkdirs(path);
+    fx_write_solid("folder_bad/train/a/0.jpg", 40, 30, 50, 50, 50);
+    uint8_t *src = fx_pattern(40, 30, 3, 0);
+    size_t len;
+    uint8_t *jpeg = fx_jpeg(src, 40, 30, 3, 90, TJSAMP_420, 0, &len);
+    fx_write("folder_bad/train/a/1.jpg", jpeg, len / 2);
+    fx_write("folder_bad/train/a/2.jpg", jpeg, 0);
+    fx_write_solid("folder_bad/train/b/3.jpg", 40, 30, 150, 150, 150);
+    fx_write_solid("folder_bad/train/b/4.jpg", 40, 30, 200, 200, 200);
+    tu_write_file("folder_bad/train/b/5.jpg", "hello, I am text\n");
+    free(jpeg);
+    free(src);
+    Dataset *ds;
+    char err[512] = "";
+    ck_assert_msg(open_folder(root, 1, 2, &ds, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ds->size, 6);
+    const int want_label[] = {0, 1, 1, 1, 1, 0}, want_level[] = {50, 150, 150, 150, 200, 50};
+    GetJob jobs[4];
+    pthread_t threads[4];
+    for (int t = 0; t < 4; t++) {
+        jobs[t].ds = ds;
+        ck_assert_int_eq(pthread_create(&threads[t], NULL, get_all, &jobs[t]), 0);
+    }
+    for (int t = 0; t < 4; t++) pthread_join(threads[t], NULL);
+    for (int t = 0; t < 4; t++)
+        for (int i = 0; i < 6; i++) {
+            ck_assert_int_eq(jobs[t].labels[i], want_label[i]);
+            ck_assert_int_le(abs(jobs[t].levels[i] - want_level[i]), 2);
+        }
+    ck_assert_int_eq(image_dataset_skipped(ds), 4 * 3);  // samples 1, 2 and 5 in each of 4 threads
+    dataset_close(ds);
+}
+END_TEST
+
+static void assert_open_fails(const char *root, int train, int max_classes, const char *contains) {
+    Dataset *ds = (Dataset *)1;
+    char err[512] = "";
+    ck_assert_int_eq(open_folder(root, train, max_classes, &ds, err, sizeof err), 2);
+    ck_assert_ptr_null(ds);
+    ck_assert_msg(strstr(err, contains) != NULL, "'%s' lacks '%s'", err, contains);
+    ck_assert_msg(!strchr(err, '\n'), "one line: '%s'", err);
+}
+
+START_TEST(imagefolder_refuses_bad_layouts) {
+    assert_open_fails("no_such_root", 1, 10, "no_such_root");
+    rm_rf("empty_root");
+    mkdirs("empty_root/train");
+    assert_open_fails("empty_root", 1, 10, "no class folders");
+    rm_rf("root_no_train");
+    mkdirs("root_no_train");
+    assert_open_fails("root_no_train", 1, 10, "root_no_train/train");
+    make_ordered_folder("root_extra");
+    mkdirs("root_extra/train/d");
+    assert_open_fails("root_extra", 1, 10, "d is only in root_extra/train");
+    mkdirs("root_extra/val/d");  // a class folder without images
+    assert_open_fails("root_extra", 1, 10, "root_extra/train/d has no .jpg/.jpeg images");
+    fx_write_solid("root_extra/train/d/1.jpg", 8, 8, 1, 2, 3);
+    fx_write_solid("root_extra/val/d/1.jpg", 8, 8, 1, 2, 3);
+    assert_open_fails("root_extra", 1, 3, "4 class folders, more than model.num_classes 3");
+    mkdirs("root_extra/val/e");
+    fx_write_solid("root_extra/val/e/1.jpg", 8, 8, 1, 2, 3);
+    assert_open_fails("root_extra", 1, 10, "e is only in root_extra/val");
+    assert_open_fails("root_extra", 0, 10, "e is only in root_extra/val");
+    // No val/ at all: a training split, and no validation split.
+    rm_rf("root_extra/val");
+    Dataset *ds = NULL;
+    char err[512] = "";
+    ck_assert_int_eq(open_folder("root_extra", 0, 10, &ds, err, sizeof err), 0);
+    ck_assert_ptr_null(ds);
+    ck_assert_int_eq(open_folder("root_extra", 1, 10, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(ds->classes, 4);
+    dataset_close(ds);
+}
+END_TEST
+
+// ---- config and the CLI ---------------------------------------------------------------------------------
+
+static int load(Config *cfg, const char *const *overrides, int n, char *message, size_t cap) {
+    FILE *sink = fmemopen(message, cap, "w");
+    int rc = config_load(cfg, NULL, n, (char **)overrides, sink);
+    fclose(sink);
+    return rc;
+}
+
+START_TEST(config_image_keys) {
+    Config cfg;
+    char msg[512] = "";
+    ck_assert_int_eq(load(&cfg, NULL, 0, msg, sizeof msg), 0);
+    ck_assert(cfg.data.mean[0] == 0.485 && cfg.data.mean[2] == 0.406 && cfg.data.std[1] == 0.224);
+    const char *good[] = {"data.source=imagefolder", "data.path=x", "data.mean=[0.5, 0.25, 0]", "data.std=[1, 2, 0.5]"};
+    ck_assert_msg(load(&cfg, good, 4, msg, sizeof msg) == 0, "%s", msg);
+    ck_assert(cfg.data.mean[1] == 0.25 && cfg.data.std[1] == 2.0 && !strcmp(cfg.data.source, "imagefolder"));
+    const struct { const char *set, *says; } bad[] = {
+        {"data.mean=[0.5, 0.5]", "data.mean: expected a list of 3 numbers"},
+        {"data.mean=[0.5, 0.5, 2]", "data.mean[2]: must be in [0, 1]"},
+        {"data.std=[0.5, 0, 0.5]", "data.std[1]: must be > 0"},
+        {"data.std=0.5", "data.std: expected a list of 3 numbers"},
+        {"data.source=imagefolder", "data.source: imagefolder needs data.path"},
+        {"data.source=webdataset", "data.source: webdataset needs data.path"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        msg[0] = '\0';
+        ck_assert_int_eq(load(&cfg, &bad[k].set, 1, msg, sizeof msg), 2);
+        ck_assert_msg(strstr(msg, bad[k].says), "%s: '%s'", bad[k].set, msg);
+    }
+}
+END_TEST
+
+// --bench-data over a folder with a bad file read in several epochs: one JSON line, and the file is
+// named once.
+START_TEST(bench_data_cli_reports_and_names_bad_file_once) {
+    make_ordered_folder("folder_bench");
+    tu_write_file("folder_bench/train/b/broken.jpg", "text\n");
+    char out[16384];
+    int rc = tu_run_cli("--bench-data " AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml data.source=imagefolder "
+                        "data.path=folder_bench data.batch_size=4 data.workers=2 --bench-steps 12 2>&1",
+                        out, sizeof out);
+    ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
+    const char *json = strstr(out, "{\"bench\":\"data\"");
+    ck_assert_msg(json != NULL, "%s", out);
+    ck_assert_msg(strstr(json, "\"threads\":2,") && strstr(json, "\"batches\":12,") && strstr(json, "\"img_per_s\":") &&
+                      strstr(json, "\"decode_img_per_s_per_core\":"),
+                  "%s", json);
+    const char *first = strstr(out, "broken.jpg");
+    ck_assert_msg(first && !strstr(first + 1, "broken.jpg"), "named once: %s", out);
+    long skipped = atol(strstr(json, "\"skipped\":") + strlen("\"skipped\":"));
+    ck_assert_int_ge(skipped, 4);  // 8 samples, 13 batches of 4: the bad one is met at least 4 times
+    rc = tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml data.source=imagefolder data.path=no_such_folder "
+                    "--bench-data 2>&1", out, sizeof out);
+    ck_assert_int_eq(rc, 2);
+    ck_assert_msg(strstr(out, "no_such_folder"), "%s", out);
+}
+END_TEST
+
+static Suite *images_suite(void) {
+    Suite *s = suite_create("images");
+    TCase *decode = tcase_create("decode");
+    tcase_add_test(decode, decode_rgb_round_trip);
+    tcase_add_test(decode, decode_grayscale_becomes_three_equal_channels);
+    tcase_add_test(decode, decode_progressive_equals_baseline);
+    tcase_add_test(decode, decode_cmyk_converts_like_pil);
+    tcase_add_test(decode, decode_refuses_bad_input);
+    suite_add_tcase(s, decode);
+    TCase *transform = tcase_create("transform");
+    tcase_set_timeout(transform, 120);
+    tcase_add_test(transform, rrc_boxes_match_torchvision_distribution);
+    tcase_add_test(transform, rrc_fallback_is_torchvision_centre_crop);
+    tcase_add_test(transform, val_transform_matches_formula_within_one);
+    tcase_add_test(transform, train_transform_is_crop_resize_and_exact_flip);
+    tcase_add_test(transform, resize_window_equals_full_resize_cut);
+    suite_add_tcase(s, transform);
+    TCase *folder = tcase_create("imagefolder");
+    tcase_set_timeout(folder, 120);
+    tcase_add_test(folder, imagefolder_order_is_torchvision_order);
+    tcase_add_test(folder, imagefolder_replaces_bad_samples_deterministically);
+    tcase_add_test(folder, imagefolder_refuses_bad_layouts);
+    tcase_add_test(folder, config_image_keys);
+    tcase_add_test(folder, bench_data_cli_reports_and_names_bad_file_once);
+    suite_add_tcase(s, folder);
+    return s;
+}
+
+int main(void) { return tu_run_suite(images_suite(), 1); }
