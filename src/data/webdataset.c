@@ -15,6 +15,7 @@
 // the image's offset and size, and the label: 24 bytes, 31 MB for ImageNet's 1.28 million images.
 #include "webdataset.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -62,16 +63,24 @@ typedef struct WdsGroup {
 
 // ---- errors and reads ------------------------------------------------------------------------------
 
-// "webdataset: SHARD: offset N: what"; returns 2, the exit code for bad data at start-up.
+// "webdataset: SHARD: offset N: what"; returns 2, the exit code for bad data at start-up. Control
+// characters (a member name is any bytes) are written as \xHH, so the message stays one line.
 __attribute__((format(printf, 5, 6)))
 static int wds_fail(char *err, size_t err_cap, const char *path, long long offset, const char *fmt, ...) {
-    int n = snprintf(err, err_cap, "webdataset: %s: offset %lld: ", path, offset);
-    if (n >= 0 && (size_t)n < err_cap) {
+    char text[1024];
+    int n = snprintf(text, sizeof text, "webdataset: %s: offset %lld: ", path, offset);
+    if (n >= 0 && (size_t)n < sizeof text) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err + n, err_cap - (size_t)n, fmt, ap);
+        vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
         va_end(ap);
     }
+    size_t at = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c && at + 5 < err_cap; c++) {
+        if (*c < 0x20 || *c == 0x7f) at += (size_t)snprintf(err + at, 5, "\\x%02x", *c);
+        else err[at++] = (char)*c;
+    }
+    if (err_cap) err[at] = '\0';
     return 2;
 }
 
@@ -283,8 +292,10 @@ static int wds_index_shard(WdsIndex *ix, int shard, int classes, char *err, size
     int rc = 0;
     for (;;) {
         if (end - at < TAR_BLOCK) {
-            rc = wds_fail(err, err_cap, path, at, at == end ? "the archive ends without its end-of-archive block "
-                          "(truncated?)" : "the file ends inside a header block (truncated)");
+            rc = wds_fail(err, err_cap, path, at < end ? at : end,
+                          at > end ? "the file ends inside the padding of the last member (truncated)"
+                          : at == end ? "the archive ends without its end-of-archive block (truncated?)"
+                                      : "the file ends inside a header block (truncated)");
             break;
         }
         long long want = end - at < (long long)sizeof block ? end - at : (long long)sizeof block;
@@ -327,7 +338,7 @@ static int wds_index_shard(WdsIndex *ix, int shard, int classes, char *err, size
             if (rc) break;
         } else if (type != '5' && type != 'g' && type != '\0') {
             rc = wds_fail(err, err_cap, path, at, "member '%s' is of type '%c': only regular files, directories "
-                          "and pax or GNU name entries belong in a shard", name, type);
+                          "and pax or GNU name entries belong in a shard", name, isprint((unsigned char)type) ? type : '?');
             break;
         }
         if (!meta) long_name[0] = '\0', long_size = -1;

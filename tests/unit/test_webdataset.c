@@ -177,6 +177,31 @@ START_TEST(test_pack_is_reproducible) {
 }
 END_TEST
 
+// The packer refuses what the imagefolder source refuses, and then writes nothing.
+START_TEST(test_pack_refusals) {
+    static const struct {
+        const char *setup;
+        const char *message;
+    } cases[] = {
+        {"mkdir -p pr/folder/train/b_dog && touch pr/folder/train/b_dog/readme.txt",
+         "class folder 'pr/folder/train/b_dog' holds no .jpg or .jpeg file"},
+        {"mkdir -p pr/folder/val/d_fox && touch pr/folder/val/d_fox/1.jpg",
+         "train and val must hold the same classes"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        fresh_dir("pr");
+        folder_write("pr/folder", "train", TRAIN_FILES, 1, 0);  // a_cat only
+        folder_write("pr/folder", "val", VAL_FILES, 1, 100);
+        run_ok(cases[c].setup);
+        char cmd[1024], out[2048];
+        snprintf(cmd, sizeof cmd, "python3 %s/tools/pack-shards pr/folder pr/shards 2>&1", AMPTRAIN_SOURCE_DIR);
+        ck_assert_int_eq(tu_run_shell(cmd, out, sizeof out), 2);
+        ck_assert_msg(strstr(out, cases[c].message), "%s", out);
+        ck_assert(!tu_file_exists("pr/shards/train-000000.tar"));
+    }
+}
+END_TEST
+
 // ---- the tar dialects ------------------------------------------------------------------------------
 
 // Samples keyed by names that need the ustar prefix field (> 100 characters; two of them differ only
@@ -303,6 +328,8 @@ START_TEST(test_refuses_truncated_and_corrupt) {
     // Cut inside the second sample's header, and right after the last member (no end-of-archive block).
     run_ok("head -c 2660 rf_cut/good.bin > rf_cut/train-0.tar");
     expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 2560: the file ends inside a header block", NULL});
+    run_ok("head -c 4200 rf_cut/good.bin > rf_cut/train-0.tar");  // inside the last .cls member's padding
+    expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 4200: the file ends inside the padding", NULL});
     run_ok("head -c 4608 rf_cut/good.bin > rf_cut/train-0.tar");  // two samples: 4 members in 9 blocks
     expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 4608: the archive ends without its "
                    "end-of-archive block", NULL});
@@ -322,6 +349,7 @@ START_TEST(test_refuses_incomplete_samples) {
         const char *fragment;
     } cases[] = {
         {GOOD_SAMPLE " 'f|00000001.jpg|@10,2'", "offset 2560: sample '00000001' has no .cls member"},
+        {GOOD_SAMPLE " 'f|line\nbreak.jpg|@10,2'", "offset 2560: sample 'line\\x0abreak' has no .cls member"},
         {GOOD_SAMPLE " 'f|00000001.cls|3'", "offset 2560: sample '00000001' has no .jpg or .jpeg member"},
         {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|10'", "'00000001.cls' holds label 10, outside [0, 10)"},
         {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|-1'", "holds label -1, outside [0, 10)"},
@@ -367,6 +395,7 @@ static Suite *webdataset_suite(void) {
     tcase_set_timeout(read, 60);
     tcase_add_test(read, test_packed_folder_reads_back_in_imagefolder_order);
     tcase_add_test(read, test_pack_is_reproducible);
+    tcase_add_test(read, test_pack_refusals);
     tcase_add_test(read, test_python_tar_formats);
     tcase_add_test(read, test_gnu_tar);
     tcase_add_test(read, test_concurrent_reads);
