@@ -3,7 +3,7 @@
 // JPEGs and into tar shards; the imagefolder and webdataset sources must then hand out the same bytes for
 // every sample (augmented or not), and configs/fashion_mnist.yaml, shrunk to the CPU demo's model, must
 // learn: test top-1 >= 70% in the metrics file's last evaluation record (chance is 10%; the run takes about
-// 20 s on 2 cores and reaches about 80%).
+// 20 s on 2 cores and reaches about 83%).
 //
 // Without the Debian dataset, without Pillow for /usr/bin/python3 (Debian: python3-pil) or without
 // libjpeg-turbo in this build, the suite says which and exits 77, which ctest reports as Skipped.
