@@ -200,8 +200,9 @@ static int dataset_open_images(const DataConfig *data, const ModelConfig *model,
     }
     PixelNorm norm;
     for (int ch = 0; ch < 3; ch++) norm.mean[ch] = (float)data->mean[ch], norm.std[ch] = (float)data->std[ch];
-    return dataset_imagefolder_open(data->path, train, data->augment, model->image_size, model->num_classes, seed,
-                                    norm, out, err, err_cap);
+    int webdataset = strcmp(data->source, "webdataset") == 0;
+    return (webdataset ? dataset_webdataset_open : dataset_imagefolder_open)(
+        data->path, train, data->augment, model->image_size, model->num_classes, seed, norm, out, err, err_cap);
 }
 
 static int dataset_open(const DataConfig *data, const ModelConfig *model, long seed, int train,
@@ -217,11 +218,11 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
         }
         return dataset_cifar10_open(data->path, train, train && data->augment, seed, out, err, err_cap);
     }
-    if (strcmp(data->source, "imagefolder") == 0)
+    if (strcmp(data->source, "imagefolder") == 0 || strcmp(data->source, "webdataset") == 0)
         return dataset_open_images(data, model, seed, train, out, err, err_cap);
     int synthetic = strcmp(data->source, "synthetic") == 0;
     if (!synthetic && strcmp(data->source, "learnable") != 0) {
-        snprintf(err, err_cap, "data.source: unknown source '%s' (synthetic | learnable | cifar10 | imagefolder)",
+        snprintf(err, err_cap, "data.source: unknown source '%s' (synthetic | learnable | cifar10 | imagefolder | webdataset)",
                  data->source);
         return 2;
     }

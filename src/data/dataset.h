@@ -9,6 +9,7 @@
 //   cifar10    the CIFAR-10 binary files, read into memory at open; optional crop + flip augmentation
 //   imagefolder  JPEGs in torchvision's ImageFolder layout, decoded and transformed in `get`
 //              (image_dataset.h: torchvision's RandomResizedCrop + flip, or Resize + CenterCrop)
+//   webdataset the same JPEGs in tar shards (webdataset.h), indexed at open, read by offset
 // Sample i is a pure function of (seed, i) and, with augmentation, of (seed, epoch, i): every rank and
 // thread that asks for it gets the same bits. `get` only reads the dataset, so the loader thread and the
 // caller may call it at the same time.
@@ -98,5 +99,11 @@ int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dat
 // without val/ is no split (0, *out NULL).
 int dataset_imagefolder_open(const char *root, int train, int augment, int side, int max_classes, long seed,
                              PixelNorm norm, Dataset **out, char *err, size_t err_cap);
+
+// dir: the folder of train-*.tar and val-*.tar shards (webdataset.h says what a shard holds and in what
+// order its samples count). Otherwise as dataset_imagefolder_open: labels must lie in [0, max_classes);
+// the validation split of a folder without val-*.tar is no split (0, *out NULL).
+int dataset_webdataset_open(const char *dir, int train, int augment, int side, int max_classes, long seed,
+                            PixelNorm norm, Dataset **out, char *err, size_t err_cap);
 
 #endif
