@@ -16,6 +16,9 @@
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
 #             TF32 off on both sides
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
+#   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
+#   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone), then the
+#             training loop at batch 256 AMP on that folder
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -123,6 +126,30 @@ stage_seed() {
         build/amptrain configs/seed_resnext50.yaml amp.enabled=$amp log.metrics= checkpoint.dir= 2>&1 | grep summary
     done
     python3 bench/seed_torch.py 2>&1 | tail -4
+}
+stage_fmnist() {
+    python3 tools/fashion-mnist /tmp/fmnist --idx .fmnist >"$OUT/fmnist-convert.log" 2>&1 || return 1
+    build/amptrain configs/fashion_mnist.yaml data.path=/tmp/fmnist log.metrics="$OUT/fmnist.jsonl" \
+        checkpoint.dir= checkpoint.every=0 log.progress=never 2>&1 | grep -E "^eval|summary|error"
+}
+stage_jpegs() {
+    python3 - <<'PY' || return 1
+import numpy as np, os
+from PIL import Image
+rng = np.random.default_rng(0)
+for i in range(2048):
+    d = f"/tmp/jpegs/train/c{i % 8}"; os.makedirs(d, exist_ok=True)
+    low = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)      # smooth structure, then texture
+    img = np.asarray(Image.fromarray(low).resize((500, 375), Image.BICUBIC), dtype=np.int16)
+    img = np.clip(img + rng.normal(0, 12, img.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(img).save(f"{d}/{i:05d}.jpg", quality=90)
+PY
+    du -sh /tmp/jpegs
+    local img=(configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder data.path=/tmp/jpegs)
+    build/amptrain "${img[@]}" --bench-data --bench-steps 20 | grep '^{' | tee -a "$BENCH"
+    build/amptrain "${img[@]}" data.batch_size=256 train.steps=40 log.every=10 log.progress=never \
+        log.metrics="$OUT/jpeg_loop.jsonl" checkpoint.dir= checkpoint.every=0 2>&1 | grep -E "summary|error"
+    grep '"step":40' "$OUT/jpeg_loop.jsonl"
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift
