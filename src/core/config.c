@@ -61,6 +61,8 @@ void config_defaults(Config *cfg) {
     // ImageNet's statistics, the constants of torchvision's reference scripts.
     const double imagenet_mean[3] = {0.485, 0.456, 0.406}, imagenet_std[3] = {0.229, 0.224, 0.225};
     memcpy(d->mean, imagenet_mean, sizeof d->mean);
+    d->crop_scale_min = 0.08;  // torchvision's RandomResizedCrop(scale=(0.08, 1.0))
+    d->crop_scale_max = 1.0;
     memcpy(d->std, imagenet_std, sizeof d->std);
     d->prefetch = 4;
     d->workers = 0;
@@ -660,6 +662,16 @@ static int check_optimizer(const Loader *L) {
     return 0;
 }
 
+static int check_crop_scale(const Loader *L) {
+    const DataConfig *d = &L->cfg.data;
+    if (d->crop_scale_min <= d->crop_scale_max) return 0;
+    char lo[32], hi[32];
+    format_double(d->crop_scale_min, lo, sizeof lo);
+    format_double(d->crop_scale_max, hi, sizeof hi);
+    const char *key = was_written(L, "data", "crop_scale_min") ? "crop_scale_min" : "crop_scale_max";
+    return fail_at(L, where_set(L, "data", key), "data.%s: crop_scale_min %s exceeds crop_scale_max %s", key, lo, hi);
+}
+
 static int check_checkpoint(const Loader *L) {
     const CheckpointConfig *k = &L->cfg.checkpoint;
     if (k->every > 0 && !k->dir[0])
@@ -683,6 +695,7 @@ static int apply_rules(Loader *L) {
     if (!rc) rc = check_image_source(L);
     if (!rc) rc = check_optimizer(L);
     if (!rc) rc = check_checkpoint(L);
+    if (!rc) rc = check_crop_scale(L);
     return rc;
 }
 

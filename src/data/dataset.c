@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "image_dataset.h"
 #include "image_decode.h"
 
 #define POOL_OFFSETS (1 << 18)   // distinct windows; the pool is image_bytes + POOL_OFFSETS values
@@ -201,8 +202,10 @@ static int dataset_open_images(const DataConfig *data, const ModelConfig *model,
     PixelNorm norm;
     for (int ch = 0; ch < 3; ch++) norm.mean[ch] = (float)data->mean[ch], norm.std[ch] = (float)data->std[ch];
     int webdataset = strcmp(data->source, "webdataset") == 0;
-    return (webdataset ? dataset_webdataset_open : dataset_imagefolder_open)(
+    int rc = (webdataset ? dataset_webdataset_open : dataset_imagefolder_open)(
         data->path, train, data->augment, model->image_size, model->num_classes, seed, norm, out, err, err_cap);
+    if (rc == 0 && *out) image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
+    return rc;
 }
 
 static int dataset_open(const DataConfig *data, const ModelConfig *model, long seed, int train,

@@ -18,6 +18,7 @@ typedef struct ImageSet {
     EncodedSource *src;
     atomic_long skipped;           // calls of `get` that handed out a replacement
     atomic_uchar *named;           // (size) 1 once sample i's failure was logged
+    CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
 } ImageSet;
 
 // Reads and decodes sample i; 0, or 1 with err filled.
@@ -60,7 +61,7 @@ static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label
     }
     if (at != index) atomic_fetch_add(&s->skipped, 1);
     if (rng)
-        image_transform_train(&decoded, ds->side, rng, img);
+        image_transform_train(&decoded, ds->side, s->crop, rng, img);
     else
         image_transform_val(&decoded, ds->side, img);
     image_free(&decoded);
@@ -79,6 +80,7 @@ Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augme
                src->size, src->classes, side);
     ImageSet *s = xcalloc(1, sizeof *s);
     s->src = src;
+    s->crop = CROP_SCALE_TORCHVISION;
     atomic_init(&s->skipped, 0);
     s->named = xcalloc((size_t)src->size, sizeof *s->named);
     Dataset *ds = xcalloc(1, sizeof *ds);
@@ -93,6 +95,13 @@ Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augme
     ds->destroy = image_destroy;
     ds->impl = s;
     return ds;
+}
+
+void image_dataset_set_crop_scale(Dataset *ds, CropScale scale) {
+    AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
+    AMP_ASSERT(scale.min > 0 && scale.min <= scale.max && scale.max <= 1, "crop scale (%g, %g) outside 0 < min <= max <= 1",
+               scale.min, scale.max);
+    ((ImageSet *)ds->impl)->crop = scale;
 }
 
 long image_dataset_skipped(const Dataset *ds) {

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "dataset.h"
+#include "image_transform.h"
 
 // Encoded samples a source can read by index. Sources fill the struct (calloc'd) and hand it over.
 typedef struct EncodedSource {
@@ -36,6 +37,9 @@ typedef struct EncodedSource {
 Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm);
 
 // Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
+// RandomResizedCrop's scale range for this dataset's training transform (default torchvision's (0.08, 1));
+// set once, after creation, before any `get`.
+void image_dataset_set_crop_scale(Dataset *ds, CropScale scale);
 long image_dataset_skipped(const Dataset *ds);
 
 // The source behind an image dataset (for --bench-data's decode-only rate), or NULL for other datasets.

@@ -9,8 +9,6 @@
 
 #include "../core/check.h"
 
-#define RRC_SCALE_MIN 0.08
-#define RRC_SCALE_MAX 1.0
 #define RRC_RATIO_MIN (3.0 / 4.0)
 #define RRC_RATIO_MAX (4.0 / 3.0)
 #define RRC_TRIES 10
@@ -21,11 +19,11 @@
 // Python's round() on a float: nearest, ties to even (rint in the default rounding mode).
 static int round_half_even(double v) { return (int)rint(v); }
 
-CropBox image_random_resized_crop_box(int width, int height, Rng *rng) {
+CropBox image_random_resized_crop_box(int width, int height, CropScale scale, Rng *rng) {
     double area = (double)width * height;
     double log_lo = log(RRC_RATIO_MIN), log_hi = log(RRC_RATIO_MAX);
     for (int t = 0; t < RRC_TRIES; t++) {
-        double target = area * (RRC_SCALE_MIN + (RRC_SCALE_MAX - RRC_SCALE_MIN) * rng_uniform(rng));
+        double target = area * (scale.min + (scale.max - scale.min) * rng_uniform(rng));
         double aspect = exp(log_lo + (log_hi - log_lo) * rng_uniform(rng));
         int w = round_half_even(sqrt(target * aspect));
         int h = round_half_even(sqrt(target / aspect));
@@ -157,8 +155,8 @@ static void flip_horizontal(uint8_t *img, int side) {
     }
 }
 
-void image_transform_train(const DecodedImage *in, int side, Rng *rng, uint8_t *out) {
-    CropBox box = image_random_resized_crop_box(in->width, in->height, rng);
+void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rng *rng, uint8_t *out) {
+    CropBox box = image_random_resized_crop_box(in->width, in->height, scale, rng);
     image_resize_bilinear(in, box, side, side, (CropBox){0, 0, side, side}, out);
     if (rng_uniform(rng) < 0.5f) flip_horizontal(out, side);
 }

@@ -264,7 +264,7 @@ START_TEST(rrc_boxes_match_torchvision_distribution) {
         for (int n = 0; n < RRC_DRAWS; n++) {
             Rng rng;
             data_rng_seed(&rng, 42, DATA_STREAM_AUGMENT, (uint32_t)z, (uint32_t)n);
-            CropBox box[2] = {image_random_resized_crop_box(W, H, &rng), ref_rrc(W, H, &ref_state)};
+            CropBox box[2] = {image_random_resized_crop_box(W, H, CROP_SCALE_TORCHVISION, &rng), ref_rrc(W, H, &ref_state)};
             for (int k = 0; k < 2; k++) {
                 CropBox b = box[k];
                 ck_assert(b.top >= 0 && b.left >= 0 && b.height > 0 && b.width > 0);
@@ -295,11 +295,33 @@ START_TEST(rrc_fallback_is_torchvision_centre_crop) {
     for (uint32_t n = 0; n < 50; n++) {
         Rng rng;
         data_rng_seed(&rng, 7, DATA_STREAM_AUGMENT, 0, n);
-        CropBox wide = image_random_resized_crop_box(1000, 10, &rng);
+        CropBox wide = image_random_resized_crop_box(1000, 10, CROP_SCALE_TORCHVISION, &rng);
         ck_assert(wide.top == 0 && wide.left == 493 && wide.height == 10 && wide.width == 13);
-        CropBox tall = image_random_resized_crop_box(10, 1000, &rng);
+        CropBox tall = image_random_resized_crop_box(10, 1000, CROP_SCALE_TORCHVISION, &rng);
         ck_assert(tall.top == 493 && tall.left == 0 && tall.height == 13 && tall.width == 10);
     }
+}
+END_TEST
+
+// RandomResizedCrop(scale=(0.5, 1)): every accepted box covers half the image or more (the fallback on
+// this 4:3 image is the whole image), and some cover much less than the whole; scale (1, 1) leaves only
+// boxes of the whole area: the whole image, or one of its aspect-clamped rounding neighbours.
+START_TEST(rrc_scale_bounds_the_area) {
+    const int W = 320, H = 240;
+    int small = 0;
+    for (uint32_t n = 0; n < 4000; n++) {
+        Rng rng;
+        data_rng_seed(&rng, 11, DATA_STREAM_AUGMENT, 0, n);
+        CropBox b = image_random_resized_crop_box(W, H, (CropScale){0.5, 1.0}, &rng);
+        double fraction = (double)b.width * b.height / (W * H);
+        ck_assert_msg(fraction >= 0.5 - 0.01, "box %dx%d covers %.3f of the image", b.width, b.height, fraction);
+        ck_assert(b.top >= 0 && b.left >= 0 && b.top + b.height <= H && b.left + b.width <= W);
+        small += fraction < 0.7;
+        CropBox whole = image_random_resized_crop_box(W, H, (CropScale){1.0, 1.0}, &rng);
+        ck_assert_msg((double)whole.width * whole.height >= 0.99 * W * H, "scale (1, 1) gave %dx%d", whole.width,
+                      whole.height);
+    }
+    ck_assert_int_gt(small, 400);  // not vacuous: about 40% of U(0.5, 1) lies below 0.7
 }
 END_TEST
 
@@ -401,8 +423,8 @@ START_TEST(train_transform_is_crop_resize_and_exact_flip) {
         Rng rng, copy;
         data_rng_seed(&rng, 3, DATA_STREAM_AUGMENT, 1, n);
         copy = rng;
-        image_transform_train(&img, side, &rng, out);
-        CropBox box = image_random_resized_crop_box(W, H, &copy);
+        image_transform_train(&img, side, CROP_SCALE_TORCHVISION, &rng, out);
+        CropBox box = image_random_resized_crop_box(W, H, CROP_SCALE_TORCHVISION, &copy);
         int flip = rng_uniform(&copy) < 0.5f;
         flips += flip;
         CropBox all = {0, 0, side, side};
@@ -640,6 +662,9 @@ START_TEST(config_image_keys) {
         {"data.std=0.5", "data.std: expected a list of 3 numbers"},
         {"data.source=imagefolder", "data.source: imagefolder needs data.path"},
         {"data.source=webdataset", "data.source: webdataset needs data.path"},
+        {"data.crop_scale_min=0", "data.crop_scale_min: must be in (0, 1]"},
+        {"data.crop_scale_max=1.5", "data.crop_scale_max: must be in (0, 1]"},
+        {"data.crop_scale_max=0.05", "data.crop_scale_max: crop_scale_min 0.08 exceeds crop_scale_max 0.05"},
     };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         msg[0] = '\0';
@@ -688,6 +713,7 @@ static Suite *images_suite(void) {
     tcase_set_timeout(transform, 120);
     tcase_add_test(transform, rrc_boxes_match_torchvision_distribution);
     tcase_add_test(transform, rrc_fallback_is_torchvision_centre_crop);
+    tcase_add_test(transform, rrc_scale_bounds_the_area);
     tcase_add_test(transform, val_transform_matches_formula_within_one);
     tcase_add_test(transform, train_transform_is_crop_resize_and_exact_flip);
     tcase_add_test(transform, resize_window_equals_full_resize_cut);

@@ -63,7 +63,7 @@ START_TEST(decode_and_resize_match_pillow) {
         for (uint32_t n = 0; n < 4; n++) {
             Rng rng;
             data_rng_seed(&rng, 11, DATA_STREAM_AUGMENT, 0, n + 4 * (uint32_t)k);
-            CropBox box = image_random_resized_crop_box(img.width, img.height, &rng);
+            CropBox box = image_random_resized_crop_box(img.width, img.height, CROP_SCALE_TORCHVISION, &rng);
             int side = n % 2 ? 224 : 48;
             uint8_t *o = malloc((size_t)side * side * 3);
             image_resize_bilinear(&img, box, side, side, (CropBox){0, 0, side, side}, o);
