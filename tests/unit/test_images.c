@@ -461,7 +461,7 @@ static void rm_rf(const char *path) {
 static const PixelNorm imagenet = {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
 
 static int open_folder(const char *root, int train, int max_classes, Dataset **ds, char *err, size_t cap) {
-    return dataset_imagefolder_open(root, train, 0, 32, max_classes, 42, imagenet, ds, err, cap);
+    return dataset_imagefolder_open(root, NULL, train, 0, 32, max_classes, 42, imagenet, ds, err, cap);
 }
 
 // The grey level of a solid fixture: sample k of the expected order has level 20 + 10 k.
