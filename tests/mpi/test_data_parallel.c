@@ -87,22 +87,15 @@ static void state_free(State *s) {
     memset(s, 0, sizeof *s);
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-#define FNV_OFFSET 0xcbf29ce484222325ull
-
 // Masters, momentum (the alignment gaps are zero in both, so whole buffers hash alike) and the whole
 // scaler state: scale, growth counter, verdict, skip count.
 static uint64_t state_hash(const State *s) {
-    uint64_t h = fnv1a(FNV_OFFSET, s->master, s->n * sizeof(float));
-    h = fnv1a(h, s->momentum, s->n * sizeof(float));
-    h = fnv1a(h, &s->scaler.scale, sizeof s->scaler.scale);
-    h = fnv1a(h, &s->scaler.growth_count, sizeof s->scaler.growth_count);
-    h = fnv1a(h, &s->scaler.found_inf, sizeof s->scaler.found_inf);
-    return fnv1a(h, &s->scaler.skipped_total, sizeof s->scaler.skipped_total);
+    uint64_t h = tu_fnv1a(TU_FNV_OFFSET, s->master, s->n * sizeof(float));
+    h = tu_fnv1a(h, s->momentum, s->n * sizeof(float));
+    h = tu_fnv1a(h, &s->scaler.scale, sizeof s->scaler.scale);
+    h = tu_fnv1a(h, &s->scaler.growth_count, sizeof s->scaler.growth_count);
+    h = tu_fnv1a(h, &s->scaler.found_inf, sizeof s->scaler.found_inf);
+    return tu_fnv1a(h, &s->scaler.skipped_total, sizeof s->scaler.skipped_total);
 }
 
 // ---- agreement across ranks -----------------------------------------------------------------------------
@@ -363,7 +356,7 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
     float *mine = xcalloc(n, sizeof(float)), *all = xcalloc(n * (size_t)comm->size, sizeof(float));
     be->to_host(be, mine, t.model.running, n * sizeof(float));
     char why[512];
-    int same_before = same_on_every_rank(fnv1a(FNV_OFFSET, mine, n * sizeof(float)), why, sizeof why);
+    int same_before = same_on_every_rank(tu_fnv1a(TU_FNV_OFFSET, mine, n * sizeof(float)), why, sizeof why);
     // Ranks trained on different samples, so with 2 or more their statistics differ until synced.
     if (comm->size >= 2) ck_assert_msg(!same_before, "BN statistics equal before the sync: %s", why);
     gather_bytes(mine, n * sizeof(float), all);
@@ -371,7 +364,7 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
     trainer_sync_bn_stats(&t);
     float *synced = xcalloc(n, sizeof(float));
     be->to_host(be, synced, t.model.running, n * sizeof(float));
-    ck_assert_msg(same_on_every_rank(fnv1a(FNV_OFFSET, synced, n * sizeof(float)), why, sizeof why),
+    ck_assert_msg(same_on_every_rank(tu_fnv1a(TU_FNV_OFFSET, synced, n * sizeof(float)), why, sizeof why),
                   "BN statistics after the sync: %s", why);
     // And it is the mean over ranks (reference in double from every rank's own statistics).
     float *mean = xcalloc(n, sizeof(float));
@@ -386,7 +379,7 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
     EvalRecord r = trainer_evaluate(&t);
     ck_assert_int_eq(r.samples, VAL);
     double fields[4] = {r.loss, r.top1, r.top5, (double)r.samples};
-    ck_assert_msg(same_on_every_rank(fnv1a(FNV_OFFSET, fields, sizeof fields), why, sizeof why),
+    ck_assert_msg(same_on_every_rank(tu_fnv1a(TU_FNV_OFFSET, fields, sizeof fields), why, sizeof why),
                   "evaluation (loss %g, top-1 %g, samples %ld) differs: %s", r.loss, r.top1, r.samples, why);
 
     // The sharded evaluation is the evaluation of the whole split: rank 0 evaluates a single-rank copy

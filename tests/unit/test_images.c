@@ -620,14 +620,6 @@ END_TEST
 
 // ---- the file-list cache (imagefolder_list.h) ------------------------------------------------------------
 
-// Sets the mtime of every folder under root to `seconds` (the epoch's): older than the cache's settling
-// window, and a value a test can put back after changing a folder.
-static void set_folder_mtimes(const char *root, long seconds) {
-    char cmd[600], out[256];
-    snprintf(cmd, sizeof cmd, "find '%s' -type d -exec touch -m -d @%ld {} + 2>&1", root, seconds);
-    ck_assert_msg(tu_run_shell(cmd, out, sizeof out) == 0, "%s: %s", cmd, out);
-}
-
 // The one cache file of `split` in dir (the test's own cache folder holds one root); its bytes and length.
 static uint8_t *read_cache(const char *dir, const char *split, size_t *len) {
     char cmd[256], path[512] = "";
@@ -678,7 +670,7 @@ START_TEST(imagefolder_list_cache_is_read_back_and_rebuilt) {
     rm_rf(cache);
     mkdir(cache, 0755);
     const long t0 = 1700000000;  // 2023: far outside the settling window
-    set_folder_mtimes(root, t0);
+    fx_set_folder_mtimes(root, t0);
     int levels[8], labels[8];
     for (int k = 0; k < 7; k++) levels[k] = 20 + 10 * k, labels[k] = order_labels[k];
 
@@ -693,7 +685,7 @@ START_TEST(imagefolder_list_cache_is_read_back_and_rebuilt) {
     //    to the cache (a walk would leave the .png out: 6 samples), so sample 2 (a/2.jpg) is now a
     //    missing file, replaced by sample 3.
     ck_assert_int_eq(rename("folder_cache/train/a/2.jpg", "folder_cache/train/a/2.png"), 0);
-    set_folder_mtimes(root, t0);
+    fx_set_folder_mtimes(root, t0);
     ds = open_cached(root, cache, 1);
     ck_assert_int_eq(ds->size, 7);
     uint8_t img[32 * 32 * 3];
@@ -707,7 +699,7 @@ START_TEST(imagefolder_list_cache_is_read_back_and_rebuilt) {
     //    file; the new list is saved.
     uint8_t v = 200;
     fx_write_solid("folder_cache/train/a/11.jpg", 40, 30, v, v, v);
-    set_folder_mtimes(root, t0 + 60);
+    fx_set_folder_mtimes(root, t0 + 60);
     // a/10.jpg, a/11.jpg (new), then a/s/0.jpeg ...; a/2.png is left out.
     int levels3[7] = {20, 30, 200, 50, 60, 70, 80}, labels3[7] = {0, 1, 1, 1, 1, 1, 2};
     ds = open_cached(root, cache, 1);
