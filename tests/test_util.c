@@ -225,6 +225,20 @@ int tu_run_suite(Suite *suite, int fork) {
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+int tu_on_every_rank(Comm *comm, int ok) {
+    float bad = ok ? 0.0f : 1.0f;
+    comm->allreduce_max_flag(comm, &bad);
+    return bad == 0.0f;
+}
+
+void tu_gather_bytes(Comm *comm, const void *mine, size_t bytes, void *all) {
+    for (int r = 0; r < comm->size; r++) {
+        char *slot = (char *)all + (size_t)r * bytes;
+        if (r == comm->rank) memcpy(slot, mine, bytes);
+        comm->broadcast(comm, slot, bytes, r);
+    }
+}
+
 uint64_t tu_fnv1a(uint64_t h, const void *data, size_t bytes) {
     const unsigned char *p = data;
     for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;

@@ -32,23 +32,6 @@ static Backend *be;
 
 enum { CLASSES = 3, PER_CLASS = 8, SIZE = CLASSES * PER_CLASS, MAX_RANKS = 16, MAX_OVERRIDES = 32 };
 
-// ---- agreement across ranks ---------------------------------------------------------------------------
-
-static int on_every_rank(int ok) {
-    float bad = ok ? 0.0f : 1.0f;
-    comm->allreduce_max_flag(comm, &bad);
-    return bad == 0.0f;
-}
-
-// Every rank's `bytes` from mine into all (ranks x bytes), on every rank.
-static void gather_bytes(const void *mine, size_t bytes, void *all) {
-    for (int r = 0; r < comm->size; r++) {
-        char *slot = (char *)all + (size_t)r * bytes;
-        if (r == comm->rank) memcpy(slot, mine, bytes);
-        comm->broadcast(comm, slot, bytes, r);
-    }
-}
-
 // ---- fixtures -----------------------------------------------------------------------------------------
 
 // <np>ranks/folder: train/<class>/<k>.jpg (PER_CLASS each, sizes 40..75 x 36..71 so that crops and
@@ -164,7 +147,7 @@ static void check_epoch_shards(const char *source) {
                 mine[indices[k]] = sample_digest(images + k * bytes, bytes, labels[k]);
             }
         }
-        gather_bytes(mine, sizeof mine, all);
+        tu_gather_bytes(comm, mine, sizeof mine, all);
         one_reader_digests(&cfg, epoch, want);
         int readers_ok = 1, images_ok = 1;
         for (int i = 0; i < SIZE; i++) {
@@ -241,7 +224,8 @@ static void check_resume(const char *source) {
     ck_assert_int_ne(first.step_in_epoch, 0);  // mid-epoch
     trainer_free(&first);
     comm->barrier(comm);  // rank 0 wrote the checkpoint
-    if (imagefolder) ck_assert_int_eq(cache_files(dir), 0);
+    // Every rank looks before any opens the data again (which saves the list).
+    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 0), "a list was cached too early");
 
     // The resumed run walks the folder and caches the list (every rank at once: atomic renames).
     make_config(&resumed_cfg, source, base, (const char *const[]){steps_n, dir_key, resume_key, NULL});
@@ -249,7 +233,7 @@ static void check_resume(const char *source) {
     trainer_start(&resumed, &resumed_cfg);
     ck_assert_int_eq(resumed.step, K);
     comm->barrier(comm);
-    if (imagefolder) ck_assert_int_eq(cache_files(dir), 1);
+    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 1), "the resumed run cached no list");
     // The straight run then reads that cache: its batches are compared with those of the walked list.
     make_config(&straight_cfg, source, base, (const char *const[]){steps_n, dir_key, NULL});
     Trainer straight;
@@ -259,20 +243,20 @@ static void check_resume(const char *source) {
     for (int s = 0; s < K; s++) tu_train_step(&straight);
     ck_assert_int_eq(straight.epoch, resumed.epoch);
     ck_assert_int_eq(straight.step_in_epoch, resumed.step_in_epoch);
-    ck_assert_msg(on_every_rank(state_digest(&straight) == resumed_at),
+    ck_assert_msg(tu_on_every_rank(comm, state_digest(&straight) == resumed_at),
                   "%s: the state loaded from the checkpoint differs from %d straight steps", source, K);
     uint64_t previous = 0;
     for (int s = K; s < N; s++) {
         uint64_t want = tu_train_step(&straight), got = tu_train_step(&resumed);
-        ck_assert_msg(on_every_rank(got == want), "%s: step %d of the resumed run trained on another batch", source,
+        ck_assert_msg(tu_on_every_rank(comm, got == want), "%s: step %d of the resumed run trained on another batch", source,
                       s);
         ck_assert_msg(want != previous, "%s: steps %d and %d trained on the same batch", source, s - 1, s);
         previous = want;
     }
     uint64_t end = state_digest(&resumed);
-    ck_assert_msg(on_every_rank(end == state_digest(&straight)), "%s: the resumed run ends with other weights",
+    ck_assert_msg(tu_on_every_rank(comm, end == state_digest(&straight)), "%s: the resumed run ends with other weights",
                   source);
-    ck_assert_msg(on_every_rank(end != resumed_at), "%s: the resumed steps did not train", source);
+    ck_assert_msg(tu_on_every_rank(comm, end != resumed_at), "%s: the resumed steps did not train", source);
     trainer_free(&resumed), trainer_free(&straight);
 }
 
