@@ -238,12 +238,12 @@ static int agree_config(Comm *comm, const Config *cfg) {
 }
 
 // --dry-run: the data and the resume file open (every rank), the outputs can be written (rank 0: made,
-// probed, then removed again), then the description. Nothing is left on disk.
+// probed, then removed again), then the description. Nothing is left on disk (so no file-list cache).
 static int dry_run(const Config *cfg, Comm *comm) {
     char err[AGREE_MESSAGE_MAX] = "";
     Dataset *train = NULL, *val = NULL;
-    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &train, err, sizeof err);
-    if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, &val, err, sizeof err);
+    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, NULL, &train, err, sizeof err);
+    if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, NULL, &val, err, sizeof err);
     if (train) dataset_close(train);
     if (val) dataset_close(val);
     if (rc == 0 && cfg->checkpoint.resume[0]) {
@@ -261,7 +261,7 @@ static int dry_run(const Config *cfg, Comm *comm) {
 static int bench_data(const Config *cfg, Comm *comm, int batches) {
     char err[AGREE_MESSAGE_MAX] = "";
     Dataset *ds = NULL;
-    int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &ds, err, sizeof err), err);
+    int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &ds, err, sizeof err), err);
     if (rc == 0) bench_data_run(cfg, ds, comm->size, comm->rank, batches, comm->rank == 0 ? stdout : NULL);
     dataset_close(ds);
     return rc;

@@ -225,7 +225,27 @@ int tu_run_suite(Suite *suite, int fork) {
     return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
-void tu_train_step(Trainer *t) {
+int tu_on_every_rank(Comm *comm, int ok) {
+    float bad = ok ? 0.0f : 1.0f;
+    comm->allreduce_max_flag(comm, &bad);
+    return bad == 0.0f;
+}
+
+void tu_gather_bytes(Comm *comm, const void *mine, size_t bytes, void *all) {
+    for (int r = 0; r < comm->size; r++) {
+        char *slot = (char *)all + (size_t)r * bytes;
+        if (r == comm->rank) memcpy(slot, mine, bytes);
+        comm->broadcast(comm, slot, bytes, r);
+    }
+}
+
+uint64_t tu_fnv1a(uint64_t h, const void *data, size_t bytes) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t tu_train_step(Trainer *t) {
     int accum = t->cfg->train.accum_steps, b = t->cfg->data.batch_size;
     size_t bytes = dataset_image_bytes(t->train_set);
     uint8_t *images = xcalloc((size_t)accum * b * bytes, 1);
@@ -241,7 +261,13 @@ void tu_train_step(Trainer *t) {
     }
     trainer_step_array(t, micro, accum);
     if (++t->step_in_epoch == t->steps_per_epoch) t->step_in_epoch = 0, t->epoch++;
+    uint64_t digest = TU_FNV_OFFSET;
+    for (int m = 0; m < accum; m++) {
+        digest = tu_fnv1a(digest, micro[m].host_images, (size_t)micro[m].count * bytes);
+        digest = tu_fnv1a(digest, micro[m].host_labels, (size_t)micro[m].count * sizeof(int32_t));
+    }
     free(images), free(labels), free(indices), free(micro);
+    return digest;
 }
 
 void tu_train_steps(Trainer *t, int n) {

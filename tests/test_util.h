@@ -41,10 +41,22 @@ void tu_forget_launcher(void);
 struct Suite;
 int tu_run_suite(struct Suite *suite, int fork);
 
+// Agreement across the ranks of a communicator, for verdicts asserted on every rank at once:
+// 1 on every rank when ok holds on every rank (MAX of the "bad" flag).
+struct Comm;
+int tu_on_every_rank(struct Comm *comm, int ok);
+// Every rank's `bytes` from mine into all (ranks x bytes), on every rank: one broadcast per root.
+void tu_gather_bytes(struct Comm *comm, const void *mine, size_t bytes, void *all);
+
+// FNV-1a 64 over bytes, continuing from h (start with TU_FNV_OFFSET): digests of states and batches.
+#define TU_FNV_OFFSET 0xcbf29ce484222325ull
+uint64_t tu_fnv1a(uint64_t h, const void *data, size_t bytes);
+
 // One optimizer step as trainer_run takes it, without the loader thread: this rank's blocks of the
 // trainer's current (epoch, step) from its own sampler (every micro-step), then the position moves on.
+// Returns the digest of what this rank trained on: every micro-batch's images and labels, in order.
 struct Trainer;
-void tu_train_step(struct Trainer *t);
+uint64_t tu_train_step(struct Trainer *t);
 void tu_train_steps(struct Trainer *t, int n);
 
 // A config from the defaults plus overrides ("section.key=value"), NULL-terminated (NULL: none); the

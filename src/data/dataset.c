@@ -192,8 +192,8 @@ Dataset *dataset_learnable_create(int size, int side, int classes, long seed, in
 // ---- the factory ---------------------------------------------------------------------------------
 
 // The JPEG sources: libjpeg-turbo decodes them, data.mean/std normalise them.
-static int dataset_open_images(const DataConfig *data, const ModelConfig *model, long seed, int train,
-                               Dataset **out, char *err, size_t err_cap) {
+static int dataset_open_images(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
+                               int train, Dataset **out, char *err, size_t err_cap) {
     if (!image_decode_available()) {
         snprintf(err, err_cap, "data.source %s: this amptrain was built without libjpeg-turbo, which decodes "
                  "the JPEGs (Debian: libturbojpeg0-dev; then configure and build again)", data->source);
@@ -201,15 +201,17 @@ static int dataset_open_images(const DataConfig *data, const ModelConfig *model,
     }
     PixelNorm norm;
     for (int ch = 0; ch < 3; ch++) norm.mean[ch] = (float)data->mean[ch], norm.std[ch] = (float)data->std[ch];
-    int webdataset = strcmp(data->source, "webdataset") == 0;
-    int rc = (webdataset ? dataset_webdataset_open : dataset_imagefolder_open)(
-        data->path, train, data->augment, model->image_size, model->num_classes, seed, norm, out, err, err_cap);
+    int rc = strcmp(data->source, "webdataset") == 0
+                 ? dataset_webdataset_open(data->path, train, data->augment, model->image_size, model->num_classes,
+                                           seed, norm, out, err, err_cap)
+                 : dataset_imagefolder_open(data->path, cache_dir, train, data->augment, model->image_size,
+                                            model->num_classes, seed, norm, out, err, err_cap);
     if (rc == 0 && *out) image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
     return rc;
 }
 
-static int dataset_open(const DataConfig *data, const ModelConfig *model, long seed, int train,
-                        Dataset **out, char *err, size_t err_cap) {
+static int dataset_open(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
+                        int train, Dataset **out, char *err, size_t err_cap) {
     *out = NULL;
     int generated_size = train ? data->train_size : data->val_size;
     if (strcmp(data->source, "cifar10") == 0) {
@@ -222,7 +224,7 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
         return dataset_cifar10_open(data->path, train, train && data->augment, seed, out, err, err_cap);
     }
     if (strcmp(data->source, "imagefolder") == 0 || strcmp(data->source, "webdataset") == 0)
-        return dataset_open_images(data, model, seed, train, out, err, err_cap);
+        return dataset_open_images(data, model, seed, cache_dir, train, out, err, err_cap);
     int synthetic = strcmp(data->source, "synthetic") == 0;
     if (!synthetic && strcmp(data->source, "learnable") != 0) {
         snprintf(err, err_cap, "data.source: unknown source '%s' (synthetic | learnable | cifar10 | imagefolder | webdataset)",
@@ -242,12 +244,12 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
     return 0;
 }
 
-int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, Dataset **out,
-                       char *err, size_t err_cap) {
-    return dataset_open(data, model, seed, 1, out, err, err_cap);
+int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
+                       Dataset **out, char *err, size_t err_cap) {
+    return dataset_open(data, model, seed, cache_dir, 1, out, err, err_cap);
 }
 
-int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, Dataset **out,
-                     char *err, size_t err_cap) {
-    return dataset_open(data, model, seed, 0, out, err, err_cap);
+int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
+                     Dataset **out, char *err, size_t err_cap) {
+    return dataset_open(data, model, seed, cache_dir, 0, out, err, err_cap);
 }

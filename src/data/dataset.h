@@ -53,17 +53,19 @@ struct Dataset {
 };
 
 // Opens the training split from the config. seed: TrainConfig.seed; model gives image_size and
-// num_classes (cifar10 requires 32 and 10). Returns 0 and sets *out, or returns 2 (the CLI's exit code
+// num_classes (cifar10 requires 32 and 10). cache_dir: where a source may keep what it learnt at open
+// for the next start (imagefolder's file list; the trainer passes checkpoint.dir); NULL or "": nothing
+// is written. Returns 0 and sets *out, or returns 2 (the CLI's exit code
 // for bad input), sets *out = NULL and writes one line naming the problem (e.g. the missing or truncated
 // file and its size) into err[err_cap]; the caller reports it and exits. Nothing is left allocated.
-int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, Dataset **out,
-                       char *err, size_t err_cap);
+int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
+                       Dataset **out, char *err, size_t err_cap);
 
 // Same for the validation split (cifar10: test_batch.bin; synthetic/learnable: val_size samples drawn
 // from a stream separate from the training samples). Returns 0 with *out = NULL when there is no
 // validation split (synthetic/learnable with val_size 0). Validation never augments.
-int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, Dataset **out,
-                     char *err, size_t err_cap);
+int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
+                     Dataset **out, char *err, size_t err_cap);
 
 // One sample; see Dataset.get.
 void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng);
@@ -92,12 +94,13 @@ int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dat
                          size_t err_cap);
 
 // root: the ImageFolder root, holding train/<class>/**/*.jpg and val/<class>/**/*.jpg (imagefolder.c
-// says which files count and in what order). side: output images are (side, side, 3). max_classes:
+// says which files count and in what order). cache_dir: the folder of the file-list cache
+// (imagefolder_list.h; NULL or "": none, the tree is walked at every open). side: output images are (side, side, 3). max_classes:
 // model.num_classes, which the class folders must not exceed. Same return and error convention as
 // dataset_open_train (a missing root, a split without class folders, a class folder without JPEGs,
 // class folders that differ between train/ and val/, too many classes); the validation split of a root
 // without val/ is no split (0, *out NULL).
-int dataset_imagefolder_open(const char *root, int train, int augment, int side, int max_classes, long seed,
+int dataset_imagefolder_open(const char *root, const char *cache_dir, int train, int augment, int side, int max_classes, long seed,
                              PixelNorm norm, Dataset **out, char *err, size_t err_cap);
 
 // dir: the folder of train-*.tar and val-*.tar shards (webdataset.h says what a shard holds and in what

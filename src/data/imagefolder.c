@@ -5,7 +5,8 @@
 // Python sorts str), label = position; within a class, os.walk's folders sorted by path and the files of
 // each sorted by name; a file counts when its name ends in .jpg or .jpeg, any case (torchvision's
 // extension test lowercases). Files with other extensions are left out and counted in one log line: this
-// decoder reads JPEG only. The folder is scanned once, at open; `read` then opens one file by index.
+// decoder reads JPEG only. The folder is scanned once, at open, or its list read from the cache a former
+// open left in checkpoint.dir (imagefolder_list.h); `read` then opens one file by index.
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -15,45 +16,16 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/check.h"
 #include "../core/log.h"
 #include "dataset.h"
 #include "image_dataset.h"
+#include "imagefolder_list.h"
 
 #define IMAGEFOLDER_MAX_FILE_BYTES (256L << 20)  // an encoded image larger than this is refused, not read
-
-// ---- a sorted list of names -------------------------------------------------------------------------
-
-typedef struct NameList {
-    char **items;
-    int count, cap;
-} NameList;
-
-static void names_add(NameList *l, const char *name) {
-    if (l->count == l->cap) {
-        l->cap = l->cap ? 2 * l->cap : 64;
-        char **grown = realloc(l->items, (size_t)l->cap * sizeof *grown);
-        AMP_ASSERT(grown, "imagefolder: out of memory listing %d names", l->count);
-        l->items = grown;
-    }
-    l->items[l->count] = strdup(name);
-    AMP_ASSERT(l->items[l->count], "imagefolder: out of memory");
-    l->count++;
-}
-
-static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static void names_sort(NameList *l) {
-    if (l->count > 1) qsort(l->items, (size_t)l->count, sizeof *l->items, name_cmp);
-}
-
-static void names_free(NameList *l) {
-    for (int i = 0; i < l->count; i++) free(l->items[i]);
-    free(l->items);
-    *l = (NameList){0};
-}
 
 // ---- the scan ---------------------------------------------------------------------------------------
 
@@ -110,24 +82,28 @@ static int list_classes(const char *split_dir, NameList *classes, char *err, siz
 
 typedef struct Folder {
     char split_dir[PATH_MAX];  // root/train or root/val
-    NameList files;            // (size) paths relative to split_dir: "<class>/<sub>/<file>"
-    int32_t *labels;           // (size) int32 class index
-    int labels_cap;
-    long other_files;          // non-JPEG files left out
-    char other_example[PATH_MAX];
+    ImageList list;
 } Folder;
 
-// Relative folders under class_rel (itself included), in the order sorted(os.walk(...)) visits them:
-// every folder path sorted as a string. 0, or 2 with err.
-static int walk_dirs(const char *split_dir, const char *rel, NameList *out, char *err, size_t err_cap) {
+// Relative folders under rel (itself included), in the order sorted(os.walk(...)) visits them once
+// sorted: every folder path sorted as a string. Each folder's mtime, taken before it is listed, goes to
+// the list for its cache (imagefolder_list.h). 0, or 2 with err.
+static int walk_dirs(Folder *f, const char *rel, NameList *out, char *err, size_t err_cap) {
     names_add(out, rel);
     char dir[PATH_MAX], sub[PATH_MAX];
-    int rc = path_join(dir, sizeof dir, split_dir, rel, err, err_cap);
+    int rc = path_join(dir, sizeof dir, f->split_dir, rel, err, err_cap);
+    struct stat st;
+    if (!rc && stat(dir, &st) != 0) {
+        snprintf(err, err_cap, "imagefolder: cannot open the folder %s: %s", dir, strerror(errno));
+        rc = 2;
+    }
+    if (!rc) image_list_add_dir(&f->list, rel, st.st_mtim);
     NameList subs = {0};
     if (!rc) rc = list_dir(dir, &subs, NULL, err, err_cap);
+    names_sort(&subs);
     for (int i = 0; !rc && i < subs.count; i++) {
         rc = path_join(sub, sizeof sub, rel, subs.items[i], err, err_cap);
-        if (!rc) rc = walk_dirs(split_dir, sub, out, err, err_cap);
+        if (!rc) rc = walk_dirs(f, sub, out, err, err_cap);
     }
     names_free(&subs);
     return rc;
@@ -136,9 +112,10 @@ static int walk_dirs(const char *split_dir, const char *rel, NameList *out, char
 // Appends class c's JPEGs to f. 0, or 2 with err (unreadable, or no JPEG in the class at all).
 static int scan_class(Folder *f, const char *class_name, int c, char *err, size_t err_cap) {
     NameList dirs = {0};
-    int rc = walk_dirs(f->split_dir, class_name, &dirs, err, err_cap);
+    int rc = walk_dirs(f, class_name, &dirs, err, err_cap);
     names_sort(&dirs);
-    int before = f->files.count;
+    ImageList *l = &f->list;
+    int before = l->files.count;
     char dir[PATH_MAX], rel[PATH_MAX];
     for (int d = 0; !rc && d < dirs.count; d++) {
         NameList files = {0};
@@ -149,26 +126,20 @@ static int scan_class(Folder *f, const char *class_name, int c, char *err, size_
             rc = path_join(rel, sizeof rel, dirs.items[d], files.items[i], err, err_cap);
             if (rc) break;
             if (!is_jpeg_name(files.items[i])) {
-                if (f->other_files++ == 0) snprintf(f->other_example, sizeof f->other_example, "%s", rel);
+                if (l->other_files++ == 0) snprintf(l->other_example, sizeof l->other_example, "%s", rel);
                 continue;
             }
-            if (f->files.count == INT_MAX) {
+            if (l->files.count == INT_MAX) {
                 snprintf(err, err_cap, "imagefolder: %s holds more than %d images", f->split_dir, INT_MAX);
                 rc = 2;
                 break;
             }
-            names_add(&f->files, rel);
-            if (f->labels_cap < f->files.cap) {
-                f->labels_cap = f->files.cap;
-                f->labels = realloc(f->labels, (size_t)f->labels_cap * sizeof *f->labels);
-                AMP_ASSERT(f->labels, "imagefolder: out of memory");
-            }
-            f->labels[f->files.count - 1] = c;
+            image_list_add_file(l, rel, c);
         }
         names_free(&files);
     }
     names_free(&dirs);
-    if (!rc && f->files.count == before) {
+    if (!rc && l->files.count == before) {
         snprintf(err, err_cap, "imagefolder: the class folder %s/%s has no .jpg/.jpeg images", f->split_dir,
                  class_name);
         rc = 2;
@@ -191,8 +162,8 @@ static int folder_read(const EncodedSource *src, int index, uint8_t **bytes, siz
                        size_t err_cap) {
     const Folder *f = src->impl;
     char path[PATH_MAX];
-    *label = f->labels[index];
-    if (path_join(path, sizeof path, f->split_dir, f->files.items[index], err, err_cap)) return 1;
+    *label = f->list.labels[index];
+    if (path_join(path, sizeof path, f->split_dir, f->list.files.items[index], err, err_cap)) return 1;
     int fd = open(path, O_RDONLY);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0) {
@@ -229,20 +200,73 @@ static int folder_read(const EncodedSource *src, int index, uint8_t **bytes, siz
 
 static void folder_describe(const EncodedSource *src, int index, char *out, size_t out_cap) {
     const Folder *f = src->impl;
-    snprintf(out, out_cap, "%s/%s", f->split_dir, f->files.items[index]);
+    snprintf(out, out_cap, "%s/%s", f->split_dir, f->list.files.items[index]);
 }
 
 static void folder_destroy(EncodedSource *src) {
     Folder *f = src->impl;
-    names_free(&f->files);
-    free(f->labels);
+    image_list_free(&f->list);
     free(f);
     free(src);
 }
 
+// ---- the list, from the cache or a walk -----------------------------------------------------------------
+
+// Walks every class folder of f->split_dir into f->list; 0, or 2 with err.
+static int walk_split(Folder *f, const NameList *classes, char *err, size_t err_cap) {
+    int rc = 0;
+    for (int c = 0; !rc && c < classes->count; c++) rc = scan_class(f, classes->items[c], c, err, err_cap);
+    return rc;
+}
+
+// Saves f->list as the cache at path unless a folder changed too recently to trust its mtime. A cache
+// that cannot be written costs the next start a walk, not this run: one warning.
+static void cache_save(const Folder *f, const char *path, const char *split_abs, const NameList *classes,
+                       struct timespec walk_start) {
+    const char *unsettled = image_list_unsettled_dir(&f->list, walk_start);
+    char why[PATH_MAX + 128];
+    if (unsettled)
+        log_info("imagefolder: file list of %s not cached: %s/%s changed less than %d s before the walk", f->split_dir,
+                 f->split_dir, unsettled, IMAGE_LIST_SETTLE_S);
+    else if (image_list_save(path, split_abs, classes, &f->list, why, sizeof why))
+        log_warn("imagefolder: file-list cache: %s (the next start walks %s again)", why, f->split_dir);
+    else
+        log_info("imagefolder: file list of %s cached in %s", f->split_dir, path);
+}
+
+// f->list for split ("train"/"val"): read from its cache in cache_dir when that holds (imagefolder_list.h),
+// else walked (and then cached). cache_dir NULL or "": always walked, nothing written. 0, or 2 with err.
+static int list_split(Folder *f, const NameList *classes, const char *cache_dir, const char *split, char *err,
+                      size_t err_cap) {
+    char split_abs[PATH_MAX], path[PATH_MAX], why[2 * PATH_MAX];
+    struct stat st;
+    int cached = cache_dir && cache_dir[0];
+    if (cached && (stat(cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        log_info("imagefolder: file list of %s not cached: the folder %s does not exist (yet)", f->split_dir, cache_dir);
+        cached = 0;
+    }
+    if (cached && (!realpath(f->split_dir, split_abs) ||
+                   image_list_cache_path(cache_dir, split_abs, split, path, sizeof path))) {
+        log_warn("imagefolder: file list of %s not cached: no cache path for it in %s", f->split_dir, cache_dir);
+        cached = 0;
+    }
+    if (cached) {
+        if (image_list_load(path, split_abs, classes, &f->list, why, sizeof why) == 0) {
+            log_info("imagefolder: file list of %s read from %s (%d images)", f->split_dir, path, f->list.files.count);
+            return 0;
+        }
+        log_info("imagefolder: file-list cache not used: %s; walking %s", why, f->split_dir);
+    }
+    struct timespec walk_start;
+    clock_gettime(CLOCK_REALTIME, &walk_start);
+    int rc = walk_split(f, classes, err, err_cap);
+    if (!rc && cached) cache_save(f, path, split_abs, classes, walk_start);
+    return rc;
+}
+
 // ---- open ---------------------------------------------------------------------------------------------
 
-int dataset_imagefolder_open(const char *root, int train, int augment, int side, int max_classes, long seed,
+int dataset_imagefolder_open(const char *root, const char *cache_dir, int train, int augment, int side, int max_classes, long seed,
                              PixelNorm norm, Dataset **out, char *err, size_t err_cap) {
     *out = NULL;
     struct stat st;
@@ -280,22 +304,21 @@ int dataset_imagefolder_open(const char *root, int train, int augment, int side,
     }
     Folder *f = xcalloc(1, sizeof *f);
     snprintf(f->split_dir, sizeof f->split_dir, "%s", train ? train_dir : val_dir);
-    for (int c = 0; !rc && c < train_classes.count; c++) rc = scan_class(f, train_classes.items[c], c, err, err_cap);
+    if (!rc) rc = list_split(f, &train_classes, cache_dir, train ? "train" : "val", err, err_cap);
     EncodedSource *src = NULL;
     if (!rc) {
-        if (f->other_files)
+        if (f->list.other_files)
             log_info("imagefolder: %s: left out %ld files that are not .jpg/.jpeg (e.g. %s)", f->split_dir,
-                     f->other_files, f->other_example);
+                     f->list.other_files, f->list.other_example);
         src = xcalloc(1, sizeof *src);
-        *src = (EncodedSource){.size = f->files.count, .classes = train_classes.count, .read = folder_read,
+        *src = (EncodedSource){.size = f->list.files.count, .classes = train_classes.count, .read = folder_read,
                                .destroy = folder_destroy, .impl = f, .describe = folder_describe};
         snprintf(src->name, sizeof src->name, "imagefolder");
     }
     names_free(&train_classes);
     names_free(&val_classes);
     if (rc) {
-        names_free(&f->files);
-        free(f->labels);
+        image_list_free(&f->list);
         free(f);
         return rc;
     }

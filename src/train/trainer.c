@@ -61,8 +61,8 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     t->cfg = cfg, t->be = be, t->comm = comm, t->grad_comm = grad_comm;
     // Each stage ends in an agreement (dist/agree.h): a rank that failed, and every other, return here.
     char err[AGREE_MESSAGE_MAX] = "";
-    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, &t->train_set, err, sizeof err);
-    if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, &t->val_set, err, sizeof err);
+    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->train_set, err, sizeof err);
+    if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->val_set, err, sizeof err);
     if ((rc = agree_startup(comm, rc ? 2 : 0, err)) != 0) return rc;
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
                  cfg->train.accum_steps, cfg->data.drop_last, cfg->train.seed);

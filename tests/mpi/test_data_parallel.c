@@ -87,47 +87,24 @@ static void state_free(State *s) {
     memset(s, 0, sizeof *s);
 }
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < bytes; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
-}
-#define FNV_OFFSET 0xcbf29ce484222325ull
-
 // Masters, momentum (the alignment gaps are zero in both, so whole buffers hash alike) and the whole
 // scaler state: scale, growth counter, verdict, skip count.
 static uint64_t state_hash(const State *s) {
-    uint64_t h = fnv1a(FNV_OFFSET, s->master, s->n * sizeof(float));
-    h = fnv1a(h, s->momentum, s->n * sizeof(float));
-    h = fnv1a(h, &s->scaler.scale, sizeof s->scaler.scale);
-    h = fnv1a(h, &s->scaler.growth_count, sizeof s->scaler.growth_count);
-    h = fnv1a(h, &s->scaler.found_inf, sizeof s->scaler.found_inf);
-    return fnv1a(h, &s->scaler.skipped_total, sizeof s->scaler.skipped_total);
+    uint64_t h = tu_fnv1a(TU_FNV_OFFSET, s->master, s->n * sizeof(float));
+    h = tu_fnv1a(h, s->momentum, s->n * sizeof(float));
+    h = tu_fnv1a(h, &s->scaler.scale, sizeof s->scaler.scale);
+    h = tu_fnv1a(h, &s->scaler.growth_count, sizeof s->scaler.growth_count);
+    h = tu_fnv1a(h, &s->scaler.found_inf, sizeof s->scaler.found_inf);
+    return tu_fnv1a(h, &s->scaler.skipped_total, sizeof s->scaler.skipped_total);
 }
 
-// ---- agreement across ranks -----------------------------------------------------------------------------
-
-// 1 on every rank when ok holds on every rank (MAX of the "bad" flag).
-static int on_every_rank(int ok) {
-    float bad = ok ? 0.0f : 1.0f;
-    comm->allreduce_max_flag(comm, &bad);
-    return bad == 0.0f;
-}
-
-// Every rank's value, on every rank: one broadcast per root.
-static void gather_bytes(const void *mine, size_t bytes, void *all) {
-    for (int r = 0; r < comm->size; r++) {
-        char *slot = (char *)all + (size_t)r * bytes;
-        if (r == comm->rank) memcpy(slot, mine, bytes);
-        comm->broadcast(comm, slot, bytes, r);
-    }
-}
+// ---- agreement across ranks (tu_on_every_rank, tu_gather_bytes in test_util.h) -----------------------------
 
 // 1 when every rank passed the same value; why lists them all otherwise. The same answer on every rank.
 static int same_on_every_rank(uint64_t mine, char *why, size_t cap) {
     uint64_t all[MAX_RANKS];
     ck_assert_int_le(comm->size, MAX_RANKS);
-    gather_bytes(&mine, sizeof mine, all);
+    tu_gather_bytes(comm, &mine, sizeof mine, all);
     int same = 1;
     size_t used = (size_t)snprintf(why, cap, "hashes by rank:");
     for (int r = 0; r < comm->size; r++) {
@@ -158,7 +135,7 @@ START_TEST(every_rank_holds_identical_state_after_every_step) {
         state_read(&t, &after);
         ck_assert_msg(same_on_every_rank(state_hash(&after), why, sizeof why), "after step %d: %s", step, why);
         // Identical but frozen weights would pass the line above: every step must also have trained.
-        ck_assert_msg(on_every_rank(master_changed(&before, &after)), "step %d left the weights unchanged", step);
+        ck_assert_msg(tu_on_every_rank(comm, master_changed(&before, &after)), "step %d left the weights unchanged", step);
         State swap = before;
         before = after, after = swap;
     }
@@ -208,7 +185,7 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
     state_read(&t, &after);
     char why[512], hashes[512];
     int skipped = step_was_skipped(&before, &after, why, sizeof why);
-    ck_assert_msg(on_every_rank(skipped), "step %d: %s", K, why);
+    ck_assert_msg(tu_on_every_rank(comm, skipped), "step %d: %s", K, why);
     ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after the skip: %s", hashes);
     // Training goes on: the next steps update again, still in lockstep.
     for (int step = K + 1; step < K + 3; step++) {
@@ -216,7 +193,7 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
         before = after, after = swap;
         tu_train_step(&t);
         state_read(&t, &after);
-        ck_assert_msg(on_every_rank(master_changed(&before, &after)), "step %d after the skip did not train", step);
+        ck_assert_msg(tu_on_every_rank(comm, master_changed(&before, &after)), "step %d after the skip did not train", step);
         ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after step %d: %s", step, hashes);
         ck_assert_int_eq(after.scaler.skipped_total, 1);
     }
@@ -243,7 +220,7 @@ START_TEST(overflow_only_in_the_sum_skips_with_two_or_more_ranks) {
     char why[512], hashes[512];
     if (comm->size >= 2) {
         int skipped = step_was_skipped(&before, &after, why, sizeof why);
-        ck_assert_msg(on_every_rank(skipped), "%d ranks x 40000 must overflow the fp16 sum: %s", comm->size, why);
+        ck_assert_msg(tu_on_every_rank(comm, skipped), "%d ranks x 40000 must overflow the fp16 sum: %s", comm->size, why);
     } else {
         ck_assert_msg(master_changed(&before, &after), "one rank: 40000 is finite, the step must train");
         ck_assert_float_eq(after.scaler.found_inf, 0.0f);
@@ -363,15 +340,15 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
     float *mine = xcalloc(n, sizeof(float)), *all = xcalloc(n * (size_t)comm->size, sizeof(float));
     be->to_host(be, mine, t.model.running, n * sizeof(float));
     char why[512];
-    int same_before = same_on_every_rank(fnv1a(FNV_OFFSET, mine, n * sizeof(float)), why, sizeof why);
+    int same_before = same_on_every_rank(tu_fnv1a(TU_FNV_OFFSET, mine, n * sizeof(float)), why, sizeof why);
     // Ranks trained on different samples, so with 2 or more their statistics differ until synced.
     if (comm->size >= 2) ck_assert_msg(!same_before, "BN statistics equal before the sync: %s", why);
-    gather_bytes(mine, n * sizeof(float), all);
+    tu_gather_bytes(comm, mine, n * sizeof(float), all);
 
     trainer_sync_bn_stats(&t);
     float *synced = xcalloc(n, sizeof(float));
     be->to_host(be, synced, t.model.running, n * sizeof(float));
-    ck_assert_msg(same_on_every_rank(fnv1a(FNV_OFFSET, synced, n * sizeof(float)), why, sizeof why),
+    ck_assert_msg(same_on_every_rank(tu_fnv1a(TU_FNV_OFFSET, synced, n * sizeof(float)), why, sizeof why),
                   "BN statistics after the sync: %s", why);
     // And it is the mean over ranks (reference in double from every rank's own statistics).
     float *mean = xcalloc(n, sizeof(float));
@@ -381,12 +358,12 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
         mean[i] = (float)(sum / comm->size);
     }
     double err = tu_rel_error(synced, mean, n);
-    ck_assert_msg(on_every_rank(err < 1e-6), "synced statistics differ from the mean over ranks by %g", err);
+    ck_assert_msg(tu_on_every_rank(comm, err < 1e-6), "synced statistics differ from the mean over ranks by %g", err);
 
     EvalRecord r = trainer_evaluate(&t);
     ck_assert_int_eq(r.samples, VAL);
     double fields[4] = {r.loss, r.top1, r.top5, (double)r.samples};
-    ck_assert_msg(same_on_every_rank(fnv1a(FNV_OFFSET, fields, sizeof fields), why, sizeof why),
+    ck_assert_msg(same_on_every_rank(tu_fnv1a(TU_FNV_OFFSET, fields, sizeof fields), why, sizeof why),
                   "evaluation (loss %g, top-1 %g, samples %ld) differs: %s", r.loss, r.top1, r.samples, why);
 
     // The sharded evaluation is the evaluation of the whole split: rank 0 evaluates a single-rank copy
@@ -444,7 +421,7 @@ START_TEST(many_buckets_train_like_one) {
         // 4-sample batches that one rounding grows chaotically within steps, so there only the identity
         // across ranks above is exact.
         if (comm->size <= 2)
-            ck_assert_msg(on_every_rank(memcmp(a.master, b.master, a.n * sizeof(float)) == 0 &&
+            ck_assert_msg(tu_on_every_rank(comm, memcmp(a.master, b.master, a.n * sizeof(float)) == 0 &&
                                         memcmp(a.momentum, b.momentum, a.n * sizeof(float)) == 0),
                           "%d buckets vs one: state differs after step %d", many.buckets.count, step);
     }
@@ -479,7 +456,7 @@ START_TEST(graph_path_trains_like_launches) {
         tu_train_step(&l);
         state_read(&g, &a);
         state_read(&l, &b);
-        ck_assert_msg(on_every_rank(state_hash(&a) == state_hash(&b)), "step %d: the graph and launches differ", step);
+        ck_assert_msg(tu_on_every_rank(comm, state_hash(&a) == state_hash(&b)), "step %d: the graph and launches differ", step);
         ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "graph, after step %d: %s", step, why);
     }
     ck_assert_int_eq(a.scaler.skipped_total, 1);
@@ -528,20 +505,20 @@ START_TEST(resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_round
     State w = {0}, r = {0}, s = {0};
     state_read(&writer, &w), state_read(&resumed, &r), state_read(&straight, &s);
     char why[512];
-    ck_assert_msg(on_every_rank(state_hash(&w) == state_hash(&r) && state_hash(&s) == state_hash(&r)),
+    ck_assert_msg(tu_on_every_rank(comm, state_hash(&w) == state_hash(&r) && state_hash(&s) == state_hash(&r)),
                   "weights, momentum or scaler differ after the resume");
     ck_assert_msg(same_on_every_rank(state_hash(&r), why, sizeof why), "resumed state across ranks: %s", why);
 
     size_t n = resumed.model.stats_numel;
     float *bn_w = running_stats(&writer), *bn_r = running_stats(&resumed), *bn_s = running_stats(&straight);
-    ck_assert_msg(on_every_rank(memcmp(bn_w, bn_r, n * sizeof(float)) == 0),
+    ck_assert_msg(tu_on_every_rank(comm, memcmp(bn_w, bn_r, n * sizeof(float)) == 0),
                   "BN running statistics of the resumed run differ from the writer's");
     double err = tu_rel_error(bn_s, bn_r, n);
     int bitwise = memcmp(bn_s, bn_r, n * sizeof(float)) == 0;
     if (comm->rank == 0)
         printf("BN running statistics, straight vs resumed on %d ranks: %s (relative %.2g)\n", comm->size,
                bitwise ? "bitwise equal" : "rounding apart", err);
-    ck_assert_msg(on_every_rank(comm->size > 1 ? err < 1e-6 : bitwise),
+    ck_assert_msg(tu_on_every_rank(comm, comm->size > 1 ? err < 1e-6 : bitwise),
                   "BN running statistics of a straight run vs the resumed one: %g apart", err);
     free(bn_w), free(bn_r), free(bn_s);
     state_free(&w), state_free(&r), state_free(&s);

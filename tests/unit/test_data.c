@@ -365,22 +365,22 @@ START_TEST(test_factory_generated_splits) {
     model.num_classes = 5;
     char err[512] = "";
     Dataset *ds = NULL;
-    ck_assert_int_eq(dataset_open_train(&data, &model, 1, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(dataset_open_train(&data, &model, 1, NULL, &ds, err, sizeof err), 0);
     ck_assert_ptr_nonnull(ds);
     ck_assert_int_eq(ds->size, 64);
     ck_assert_int_eq(ds->side, 8);
     ck_assert_int_eq(ds->classes, 5);
     dataset_close(ds);
-    ck_assert_int_eq(dataset_open_val(&data, &model, 1, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(dataset_open_val(&data, &model, 1, NULL, &ds, err, sizeof err), 0);
     ck_assert_ptr_null(ds);
     data.val_size = 16;
     strcpy(data.source, "synthetic");
-    ck_assert_int_eq(dataset_open_val(&data, &model, 1, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(dataset_open_val(&data, &model, 1, NULL, &ds, err, sizeof err), 0);
     ck_assert_ptr_nonnull(ds);
     ck_assert_int_eq(ds->size, 16);
     dataset_close(ds);
     strcpy(data.source, "imagenet");
-    ck_assert_int_eq(dataset_open_train(&data, &model, 1, &ds, err, sizeof err), 2);
+    ck_assert_int_eq(dataset_open_train(&data, &model, 1, NULL, &ds, err, sizeof err), 2);
     ck_assert_ptr_null(ds);
     ck_assert_ptr_nonnull(strstr(err, "imagenet"));
 }
@@ -555,10 +555,10 @@ START_TEST(test_cifar10_missing_file_is_an_error) {
     strcpy(data.path, "cifar_missing");
     model.image_size = 32;
     model.num_classes = 10;
-    ck_assert_int_eq(dataset_open_val(&data, &model, 1, &ds, err, sizeof err), 2);
+    ck_assert_int_eq(dataset_open_val(&data, &model, 1, NULL, &ds, err, sizeof err), 2);
     ck_assert_ptr_nonnull(strstr(err, "cifar_missing/test_batch.bin"));
     model.image_size = 64;
-    ck_assert_int_eq(dataset_open_train(&data, &model, 1, &ds, err, sizeof err), 2);
+    ck_assert_int_eq(dataset_open_train(&data, &model, 1, NULL, &ds, err, sizeof err), 2);
     ck_assert_ptr_nonnull(strstr(err, "model.image_size"));
 }
 END_TEST

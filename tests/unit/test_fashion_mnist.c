@@ -38,8 +38,8 @@ static void open_split(const char *source, const char *path, int augment, int tr
     Config cfg;
     tu_config(&cfg, overrides);
     char err[512] = "";
-    int rc = train ? dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, ds, err, sizeof err)
-                   : dataset_open_val(&cfg.data, &cfg.model, cfg.train.seed, ds, err, sizeof err);
+    int rc = train ? dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, NULL, ds, err, sizeof err)
+                   : dataset_open_val(&cfg.data, &cfg.model, cfg.train.seed, NULL, ds, err, sizeof err);
     ck_assert_msg(rc == 0 && *ds, "%s %s: %s", source, train ? "train" : "val", err);
 }
 

@@ -1,6 +1,6 @@
 // test_images.c - the JPEG sources: decode (image_decode.h), torchvision's transforms (image_transform.h),
-// the shared image Dataset's replacement of bad samples (image_dataset.h), the ImageFolder source, the
-// data.mean/std keys and --bench-data.
+// the shared image Dataset's replacement of bad samples (image_dataset.h), the ImageFolder source and its
+// file-list cache (imagefolder_list.h), the data.mean/std keys and --bench-data.
 //
 // Fixtures are JPEGs made here with TurboJPEG's compressor (image_fixtures.h). References are independent
 // of the code under test: source pixels (decode), torchvision's RandomResizedCrop algorithm re-implemented
@@ -483,7 +483,7 @@ static void rm_rf(const char *path) {
 static const PixelNorm imagenet = {{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
 
 static int open_folder(const char *root, int train, int max_classes, Dataset **ds, char *err, size_t cap) {
-    return dataset_imagefolder_open(root, train, 0, 32, max_classes, 42, imagenet, ds, err, cap);
+    return dataset_imagefolder_open(root, NULL, train, 0, 32, max_classes, 42, imagenet, ds, err, cap);
 }
 
 // The grey level of a solid fixture: sample k of the expected order has level 20 + 10 k.
@@ -640,6 +640,136 @@ END_TEST
 
 // ---- config and the CLI ---------------------------------------------------------------------------------
 
+// ---- the file-list cache (imagefolder_list.h) ------------------------------------------------------------
+
+// The one cache file of `split` in dir (the test's own cache folder holds one root); its bytes and length.
+static uint8_t *read_cache(const char *dir, const char *split, size_t *len) {
+    char cmd[256], path[512] = "";
+    snprintf(cmd, sizeof cmd, "ls %s/imagefolder-*-%s.list | tr -d '\\n'", dir, split);
+    ck_assert_msg(tu_run_shell(cmd, path, sizeof path) == 0, "no %s cache in %s: %s", split, dir, path);
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    rewind(f);
+    uint8_t *bytes = malloc(*len + 1);
+    ck_assert_uint_eq(fread(bytes, 1, *len, f), *len);
+    fclose(f);
+    return bytes;
+}
+
+static void write_cache(const char *dir, const char *split, const uint8_t *bytes, size_t len) {
+    char cmd[256], path[512] = "";
+    snprintf(cmd, sizeof cmd, "ls %s/imagefolder-*-%s.list | tr -d '\\n'", dir, split);
+    ck_assert_int_eq(tu_run_shell(cmd, path, sizeof path), 0);
+    fx_write(path, bytes, len);
+}
+
+static Dataset *open_cached(const char *root, const char *cache_dir, int train) {
+    Dataset *ds;
+    char err[512] = "";
+    ck_assert_msg(dataset_imagefolder_open(root, cache_dir, train, 0, 32, 10, 42, imagenet, &ds, err, sizeof err) == 0,
+                  "%s", err);
+    return ds;
+}
+
+// Every sample of ds: level and label as the expected files/levels say, none replaced.
+static void assert_samples(Dataset *ds, const int *levels, const int *labels, int n) {
+    ck_assert_int_eq(ds->size, n);
+    uint8_t img[32 * 32 * 3];
+    for (int k = 0; k < n; k++) {
+        int32_t label = -1;
+        dataset_get(ds, k, img, &label, NULL);
+        ck_assert_msg(label == labels[k] && abs(level_of(img) - levels[k]) <= 2,
+                      "sample %d: label %d level %d, want %d and %d", k, label, level_of(img), labels[k], levels[k]);
+    }
+    ck_assert_int_eq(image_dataset_skipped(ds), 0);
+}
+
+START_TEST(imagefolder_list_cache_is_read_back_and_rebuilt) {
+    const char *root = "folder_cache", *cache = "cache_lists";
+    make_ordered_folder(root);
+    rm_rf(cache);
+    mkdir(cache, 0755);
+    const long t0 = 1700000000;  // 2023: far outside the settling window
+    fx_set_folder_mtimes(root, t0);
+    int levels[8], labels[8];
+    for (int k = 0; k < 7; k++) levels[k] = 20 + 10 * k, labels[k] = order_labels[k];
+
+    // 1. The first open walks the tree and saves the list.
+    Dataset *ds = open_cached(root, cache, 1);
+    assert_samples(ds, levels, labels, 7);
+    dataset_close(ds);
+    size_t len;
+    uint8_t *first = read_cache(cache, "train", &len);
+
+    // 2. The second open reads it: a.jpg renamed to .png with its folder's mtime put back is invisible
+    //    to the cache (a walk would leave the .png out: 6 samples), so sample 2 (a/2.jpg) is now a
+    //    missing file, replaced by sample 3.
+    ck_assert_int_eq(rename("folder_cache/train/a/2.jpg", "folder_cache/train/a/2.png"), 0);
+    fx_set_folder_mtimes(root, t0);
+    ds = open_cached(root, cache, 1);
+    ck_assert_int_eq(ds->size, 7);
+    uint8_t img[32 * 32 * 3];
+    int32_t label;
+    dataset_get(ds, 2, img, &label, NULL);
+    ck_assert_int_eq(image_dataset_skipped(ds), 1);
+    ck_assert_int_le(abs(level_of(img) - levels[3]), 2);
+    dataset_close(ds);
+
+    // 3. A changed folder (its mtime moved) makes the cache stale: the walk sees the rename, and a new
+    //    file; the new list is saved.
+    uint8_t v = 200;
+    fx_write_solid("folder_cache/train/a/11.jpg", 40, 30, v, v, v);
+    fx_set_folder_mtimes(root, t0 + 60);
+    // a/10.jpg, a/11.jpg (new), then a/s/0.jpeg ...; a/2.png is left out.
+    int levels3[7] = {20, 30, 200, 50, 60, 70, 80}, labels3[7] = {0, 1, 1, 1, 1, 1, 2};
+    ds = open_cached(root, cache, 1);
+    assert_samples(ds, levels3, labels3, 7);
+    dataset_close(ds);
+    size_t len3;
+    uint8_t *third = read_cache(cache, "train", &len3);
+    ck_assert_msg(len3 != len || memcmp(first, third, len) != 0, "the stale cache was not rewritten");
+
+    // 4. A corrupt cache (one byte changed, or cut short) is rebuilt by a walk, into the same bytes.
+    for (int cut = 0; cut < 2; cut++) {
+        uint8_t *bad = malloc(len3);
+        memcpy(bad, third, len3);
+        bad[len3 / 2] ^= 0x20;
+        write_cache(cache, "train", bad, cut ? len3 / 2 : len3);
+        free(bad);
+        ds = open_cached(root, cache, 1);
+        assert_samples(ds, levels3, labels3, 7);
+        dataset_close(ds);
+        size_t again_len;
+        uint8_t *again = read_cache(cache, "train", &again_len);
+        ck_assert_msg(again_len == len3 && memcmp(again, third, len3) == 0, "corrupt cache (cut %d) not rebuilt", cut);
+        free(again);
+    }
+
+    // 5. A folder changed within the settling window is walked but not cached: the file stays as it was.
+    fx_write_solid("folder_cache/train/b/2.jpg", 40, 30, 90, 90, 90);
+    ds = open_cached(root, cache, 1);
+    ck_assert_int_eq(ds->size, 8);
+    dataset_close(ds);
+    size_t len5;
+    uint8_t *fifth = read_cache(cache, "train", &len5);
+    ck_assert_msg(len5 == len3 && memcmp(fifth, third, len3) == 0, "a list with an unsettled folder was cached");
+
+    // 6. The validation split has its own cache; no cache folder: nothing is written anywhere.
+    ds = open_cached(root, cache, 0);
+    ck_assert_int_eq(ds->size, 7);
+    dataset_close(ds);
+    size_t len_val;
+    free(read_cache(cache, "val", &len_val));
+    ds = open_cached(root, "cache_missing", 1);
+    ck_assert_int_eq(ds->size, 8);
+    dataset_close(ds);
+    ck_assert(!tu_file_exists("cache_missing"));
+    free(first), free(third), free(fifth);
+}
+END_TEST
+
 static int load(Config *cfg, const char *const *overrides, int n, char *message, size_t cap) {
     FILE *sink = fmemopen(message, cap, "w");
     int rc = config_load(cfg, NULL, n, (char **)overrides, sink);
@@ -723,6 +853,7 @@ static Suite *images_suite(void) {
     tcase_add_test(folder, imagefolder_order_is_torchvision_order);
     tcase_add_test(folder, imagefolder_replaces_bad_samples_deterministically);
     tcase_add_test(folder, imagefolder_refuses_bad_layouts);
+    tcase_add_test(folder, imagefolder_list_cache_is_read_back_and_rebuilt);
     tcase_add_test(folder, config_image_keys);
     tcase_add_test(folder, bench_data_cli_reports_and_names_bad_file_once);
     suite_add_tcase(s, folder);

@@ -25,4 +25,8 @@ void fx_write(const char *path, const void *bytes, size_t n);
 // A solid-colour RGB JPEG (quality 95) written to path: r, g, b.
 void fx_write_solid(const char *path, int w, int h, uint8_t r, uint8_t g, uint8_t b);
 
+// Sets the modification time of root and every folder under it to `seconds` since the epoch (the
+// file-list cache trusts only folders older than its settling window; a test can also put a time back).
+void fx_set_folder_mtimes(const char *root, long seconds);
+
 #endif

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <turbojpeg.h>
 
+#include "test_util.h"
+
 uint8_t *fx_pattern(int w, int h, int channels, int seed) {
     uint8_t *p = malloc((size_t)w * h * channels);
     for (int y = 0; y < h; y++)
@@ -63,4 +65,10 @@ void fx_write_solid(const char *path, int w, int h, uint8_t r, uint8_t g, uint8_
     fx_write(path, jpeg, len);
     free(jpeg);
     free(p);
+}
+
+void fx_set_folder_mtimes(const char *root, long seconds) {
+    char cmd[600], out[256];
+    snprintf(cmd, sizeof cmd, "find '%s' -type d -exec touch -m -d @%ld {} + 2>&1", root, seconds);
+    ck_assert_msg(tu_run_shell(cmd, out, sizeof out) == 0, "%s: %s", cmd, out);
 }
