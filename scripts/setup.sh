@@ -6,7 +6,9 @@
 #             /usr/local/cuda (not installed by this script)
 set -euo pipefail
 
-packages=(build-essential cmake pkg-config libyaml-dev check libturbojpeg0-dev libopenmpi-dev openmpi-bin python3 python3-matplotlib)
+# dataset-fashion-mnist and python3-pil: the real-data test (tests/unit/test_fashion_mnist.c, ~30 MB)
+packages=(build-essential cmake pkg-config libyaml-dev check libturbojpeg0-dev libopenmpi-dev openmpi-bin python3
+          python3-matplotlib python3-pil dataset-fashion-mnist)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
