@@ -18,8 +18,10 @@
 #include <string.h>
 
 #include "../core/check.h"
+#include "../core/log.h"
 #include "image_dataset.h"
 #include "image_decode.h"
+#include "webdataset.h"
 
 #define POOL_OFFSETS (1 << 18)   // distinct windows; the pool is image_bytes + POOL_OFFSETS values
 #define LEARNABLE_NOISE 5.0f  // noise sigma relative to the templates' std of 1
@@ -192,6 +194,21 @@ Dataset *dataset_learnable_create(int size, int side, int classes, long seed, in
 // ---- the factory ---------------------------------------------------------------------------------
 
 // The JPEG sources: libjpeg-turbo decodes them, data.mean/std normalise them.
+// The webdataset source as a Dataset (webdataset.c only indexes and reads the shards).
+int dataset_webdataset_open(const char *dir, int train, int augment, int side, int max_classes, long seed,
+                            PixelNorm norm, Dataset **out, char *err, size_t err_cap) {
+    *out = NULL;
+    EncodedSource *src;
+    int rc = webdataset_open(dir, train ? "train" : "val", max_classes, !train, &src, err, err_cap);
+    if (rc) return rc;
+    if (!src) {
+        log_info("webdataset: no val-*.tar shards in %s: no evaluation", dir);
+        return 0;
+    }
+    *out = image_dataset_create(src, side, train, augment, seed, norm);
+    return 0;
+}
+
 static int dataset_open_images(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                                int train, Dataset **out, char *err, size_t err_cap) {
     if (!image_decode_available()) {

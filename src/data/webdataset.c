@@ -29,7 +29,6 @@
 #include <unistd.h>
 
 #include "../core/check.h"
-#include "../core/log.h"
 
 #define TAR_BLOCK 512
 #define TAR_NAME_MAX 4096        // the longest member name read (pax or GNU long names)
@@ -471,19 +470,5 @@ int webdataset_open(const char *dir, const char *split, int classes, int optiona
     src->impl = ix;
     snprintf(src->name, sizeof src->name, "webdataset");
     *out = src;
-    return 0;
-}
-
-int dataset_webdataset_open(const char *dir, int train, int augment, int side, int max_classes, long seed,
-                            PixelNorm norm, Dataset **out, char *err, size_t err_cap) {
-    *out = NULL;
-    EncodedSource *src;
-    int rc = webdataset_open(dir, train ? "train" : "val", max_classes, !train, &src, err, err_cap);
-    if (rc) return rc;
-    if (!src) {
-        log_info("webdataset: no val-*.tar shards in %s: no evaluation", dir);
-        return 0;
-    }
-    *out = image_dataset_create(src, side, train, augment, seed, norm);
     return 0;
 }
