@@ -3,7 +3,6 @@
 
 #include <stdlib.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "image_dataset.h"
 #include "image_decode.h"
@@ -49,9 +48,8 @@ static double decode_rate(const EncodedSource *src, double *megapixels) {
 }
 
 void bench_data_run(const Config *cfg, const Dataset *ds, int world, int rank, int batches, FILE *out) {
-    int threads = cfg->data.workers > 0 ? cfg->data.workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (threads > 64) threads = 64;
-    if (threads < 1) threads = 1;
+    // the same threads the training loop would get on this host with one rank
+    int threads = cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(1);
     Sampler s;
     sampler_init(&s, ds->size, cfg->data.batch_size, world, rank, 1, cfg->data.drop_last, cfg->train.seed);
     int per_epoch = sampler_steps_per_epoch(&s);

@@ -117,8 +117,6 @@ void activations_alloc(Activations *a, const Model *m, Backend *be, int max_batc
     memset(a, 0, sizeof *a);
     a->no_reuse = no_reuse;
     a->max_batch = max_batch;
-    a->dt = m->act_dt;
-    a->n_blocks = m->n_blocks;
     a->blocks = xcalloc((size_t)m->n_blocks, sizeof *a->blocks);
     PlannedBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
     ArenaLayout arena;

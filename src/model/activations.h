@@ -38,7 +38,6 @@ typedef struct BlockActs {
 
 typedef struct Activations {
     int max_batch;
-    DType dt;               // the model's act_dt
     uint8_t *images;        // (max_batch, side, side, 3) u8: the static raw batch (the graph reads it here)
     int32_t *labels;        // (max_batch) the static labels
     void *input;            // (max_batch, side, side, 3) dt: the normalised batch the stem reads (and its backward)
@@ -56,7 +55,6 @@ typedef struct Activations {
     size_t arena_bytes;
     int no_reuse;           // set before activations_alloc: every buffer its own bytes, each as large as the
                             // largest tensor (tests compare the layouts)
-    int n_blocks;
 } Activations;
 
 // Bytes of the arena for this model at max_batch (--dry-run's estimate; activations_alloc agrees).

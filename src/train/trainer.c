@@ -322,14 +322,15 @@ EvalRecord trainer_evaluate(Trainer *t) {
     float *logits_host = xcalloc((size_t)b * classes, sizeof(float));
     float *logits_f32 = be->alloc(be, (size_t)b * classes * sizeof(float));
     double sums[4] = {0};  // loss*count, top1, top5, count
+    const PixelAffine affine = pixel_affine_of(&t->val_set->norm);
     for (int first = t->comm->rank; first < t->val_set->size;) {
         int count = 0;
         for (; count < b && first < t->val_set->size; first += world) indices[count++] = first;
         dataset_get_batch(t->val_set, indices, count, 0, images, labels);
         be->to_device(be, t->act.images, images, (size_t)count * image_bytes);
         be->to_device(be, t->act.labels, labels, (size_t)count * sizeof(int32_t));
-        ModelBatch batch = {.images = t->act.images, .images_dt = DTYPE_U8,
-                            .affine = pixel_affine_of(&t->val_set->norm), .labels = t->act.labels, .n = count};
+        ModelBatch batch = {.images = t->act.images, .images_dt = DTYPE_U8, .affine = affine,
+                            .labels = t->act.labels, .n = count};
         model_forward(m, &t->act, be, &batch, 0);
         model_loss(m, &t->act, be, &batch, NULL, 0.0f);
         float loss;
@@ -452,7 +453,6 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     double start = metrics_now();
     t->last_log_time = start;
     t->last_log_step = t->step;
-    long step_at_start = t->step;
     t->first_step = t->step;
     int stopped = 0;
     LoaderFeed feed = {.t = t, .ahead_slot = BACKEND_INPUT_SLOTS - 1};
@@ -467,7 +467,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         feed_advance(&feed);
         t->images_seen += feed.current.step_total;
         // Start-up ends with the first step (cuDNN's search), or with the second when it captures the graph.
-        if (t->startup_s == 0 && t->step - step_at_start >= (t->graphs ? 2 : 1)) {
+        if (t->startup_s == 0 && t->step - t->first_step >= (t->graphs ? 2 : 1)) {
             t->be->sync(t->be);
             t->steady_start = metrics_now();
             t->startup_s = t->steady_start - t->init_start;
@@ -491,7 +491,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->train_seconds = end - start;
     if (t->startup_s > 0 && end > t->steady_start)
         t->steady_images_per_s = (double)(t->images_seen - t->steady_images) / (end - t->steady_start);
-    if (t->step > step_at_start && t->step != t->last_log_step) log_step(t, 1);
+    if (t->step > t->first_step && t->step != t->last_log_step) log_step(t, 1);
     log_flush(t);
     save_checkpoint(t, "last");
     if (stopped == STOP_SIGNAL) metrics_note(&t->metrics, "stopped by signal after step %ld", t->step);

@@ -240,11 +240,15 @@ END_TEST
 
 // Sample i as the network sees it: the dataset's bytes, normalised with its norm (what the device's
 // input_normalize computes), so the value tests below read normalised floats.
+static void normalise(const Dataset *ds, const uint8_t *raw, size_t n, float *x) {
+    for (size_t k = 0; k < n; k++) x[k] = ((float)raw[k] / 255.0f - ds->norm.mean[k % 3]) / ds->norm.std[k % 3];
+}
+
 static void get_normalised(const Dataset *ds, int index, float *x, int32_t *label, Rng *rng) {
     size_t n = dataset_image_bytes(ds);
     uint8_t *raw = malloc(n);
     dataset_get(ds, index, raw, label, rng);
-    for (size_t k = 0; k < n; k++) x[k] = ((float)raw[k] / 255.0f - ds->norm.mean[k % 3]) / ds->norm.std[k % 3];
+    normalise(ds, raw, n, x);
     free(raw);
 }
 
@@ -253,7 +257,7 @@ static void get_batch_normalised(const Dataset *ds, const int32_t *indices, int 
     size_t n = (size_t)count * dataset_image_bytes(ds);
     uint8_t *raw = malloc(n);
     dataset_get_batch(ds, indices, count, epoch, raw, labels);
-    for (size_t k = 0; k < n; k++) x[k] = ((float)raw[k] / 255.0f - ds->norm.mean[k % 3]) / ds->norm.std[k % 3];
+    normalise(ds, raw, n, x);
     free(raw);
 }
 
