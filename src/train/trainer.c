@@ -216,6 +216,27 @@ static int graph_eligible(const Trainer *t, const MicroBatch *mb, int n_micro) {
            mb->count == t->act.max_batch && mb->step_total == s->batch * s->world * s->accum;
 }
 
+// An eligible step: the first runs as launches (cuDNN's search, workspaces), the second is captured (an op
+// log takes the communicator's sums in their place), and from then on the graph is replayed.
+static void graph_step(Trainer *t, const ModelBatch *b, int step_total) {
+    Backend *be = t->be;
+    if (!t->graph_warm) {
+        whole_step(t, b, step_total);
+        t->graph_warm = 1;
+        return;
+    }
+    if (!t->graph) {
+        be->graph_begin(be);
+        struct OpLog *log = be->graph_log ? be->graph_log(be) : NULL;
+        if (log) comm_record_into(t->grad_comm, log);
+        whole_step(t, b, step_total);
+        if (log) comm_record_into(t->grad_comm, NULL);
+        t->graph = be->graph_end(be);
+    }
+    be->graph_launch(be, t->graph);
+    t->graph_steps++;
+}
+
 void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     Backend *be = t->be;
     Model *m = &t->model;
@@ -224,21 +245,7 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     const MicroBatch *first = next(ctx, 0);
     if (graph_eligible(t, first, n_micro)) {
         ModelBatch b = stage_batch(t, first);
-        if (!t->graph_warm) {
-            whole_step(t, &b, first->step_total);
-            t->graph_warm = 1;
-        } else {
-            if (!t->graph) {
-                be->graph_begin(be);
-                struct OpLog *log = be->graph_log ? be->graph_log(be) : NULL;
-                if (log) comm_record_into(t->grad_comm, log);  // the sums join the op log in their place
-                whole_step(t, &b, first->step_total);
-                if (log) comm_record_into(t->grad_comm, NULL);
-                t->graph = be->graph_end(be);
-            }
-            be->graph_launch(be, t->graph);
-            t->graph_steps++;
-        }
+        graph_step(t, &b, first->step_total);
         m->num_batches_tracked++;
         t->step++;
         return;
