@@ -19,6 +19,8 @@
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone), then the
 #             training loop at batch 256 AMP on that folder
+#   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
+#             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -150,6 +152,22 @@ PY
     build/amptrain "${img[@]}" data.batch_size=256 train.steps=40 log.every=10 log.progress=never \
         log.metrics="$OUT/jpeg_loop.jsonl" checkpoint.dir= checkpoint.every=0 2>&1 | grep -E "summary|error"
     grep '"step":40' "$OUT/jpeg_loop.jsonl"
+}
+profile_pair() {  # name amptrain-overrides... -- torch-flags...
+    local name=$1; shift
+    local ours=() theirs=()
+    while [ "$1" != "--" ]; do ours+=("$1"); shift; done; shift; theirs=("$@")
+    ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        --print-units base build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-profile \
+        --bench-warmup 3 --bench-steps 1 data.batch_size=256 train.cuda_graph=off "${ours[@]}" \
+        >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err"
+    python3 bench/torch_baseline.py --batch 256 --cl 1 --warmup 3 --steps 1 --profile "$OUT/profile_torch_$name.csv" \
+        "${theirs[@]}" | grep '^{'
+    python3 bench/kernel_profile.py "$OUT/ncu_$name.csv" "$OUT/profile_amptrain_$name.csv" \
+        "$OUT/profile_torch_$name.csv"
+}
+stage_profile() {
+    profile_pair amp -- --amp 1 && profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift

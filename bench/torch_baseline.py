@@ -16,6 +16,8 @@ p.add_argument("--nbatches", type=int, default=4)
 p.add_argument("--tag", default="")
 p.add_argument("--tf32", type=int, default=-1, help="0: no TF32 anywhere (cuDNN and matmuls); -1: PyTorch's defaults")
 p.add_argument("--compile", default="", help="torch.compile mode: default, reduce-overhead, max-autotune")
+p.add_argument("--profile", default="", help="after the timed steps, one more step under torch.profiler; its GPU "
+               "kernels (name, calls, total ms) go to this CSV file, the format bench/kernel_profile.py writes")
 a = p.parse_args()
 
 ddp = "RANK" in os.environ
@@ -42,18 +44,38 @@ loss_fn = torch.nn.CrossEntropyLoss()
 opt = torch.optim.SGD(net.parameters(), lr=0.001, momentum=0.9)
 scaler = torch.amp.GradScaler("cuda", enabled=bool(a.amp))
 torch.cuda.reset_peak_memory_stats()
-times = []
-for i in range(a.warmup + a.steps):
-    x, y = data[i % a.nbatches], tgts[i % a.nbatches]
-    torch.cuda.synchronize(); t0 = time.perf_counter()
+
+
+def train_step(x, y):
     with torch.autocast("cuda", dtype=torch.float16, enabled=bool(a.amp)):
         out = net(x); loss = loss_fn(out, y)
     scaler.scale(loss).backward()
     scaler.step(opt); scaler.update()
     opt.zero_grad(set_to_none=True)
+    return loss
+
+
+times = []
+for i in range(a.warmup + a.steps):
+    x, y = data[i % a.nbatches], tgts[i % a.nbatches]
+    torch.cuda.synchronize(); t0 = time.perf_counter()
+    loss = train_step(x, y)
     torch.cuda.synchronize(); t1 = time.perf_counter()
     if i >= a.warmup:
         times.append(t1 - t0)
+if a.profile:
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        train_step(data[0], tgts[0]); torch.cuda.synchronize()
+    kernels = {}
+    for ev in prof.events():
+        if ev.device_type == torch.autograd.DeviceType.CUDA:
+            calls, us = kernels.get(ev.name, (0, 0.0))
+            kernels[ev.name] = (calls + 1, us + ev.device_time)
+    with open(a.profile, "w") as f:
+        f.write("kernel,calls,total_ms\n")
+        for name, (calls, us) in sorted(kernels.items(), key=lambda kv: -kv[1][1]):
+            f.write('"%s",%d,%.4f\n' % (name.replace('"', "'"), calls, us / 1e3))
 med = statistics.median(times)
 if rank == 0:
     print(json.dumps({"tag": a.tag, "world": world, "batch_per_gpu": a.batch, "amp": a.amp, "channels_last": a.cl, "compile": a.compile,

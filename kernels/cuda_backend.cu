@@ -10,6 +10,8 @@
 // cuda_internal.h first: it includes backend.h with C linkage, which cuda_backend.h relies on.
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "cuda_internal.h"
 #include "cuda_alloc.h"
 #include "cuda_backend.h"
@@ -36,6 +38,11 @@ static void *cuda_be_alloc(Backend *be, size_t bytes) { return cuda_alloc_get(cu
 static void cuda_be_free(Backend *be, void *ptr) { cuda_alloc_put(cuda_allocator(be), ptr); }
 static size_t cuda_be_peak_bytes(Backend *be) { return cuda_alloc_peak_bytes(cuda_allocator(be)); }
 static size_t cuda_be_current_bytes(Backend *be) { return cuda_alloc_current_bytes(cuda_allocator(be)); }
+
+static void cuda_be_profiler_window(Backend *be, int open) {
+    (void)be;
+    CUDA_CHECK(open ? cudaProfilerStart() : cudaProfilerStop());
+}
 
 static void cuda_be_zero(Backend *be, void *ptr, size_t bytes) {
     CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, cuda_state(be)->stream));
@@ -193,6 +200,7 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->upload_async = cuda_be_upload_async;
     be->sync = cuda_be_sync;
     be->peak_bytes = cuda_be_peak_bytes;
+    be->profiler_window = cuda_be_profiler_window;
     be->current_bytes = cuda_be_current_bytes;
     be->host_alloc = cuda_be_host_alloc;
     be->host_free = cuda_be_host_free;

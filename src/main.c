@@ -59,6 +59,8 @@ static const char usage_text[] =
     "  --bench-steps N     timed steps of --bench, batches of --bench-data (default 30)\n"
     "  --bench-warmup N    untimed steps of --bench (default 8)\n"
     "  --bench-tag TEXT    a label copied into the JSON line\n"
+    "  --bench-profile     run the last timed step of --bench inside a profiler window (CUDA), for\n"
+    "                      ncu --profile-from-start off; bench/kernel_profile.py sums ncu's CSV by kernel\n"
     "\n"
     "examples:\n"
     "  amptrain configs/tiny.yaml                          # CPU demo: a small ResNeXt learns in under 20 s on 2 cores\n"
@@ -137,6 +139,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->dry_run = 1;
         } else if (!strcmp(a, "--bench")) {
             cli->bench = 1;
+        } else if (!strcmp(a, "--bench-profile")) {
+            cli->bench_opt.profile = 1;
         } else if (!strcmp(a, "--bench-data")) {
             cli->bench_data = 1;
         } else if (!strcmp(a, "--bench-steps") || !strcmp(a, "--bench-warmup")) {

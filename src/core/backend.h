@@ -97,6 +97,9 @@ struct Backend {
     // when the stream reaches this point; mark_elapsed_ms(a, b) waits for mark b and returns b - a.
     void (*mark_record)(Backend *be, int slot);
     float (*mark_elapsed_ms)(Backend *be, int from, int to);
+    // Opens (open=1) or closes a window for an external profiler (CUDA: cudaProfilerStart/Stop, what
+    // `ncu --profile-from-start off` honours); NULL where there is no such profiler (the CPU).
+    void (*profiler_window)(Backend *be, int open);
 
     // ---- input batches on the copy stream (CUDA: its own stream; CPU: plain copies) -------------------
     // Ownership of input slot `slot` (0..BACKEND_INPUT_SLOTS-1) passes copy stream -> compute stream ->

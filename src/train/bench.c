@@ -34,6 +34,10 @@ static double median_of(double *v, int n) {
 }
 
 int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, const BenchOptions *opt) {
+    if (opt->profile && !be->profiler_window) {
+        log_error("--bench-profile: the %s backend has no profiler window (it is for ncu on CUDA)", be->name);
+        return 2;
+    }
     Config cfg = *cfg_in;
     snprintf(cfg.data.source, sizeof cfg.data.source, "synthetic");
     cfg.data.val_size = 0;
@@ -67,8 +71,11 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
     for (int i = 0; i < opt->warmup + opt->steps; i++) {
         be->sync(be);
         double t0 = metrics_now();
+        int profiled = opt->profile && i == opt->warmup + opt->steps - 1;
+        if (profiled) be->profiler_window(be, 1);
         trainer_step_array(&t, &batches[i % nb], 1);
         be->sync(be);
+        if (profiled) be->profiler_window(be, 0);
         if (i < opt->warmup) continue;
         int k = i - opt->warmup;
         times[k] = metrics_now() - t0;

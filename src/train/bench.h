@@ -16,6 +16,7 @@ typedef struct BenchOptions {
     int steps;      // timed steps
     int nbatches;   // resident batches cycled through
     const char *tag;
+    int profile;    // the last timed step inside the backend's profiler window (--bench-profile)
 } BenchOptions;
 
 // Prints one JSON line on rank 0; returns the process exit code.

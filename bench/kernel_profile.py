@@ -1,0 +1,52 @@
+# kernel_profile.py NCU_CSV OUT_CSV [OTHER_CSV]: the GPU kernels of one profiled step, summed by name.
+#
+# NCU_CSV comes from
+#   ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
+#       build/amptrain CONFIG --bench --bench-profile train.cuda_graph=off ... > NCU_CSV
+# OUT_CSV gets one row per kernel name: kernel,calls,total_ms (the format torch_baseline.py --profile
+# writes). Printed: the step's kernel time and the 25 largest rows, and, given OTHER_CSV (PyTorch's), its
+# total beside ours.
+import csv, io, sys
+
+
+def read_ncu(path):
+    text = open(path, errors="replace").read()
+    start = text.find('"ID"')
+    if start < 0:
+        sys.exit(f"{path}: no ncu CSV header (\"ID\",...) in it; did ncu profile any kernel?")
+    rows = list(csv.DictReader(io.StringIO(text[start:])))
+    kernels = {}
+    for r in rows:
+        value = r.get("gpu__time_duration.sum", "")
+        try:
+            ns = float(value.replace(",", ""))
+        except ValueError:
+            continue  # the units row
+        # ncu reports nanoseconds for gpu__time_duration in --page raw
+        calls, ms = kernels.get(r["Kernel Name"], (0, 0.0))
+        kernels[r["Kernel Name"]] = (calls + 1, ms + ns / 1e6)
+    return kernels
+
+
+def read_sums(path):
+    return {r["kernel"]: (int(r["calls"]), float(r["total_ms"])) for r in csv.DictReader(open(path))}
+
+
+def show(title, kernels):
+    total = sum(ms for _, ms in kernels.values())
+    print(f"{title}: {sum(c for c, _ in kernels.values())} kernels, {total:.2f} ms of kernel time")
+    for name, (calls, ms) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]:
+        print(f"  {ms:8.3f} ms {100 * ms / total:5.1f}% {calls:5d}x  {name[:150]}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (3, 4):
+        sys.exit(__doc__ if __doc__ else "usage: kernel_profile.py NCU_CSV OUT_CSV [OTHER_CSV]")
+    ours = read_ncu(sys.argv[1])
+    with open(sys.argv[2], "w") as f:
+        f.write("kernel,calls,total_ms\n")
+        for name, (calls, ms) in sorted(ours.items(), key=lambda kv: -kv[1][1]):
+            f.write('"%s",%d,%.4f\n' % (name.replace('"', "'"), calls, ms))
+    show("amptrain", ours)
+    if len(sys.argv) == 4:
+        show("other", read_sums(sys.argv[3]))
