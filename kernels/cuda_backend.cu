@@ -218,11 +218,13 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->graph_destroy = cuda_be_graph_destroy;
     be->input_normalize = cuda_input_normalize;
     be->cast = cuda_cast;
+    be->conv_prepare = cuda_conv_prepare;
     be->conv_forward = cuda_conv_forward;
     be->conv_backward_data = cuda_conv_backward_data;
     be->conv_backward_filter = cuda_conv_backward_filter;
     be->bn_forward_train = cuda_bn_forward_train;
     be->bn_forward_eval = cuda_bn_forward_eval;
+    be->bn_forward_saved = cuda_bn_forward_saved;
     be->bn_backward = cuda_bn_backward;
     be->maxpool_forward = cuda_maxpool_forward;
     be->maxpool_backward = cuda_maxpool_backward;

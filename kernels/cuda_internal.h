@@ -76,6 +76,7 @@ void *cuda_scratch_get(CudaBackend *cb, size_t bytes);
 void cuda_scratch_put(CudaBackend *cb, void *ptr);
 
 // ---- cudnn_conv.cu ------------------------------------------------------------------------------
+void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt);
 void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
 void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
                              void *dx, int accumulate);
@@ -88,6 +89,8 @@ void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x
                            int relu, const float *gamma, const float *beta, float *running_mean,
                            float *running_var, float momentum, float eps, float *save_mean,
                            float *save_invstd, void *y);
+void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
+                           const float *beta, const float *save_mean, const float *save_invstd, void *y);
 void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                           int relu, const float *gamma, const float *beta, const float *running_mean,
                           const float *running_var, float eps, void *y);

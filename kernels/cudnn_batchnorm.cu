@@ -199,6 +199,16 @@ __global__ void bn_eval_affine_kernel(int c, const float *gamma, const float *be
     shift[ch] = beta[ch] - running_mean[ch] * s;
 }
 
+// Recomputing a training forward: the affine map from the saved batch statistics, as
+// bn_stats_finalize_kernel forms it. (c) fp32 -> scale, shift (c) fp32
+__global__ void bn_saved_affine_kernel(int c, const float *gamma, const float *beta, const float *save_mean,
+                                       const float *save_invstd, float *scale, float *shift) {
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    scale[ch] = gamma[ch] * save_invstd[ch];
+    shift[ch] = beta[ch] - save_mean[ch] * scale[ch];
+}
+
 // The elementwise passes below move VEC consecutive elements of one row at a time (one 16-byte load
 // when c % VEC == 0 and the buffers are aligned, else VEC = 1). A thread's first pack gives its channel
 // by one division; each grid stride then moves the channel by a fixed amount, so the loop divides nothing.
@@ -522,6 +532,19 @@ void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x,
         c, gamma, beta, running_mean, running_var, eps, scale, shift);
     CUDA_CHECK_LAUNCH();
     bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y);
+}
+
+// bn_forward_train's y again from its saved statistics: one memory-bound pass (backend.h).
+void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
+                           const float *beta, const float *save_mean, const float *save_invstd, void *y) {
+    CudaBackend *cb = cuda_state(be);
+    const size_t vec = bn_align((size_t)c * sizeof(float));
+    char *ws = (char *)cuda_workspace(cb, 2 * vec);
+    float *scale = (float *)ws, *shift = (float *)(ws + vec);
+    bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+        c, gamma, beta, save_mean, save_invstd, scale, shift);
+    CUDA_CHECK_LAUNCH();
+    bn_apply(cb, rows, c, dt, x, NULL, relu, scale, shift, y);
 }
 
 // ---- backward -------------------------------------------------------------------------------------------

@@ -6,17 +6,27 @@
 // backend allows TF32 (CUDNN_DEFAULT_MATH), else CUDNN_FMA_MATH keeps it in true fp32.
 //
 // Per-shape cache: the descriptors and the algorithm of each direction are made once per (shape, dtype)
-// and reused. With cudnn_benchmark the algorithm is the fastest of a timed search (cudnnFind*Ex), run
-// once per shape and direction; without it, cuDNN's heuristic list (cudnnGet*_v7), preferring the first
+// and reused. With cudnn_benchmark the algorithm comes from a timed search (cudnnFind*Ex), run once per
+// shape and direction: of the algorithms within CONV_NEAR_FASTEST of the fastest, the one needing the
+// least workspace. The search gets the largest workspace (up to the cap) that any algorithm asks for, so
+// none is skipped for want of memory; that workspace and any scratch are the search's own, handed back
+// afterwards. Without cudnn_benchmark, cuDNN's heuristic list (cudnnGet*_v7), preferring the first
 // deterministic algorithm that succeeds and fits the workspace cap, so runs repeat bitwise.
+//
+// cuda_conv_prepare runs the three searches for a shape before the step's memory exists (the model calls
+// it for every layer before its activations are allocated), on buffers of its own: the search's scratch
+// then never sits on top of the activations, and the shared workspace grows only to what the chosen
+// algorithms need. A shape met later (another batch size) is searched on the real buffers, lazily.
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_internal.h"
 
-// The largest workspace an algorithm may ask for; the shared workspace grows up to this on demand.
 // How many candidates to ask cuDNN for in one heuristic query or timed search.
 #define CONV_ALGO_CANDIDATES 16
+// A timed search takes, of the algorithms at most this much slower than the fastest, the one with the
+// least workspace: the timings differ by about this much between runs anyway.
+#define CONV_NEAR_FASTEST 1.02f
 
 typedef enum { CONV_FWD = 0, CONV_BWD_DATA = 1, CONV_BWD_FILTER = 2 } ConvDirection;
 
@@ -126,42 +136,76 @@ typedef struct ConvCandidates {
     cudnnStatus_t status[CONV_ALGO_CANDIDATES];
     size_t memory[CONV_ALGO_CANDIDATES];
     int deterministic[CONV_ALGO_CANDIDATES];
+    float time_ms[CONV_ALGO_CANDIDATES];  // measured by a timed search; -1 from the heuristic
+    int timed;                            // 1: the list is a timed search's, fastest first
 } ConvCandidates;
 
-#define CONV_CANDIDATES_FROM(cands, perf, n)                                                       \
+#define CONV_CANDIDATES_FROM(cands, perf, n, was_timed)                                            \
     do {                                                                                           \
         (cands)->count = (n);                                                                      \
+        (cands)->timed = (was_timed);                                                              \
         for (int i_ = 0; i_ < (n); i_++) {                                                         \
             (cands)->algo[i_] = (int)(perf)[i_].algo;                                              \
             (cands)->status[i_] = (perf)[i_].status;                                               \
             (cands)->memory[i_] = (perf)[i_].memory;                                               \
             (cands)->deterministic[i_] = (perf)[i_].determinism == CUDNN_DETERMINISTIC;            \
+            (cands)->time_ms[i_] = (was_timed) ? (perf)[i_].time : -1.0f;                          \
         }                                                                                          \
     } while (0)
 
 // Index of the first candidate that succeeded and fits the cap; with prefer_deterministic, the first
 // deterministic one of those if any. Candidates arrive best first (heuristic rank or measured time).
+// A timed list gives, of the usable candidates within CONV_NEAR_FASTEST of the first usable one, the
+// one needing the least workspace.
 static int conv_candidates_pick(const ConvCandidates *c, int prefer_deterministic) {
     if (prefer_deterministic)
         for (int i = 0; i < c->count; i++)
             if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap && c->deterministic[i])
                 return i;
-    for (int i = 0; i < c->count; i++)
-        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap) return i;
-    return -1;
-}
-
-// The largest workspace among the usable heuristic candidates: what a timed search needs to try them all.
-static size_t conv_candidates_max_memory(const ConvCandidates *c) {
-    size_t most = 0;
-    for (int i = 0; i < c->count; i++)
-        if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap && c->memory[i] > most)
-            most = c->memory[i];
-    return most;
+    int best = -1;
+    for (int i = 0; i < c->count; i++) {
+        if (c->status[i] != CUDNN_STATUS_SUCCESS || c->memory[i] > c->cap) continue;
+        if (best < 0) best = i;
+        else if (c->timed && c->time_ms[i] <= c->time_ms[best] * CONV_NEAR_FASTEST && c->memory[i] < c->memory[best])
+            best = i;
+        if (!c->timed) break;
+    }
+    return best;
 }
 
 static const char *conv_direction_name(ConvDirection d) {
     return d == CONV_FWD ? "forward" : d == CONV_BWD_DATA ? "backward data" : "backward filter";
+}
+
+// The largest exact workspace, at most the cap, that any of the direction's algorithms asks for: what a
+// timed search needs so that no algorithm is skipped for want of memory.
+static size_t conv_search_workspace(const CudaBackend *cb, const ConvPlan *p, ConvDirection d) {
+    const int count = d == CONV_FWD        ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+                      : d == CONV_BWD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                           : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    size_t most = 0;
+    for (int a = 0; a < count; a++) {
+        size_t bytes = 0;
+        cudnnStatus_t st;  // an algorithm that does not support the shape fails here and is left out
+        if (d == CONV_FWD)
+            st = cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
+                                                         (cudnnConvolutionFwdAlgo_t)a, &bytes);
+        else if (d == CONV_BWD_DATA)
+            st = cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
+                                                              p->x_desc, (cudnnConvolutionBwdDataAlgo_t)a, &bytes);
+        else
+            st = cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
+                                                                p->w_desc, (cudnnConvolutionBwdFilterAlgo_t)a,
+                                                                &bytes);
+        if (st == CUDNN_STATUS_SUCCESS && bytes <= cb->conv_workspace_cap && bytes > most) most = bytes;
+    }
+    return most;
+}
+
+// A search's own workspace, from the allocator (NULL for 0 bytes); conv_search_scratch_put hands it back.
+static void *conv_search_scratch_get(CudaBackend *cb, size_t bytes) { return bytes ? cuda_scratch_get(cb, bytes) : NULL; }
+static void conv_search_scratch_put(CudaBackend *cb, void *ptr) {
+    if (ptr) cuda_scratch_put(cb, ptr);
 }
 
 // The chosen candidate's algorithm; marks the direction chosen. The caller then asks cuDNN for the exact
@@ -184,14 +228,15 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
                                                        CONV_ALGO_CANDIDATES, &n, perf));
-    CONV_CANDIDATES_FROM(&cands, perf, n);
+    CONV_CANDIDATES_FROM(&cands, perf, n, 0);
     if (cb->cudnn_benchmark) {
-        size_t ws_bytes = conv_candidates_max_memory(&cands);
-        void *ws = cuda_workspace(cb, ws_bytes);
+        size_t ws_bytes = conv_search_workspace(cb, p, CONV_FWD);
+        void *ws = conv_search_scratch_get(cb, ws_bytes);
         CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cb->cudnn, p->x_desc, x, p->w_desc, w, p->conv_desc,
                                                            p->y_desc, y, CONV_ALGO_CANDIDATES, &n, perf, ws,
                                                            ws_bytes));
-        CONV_CANDIDATES_FROM(&cands, perf, n);
+        conv_search_scratch_put(cb, ws);
+        CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(p, CONV_FWD, &cands, !cb->cudnn_benchmark);
     size_t exact = 0;
@@ -208,17 +253,18 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                             p->x_desc, CONV_ALGO_CANDIDATES, &n, perf));
-    CONV_CANDIDATES_FROM(&cands, perf, n);
+    CONV_CANDIDATES_FROM(&cands, perf, n, 0);
     if (cb->cudnn_benchmark) {
         const ConvShape *s = &p->shape;
-        size_t ws_bytes = conv_candidates_max_memory(&cands);
-        void *ws = cuda_workspace(cb, ws_bytes);
+        size_t ws_bytes = conv_search_workspace(cb, p, CONV_BWD_DATA);
+        void *ws = conv_search_scratch_get(cb, ws_bytes);
         void *out = accumulate ? cuda_scratch_get(cb, (size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt)) : dx;
         CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(cb->cudnn, p->w_desc, w, p->y_desc, dy,
                                                                 p->conv_desc, p->x_desc, out, CONV_ALGO_CANDIDATES,
                                                                 &n, perf, ws, ws_bytes));
         if (accumulate) cuda_scratch_put(cb, out);
-        CONV_CANDIDATES_FROM(&cands, perf, n);
+        conv_search_scratch_put(cb, ws);
+        CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_data_algo =
         (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(p, CONV_BWD_DATA, &cands, !cb->cudnn_benchmark);
@@ -236,18 +282,19 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                               p->w_desc, CONV_ALGO_CANDIDATES, &n, perf));
-    CONV_CANDIDATES_FROM(&cands, perf, n);
+    CONV_CANDIDATES_FROM(&cands, perf, n, 0);
     if (cb->cudnn_benchmark) {
         const ConvShape *s = &p->shape;
-        size_t ws_bytes = conv_candidates_max_memory(&cands);
-        void *ws = cuda_workspace(cb, ws_bytes);
+        size_t ws_bytes = conv_search_workspace(cb, p, CONV_BWD_FILTER);
+        void *ws = conv_search_scratch_get(cb, ws_bytes);
         size_t dw_bytes = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) * dtype_size(p->dt);
         void *out = accumulate ? cuda_scratch_get(cb, dw_bytes) : dw;
         CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(cb->cudnn, p->x_desc, x, p->y_desc, dy,
                                                                   p->conv_desc, p->w_desc, out,
                                                                   CONV_ALGO_CANDIDATES, &n, perf, ws, ws_bytes));
         if (accumulate) cuda_scratch_put(cb, out);
-        CONV_CANDIDATES_FROM(&cands, perf, n);
+        conv_search_scratch_put(cb, ws);
+        CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_filter_algo =
         (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(p, CONV_BWD_FILTER, &cands, !cb->cudnn_benchmark);
@@ -257,7 +304,28 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
     if (exact > p->workspace[CONV_BWD_FILTER]) p->workspace[CONV_BWD_FILTER] = exact;
 }
 
-// ---- the three entry points ----------------------------------------------------------------------
+// ---- the entry points ----------------------------------------------------------------------------
+
+// Chooses the three directions' algorithms for s now, on buffers of its own (x, w, y, filled with a
+// finite non-zero byte pattern; each search's output lands in one of them) that go back afterwards.
+void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt) {
+    CudaBackend *cb = cuda_state(be);
+    ConvPlan *p = conv_plan_lookup(cb, s, dt);
+    if (p->chosen[CONV_FWD] && p->chosen[CONV_BWD_DATA] && p->chosen[CONV_BWD_FILTER]) return;
+    const size_t esz = dtype_size(dt);
+    const size_t x_bytes = (size_t)s->n * s->h * s->w * s->c_in * esz;
+    const size_t y_bytes = (size_t)s->n * s->out_h * s->out_w * s->c_out * esz;
+    const size_t w_bytes = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) * esz;
+    void *x = cuda_scratch_get(cb, x_bytes), *y = cuda_scratch_get(cb, y_bytes), *w = cuda_scratch_get(cb, w_bytes);
+    // 0x3c in every byte: 1.0586 in fp16, 0.0115 in fp32; finite, so no algorithm is timed on NaN
+    CUDA_CHECK(cudaMemsetAsync(x, 0x3c, x_bytes, cb->stream));
+    CUDA_CHECK(cudaMemsetAsync(y, 0x3c, y_bytes, cb->stream));
+    CUDA_CHECK(cudaMemsetAsync(w, 0x3c, w_bytes, cb->stream));
+    if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);                   // writes y
+    if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, y, w, x, 0);      // dy = y, writes dx = x
+    if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, y, w, 0);  // writes dw = w
+    cuda_scratch_put(cb, x), cuda_scratch_put(cb, y), cuda_scratch_put(cb, w);
+}
 
 // x (n,h,w,c_in) dt, w (c_out,kh,kw,c_in/g) dt -> y (n,out_h,out_w,c_out) dt
 void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {

@@ -140,6 +140,11 @@ struct Backend {
     void (*cast)(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n);
 
     // ---- convolution (NHWC x, OHWI w, no bias) ---------------------------------------------------
+    // Chooses the algorithms of all three directions for shape s now (CUDA: cuDNN's timed search when
+    // cudnn.benchmark), on buffers of its own that go back afterwards, so that the choice and its scratch
+    // come before the step's memory is allocated; NULL where there is nothing to choose (the CPU). Ops on
+    // a shape not prepared choose lazily, on their real buffers.
+    void (*conv_prepare)(Backend *be, const ConvShape *s, DType dt);
     // x (n,h,w,c_in) dt, w (c_out,kh,kw,c_in/g) dt -> y (n,out_h,out_w,c_out) dt
     void (*conv_forward)(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
     // dy (n,out_h,out_w,c_out), w -> dx (n,h,w,c_in); accumulate: dx += instead of dx =
@@ -162,6 +167,11 @@ struct Backend {
     void (*bn_forward_eval)(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                             int relu, const float *gamma, const float *beta, const float *running_mean,
                             const float *running_var, float eps, void *y);
+    // bn_forward_train's output again, from the statistics it saved, for a backward that did not keep it:
+    // y = act(gamma * (x - save_mean) * save_invstd + beta), no residual. The CPU gives the forward's y
+    // bitwise; CUDA where the forward ran on cuDNN, within the rounding of dt.
+    void (*bn_forward_saved)(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
+                             const float *beta, const float *save_mean, const float *save_invstd, void *y);
     // Backward of bn_forward_train. y is the forward output, read only for the ReLU mask (NULL when relu=0).
     // Writes dx (rows,c) dt (accumulate: dx +=), dgamma/dbeta (c) in grad dtype dt (accumulate_params:
     // +=), and, when d_residual is not NULL, d_residual = dy masked by the ReLU (always overwritten).

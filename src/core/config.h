@@ -19,6 +19,7 @@ typedef struct ModelConfig {
     int planes;         // stage-1 planes; stem width; doubles each stage (torchvision: 64)
     int num_classes;
     int image_size;     // square input side
+    int recompute_bn_blocks;  // the first N blocks keep no bn1/bn2 output: backward recomputes them
 } ModelConfig;
 
 typedef struct DataConfig {

@@ -40,6 +40,9 @@ const ConfigKey config_keys[] = {
      "classifier outputs"},
     {"model", "image_size", CK_INT, AT(model.image_size), BETWEEN(32, 1024), {0},
      "square input side in pixels (5 stride-2 stages need at least 32)"},
+    {"model", "recompute_bn_blocks", CK_INT, AT(model.recompute_bn_blocks), BETWEEN(0, 256), {0},
+     "the first N blocks keep no bn1/bn2+ReLU output; backward recomputes it from the saved statistics "
+     "(less memory, one elementwise pass each; N above the block count: all)"},
     // ---- data ----
     {"data", "source", CK_ENUM, AT_STR(data.source), NONE,
      {"synthetic", "learnable", "cifar10", "imagefolder", "webdataset"},

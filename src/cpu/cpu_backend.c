@@ -209,6 +209,7 @@ Backend *cpu_backend_create(void) {
 
     be->bn_forward_train = cpu_bn_forward_train;
     be->bn_forward_eval = cpu_bn_forward_eval;
+    be->bn_forward_saved = cpu_bn_forward_saved;
     be->bn_backward = cpu_bn_backward;
 
     be->maxpool_forward = cpu_maxpool_forward;

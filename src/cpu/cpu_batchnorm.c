@@ -86,6 +86,23 @@ void cpu_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, 
     free(shift);
 }
 
+// The forward's scale and shift from its saved statistics, as cpu_bn_forward_train computed them.
+void cpu_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
+                          const float *beta, const float *save_mean, const float *save_invstd, void *y) {
+    (void)be;
+    float *xf = cpu_floats_load(x, dt, (size_t)rows * c);  // (rows, c)
+    float *scale = cpu_scratch((size_t)c);
+    float *shift = cpu_scratch((size_t)c);
+    for (int ch = 0; ch < c; ch++) {
+        scale[ch] = gamma[ch] * save_invstd[ch];
+        shift[ch] = beta[ch] - save_mean[ch] * scale[ch];
+    }
+    bn_apply(rows, c, dt, xf, NULL, relu, scale, shift, y);
+    free(xf);
+    free(scale);
+    free(shift);
+}
+
 void cpu_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
                      int relu, const float *gamma, const float *save_mean, const float *save_invstd,
                      void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,

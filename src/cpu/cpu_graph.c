@@ -115,6 +115,21 @@ static void record_bn_forward_eval(Backend *be, int rows, int c, DType dt, const
 }
 
 typedef struct {
+    Backend *be; int rows, c; DType dt; const void *x; int relu; const float *gamma, *beta, *save_mean, *save_invstd;
+    void *y;
+} replay_bn_forward_saved_args;
+static void replay_bn_forward_saved(const void *p) {
+    const replay_bn_forward_saved_args *a = p;
+    a->be->bn_forward_saved(a->be, a->rows, a->c, a->dt, a->x, a->relu, a->gamma, a->beta, a->save_mean,
+                            a->save_invstd, a->y);
+}
+static void record_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu,
+                                    const float *gamma, const float *beta, const float *save_mean,
+                                    const float *save_invstd, void *y) {
+    RECORD(replay_bn_forward_saved, rows, c, dt, x, relu, gamma, beta, save_mean, save_invstd, y);
+}
+
+typedef struct {
     Backend *be; int rows, c; DType dt; const void *x, *y, *dy; int relu; const float *gamma, *save_mean, *save_invstd;
     void *dx; int accumulate; void *dgamma, *dbeta; int accumulate_params; void *d_residual;
 } replay_bn_backward_args;
@@ -263,6 +278,7 @@ void cpu_graph_begin(Backend *be) {
     be->conv_backward_filter = record_conv_backward_filter;
     be->bn_forward_train = record_bn_forward_train;
     be->bn_forward_eval = record_bn_forward_eval;
+    be->bn_forward_saved = record_bn_forward_saved;
     be->bn_backward = record_bn_backward;
     be->maxpool_forward = record_maxpool_forward;
     be->maxpool_backward = record_maxpool_backward;

@@ -33,6 +33,8 @@ void cpu_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x,
 void cpu_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                          int relu, const float *gamma, const float *beta, const float *running_mean,
                          const float *running_var, float eps, void *y);
+void cpu_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
+                          const float *beta, const float *save_mean, const float *save_invstd, void *y);
 void cpu_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
                      int relu, const float *gamma, const float *save_mean, const float *save_invstd,
                      void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,

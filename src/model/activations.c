@@ -66,7 +66,11 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
         size_t b1 = n * conv_out_elems(&b->conv1.shape) * e, b2 = n * conv_out_elems(&b->conv2.shape) * e;
         size_t b3 = n * conv_out_elems(&b->conv3.shape) * e;
         block_start[i] = arena->appended;
-        KEEP(ba->a1, b1), KEEP(ba->b1, b1), KEEP(ba->a2, b2), KEEP(ba->b2, b2), KEEP(ba->a3, b3), KEEP(ba->out, b3);
+        KEEP(ba->a1, b1);
+        if (!model_block_recomputes_bn(m, i)) KEEP(ba->b1, b1);
+        KEEP(ba->a2, b2);
+        if (!model_block_recomputes_bn(m, i)) KEEP(ba->b2, b2);
+        KEEP(ba->a3, b3), KEEP(ba->out, b3);
         if (b->has_down) KEEP(ba->down_a, b3);
     }
     block_start[m->n_blocks] = arena->appended;
@@ -89,7 +93,15 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
                                  i > 0 ? block_dout_elems(&m->blocks[i - 1]) : 0);
         ArenaSpan d_in = ABOVE(a->blocks[i].d_in, n * d_in_elems * e, block_start[i + 1], &dout, 1);
         ArenaSpan busy[2] = {dout, d_in};
-        ABOVE(a->blocks[i].d_tmp, n * t * e, block_start[i + 1], busy, 2);
+        ArenaSpan d_tmp = ABOVE(a->blocks[i].d_tmp, n * t * e, block_start[i + 1], busy, 2);
+        if (model_block_recomputes_bn(m, i)) {
+            // b1 and b2 live from their bn's forward to the next conv's forward, and in backward from
+            // their recomputation to bn's backward: never both at once, and never with the block's
+            // gradients' predecessors, so they may share one place, clear of the gradients in use then
+            ArenaSpan grads[3] = {dout, d_in, d_tmp};
+            ABOVE(a->blocks[i].b1, n * conv_out_elems(&b->conv1.shape) * e, block_start[i + 1], grads, 3);
+            ABOVE(a->blocks[i].b2, n * conv_out_elems(&b->conv2.shape) * e, block_start[i + 1], grads, 3);
+        }
         dout = d_in;
     }
     ArenaSpan d_stem_b = ABOVE(a->d_stem_b, stem_bytes, block_start[0], &dout, 1);

@@ -16,6 +16,8 @@
 // gradient d_in and the temporary d_tmp, clear of block i+1's d_in they read) are placed there, and only
 // the last block's gradients make the arena larger than the forward's activations. Short-lived buffers
 // (the raw images, a downsample's bn output) sit above the layers that are not yet written while they live.
+// So do b1 and b2 of the first model.recompute_bn_blocks blocks: backward recomputes them
+// (bn_forward_saved) into the same place, above the next block, clear of the gradients in use.
 #ifndef AMPTRAIN_ACTIVATIONS_H
 #define AMPTRAIN_ACTIVATIONS_H
 
@@ -27,7 +29,8 @@
 
 // Block i's buffers, (n, h, w, c) in act_dt. Shapes as the Block's layers say.
 typedef struct BlockActs {
-    void *a1, *b1;   // conv1 output, bn1+relu output        (n, h_in, w_in, width)
+    void *a1, *b1;   // conv1 output, bn1+relu output        (n, h_in, w_in, width); b1, b2 short-lived
+                     // when the block recomputes them (model_block_recomputes_bn)
     void *a2, *b2;   // conv2 output, bn2+relu output        (n, h_out, w_out, width)
     void *a3, *out;  // conv3 output, bn3+add+relu output    (n, h_out, w_out, 4*planes)
     void *down_a;    // downsample conv output                 (n, h_out, w_out, 4*planes)

@@ -211,6 +211,22 @@ static ConvShape at_batch(const ConvLayer *l, int n) {
     return s;
 }
 
+int model_block_recomputes_bn(const Model *m, int i) { return i < m->cfg.recompute_bn_blocks; }
+
+void model_prepare_convs(const Model *m, Backend *be, int n) {
+    if (!be->conv_prepare) return;
+    ConvShape s = at_batch(&m->stem, n);
+    be->conv_prepare(be, &s, m->act_dt);
+    for (int i = 0; i < m->n_blocks; i++) {
+        const Block *b = &m->blocks[i];
+        const ConvLayer *layers[4] = {&b->conv1, &b->conv2, &b->conv3, b->has_down ? &b->down : NULL};
+        for (int k = 0; k < 4 && layers[k]; k++) {
+            s = at_batch(layers[k], n);
+            be->conv_prepare(be, &s, m->act_dt);
+        }
+    }
+}
+
 // What every pass needs besides the model: the step's buffers, the backend and the batch size.
 typedef struct Pass {
     Model *m;
@@ -332,11 +348,21 @@ static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, c
     notify(c, bn->beta);
 }
 
+// bn's forward output (bn + ReLU, no residual) again into y, from the statistics its forward saved.
+static void bn_recompute(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, void *y) {
+    Model *m = c->p.m;
+    const float *sm = c->p.act->saved + bn->stats_offset, *si = sm + bn->c;
+    c->p.be->bn_forward_saved(c->p.be, rows, bn->c, m->act_dt, x, 1, master_of(m, bn->gamma), master_of(m, bn->beta),
+                              sm, si, y);
+}
+
 // The block's gradients: dout (its output's, the next block's d_in) is read by bn3's backward and then
 // holds the downsample's, conv3's and conv2's data gradients in turn (activations.c sizes it); d_tmp
 // carries the gradient down the bn layers; d_in receives the residual's gradient and then conv1's
-// (accumulated). All three sit above this block's activations.
-static void block_backward(BackwardCtx *c, const Block *b, const BlockActs *ba, const void *in, void *dout) {
+// (accumulated). All three sit above this block's activations. A block that recomputes its bn outputs
+// writes b2, then b1, just before their first reader.
+static void block_backward(BackwardCtx *c, const Block *b, const BlockActs *ba, const void *in, void *dout,
+                           int recompute) {
     int n = c->p.n;
     int rows_out = rows_of(&b->conv3, n);
     void *d_in = ba->d_in, *t = ba->d_tmp;
@@ -346,8 +372,10 @@ static void block_backward(BackwardCtx *c, const Block *b, const BlockActs *ba, 
         bn_bwd(c, &b->down_bn, rows_out, ba->down_a, NULL, d_in, 0, dout, NULL);  // d_down_a -> dout
         conv_bwd(c, &b->down, in, dout, d_in, 0);                                 // d_in = down's
     }
+    if (recompute) bn_recompute(c, &b->bn2, rows_of(&b->conv2, n), ba->a2, ba->b2);
     conv_bwd(c, &b->conv3, ba->b2, t, dout, 0);                                   // d_b2 -> dout
     bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), ba->a2, ba->b2, dout, 1, t, NULL);  // d_a2 -> t
+    if (recompute) bn_recompute(c, &b->bn1, rows_of(&b->conv1, n), ba->a1, ba->b1);
     conv_bwd(c, &b->conv2, ba->b1, t, dout, 0);                                   // d_b1 -> dout
     bn_bwd(c, &b->bn1, rows_of(&b->conv1, n), ba->a1, ba->b1, dout, 1, t, NULL);  // d_a1 -> t
     conv_bwd(c, &b->conv1, in, t, d_in, 1);                                       // d_in += conv1's
@@ -366,7 +394,7 @@ void model_backward(Model *m, Activations *act, Backend *be, const ModelBatch *b
     be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, act->dpooled, act->d_top);
     void *dout = act->d_top;
     for (int i = m->n_blocks - 1; i >= 0; i--) {
-        block_backward(&c, &m->blocks[i], &act->blocks[i], block_input(act, i), dout);
+        block_backward(&c, &m->blocks[i], &act->blocks[i], block_input(act, i), dout, model_block_recomputes_bn(m, i));
         dout = act->blocks[i].d_in;
     }
     // stem: maxpool -> bn+relu -> conv (the image needs no gradient)

@@ -253,7 +253,7 @@ START_TEST(workspace_default_follows_precision) {
     ck_assert_int_eq(c.cudnn.workspace_mb, 512);
     char *fp32[] = {"amp.enabled=false"};
     load_ok(&c, NULL, 1, fp32);
-    ck_assert_int_eq(c.cudnn.workspace_mb, 1024);
+    ck_assert_int_eq(c.cudnn.workspace_mb, 4096);
     char *set[] = {"amp.enabled=false", "cudnn.workspace_mb=64"};
     load_ok(&c, NULL, 2, set);
     ck_assert_int_eq(c.cudnn.workspace_mb, 64);

@@ -306,6 +306,12 @@ START_TEST(test_bn_forward_matches_direct_formulas) {
         memcpy(rv, rv0, sizeof rv);
         be->bn_forward_train(be, rows, c, DTYPE_F32, x, residual, relu, gamma, beta, rm, rv, BN_MOMENTUM,
                              BN_EPS, mean, invstd, y);
+        if (!residual) {  // recomputed from the saved statistics: bitwise the forward's output
+            float *again = floats(count);
+            be->bn_forward_saved(be, rows, c, DTYPE_F32, x, relu, gamma, beta, mean, invstd, again);
+            ck_assert_mem_eq(again, y, count * sizeof(float));
+            free(again);
+        }
         for (int ch = 0; ch < c; ch++) {
             double m = 0, v = 0;
             for (int r = 0; r < rows; r++) m += x[r * c + ch];

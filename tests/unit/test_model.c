@@ -133,6 +133,17 @@ static void check_layout(const char *const *overrides, int amp) {
         ck_assert_msg(!arena_spans_overlap(d_in, dout) && !arena_spans_overlap(d_tmp, dout) &&
                           !arena_spans_overlap(d_in, d_tmp), "block %d: its gradient buffers overlap", i);
         if (b->has_down) assert_clear(span_of(&l, ba->down_b, out_bytes(&l, &b->down)), live_end(&l, i), "down_b", i);
+        if (model_block_recomputes_bn(&l.m, i)) {  // b1, b2 recomputed in backward while the gradients live
+            ArenaSpan b1 = span_of(&l, ba->b1, out_bytes(&l, &b->conv1)), b2 = span_of(&l, ba->b2, out_bytes(&l, &b->conv2));
+            ArenaSpan grads[3] = {dout, d_in, d_tmp}, mine[2] = {b1, b2};
+            for (int k = 0; k < 2; k++) {
+                assert_clear(mine[k], live_end(&l, i), k ? "b2" : "b1", i);
+                ck_assert(mine[k].offset + mine[k].bytes <= arena_end);
+                for (int g = 0; g < 3; g++)
+                    ck_assert_msg(!arena_spans_overlap(mine[k], grads[g]), "block %d: recomputed b%d overlaps gradient %d",
+                                  i, k + 1, g);
+            }
+        }
         ArenaSpan spans[3] = {dout, d_in, d_tmp};
         for (int k = 0; k < 3; k++) {
             size_t end = spans[k].offset + spans[k].bytes;
@@ -187,6 +198,10 @@ START_TEST(test_gradients_never_overlap_live_activations) {
     check_layout(wide, 1);
     const char *wider[] = {WIDER_MODEL, NULL};
     check_layout(wider, 0);
+    const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.recompute_bn_blocks=3", NULL};
+    check_layout(r50_recompute, 1);
+    const char *uneven_all[] = {UNEVEN_MODEL, "model.recompute_bn_blocks=256", NULL};
+    check_layout(uneven_all, 0);
 }
 END_TEST
 
@@ -243,6 +258,42 @@ static void check_reuse_changes_nothing(const char *const *overrides, int amp) {
     free(own);
 }
 
+// Recomputing bn1/bn2's outputs in backward against keeping them: the same loss and bitwise the same
+// gradients on the CPU (whose recomputation is exact). Reads of a b1 or b2 that was not recomputed would
+// see the next blocks' activations written over it.
+static void check_recompute_changes_nothing(const char *const *overrides, const char *recompute, int amp) {
+    Config keep, again;
+    tu_config(&keep, overrides);
+    const char *with[8] = {0};
+    int k = 0;
+    while (overrides[k]) with[k] = overrides[k], k++;
+    with[k] = recompute;
+    tu_config(&again, with);
+    Model shapes;
+    model_init_shapes(&shapes, &keep.model, amp);
+    size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
+    model_free(&shapes, NULL);
+    float loss_keep, loss_again;
+    unsigned char *kept = step_gradients(&keep, amp, 0, 3, &loss_keep);
+    unsigned char *recomputed = step_gradients(&again, amp, 0, 3, &loss_again);
+    ck_assert(isfinite(loss_keep));
+    ck_assert_float_eq(loss_keep, loss_again);
+    size_t differ = 0;
+    for (size_t i = 0; i < bytes; i++) differ += kept[i] != recomputed[i];
+    ck_assert_msg(differ == 0, "%zu of %zu gradient bytes differ with %s (amp %d)", differ, bytes, recompute, amp);
+    free(kept);
+    free(recomputed);
+}
+
+START_TEST(test_recomputing_bn_outputs_changes_no_gradient) {
+    const char *uneven[] = {UNEVEN_MODEL, NULL};
+    check_recompute_changes_nothing(uneven, "model.recompute_bn_blocks=256", 0);
+    check_recompute_changes_nothing(uneven, "model.recompute_bn_blocks=2", 1);
+    const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
+    check_recompute_changes_nothing(r50, "model.recompute_bn_blocks=3", 1);
+}
+END_TEST
+
 START_TEST(test_buffer_reuse_changes_no_gradient) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
     check_reuse_changes_nothing(uneven, 0);
@@ -261,6 +312,7 @@ int main(void) {
     tcase_add_test(tc, test_arena_places_first_fit_above_the_floor);
     tcase_add_test(tc, test_gradients_never_overlap_live_activations);
     tcase_add_test(tc, test_buffer_reuse_changes_no_gradient);
+    tcase_add_test(tc, test_recomputing_bn_outputs_changes_no_gradient);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 1);
 }
