@@ -480,13 +480,14 @@ static void expect_same_bits(const char *what, Twin t) {
 // column tiles, four row bands), odd sizes, fp32, c = 256; the rest the two-pass path: c = 2048 (too many
 // packs for the fused block), few or odd channels (no packs), 2x2/2, 3x3/1.
 static const struct {
-    int n, h, w, c, k, stride, pad;
+    PoolShape shape;  // out_h, out_w: filled in by the test
     DType dt;
 } maxpool_cases[] = {
-    {2, 112, 112, 64, 3, 2, 1, DTYPE_F16}, {2, 111, 113, 64, 3, 2, 1, DTYPE_F16}, {2, 57, 56, 64, 3, 2, 1, DTYPE_F32},
-    {3, 15, 17, 256, 3, 2, 1, DTYPE_F16},  {1, 9, 10, 2048, 3, 2, 1, DTYPE_F16},  {4, 15, 17, 6, 3, 2, 1, DTYPE_F16},
-    {4, 15, 17, 7, 3, 2, 1, DTYPE_F32},    {4, 15, 17, 64, 2, 2, 0, DTYPE_F32},   {2, 16, 17, 64, 2, 2, 0, DTYPE_F16},
-    {2, 14, 13, 64, 3, 1, 1, DTYPE_F16},
+    {{2, 112, 112, 64, 3, 2, 1, 0, 0}, DTYPE_F16}, {{2, 111, 113, 64, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{2, 57, 56, 64, 3, 2, 1, 0, 0}, DTYPE_F32},   {{3, 15, 17, 256, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{1, 9, 10, 2048, 3, 2, 1, 0, 0}, DTYPE_F16},  {{4, 15, 17, 6, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{4, 15, 17, 7, 3, 2, 1, 0, 0}, DTYPE_F32},    {{4, 15, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F32},
+    {{2, 16, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F16},   {{2, 14, 13, 64, 3, 1, 1, 0, 0}, DTYPE_F16},
 };
 #define MAXPOOL_CASES (int)(sizeof maxpool_cases / sizeof maxpool_cases[0])
 
@@ -495,9 +496,7 @@ static const struct {
 START_TEST(test_maxpool) {
     const int with_nan = _i & 1;
     const DType dt = maxpool_cases[_i / 2].dt;
-    PoolShape s = {maxpool_cases[_i / 2].n, maxpool_cases[_i / 2].h,      maxpool_cases[_i / 2].w,
-                   maxpool_cases[_i / 2].c, maxpool_cases[_i / 2].k,      maxpool_cases[_i / 2].stride,
-                   maxpool_cases[_i / 2].pad, 0, 0};
+    PoolShape s = maxpool_cases[_i / 2].shape;
     s.out_h = (s.h + 2 * s.pad - s.k) / s.stride + 1;
     s.out_w = (s.w + 2 * s.pad - s.k) / s.stride + 1;
     const size_t nx = (size_t)s.n * s.h * s.w * s.c, ny = (size_t)s.n * s.out_h * s.out_w * s.c;
