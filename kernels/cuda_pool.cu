@@ -4,8 +4,12 @@
 // and the pointers allow; otherwise one channel). Max-pool backward is a gather from the input side:
 // each input element adds up the gradients of the windows that route to it, so dx is written once,
 // without atomics and without zeroing it first, and the sum order is fixed (deterministic).
-// On an H200, the ResNeXt stem's pool (256 x 112 x 112 x 64 fp16, 3/2 pad 1) takes 0.17 ms forward and
-// 0.8-0.95 ms backward (PyTorch's NHWC max-pool backward: 1.8 ms).
+// Two backward paths give the same bits:
+// - the ResNeXt stem's pool (3x3 windows, stride 2, pad 1, 16-byte packs) runs one fused kernel that
+//   walks down a band of window rows, finds each window's route from x and y in registers, trades the
+//   shared columns with its left neighbour through shared memory, and writes dx once: x, y and dy are
+//   read once from DRAM and no route buffer exists (maxpool_backward_k3s2_kernel);
+// - any other shape runs two passes, route then gather, through a one-byte-per-output route buffer.
 #include "cuda_elem.cuh"
 #include "cuda_internal.h"
 
@@ -15,9 +19,13 @@
 
 // Max-pool kernels take the image from blockIdx.y and index within it in 32 bits: 64-bit division by a
 // runtime value costs tens of instructions, which the gather would pay five times per element.
-static dim3 pool_image_grid(const PoolShape *s, size_t per_image) {
+static void pool_check_indexing(const PoolShape *s) {
     AMP_ASSERT(s->n <= 65535 && (size_t)s->h * s->w * s->c < ((size_t)1 << 32),
                "maxpool: batch %d or image %dx%dx%d too large for the kernels' indexing", s->n, s->h, s->w, s->c);
+}
+
+static dim3 pool_image_grid(const PoolShape *s, size_t per_image) {
+    pool_check_indexing(s);
     // One element per thread: the loops stay grid-stride only so any shape is covered.
     size_t x = (per_image + POOL_THREADS - 1) / POOL_THREADS;
     if (x > 65535) x = 65535;
@@ -146,6 +154,186 @@ __global__ void maxpool_gather_kernel(PoolShape s, const unsigned char *route, c
     }
 }
 
+// ---- max-pool backward, fast path: 3x3 windows, stride 2, pad 1 (the ResNeXt stem) ---------------------
+//
+// Window (m, n) covers input rows 2m-1..2m+1 and columns 2n-1..2n+1. The thread of window (m, n) and one
+// 16-byte channel pack writes the input pixels whose last covering window it is, rows 2m-1, 2m x columns
+// 2n-1, 2n; m runs to out_h and n to out_w (virtual windows, routing nothing) so the last row and column
+// of an even-sized input are written too. Of its four pixels it needs the routed gradients of windows
+// (m-1, n-1), (m-1, n), (m, n-1) and (m, n):
+//   dx(2m-1, 2n-1) = R(m-1,n-1)[8] + R(m-1,n)[6] + R(m,n-1)[2] + R(m,n)[0]
+//   dx(2m-1, 2n)   = R(m-1,n)[7] + R(m,n)[1]        dx(2m, 2n-1) = R(m,n-1)[5] + R(m,n)[3]
+//   dx(2m, 2n)     = R(m,n)[4]
+// where R(w)[ky*3+kx] is dy(w) where the window's route is (ky, kx), else +0, and each sum starts from
+// 0.0f in fp32 and rounds once: the (oy, ox) order and arithmetic of the gather, since adding +0 to a sum
+// that started at +0 changes no bit. A block owns a band of window rows and a tile of window columns plus
+// one halo column on its left (computed, not written); it walks down the band (from one halo row above),
+// keeping the row above in registers, so each x, y and dy byte comes from DRAM once (the halo excepted).
+#define POOL_K3S2_MAX_THREADS 256  // a block: (tile columns + 1 halo) x channel packs
+#define POOL_K3S2_BAND_STEPS 16    // window rows a block walks, about (plus one halo row)
+#define POOL_K3S2_MIN_BLOCKS 3     // per SM: caps registers at 80 (unbounded it takes 100), no spills
+
+// A 16-byte pack of 8 fp16 or 4 fp32 channels held as four 32-bit words, so that an equality mask
+// selects elements from it bit by bit.
+template <typename T>
+struct PackWords;
+
+template <>
+struct PackWords<__half> {
+    static constexpr int per_word = 2;
+    static constexpr unsigned nan = 0x7e007e00u;  // padding: equals no y, so it never takes the route
+    // 0xffff in each half where a == b (IEEE: NaN equals nothing, -0 equals +0), else 0.
+    static __device__ __forceinline__ unsigned equal(unsigned a, unsigned b) {
+        __half2 ha, hb;
+        memcpy(&ha, &a, 4);
+        memcpy(&hb, &b, 4);
+        return __heq2_mask(ha, hb);
+    }
+    static __device__ __forceinline__ void add(float *acc, unsigned w) {
+        __half2 h;
+        memcpy(&h, &w, 4);
+        const float2 f = __half22float2(h);
+        acc[0] += f.x;
+        acc[1] += f.y;
+    }
+    static __device__ __forceinline__ unsigned round(const float *v) {
+        const __half2 h = __floats2half2_rn(v[0], v[1]);
+        unsigned w;
+        memcpy(&w, &h, 4);
+        return w;
+    }
+};
+
+template <>
+struct PackWords<float> {
+    static constexpr int per_word = 1;
+    static constexpr unsigned nan = 0x7fc00000u;
+    static __device__ __forceinline__ unsigned equal(unsigned a, unsigned b) {
+        return __uint_as_float(a) == __uint_as_float(b) ? 0xffffffffu : 0u;
+    }
+    static __device__ __forceinline__ void add(float *acc, unsigned w) { acc[0] += __uint_as_float(w); }
+    static __device__ __forceinline__ unsigned round(const float *v) { return __float_as_uint(v[0]); }
+};
+
+static __device__ __forceinline__ uint4 pack_and(uint4 a, uint4 b) {
+    return make_uint4(a.x & b.x, a.y & b.y, a.z & b.z, a.w & b.w);
+}
+
+// Sums `count` routed-gradient packs in order into fp32 from 0.0f and stores the pack, rounded once.
+template <typename T>
+static __device__ __forceinline__ void store_routed_sum(T *dst, const uint4 *terms, int count) {
+    typedef PackWords<T> W;
+    float acc[4 * W::per_word];
+#pragma unroll
+    for (int j = 0; j < 4 * W::per_word; j++) acc[j] = 0.0f;
+#pragma unroll
+    for (int t = 0; t < count; t++) {
+        W::add(acc + 0 * W::per_word, terms[t].x);
+        W::add(acc + 1 * W::per_word, terms[t].y);
+        W::add(acc + 2 * W::per_word, terms[t].z);
+        W::add(acc + 3 * W::per_word, terms[t].w);
+    }
+    *(uint4 *)dst = make_uint4(W::round(acc + 0 * W::per_word), W::round(acc + 1 * W::per_word),
+                               W::round(acc + 2 * W::per_word), W::round(acc + 3 * W::per_word));
+}
+
+// x (n,h,w,c), y and dy (n,out_h,out_w,c) -> dx (n,h,w,c), T = __half or float, c a multiple of the pack,
+// out_h = (h - 1) / 2 + 1 and out_w likewise. Grid: (column tiles, row bands, n); block: (cols + 1) x
+// (c / pack) threads, the channel pack fastest.
+template <typename T>
+__global__ void __launch_bounds__(POOL_K3S2_MAX_THREADS, POOL_K3S2_MIN_BLOCKS)
+maxpool_backward_k3s2_kernel(PoolShape s, int cols, int band_steps, const T *x, const T *y, const T *dy, T *dx) {
+    typedef PackWords<T> W;
+    const int vec = 16 / (int)sizeof(T);
+    const int cv_count = s.c / vec;
+    const int cv = (int)threadIdx.x % cv_count;
+    const int col = (int)threadIdx.x / cv_count;      // 0: the halo column
+    const int n = (int)blockIdx.x * cols - 1 + col;    // window column, -1 .. out_w (+ tile overhang)
+    const bool owner = col > 0 && n <= s.out_w;       // writes dx columns 2n-1, 2n
+    const int m0 = (int)blockIdx.y * band_steps;       // first window row written
+    const int m_end = min(m0 + band_steps, s.out_h + 1);
+    const size_t image = blockIdx.z;
+    const T *xb = x + image * s.h * s.w * s.c + cv * vec;
+    const T *yb = y + image * s.out_h * s.out_w * s.c + cv * vec;
+    const T *dyb = dy + image * s.out_h * s.out_w * s.c + cv * vec;
+    T *dxb = dx + image * s.h * s.w * s.c + cv * vec;
+    const uint4 nan4 = make_uint4(W::nan, W::nan, W::nan, W::nan);
+    const uint4 zero4 = make_uint4(0, 0, 0, 0);
+
+    // Within an image offsets fit 32 bits (pool_check_indexing). Outside it: padding, NaN.
+    auto load_x = [&](int iy, int ix) -> uint4 {
+        if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) return nan4;
+        return __ldg((const uint4 *)(xb + ((unsigned)iy * s.w + ix) * s.c));
+    };
+    auto dx_at = [&](int iy, int ix) -> T * { return dxb + ((unsigned)iy * s.w + ix) * s.c; };
+    auto inside = [&](int iy, int ix) { return iy >= 0 && iy < s.h && ix >= 0 && ix < s.w; };
+
+    // The right column of this thread's own 2x2 pixels is its right neighbour's left column; the routed
+    // gradients at window positions 2, 5, 8 are the right neighbour's too.
+    __shared__ uint4 right_x[2][POOL_K3S2_MAX_THREADS];       // x(2m, 2n+1), x(2m+1, 2n+1)
+    __shared__ uint4 right_routed[3][POOL_K3S2_MAX_THREADS];  // R(m,n)[2], [5], [8]
+    const int left = (int)threadIdx.x - cv_count;
+
+    int m = max(m0 - 1, 0);
+    // Row 2m-1 of the window (its top row), then carried from the bottom row of the step before.
+    uint4 top_l = load_x(2 * m - 1, 2 * n - 1), top_c = load_x(2 * m - 1, 2 * n), top_r = load_x(2 * m - 1, 2 * n + 1);
+    uint4 above_left_8 = zero4, above_6 = zero4, above_7 = zero4;  // R(m-1,n-1)[8], R(m-1,n)[6], R(m-1,n)[7]
+    for (; m < m_end; m++) {
+        const uint4 mid_c = load_x(2 * m, 2 * n), mid_r = load_x(2 * m, 2 * n + 1);
+        const uint4 bot_c = load_x(2 * m + 1, 2 * n), bot_r = load_x(2 * m + 1, 2 * n + 1);
+        const bool window = m < s.out_h && n >= 0 && n < s.out_w;
+        const unsigned o = ((unsigned)m * s.out_w + n) * s.c;
+        const uint4 yv = window ? __ldg((const uint4 *)(yb + o)) : nan4;  // a virtual window routes nothing
+        const uint4 g = window ? __ldg((const uint4 *)(dyb + o)) : zero4;
+        uint4 mid_l = nan4, bot_l = nan4;  // the left column: the halo reads it, the rest trade for it
+        if (col == 0) {
+            mid_l = load_x(2 * m, 2 * n - 1);
+            bot_l = load_x(2 * m + 1, 2 * n - 1);
+        }
+        right_x[0][threadIdx.x] = mid_r;
+        right_x[1][threadIdx.x] = bot_r;
+        __syncthreads();
+        if (col > 0) {
+            mid_l = right_x[0][left];
+            bot_l = right_x[1][left];
+        }
+
+        // The route: the first position in row-major order whose x equals y, per element.
+        const uint4 win[9] = {top_l, top_c, top_r, mid_l, mid_c, mid_r, bot_l, bot_c, bot_r};
+        uint4 routed[9], free4 = make_uint4(~0u, ~0u, ~0u, ~0u);
+#pragma unroll
+        for (int k = 0; k < 9; k++) {
+            const uint4 eq = make_uint4(W::equal(win[k].x, yv.x), W::equal(win[k].y, yv.y),
+                                        W::equal(win[k].z, yv.z), W::equal(win[k].w, yv.w));
+            const uint4 taken = pack_and(eq, free4);
+            free4 = pack_and(free4, make_uint4(~eq.x, ~eq.y, ~eq.z, ~eq.w));
+            routed[k] = pack_and(g, taken);
+        }
+        right_routed[0][threadIdx.x] = routed[2];
+        right_routed[1][threadIdx.x] = routed[5];
+        right_routed[2][threadIdx.x] = routed[8];
+        __syncthreads();
+
+        uint4 left_8 = zero4;
+        if (col > 0) {
+            const uint4 left_2 = right_routed[0][left], left_5 = right_routed[1][left];
+            left_8 = right_routed[2][left];
+            if (owner && m >= m0) {
+                const int iy = 2 * m - 1, ix = 2 * n - 1;  // this thread's pixels: iy, iy+1 x ix, ix+1
+                const uint4 t00[4] = {above_left_8, above_6, left_2, routed[0]};
+                const uint4 t01[2] = {above_7, routed[1]};
+                const uint4 t10[2] = {left_5, routed[3]};
+                if (inside(iy, ix)) store_routed_sum<T>(dx_at(iy, ix), t00, 4);
+                if (inside(iy, ix + 1)) store_routed_sum<T>(dx_at(iy, ix + 1), t01, 2);
+                if (inside(iy + 1, ix)) store_routed_sum<T>(dx_at(iy + 1, ix), t10, 2);
+                if (inside(iy + 1, ix + 1)) store_routed_sum<T>(dx_at(iy + 1, ix + 1), &routed[4], 1);
+            }
+        }
+        above_left_8 = left_8, above_6 = routed[6], above_7 = routed[7];
+        top_l = bot_l, top_c = bot_c, top_r = bot_r;
+    }
+}
+
 // Route then gather, with one dtype and vector width.
 template <typename T, int VEC>
 static void maxpool_backward_launch(cudaStream_t stream, const PoolShape *s, const void *x, const void *y,
@@ -155,6 +343,32 @@ static void maxpool_backward_launch(cudaStream_t stream, const PoolShape *s, con
     CUDA_CHECK_LAUNCH();
     const dim3 gather_grid = pool_image_grid(s, (size_t)s->h * s->w * (s->c / VEC));
     maxpool_gather_kernel<T, VEC><<<gather_grid, POOL_THREADS, 0, stream>>>(*s, route, (const T *)dy, (T *)dx);
+    CUDA_CHECK_LAUNCH();
+}
+
+// The stem's shape with 16-byte packs: 3x3 windows, stride 2, pad 1, the output size that implies, and a
+// block of at least two window columns.
+static bool maxpool_k3s2_fits(const PoolShape *s, int vec) {
+    return s->k == 3 && s->stride == 2 && s->pad == 1 && vec > 1 && s->out_h == (s->h - 1) / 2 + 1 &&
+           s->out_w == (s->w - 1) / 2 + 1 && 2 * (s->c / vec) <= POOL_K3S2_MAX_THREADS;
+}
+
+static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// The fused backward: column tiles as wide as POOL_K3S2_MAX_THREADS allows, bands of about
+// POOL_K3S2_BAND_STEPS window rows, both evened out so no block is left with a sliver.
+template <typename T>
+static void maxpool_backward_k3s2_launch(cudaStream_t stream, const PoolShape *s, const void *x, const void *y,
+                                         const void *dy, void *dx) {
+    pool_check_indexing(s);
+    const int cv_count = s->c / (16 / (int)sizeof(T));
+    const int tiles = ceil_div(s->out_w + 1, POOL_K3S2_MAX_THREADS / cv_count - 1);
+    const int cols = ceil_div(s->out_w + 1, tiles);
+    const int bands = ceil_div(s->out_h + 1, POOL_K3S2_BAND_STEPS);
+    const int band_steps = ceil_div(s->out_h + 1, bands);
+    const dim3 grid((unsigned)tiles, (unsigned)bands, (unsigned)s->n);
+    maxpool_backward_k3s2_kernel<T><<<grid, (cols + 1) * cv_count, 0, stream>>>(*s, cols, band_steps, (const T *)x,
+                                                                                (const T *)y, (const T *)dy, (T *)dx);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -174,6 +388,12 @@ void cuda_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void
     AMP_ASSERT(s->k * s->k < POOL_NO_ROUTE, "maxpool_backward: window %d too large for a one-byte route", s->k);
     cudaStream_t stream = cuda_state(be)->stream;
     const int vec = pack_width(dt, s->c, {x, y, dy, dx});
+    if (maxpool_k3s2_fits(s, vec)) {
+        with_pack(dt, vec, [&](auto pk) {
+            maxpool_backward_k3s2_launch<typename decltype(pk)::type>(stream, s, x, y, dy, dx);
+        });
+        return;
+    }
     // Freed right after the launches: the allocator reuses it only for work queued behind them.
     unsigned char *route = (unsigned char *)be->alloc(be, (size_t)s->n * s->out_h * s->out_w * s->c);
     with_pack(dt, vec, [&](auto pk) {

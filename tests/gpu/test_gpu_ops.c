@@ -466,20 +466,56 @@ END_TEST
 
 // ---- pooling ---------------------------------------------------------------------------------------------
 
-// Loop index bits: 0 fp16, 1 few channels (no vector path), 2 window 2/2 instead of the stem's 3/2 pad 1.
-// Inputs are multiples of 1/4 in [-2, 2], so windows hold ties and the routing rule is exercised.
+// The same bits on both backends, element by element; any two NaNs count as equal (the GPU's fp16
+// conversions give the canonical NaN, the host's keep the payload).
+static void expect_same_bits(const char *what, Twin t) {
+    float *g = download(gpu, t.dt, t.gpu, t.n);
+    float *c = download(cpu, t.dt, t.cpu, t.n);
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < t.n; i++)
+        if (!(isnan(g[i]) && isnan(c[i])) && memcmp(&g[i], &c[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+    const double g_first = g[first], c_first = c[first];
+    free(g);
+    free(c);
+    printf("  %-58s %s  %zu of %zu elements differ\n", what, dtype_name(t.dt), differ, t.n);
+    ck_assert_msg(differ == 0, "%s (%s, seed %llu): %zu elements differ, the first at %zu: GPU %g, CPU %g", what,
+                  dtype_name(t.dt), (unsigned long long)base_seed, differ, first, g_first, c_first);
+}
+
+// Max pooling must match the CPU bit for bit: the same max, the same tie rule, the same fp32 sums in the
+// same order. The first cases take the fused 3x3/2 pad 1 path (16-byte packs): the stem's 112x112 (two
+// column tiles, four row bands), odd sizes, fp32, c = 256; the rest the two-pass path: c = 2048 (too many
+// packs for the fused block), few or odd channels (no packs), 2x2/2, 3x3/1.
+static const struct {
+    PoolShape shape;  // out_h, out_w: filled in by the test
+    DType dt;
+} maxpool_cases[] = {
+    {{2, 112, 112, 64, 3, 2, 1, 0, 0}, DTYPE_F16}, {{2, 111, 113, 64, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{2, 57, 56, 64, 3, 2, 1, 0, 0}, DTYPE_F32},   {{3, 15, 17, 256, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{1, 9, 10, 2048, 3, 2, 1, 0, 0}, DTYPE_F16},  {{4, 15, 17, 6, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{4, 15, 17, 7, 3, 2, 1, 0, 0}, DTYPE_F32},    {{4, 15, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F32},
+    {{2, 16, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F16},   {{2, 14, 13, 64, 3, 1, 1, 0, 0}, DTYPE_F16},
+};
+#define MAXPOOL_CASES (int)(sizeof maxpool_cases / sizeof maxpool_cases[0])
+
+// Loop index: case _i / 2; odd _i puts a NaN in every 1009th input (its windows' max is NaN and routes
+// nowhere). Inputs are multiples of 1/4 in [-2, 2] (-0 among them), so windows hold ties.
 START_TEST(test_maxpool) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    PoolShape s = {4, 15, 17, _i & 2 ? 6 : 64, _i & 4 ? 2 : 3, 2, _i & 4 ? 0 : 1, 0, 0};
+    const int with_nan = _i & 1;
+    const DType dt = maxpool_cases[_i / 2].dt;
+    PoolShape s = maxpool_cases[_i / 2].shape;
     s.out_h = (s.h + 2 * s.pad - s.k) / s.stride + 1;
     s.out_w = (s.w + 2 * s.pad - s.k) / s.stride + 1;
     const size_t nx = (size_t)s.n * s.h * s.w * s.c, ny = (size_t)s.n * s.out_h * s.out_w * s.c;
     char what[128];
-    snprintf(what, sizeof what, "maxpool k%d s%d p%d c%d", s.k, s.stride, s.pad, s.c);
+    snprintf(what, sizeof what, "maxpool %dx%dx%dx%d k%d s%d p%d%s", s.n, s.h, s.w, s.c, s.k, s.stride, s.pad,
+             with_nan ? " NaN" : "");
 
     float *v = malloc(nx * sizeof(float));
     tu_fill_uniform(v, nx, case_seed(4, _i, 0), -2.0f, 2.0f);
     for (size_t i = 0; i < nx; i++) v[i] = roundf(v[i] * 4.0f) / 4.0f;
+    if (with_nan)
+        for (size_t i = 500; i < nx; i += 1009) v[i] = NAN;
     Twin x = twin_values(dt, v, nx);
     free(v);
     Twin y = twin_output(dt, ny), dx = twin_output(dt, nx);
@@ -487,12 +523,12 @@ START_TEST(test_maxpool) {
 
     cpu->maxpool_forward(cpu, &s, dt, x.cpu, y.cpu);
     gpu->maxpool_forward(gpu, &s, dt, x.gpu, y.gpu);
-    expect_close(what, y);
+    expect_same_bits(what, y);
     twin_take_cpu(y);
     cpu->maxpool_backward(cpu, &s, dt, x.cpu, y.cpu, dy.cpu, dx.cpu);
     gpu->maxpool_backward(gpu, &s, dt, x.gpu, y.gpu, dy.gpu, dx.gpu);
     strcat(what, " backward");
-    expect_close(what, dx);
+    expect_same_bits(what, dx);
     twin_free(x), twin_free(y), twin_free(dx), twin_free(dy);
 }
 END_TEST
@@ -771,7 +807,7 @@ static Suite *gpu_ops_suite(void) {
         {"input_slots", test_input_slots_hand_over, 1},
         {"conv", test_conv, 2 * CONV_CASES},
         {"batchnorm", test_batchnorm, 8 * BN_SHAPES},
-        {"maxpool", test_maxpool, 8},
+        {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 4},
         {"linear", test_linear, 4},
         {"softmax_xent", test_softmax_xent, 8},
