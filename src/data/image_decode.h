@@ -20,6 +20,11 @@
 
 #define IMAGE_MAX_PIXELS (64L * 1024 * 1024)  // 64 megapixels: 192 MiB of RGB, 8x a 24 MP photo
 
+// A rectangle of pixels: rows top .. top+height-1, columns left .. left+width-1.
+typedef struct CropBox {
+    int top, left, height, width;
+} CropBox;
+
 typedef struct DecodedImage {
     uint8_t *rgb;        // (height, width, 3) u8 RGB, malloc'd; grayscale/CMYK become RGB like PIL convert("RGB")
     int width, height;

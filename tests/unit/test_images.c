@@ -428,7 +428,7 @@ START_TEST(train_transform_is_crop_resize_and_exact_flip) {
         int flip = rng_uniform(&copy) < 0.5f;
         flips += flip;
         CropBox all = {0, 0, side, side};
-        image_resize_bilinear(&img, box, side, side, all, plain);
+        image_resize_bilinear(&img, box, side, side, all, 0, plain);
         for (int y = 0; y < side; y++)
             for (int x = 0; x < side; x++)
                 ck_assert_mem_eq(out + ((size_t)y * side + x) * 3,
@@ -448,9 +448,9 @@ START_TEST(resize_window_equals_full_resize_cut) {
     DecodedImage img = image_of(rgb, W, H);
     CropBox box = {3, 5, 40, 60};
     uint8_t *full = malloc((size_t)OW * OH * 3), *part = malloc((size_t)OW * OH * 3);
-    image_resize_bilinear(&img, box, OW, OH, (CropBox){0, 0, OH, OW}, full);
+    image_resize_bilinear(&img, box, OW, OH, (CropBox){0, 0, OH, OW}, 0, full);
     CropBox win = {13, 7, 30, 21};
-    image_resize_bilinear(&img, box, OW, OH, win, part);
+    image_resize_bilinear(&img, box, OW, OH, win, 0, part);
     for (int y = 0; y < win.height; y++)
         ck_assert_mem_eq(part + (size_t)y * win.width * 3, full + ((size_t)(win.top + y) * OW + win.left) * 3,
                          (size_t)win.width * 3);
