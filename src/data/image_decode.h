@@ -37,6 +37,10 @@ int image_decode_available(void);
 // IMAGE_MAX_PIXELS = 64 megapixels is refused before decoding). *out is untouched on failure.
 int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err, size_t err_cap);
 
+// The image's size from its header, with image_decode's checks (not a JPEG, a header that does not parse,
+// more than IMAGE_MAX_PIXELS): 0, or 1 with one line in err. Decodes nothing.
+int image_decode_size(const uint8_t *data, size_t size, int *width, int *height, char *err, size_t err_cap);
+
 // Frees img->rgb and clears the struct (a cleared struct may be freed again).
 void image_free(DecodedImage *img);
 
