@@ -681,6 +681,50 @@ START_TEST(imagefolder_replaces_bad_samples_deterministically) {
 }
 END_TEST
 
+// A training sample decodes only its crop's region (image_decode_region): the bytes must be those of the
+// whole image's decode through image_transform_train with the same rng, also for the sample that replaces
+// a truncated one (whose failed decode must leave the rng as it was).
+START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
+    const char *root = "folder_crop";
+    rm_rf(root);
+    mkdirs("folder_crop/train/a");
+    const struct { int w, h, subsamp, progressive; size_t cut; } files[] = {
+        {500, 375, TJSAMP_420, 0, 0}, {333, 250, TJSAMP_420, 0, 2}, {301, 199, TJSAMP_422, 1, 0}};
+    uint8_t *jpeg[3];
+    size_t len[3];
+    char path[512];
+    for (int k = 0; k < 3; k++) {
+        uint8_t *src = fx_noise(files[k].w, files[k].h, 70 + (uint64_t)k);
+        jpeg[k] = fx_jpeg(src, files[k].w, files[k].h, 3, 90, files[k].subsamp, files[k].progressive, &len[k]);
+        snprintf(path, sizeof path, "%s/train/a/%d.jpg", root, k);
+        fx_write(path, jpeg[k], files[k].cut ? len[k] / files[k].cut : len[k]);  // 1.jpg is cut in half
+        free(src);
+    }
+    Dataset *ds;
+    char err[512] = "";
+    const int side = 64, decoded_as[] = {0, 2, 2};
+    ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, 1, side, 10, 42, imagenet, &ds, err, sizeof err) == 0, "%s",
+                  err);
+    uint8_t got[64 * 64 * 3], want[64 * 64 * 3];
+    for (uint32_t n = 0; n < 40; n++) {
+        int k = (int)(n % 3);
+        Rng rng, copy;
+        data_rng_seed(&rng, 5, DATA_STREAM_AUGMENT, 0, n);
+        copy = rng;
+        int32_t label;
+        dataset_get(ds, k, got, &label, &rng);
+        DecodedImage full = decode_ok(jpeg[decoded_as[k]], len[decoded_as[k]]);
+        image_transform_train(&full, side, CROP_SCALE_TORCHVISION, &copy, want);
+        ck_assert_msg(memcmp(got, want, sizeof got) == 0, "sample %d, draw %u: differs from the full decode's", k, n);
+        ck_assert_mem_eq(&rng, &copy, sizeof rng);  // the same numbers drawn
+        image_free(&full);
+    }
+    ck_assert_int_gt(image_dataset_skipped(ds), 0);  // not vacuous: 1.jpg was replaced
+    dataset_close(ds);
+    for (int k = 0; k < 3; k++) free(jpeg[k]);
+}
+END_TEST
+
 static void assert_open_fails(const char *root, int train, int max_classes, const char *contains) {
     Dataset *ds = (Dataset *)1;
     char err[512] = "";
@@ -937,6 +981,7 @@ static Suite *images_suite(void) {
     tcase_set_timeout(folder, 120);
     tcase_add_test(folder, imagefolder_order_is_torchvision_order);
     tcase_add_test(folder, imagefolder_replaces_bad_samples_deterministically);
+    tcase_add_test(folder, imagefolder_train_crop_equals_full_decode_transform);
     tcase_add_test(folder, imagefolder_refuses_bad_layouts);
     tcase_add_test(folder, imagefolder_list_cache_is_read_back_and_rebuilt);
     tcase_add_test(folder, config_image_keys);
