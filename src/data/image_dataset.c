@@ -12,6 +12,7 @@
 #include "../core/check.h"
 #include "../core/log.h"
 #include "image_decode.h"
+#include "image_decode_region.h"
 #include "image_transform.h"
 
 typedef struct ImageSet {
@@ -21,19 +22,38 @@ typedef struct ImageSet {
     CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
 } ImageSet;
 
-// Reads and decodes sample i; 0, or 1 with err filled.
-static int image_load(const EncodedSource *src, int index, DecodedImage *img, int32_t *label, char *err,
-                      size_t err_cap) {
+// The pixels a sample's transform reads: the whole image (rng NULL: validation), or for training the
+// region of the crop drawn from rng, *crop then in img's pixels. 0, or 1 with err filled.
+static int image_decode_for(const uint8_t *bytes, size_t len, Rng *rng, CropScale scale, DecodedImage *img,
+                            TrainCrop *crop, char *err, size_t err_cap) {
+    if (!rng) return image_decode(bytes, len, img, err, err_cap);
+    int width, height;
+    if (image_decode_size(bytes, len, &width, &height, err, err_cap) != 0) return 1;
+    *crop = image_train_crop_draw(width, height, scale, rng);
+    CropBox held;
+    if (image_decode_region(bytes, len, crop->box, img, &held, err, err_cap) != 0) return 1;
+    crop->box.top -= held.top;
+    crop->box.left -= held.left;
+    return 0;
+}
+
+// Reads and decodes sample i (image_decode_for); 0, or 1 with err filled and rng as it was, so the
+// replacement sample draws what it would have drawn in the failed one's place.
+static int image_load(const ImageSet *s, int index, Rng *rng, DecodedImage *img, TrainCrop *crop, int32_t *label,
+                      char *err, size_t err_cap) {
+    const EncodedSource *src = s->src;
     uint8_t *bytes = NULL;
     size_t len = 0;
     if (src->read(src, index, &bytes, &len, label, err, err_cap) != 0) return 1;
-    int rc = image_decode(bytes, len, img, err, err_cap);
+    Rng start = rng ? *rng : (Rng){{0}};
+    int rc = image_decode_for(bytes, len, rng, s->crop, img, crop, err, err_cap);
     free(bytes);
     if (rc == 0 && (*label < 0 || *label >= src->classes)) {
         snprintf(err, err_cap, "label %d outside [0, %d)", *label, src->classes);
         image_free(img);
         rc = 1;
     }
+    if (rc != 0 && rng) *rng = start;
     return rc;
 }
 
@@ -51,9 +71,10 @@ static void image_report(ImageSet *s, int index, const char *why) {
 static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
     ImageSet *s = ds->impl;
     DecodedImage decoded;
+    TrainCrop crop;
     char err[512];
     int at = index;
-    while (image_load(s->src, at, &decoded, label, err, sizeof err) != 0) {
+    while (image_load(s, at, rng, &decoded, &crop, label, err, sizeof err) != 0) {
         image_report(s, at, err);
         at = (at + 1) % ds->size;
         AMP_ASSERT(at != index, "%s: none of the %d samples of this split can be read or decoded (the last: %s)",
@@ -61,7 +82,7 @@ static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label
     }
     if (at != index) atomic_fetch_add(&s->skipped, 1);
     if (rng)
-        image_transform_train(&decoded, ds->side, s->crop, rng, img);
+        image_train_crop_apply(&decoded, crop, ds->side, img);
     else
         image_transform_val(&decoded, ds->side, img);
     image_free(&decoded);

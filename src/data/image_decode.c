@@ -45,7 +45,11 @@ static int decompress(tjhandle tj, const uint8_t *data, size_t size, uint8_t *ou
     return 0;  // the second pass warned again, and decoded to the end
 }
 
-int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err, size_t err_cap) {
+// The checks every decode starts with: not empty, a start-of-image marker, a header TurboJPEG reads, at
+// most IMAGE_MAX_PIXELS. 0 with the header's numbers, or 1 with err filled.
+static int header_read(tjhandle tj, const uint8_t *data, size_t size, int *width, int *height, int *colorspace,
+                       char *err, size_t err_cap) {
+    int subsamp;
     if (size == 0) {
         snprintf(err, err_cap, "empty file (0 bytes)");
         return 1;
@@ -54,19 +58,38 @@ int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err,
         snprintf(err, err_cap, "not a JPEG (no start-of-image marker FF D8 in the first bytes)");
         return 1;
     }
-    tjhandle tj = tjInitDecompress();
-    if (!tj) {
-        snprintf(err, err_cap, "libjpeg-turbo: cannot make a decompressor: %s", tjGetErrorStr2(NULL));
+    if (tjDecompressHeader3(tj, data, (unsigned long)size, width, height, &subsamp, colorspace) != 0) {
+        snprintf(err, err_cap, "not a readable JPEG header: %s", tjGetErrorStr2(tj));
         return 1;
     }
-    int width, height, subsamp, colorspace, rc = 1;
+    if (*width <= 0 || *height <= 0 || (long)*width * *height > IMAGE_MAX_PIXELS) {
+        snprintf(err, err_cap, "%d x %d pixels (%.1f megapixels) is more than the %ld megapixels decoded", *width,
+                 *height, (double)*width * *height / (1024.0 * 1024.0), IMAGE_MAX_PIXELS / (1024 * 1024));
+        return 1;
+    }
+    return 0;
+}
+
+static tjhandle decompressor_make(char *err, size_t err_cap) {
+    tjhandle tj = tjInitDecompress();
+    if (!tj) snprintf(err, err_cap, "libjpeg-turbo: cannot make a decompressor: %s", tjGetErrorStr2(NULL));
+    return tj;
+}
+
+int image_decode_size(const uint8_t *data, size_t size, int *width, int *height, char *err, size_t err_cap) {
+    tjhandle tj = decompressor_make(err, err_cap);
+    if (!tj) return 1;
+    int colorspace, rc = header_read(tj, data, size, width, height, &colorspace, err, err_cap);
+    tjDestroy(tj);
+    return rc;
+}
+
+int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err, size_t err_cap) {
+    tjhandle tj = decompressor_make(err, err_cap);
+    if (!tj) return 1;
+    int width, height, colorspace, rc = 1;
     uint8_t *rgb = NULL, *cmyk = NULL;
-    if (tjDecompressHeader3(tj, data, (unsigned long)size, &width, &height, &subsamp, &colorspace) != 0) {
-        snprintf(err, err_cap, "not a readable JPEG header: %s", tjGetErrorStr2(tj));
-    } else if (width <= 0 || height <= 0 || (long)width * height > IMAGE_MAX_PIXELS) {
-        snprintf(err, err_cap, "%d x %d pixels (%.1f megapixels) is more than the %ld megapixels decoded",
-                 width, height, (double)width * height / (1024.0 * 1024.0), IMAGE_MAX_PIXELS / (1024 * 1024));
-    } else {
+    if (header_read(tj, data, size, &width, &height, &colorspace, err, err_cap) == 0) {
         size_t pixels = (size_t)width * height;
         rgb = malloc(pixels * 3);
         int is_cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
@@ -94,9 +117,17 @@ int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err,
 
 int image_decode_available(void) { return 0; }
 
+#define NO_TURBOJPEG "this amptrain was built without libjpeg-turbo (Debian: libturbojpeg0-dev)"
+
+int image_decode_size(const uint8_t *data, size_t size, int *width, int *height, char *err, size_t err_cap) {
+    (void)data, (void)size, (void)width, (void)height;
+    snprintf(err, err_cap, NO_TURBOJPEG);
+    return 1;
+}
+
 int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err, size_t err_cap) {
     (void)data, (void)size, (void)out;
-    snprintf(err, err_cap, "this amptrain was built without libjpeg-turbo (Debian: libturbojpeg0-dev)");
+    snprintf(err, err_cap, NO_TURBOJPEG);
     return 1;
 }
 

@@ -20,6 +20,11 @@
 
 #define IMAGE_MAX_PIXELS (64L * 1024 * 1024)  // 64 megapixels: 192 MiB of RGB, 8x a 24 MP photo
 
+// A rectangle of pixels: rows top .. top+height-1, columns left .. left+width-1.
+typedef struct CropBox {
+    int top, left, height, width;
+} CropBox;
+
 typedef struct DecodedImage {
     uint8_t *rgb;        // (height, width, 3) u8 RGB, malloc'd; grayscale/CMYK become RGB like PIL convert("RGB")
     int width, height;
@@ -31,6 +36,10 @@ int image_decode_available(void);
 // 0 and *out filled, or 1 with one line in err (not a JPEG, truncated, corrupt, too large: more than
 // IMAGE_MAX_PIXELS = 64 megapixels is refused before decoding). *out is untouched on failure.
 int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err, size_t err_cap);
+
+// The image's size from its header, with image_decode's checks (not a JPEG, a header that does not parse,
+// more than IMAGE_MAX_PIXELS): 0, or 1 with one line in err. Decodes nothing.
+int image_decode_size(const uint8_t *data, size_t size, int *width, int *height, char *err, size_t err_cap);
 
 // Frees img->rgb and clears the struct (a cleared struct may be freed again).
 void image_free(DecodedImage *img);

@@ -3,10 +3,9 @@
 //
 //   train: RandomResizedCrop(side, scale (0.08, 1) by default, ratio (3/4, 4/3)) then RandomHorizontalFlip(0.5)
 //   val:   Resize(round(side * 256 / 224)) of the shorter side, then CenterCrop(side)
-// Resizing is Pillow's antialiased BILINEAR (ImagingResample): a triangle filter whose support grows with
-// the downscale factor, separable, horizontal pass then vertical, coefficients in 22-bit fixed point,
-// each pass rounding to 8 bits. The results are Pillow's bytes: tests/unit/test_images.c holds them to
-// a float64 model of that algorithm (within 1), and tests/unit/test_images_pil.c to Pillow itself (bitwise).
+// Resizing is Pillow's antialiased BILINEAR (image_resample.h). The results are Pillow's bytes:
+// tests/unit/test_images.c holds them to a float64 model of that algorithm (within 1), and
+// tests/unit/test_images_pil.c to Pillow itself (bitwise).
 // Normalisation is not here: the device applies Dataset.norm to the bytes (core/pixels.h).
 #ifndef AMPTRAIN_IMAGE_TRANSFORM_H
 #define AMPTRAIN_IMAGE_TRANSFORM_H
@@ -15,10 +14,7 @@
 
 #include "../core/rng.h"
 #include "image_decode.h"
-
-typedef struct CropBox {
-    int top, left, height, width;
-} CropBox;
+#include "image_resample.h"
 
 // RandomResizedCrop's scale: the range of the crop's area as a fraction of the image's.
 typedef struct CropScale {
@@ -33,13 +29,20 @@ typedef struct CropScale {
 // the whole image clamped to the ratio range. Draws from rng in that order.
 CropBox image_random_resized_crop_box(int width, int height, CropScale scale, Rng *rng);
 
-// Pillow's Image.resize(box -> (out_w, out_h), BILINEAR) of the region `box` of `in`, but only the output
-// window `win` (top, left, height, width within out_w x out_h) is computed and written to out
-// (win.height, win.width, 3) u8. Each output pixel depends on its own coefficients only, so a window is
-// bitwise the corresponding part of Pillow's full output (resize then crop).
-void image_resize_bilinear(const DecodedImage *in, CropBox box, int out_w, int out_h, CropBox win, uint8_t *out);
+// RandomResizedCrop's box and RandomHorizontalFlip's coin for one image.
+typedef struct TrainCrop {
+    CropBox box;  // in the whole image's pixels
+    int flip;     // 1: mirror left-right
+} TrainCrop;
 
-// RandomResizedCrop (scale) then a flip with probability 1/2 (drawn after the box). out (side, side, 3) u8.
+// The box (image_random_resized_crop_box), then the flip with probability 1/2; needs only the image's size,
+// so a decoder can be told which pixels it must produce.
+TrainCrop image_train_crop_draw(int width, int height, CropScale scale, Rng *rng);
+
+// crop.box of in resized to out (side, side, 3) u8, mirrored when crop.flip.
+void image_train_crop_apply(const DecodedImage *in, TrainCrop crop, int side, uint8_t *out);
+
+// image_train_crop_draw then image_train_crop_apply on the whole image. out (side, side, 3) u8.
 void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rng *rng, uint8_t *out);
 
 // Resize(round(side * 256 / 224)) then CenterCrop(side), torchvision's sizes and offsets. out (side, side, 3) u8.

@@ -22,6 +22,7 @@
 #include "data/dataset.h"
 #include "data/image_dataset.h"
 #include "data/image_decode.h"
+#include "data/image_decode_region.h"
 #include "data/image_transform.h"
 #include "image_fixtures.h"
 #include "test_util.h"
@@ -138,11 +139,19 @@ START_TEST(decode_cmyk_converts_like_pil) {
 }
 END_TEST
 
+// Refused by image_decode, and by image_decode_region for a 1x1 box in the top-left corner when the
+// header passes image_decode_size (where the region decoder starts): a file cut below the box is found.
 static void assert_refused(const uint8_t *bytes, size_t len, const char *why_contains) {
     DecodedImage img = {.rgb = (uint8_t *)"untouched", .width = -7};
     char err[256] = "";
     ck_assert_int_eq(image_decode(bytes, len, &img, err, sizeof err), 1);
     ck_assert_msg(strstr(err, why_contains), "'%s' lacks '%s'", err, why_contains);
+    ck_assert_int_eq(img.width, -7);
+    int w, h;
+    if (image_decode_size(bytes, len, &w, &h, err, sizeof err) != 0) return;
+    CropBox held;
+    ck_assert_int_eq(image_decode_region(bytes, len, (CropBox){0, 0, 1, 1}, &img, &held, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, why_contains), "region: '%s' lacks '%s'", err, why_contains);
     ck_assert_int_eq(img.width, -7);
 }
 
@@ -177,10 +186,16 @@ START_TEST(decode_refuses_bad_input) {
     uint8_t *stray = malloc(len + 2);
     memcpy(stray, jpeg, len - 2);
     stray[len - 2] = 0x00, stray[len - 1] = 0x00, stray[len] = 0xFF, stray[len + 1] = 0xD9;
-    DecodedImage a = decode_ok(jpeg, len), b = decode_ok(stray, len + 2);
+    DecodedImage a = decode_ok(jpeg, len), b = decode_ok(stray, len + 2), c;
     ck_assert_mem_eq(a.rgb, b.rgb, 64 * 48 * 3);
+    CropBox held;
+    char err[256];
+    int rc = image_decode_region(stray, len + 2, (CropBox){0, 0, 48, 64}, &c, &held, err, sizeof err);
+    ck_assert_msg(rc == 0, "%s", err);
+    ck_assert_mem_eq(a.rgb, c.rgb, 64 * 48 * 3);
     image_free(&a);
     image_free(&b);
+    image_free(&c);
     free(stray);
     // 20000 x 20000 = 400 MP in the header: refused before any pixel buffer is made.
     set_jpeg_size(jpeg, len, 20000, 20000);
@@ -188,6 +203,75 @@ START_TEST(decode_refuses_bad_input) {
     free(jpeg);
     free(prog);
     free(src);
+}
+END_TEST
+
+// ---- region decode: bitwise the full decode's pixels -----------------------------------------------------
+
+// Decodes the region `want` of jpeg and holds every pixel of want to the full decode `full`, bitwise;
+// 1 when the region held is smaller than the whole image (the cropped path ran), else 0.
+static int region_matches_full(const uint8_t *jpeg, size_t len, const DecodedImage *full, CropBox want,
+                               const char *what) {
+    DecodedImage part = {0};
+    CropBox held;
+    char err[256] = "";
+    ck_assert_msg(image_decode_region(jpeg, len, want, &part, &held, err, sizeof err) == 0, "%s: %s", what, err);
+    ck_assert(held.width == part.width && held.height == part.height);
+    ck_assert_msg(held.top <= want.top && held.left <= want.left && held.top + held.height >= want.top + want.height &&
+                      held.left + held.width >= want.left + want.width,
+                  "%s: held (%d, %d, %d, %d) lacks want (%d, %d, %d, %d)", what, held.top, held.left, held.height,
+                  held.width, want.top, want.left, want.height, want.width);
+    for (int y = want.top; y < want.top + want.height; y++) {
+        const uint8_t *got = part.rgb + ((size_t)(y - held.top) * part.width + (want.left - held.left)) * 3;
+        const uint8_t *ref = full->rgb + ((size_t)y * full->width + want.left) * 3;
+        if (memcmp(got, ref, (size_t)want.width * 3) == 0) continue;
+        int x = 0;
+        while (memcmp(got + 3 * x, ref + 3 * x, 3) == 0) x++;
+        ck_abort_msg("%s: box (%d, %d, %d, %d), held (%d, %d, %d, %d): pixel (%d, %d) differs from the full decode",
+                     what, want.top, want.left, want.height, want.width, held.top, held.left, held.height, held.width,
+                     y, want.left + x);
+    }
+    int cropped = (long)held.width * held.height < (long)full->width * full->height;
+    image_free(&part);
+    return cropped;
+}
+
+// Every subsampling libjpeg upsamples (fancy upsampling reads neighbours across the region's borders),
+// grayscale, progressive files, odd sizes; noise so that neighbours differ. Boxes: RandomResizedCrop's,
+// plus the whole image, 1x1 corners and strips along the edges.
+START_TEST(decode_region_equals_full_decode) {
+    const struct { int w, h, channels, subsamp, progressive; } cases[] = {
+        {500, 375, 3, TJSAMP_420, 0}, {500, 375, 3, TJSAMP_420, 1}, {333, 250, 3, TJSAMP_422, 0},
+        {333, 250, 3, TJSAMP_444, 0}, {301, 199, 3, TJSAMP_440, 0}, {301, 199, 3, TJSAMP_411, 0},
+        {301, 199, 3, TJSAMP_444, 1}, {257, 193, 1, TJSAMP_GRAY, 0}, {257, 193, 1, TJSAMP_GRAY, 1},
+        {17, 9, 3, TJSAMP_420, 0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        int W = cases[k].w, H = cases[k].h, cropped = 0, boxes = 0;
+        uint8_t *src = fx_noise(W, H, 40 + k);
+        if (cases[k].channels == 1)
+            for (size_t i = 0; i < (size_t)W * H; i++) src[i] = src[3 * i];
+        size_t len;
+        uint8_t *jpeg = fx_jpeg(src, W, H, cases[k].channels, 90, cases[k].subsamp, cases[k].progressive, &len);
+        DecodedImage full = decode_ok(jpeg, len);
+        char what[64];
+        snprintf(what, sizeof what, "%dx%d case %zu", W, H, k);
+        const CropBox edges[] = {{0, 0, H, W},     {0, 0, 1, 1},     {H - 1, W - 1, 1, 1}, {0, W - 1, 1, 1},
+                                 {H - 1, 0, 1, 1}, {0, W - 3, H, 3}, {H - 2, 0, 2, W},     {H / 3, W / 3, 1, W / 3 + 1}};
+        for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++, boxes++)
+            cropped += region_matches_full(jpeg, len, &full, edges[e], what);
+        for (uint32_t n = 0; n < 150; n++, boxes++) {
+            Rng rng;
+            data_rng_seed(&rng, 17, DATA_STREAM_AUGMENT, (uint32_t)k, n);
+            CropBox box = image_random_resized_crop_box(W, H, CROP_SCALE_TORCHVISION, &rng);
+            cropped += region_matches_full(jpeg, len, &full, box, what);
+        }
+        // not vacuous: most boxes decode less than the image (all but the whole-image ones on large files)
+        if (W > 100) ck_assert_msg(cropped > boxes / 2, "%s: %d of %d boxes cropped", what, cropped, boxes);
+        image_free(&full);
+        free(jpeg);
+        free(src);
+    }
 }
 END_TEST
 
@@ -428,7 +512,7 @@ START_TEST(train_transform_is_crop_resize_and_exact_flip) {
         int flip = rng_uniform(&copy) < 0.5f;
         flips += flip;
         CropBox all = {0, 0, side, side};
-        image_resize_bilinear(&img, box, side, side, all, plain);
+        image_resize_bilinear(&img, box, side, side, all, 0, plain);
         for (int y = 0; y < side; y++)
             for (int x = 0; x < side; x++)
                 ck_assert_mem_eq(out + ((size_t)y * side + x) * 3,
@@ -448,9 +532,9 @@ START_TEST(resize_window_equals_full_resize_cut) {
     DecodedImage img = image_of(rgb, W, H);
     CropBox box = {3, 5, 40, 60};
     uint8_t *full = malloc((size_t)OW * OH * 3), *part = malloc((size_t)OW * OH * 3);
-    image_resize_bilinear(&img, box, OW, OH, (CropBox){0, 0, OH, OW}, full);
+    image_resize_bilinear(&img, box, OW, OH, (CropBox){0, 0, OH, OW}, 0, full);
     CropBox win = {13, 7, 30, 21};
-    image_resize_bilinear(&img, box, OW, OH, win, part);
+    image_resize_bilinear(&img, box, OW, OH, win, 0, part);
     for (int y = 0; y < win.height; y++)
         ck_assert_mem_eq(part + (size_t)y * win.width * 3, full + ((size_t)(win.top + y) * OW + win.left) * 3,
                          (size_t)win.width * 3);
@@ -594,6 +678,50 @@ START_TEST(imagefolder_replaces_bad_samples_deterministically) {
         }
     ck_assert_int_eq(image_dataset_skipped(ds), 4 * 3);  // samples 1, 2 and 5 in each of 4 threads
     dataset_close(ds);
+}
+END_TEST
+
+// A training sample decodes only its crop's region (image_decode_region): the bytes must be those of the
+// whole image's decode through image_transform_train with the same rng, also for the sample that replaces
+// a truncated one (whose failed decode must leave the rng as it was).
+START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
+    const char *root = "folder_crop";
+    rm_rf(root);
+    mkdirs("folder_crop/train/a");
+    const struct { int w, h, subsamp, progressive; size_t cut; } files[] = {
+        {500, 375, TJSAMP_420, 0, 0}, {333, 250, TJSAMP_420, 0, 2}, {301, 199, TJSAMP_422, 1, 0}};
+    uint8_t *jpeg[3];
+    size_t len[3];
+    char path[512];
+    for (int k = 0; k < 3; k++) {
+        uint8_t *src = fx_noise(files[k].w, files[k].h, 70 + (uint64_t)k);
+        jpeg[k] = fx_jpeg(src, files[k].w, files[k].h, 3, 90, files[k].subsamp, files[k].progressive, &len[k]);
+        snprintf(path, sizeof path, "%s/train/a/%d.jpg", root, k);
+        fx_write(path, jpeg[k], files[k].cut ? len[k] / files[k].cut : len[k]);  // 1.jpg is cut in half
+        free(src);
+    }
+    Dataset *ds;
+    char err[512] = "";
+    const int side = 64, decoded_as[] = {0, 2, 2};
+    ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, 1, side, 10, 42, imagenet, &ds, err, sizeof err) == 0, "%s",
+                  err);
+    uint8_t got[64 * 64 * 3], want[64 * 64 * 3];
+    for (uint32_t n = 0; n < 40; n++) {
+        int k = (int)(n % 3);
+        Rng rng, copy;
+        data_rng_seed(&rng, 5, DATA_STREAM_AUGMENT, 0, n);
+        copy = rng;
+        int32_t label;
+        dataset_get(ds, k, got, &label, &rng);
+        DecodedImage full = decode_ok(jpeg[decoded_as[k]], len[decoded_as[k]]);
+        image_transform_train(&full, side, CROP_SCALE_TORCHVISION, &copy, want);
+        ck_assert_msg(memcmp(got, want, sizeof got) == 0, "sample %d, draw %u: differs from the full decode's", k, n);
+        ck_assert_mem_eq(&rng, &copy, sizeof rng);  // the same numbers drawn
+        image_free(&full);
+    }
+    ck_assert_int_gt(image_dataset_skipped(ds), 0);  // not vacuous: 1.jpg was replaced
+    dataset_close(ds);
+    for (int k = 0; k < 3; k++) free(jpeg[k]);
 }
 END_TEST
 
@@ -838,6 +966,7 @@ static Suite *images_suite(void) {
     tcase_add_test(decode, decode_progressive_equals_baseline);
     tcase_add_test(decode, decode_cmyk_converts_like_pil);
     tcase_add_test(decode, decode_refuses_bad_input);
+    tcase_add_test(decode, decode_region_equals_full_decode);
     suite_add_tcase(s, decode);
     TCase *transform = tcase_create("transform");
     tcase_set_timeout(transform, 120);
@@ -852,6 +981,7 @@ static Suite *images_suite(void) {
     tcase_set_timeout(folder, 120);
     tcase_add_test(folder, imagefolder_order_is_torchvision_order);
     tcase_add_test(folder, imagefolder_replaces_bad_samples_deterministically);
+    tcase_add_test(folder, imagefolder_train_crop_equals_full_decode_transform);
     tcase_add_test(folder, imagefolder_refuses_bad_layouts);
     tcase_add_test(folder, imagefolder_list_cache_is_read_back_and_rebuilt);
     tcase_add_test(folder, config_image_keys);

@@ -66,7 +66,7 @@ START_TEST(decode_and_resize_match_pillow) {
             CropBox box = image_random_resized_crop_box(img.width, img.height, CROP_SCALE_TORCHVISION, &rng);
             int side = n % 2 ? 224 : 48;
             uint8_t *o = malloc((size_t)side * side * 3);
-            image_resize_bilinear(&img, box, side, side, (CropBox){0, 0, side, side}, o);
+            image_resize_bilinear(&img, box, side, side, (CropBox){0, 0, side, side}, 0, o);
             snprintf(out, sizeof out, "pil_%s_crop%u.rgb", f->name, n);
             write_raw(out, o, (size_t)side * side * 3);
             fprintf(manifest, "crop %s %d %d %d %d %d %d %d %s\n", raw, img.width, img.height, box.top, box.left,
