@@ -21,6 +21,7 @@
 #             training loop at batch 256 AMP on that folder
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
+#   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) beside synthetic data
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -134,8 +135,9 @@ stage_fmnist() {
     build/amptrain configs/fashion_mnist.yaml data.path=/tmp/fmnist log.metrics="$OUT/fmnist.jsonl" \
         checkpoint.dir= checkpoint.every=0 log.progress=never 2>&1 | grep -E "^eval|summary|error"
 }
-stage_jpegs() {
-    python3 - <<'PY' || return 1
+make_jpegs() {  # 2048 photo-like 500x375 quality-90 JPEGs in /tmp/jpegs (ImageFolder, 8 classes)
+    [ -d /tmp/jpegs/train ] && return 0
+    python3 - <<'PY'
 import numpy as np, os
 from PIL import Image
 rng = np.random.default_rng(0)
@@ -146,6 +148,9 @@ for i in range(2048):
     img = np.clip(img + rng.normal(0, 12, img.shape), 0, 255).astype(np.uint8)
     Image.fromarray(img).save(f"{d}/{i:05d}.jpg", quality=90)
 PY
+}
+stage_jpegs() {
+    make_jpegs || return 1
     du -sh /tmp/jpegs
     local img=(configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder data.path=/tmp/jpegs)
     build/amptrain "${img[@]}" --bench-data --bench-steps 20 | grep '^{' | tee -a "$BENCH"
@@ -168,6 +173,17 @@ profile_pair() {  # name amptrain-overrides... -- torch-flags...
 }
 stage_profile() {
     profile_pair amp -- --amp 1 && profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0
+}
+stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each linked 8 times: 1.4 epochs in 90
+                    # steps, so epoch ends do not dominate) beside the same loop on synthetic data
+    make_jpegs || return 1
+    rm -rf /tmp/jpegs8 && mkdir -p /tmp/jpegs8/train
+    for c in /tmp/jpegs/train/c*; do
+        mkdir -p "/tmp/jpegs8/train/${c##*/}"
+        for k in 0 1 2 3 4 5 6 7; do for f in "$c"/*.jpg; do ln "$f" "/tmp/jpegs8/train/${c##*/}/$k-${f##*/}"; done; done
+    done
+    loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8
+    loop_run 256 1
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift
