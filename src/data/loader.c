@@ -1,9 +1,14 @@
 // loader.c - the ring of prepared batches and the workers that fill it (see loader.h).
 //
-// Batch j of the walk belongs to worker j % workers and to ring slot j % slots. A worker may start
-// batch j once the caller has released batch j - slots (the slot's last user). Ownership: each worker
-// alone touches its own sampler copy and index scratch, and the slot it is filling; the caller alone
-// reads the slot it holds. The mutex guards only the counters, so batches are assembled without it.
+// Work goes out in walk order, in chunks of LOADER_CHUNK samples. Batch j lives in ring slot j % slots.
+// The first worker to find every chunk of the open batch handed out opens batch j + 1 (once the caller
+// has released batch j - slots, the slot's last user): it sets the slot up (the sampler's block into
+// the slot's indices, the batch's numbers, the unused rows zeroed) and publishes the chunk count; then
+// every worker takes that batch's chunks in turn. So all workers assemble one batch at a time: a batch
+// is ready a chunk's time after its last chunk starts, not a whole batch's time after one worker took it,
+// and loader_destroy waits for at most one chunk per worker.
+// Ownership: the mutex guards the counters; a slot's indices and numbers belong to the worker setting
+// it up until it publishes; a chunk's rows to the worker that took it; a ready slot to the caller.
 #include "loader.h"
 
 #include <pthread.h>
@@ -15,20 +20,25 @@
 #include "../core/check.h"
 
 #define LOADER_MAX_WORKERS 64
+#define LOADER_CHUNK 8  // samples per task: a few milliseconds of JPEG decoding
 
 typedef struct LoaderWorker {
     struct Loader *loader;
-    int id;
     Sampler sampler;     // this worker's copy (the sampler caches the epoch's order)
-    int32_t *indices;    // (batch) int32 scratch
     pthread_t thread;
 } LoaderWorker;
+
+typedef struct LoaderSlot {
+    Batch batch;
+    int32_t *indices;    // (batch) int32: the sampler's block for the walk index made here
+    long ready;          // the walk index complete in this slot, -1 none
+    int chunks_left;     // chunks of the batch being made here that are not done yet
+} LoaderSlot;
 
 struct Loader {
     const Dataset *ds;
     Backend *pinned;           // where the ring's buffers come from (NULL: the heap)
-    Batch *ring;               // (slots) batches of sampler.batch samples each
-    long *ready;               // (slots) the walk index now ready in each slot, -1 none
+    LoaderSlot *ring;          // (slots)
     int slots;                 // prefetch + 1
     int batch;                 // samples per buffer
     int accum, steps_per_epoch;
@@ -41,6 +51,9 @@ struct Loader {
     int threaded;
     pthread_mutex_t mutex;
     pthread_cond_t changed;    // broadcast on every counter change; both sides wait on it
+    long open;                 // the walk index whose chunks are handed out (-1 before the first)
+    int open_chunks;           // its chunks; -1 while a worker sets it up
+    int next_chunk;            // the next chunk of `open` to hand out
     long next;                 // the walk index the caller takes next
     int stop;                  // loader_destroy asked the workers to end
 };
@@ -51,40 +64,72 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-// Assembles walk index j into b.
-static void loader_produce(Loader *l, LoaderWorker *w, long j, Batch *b) {
-    const Dataset *ds = l->ds;
+// Sets slot j % slots up for walk index j (its numbers, indices and zeroed unused rows); returns its
+// number of chunks.
+static int loader_setup(Loader *l, LoaderWorker *w, long j) {
+    LoaderSlot *s = &l->ring[j % l->slots];
+    Batch *b = &s->batch;
     long flat = l->first_flat + j, per_epoch = (long)l->steps_per_epoch * l->accum;
     b->epoch = l->epoch0 + (int)(flat / per_epoch);
     b->step = (int)(flat % per_epoch / l->accum);
     b->micro = (int)(flat % l->accum);
-    b->count = sampler_block(&w->sampler, b->epoch, b->step, b->micro, w->indices);
+    b->count = sampler_block(&w->sampler, b->epoch, b->step, b->micro, s->indices);
     b->step_total = sampler_step_total(&w->sampler, b->epoch, b->step);
-    dataset_get_batch(ds, w->indices, b->count, b->epoch, b->images, b->labels);
     // Rows past count are zeroed so a whole buffer is as deterministic as its valid part.
-    size_t bytes = dataset_image_bytes(ds);
+    size_t bytes = dataset_image_bytes(l->ds);
     int unused = l->batch - b->count;
     memset(b->images + (size_t)b->count * bytes, 0, (size_t)unused * bytes);
     memset(b->labels + b->count, 0, (size_t)unused * sizeof(int32_t));
+    return (b->count + LOADER_CHUNK - 1) / LOADER_CHUNK;
+}
+
+// Samples [c * LOADER_CHUNK, ...) of walk index j, already set up in its slot.
+static void loader_produce_chunk(Loader *l, long j, int c) {
+    LoaderSlot *s = &l->ring[j % l->slots];
+    Batch *b = &s->batch;
+    int first = c * LOADER_CHUNK, count = b->count - first < LOADER_CHUNK ? b->count - first : LOADER_CHUNK;
+    size_t bytes = dataset_image_bytes(l->ds);
+    dataset_get_batch(l->ds, s->indices + first, count, b->epoch, b->images + (size_t)first * bytes,
+                      b->labels + first);
 }
 
 static void *loader_worker(void *arg) {
     LoaderWorker *w = arg;
     Loader *l = w->loader;
-    for (long j = w->id; j < l->total; j += l->n_workers) {
-        int slot = (int)(j % l->slots);
-        pthread_mutex_lock(&l->mutex);
-        // batch j - slots (the slot's last user) is released once the caller asked for the one after it
-        while (!l->stop && j >= l->slots && j - l->slots >= l->next - 1) pthread_cond_wait(&l->changed, &l->mutex);
-        int stop = l->stop;
-        pthread_mutex_unlock(&l->mutex);
-        if (stop) break;
-        loader_produce(l, w, j, &l->ring[slot]);
-        pthread_mutex_lock(&l->mutex);
-        l->ready[slot] = j;
-        pthread_cond_broadcast(&l->changed);
-        pthread_mutex_unlock(&l->mutex);
+    pthread_mutex_lock(&l->mutex);
+    while (!l->stop) {
+        if (l->open >= 0 && l->open_chunks < 0) {  // another worker is setting the open batch up
+            pthread_cond_wait(&l->changed, &l->mutex);
+        } else if (l->open >= 0 && l->next_chunk < l->open_chunks) {
+            long j = l->open;
+            int c = l->next_chunk++;
+            pthread_mutex_unlock(&l->mutex);
+            loader_produce_chunk(l, j, c);
+            pthread_mutex_lock(&l->mutex);
+            LoaderSlot *s = &l->ring[j % l->slots];
+            if (--s->chunks_left == 0) {
+                s->ready = j;
+                pthread_cond_broadcast(&l->changed);
+            }
+        } else {
+            long j = l->open + 1;
+            if (j >= l->total) break;
+            // batch j - slots (the slot's last user) is released once the caller asked for the one after it
+            if (j >= l->slots && j - l->slots >= l->next - 1) {
+                pthread_cond_wait(&l->changed, &l->mutex);
+                continue;
+            }
+            l->open = j, l->open_chunks = -1, l->next_chunk = 0;
+            pthread_mutex_unlock(&l->mutex);
+            int chunks = loader_setup(l, w, j);
+            pthread_mutex_lock(&l->mutex);
+            l->open_chunks = chunks;
+            l->ring[j % l->slots].chunks_left = chunks;
+            if (chunks == 0) l->ring[j % l->slots].ready = j;
+            pthread_cond_broadcast(&l->changed);
+        }
     }
+    pthread_mutex_unlock(&l->mutex);
     return NULL;
 }
 
@@ -125,19 +170,18 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, i
     for (int i = 0; i < l->n_workers; i++) {
         LoaderWorker *w = &l->workers[i];
         w->loader = l;
-        w->id = i;
         sampler_init(&w->sampler, sampler->size, sampler->batch, sampler->world, sampler->rank, sampler->accum,
                      sampler->drop_last, (long)sampler->seed);
-        w->indices = xcalloc((size_t)sampler->batch, sizeof(int32_t));
     }
-    l->slots = (l->threaded && workers > prefetch ? workers : prefetch) + 1;
-    l->ring = xcalloc((size_t)l->slots, sizeof(Batch));
-    l->ready = xcalloc((size_t)l->slots, sizeof(long));
+    l->slots = prefetch + 1;
+    l->ring = xcalloc((size_t)l->slots, sizeof *l->ring);
     for (int i = 0; i < l->slots; i++) {
-        l->ring[i].images = buffer_alloc(l, (size_t)sampler->batch * dataset_image_bytes(ds));
-        l->ring[i].labels = buffer_alloc(l, (size_t)sampler->batch * sizeof(int32_t));
-        l->ready[i] = -1;
+        l->ring[i].batch.images = buffer_alloc(l, (size_t)sampler->batch * dataset_image_bytes(ds));
+        l->ring[i].batch.labels = buffer_alloc(l, (size_t)sampler->batch * sizeof(int32_t));
+        l->ring[i].indices = xcalloc((size_t)sampler->batch, sizeof(int32_t));
+        l->ring[i].ready = -1;
     }
+    l->open = -1;
     if (l->threaded) {
         AMP_ASSERT(pthread_mutex_init(&l->mutex, NULL) == 0, "loader: pthread_mutex_init failed");
         AMP_ASSERT(pthread_cond_init(&l->changed, NULL) == 0, "loader: pthread_cond_init failed");
@@ -152,24 +196,25 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, i
 const Batch *loader_next(Loader *l, double *waited) {
     if (l->next >= l->total) return NULL;
     long j = l->next;
-    Batch *b = &l->ring[j % l->slots];
+    LoaderSlot *s = &l->ring[j % l->slots];
     if (!l->threaded) {
         double start = waited ? now_seconds() : 0;
-        loader_produce(l, &l->workers[0], j, b);
+        int chunks = loader_setup(l, &l->workers[0], j);
+        for (int c = 0; c < chunks; c++) loader_produce_chunk(l, j, c);
         l->next++;
         if (waited) *waited += now_seconds() - start;
-        return b;
+        return &s->batch;
     }
     pthread_mutex_lock(&l->mutex);
     l->next++;  // releases batch j - 1
     pthread_cond_broadcast(&l->changed);
-    if (l->ready[j % l->slots] != j) {
+    if (s->ready != j) {
         double start = waited ? now_seconds() : 0;
-        while (l->ready[j % l->slots] != j) pthread_cond_wait(&l->changed, &l->mutex);
+        while (s->ready != j) pthread_cond_wait(&l->changed, &l->mutex);
         if (waited) *waited += now_seconds() - start;
     }
     pthread_mutex_unlock(&l->mutex);
-    return b;
+    return &s->batch;
 }
 
 int loader_auto_workers(int local_ranks) {
@@ -190,15 +235,12 @@ void loader_destroy(Loader *l) {
         pthread_mutex_destroy(&l->mutex);
     }
     for (int i = 0; i < l->slots; i++) {
-        buffer_free(l, l->ring[i].images);
-        buffer_free(l, l->ring[i].labels);
+        buffer_free(l, l->ring[i].batch.images);
+        buffer_free(l, l->ring[i].batch.labels);
+        free(l->ring[i].indices);
     }
-    for (int i = 0; i < l->n_workers; i++) {
-        free(l->workers[i].indices);
-        sampler_free(&l->workers[i].sampler);
-    }
+    for (int i = 0; i < l->n_workers; i++) sampler_free(&l->workers[i].sampler);
     free(l->workers);
     free(l->ring);
-    free(l->ready);
     free(l);
 }

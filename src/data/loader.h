@@ -5,10 +5,11 @@
 // micro fastest. Each batch is the sampler's block for this rank, assembled by dataset_get_batch as raw
 // bytes (pixels.h): the device normalises them.
 //
-// prefetch = P > 0: `workers` threads fill up to max(P, workers) batches ahead in a ring of one more
-// buffer (the batch the caller holds), so every worker has a batch to work on; batch j of the walk is
-// made by worker j % workers into slot j % slots and handed out in order. prefetch = 0: loader_next assembles the batch on the caller's thread. Every
-// value is a pure function of (seed, epoch, index), so every path gives bitwise-identical batches.
+// prefetch = P > 0: `workers` threads fill up to P batches ahead in a ring of one more buffer (the batch
+// the caller holds), all of them on one batch at a time, a chunk of samples each, in walk order: a batch
+// is ready soon after its turn comes, and the threads stop within a chunk. prefetch = 0: loader_next
+// assembles the batch on the caller's thread. Every value is a pure function of (seed, epoch, index),
+// so every path gives bitwise-identical batches.
 // The buffers come from `pinned` (Backend.host_alloc: page-locked on CUDA, so the copy stream reads them
 // directly) or from the heap when it is NULL.
 #ifndef AMPTRAIN_LOADER_H

@@ -493,9 +493,9 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
             save_checkpoint(t, "last");
         if ((stopped = agreed_stop(t, stop)) != 0) break;
     }
-    if (feed.loader) loader_destroy(feed.loader);
-    t->be->sync(t->be);
+    t->be->sync(t->be);  // the last upload has left the loader's buffers, the last step is done
     double end = metrics_now();
+    if (feed.loader) loader_destroy(feed.loader);
     t->train_seconds = end - start;
     if (t->startup_s > 0 && end > t->steady_start)
         t->steady_images_per_s = (double)(t->images_seen - t->steady_images) / (end - t->steady_start);

@@ -641,6 +641,13 @@ START_TEST(test_loader_prefetch_is_bitwise_synchronous) {
     check_prefetch_matches_sync(learnable, &s);
     sampler_free(&s);
     dataset_close(learnable);
+    // batches of several chunks (8 samples each) shared by the workers, the last chunk and the last
+    // batch partial
+    learnable = dataset_learnable_create(130, L_SIDE, L_CLASSES, 5, 0);
+    sampler_init(&s, learnable->size, 21, 2, 0, 1, 0, 4);  // global batch 42: 4 steps, the last partial
+    check_prefetch_matches_sync(learnable, &s);
+    sampler_free(&s);
+    dataset_close(learnable);
 }
 END_TEST
 
