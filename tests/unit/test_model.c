@@ -237,30 +237,36 @@ static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, i
     return grads;
 }
 
-// The shared arena against every buffer on its own: the same loss and bitwise the same gradients, so no
-// reused byte was still needed (an overlap shows as a changed gradient, not as a crash).
+// One step of two set-ups (config and no_reuse each) from the same weights and batch: the same finite
+// loss and bitwise the same gradients.
+static void assert_same_step(const Config *cfg_a, int no_reuse_a, const Config *cfg_b, int no_reuse_b, int amp,
+                             const char *what) {
+    Model shapes;
+    model_init_shapes(&shapes, &cfg_a->model, amp);
+    size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
+    model_free(&shapes, NULL);
+    float loss_a, loss_b;
+    unsigned char *a = step_gradients(cfg_a, amp, no_reuse_a, 3, &loss_a);
+    unsigned char *b = step_gradients(cfg_b, amp, no_reuse_b, 3, &loss_b);
+    ck_assert(isfinite(loss_a));
+    ck_assert_float_eq(loss_a, loss_b);
+    size_t differ = 0;
+    for (size_t i = 0; i < bytes; i++) differ += a[i] != b[i];
+    ck_assert_msg(differ == 0, "%s: %zu of %zu gradient bytes differ (amp %d)", what, differ, bytes, amp);
+    free(a);
+    free(b);
+}
+
+// The shared arena against every buffer on its own: no reused byte was still needed (an overlap shows as
+// a changed gradient, not as a crash).
 static void check_reuse_changes_nothing(const char *const *overrides, int amp) {
     Config cfg;
     tu_config(&cfg, overrides);
-    Model shapes;
-    model_init_shapes(&shapes, &cfg.model, amp);
-    size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
-    model_free(&shapes, NULL);
-    float loss_shared, loss_own;
-    unsigned char *shared = step_gradients(&cfg, amp, 0, 3, &loss_shared);
-    unsigned char *own = step_gradients(&cfg, amp, 1, 3, &loss_own);
-    ck_assert(isfinite(loss_shared));
-    ck_assert_float_eq(loss_shared, loss_own);
-    size_t differ = 0;
-    for (size_t i = 0; i < bytes; i++) differ += shared[i] != own[i];
-    ck_assert_msg(differ == 0, "%zu of %zu gradient bytes differ (amp %d)", differ, bytes, amp);
-    free(shared);
-    free(own);
+    assert_same_step(&cfg, 0, &cfg, 1, amp, "shared arena vs own buffers");
 }
 
-// Recomputing bn1/bn2's outputs in backward against keeping them: the same loss and bitwise the same
-// gradients on the CPU (whose recomputation is exact). Reads of a b1 or b2 that was not recomputed would
-// see the next blocks' activations written over it.
+// Recomputing bn1/bn2's outputs in backward against keeping them (the CPU's recomputation is exact).
+// Reads of a b1 or b2 that was not recomputed would see the next blocks' activations written over it.
 static void check_recompute_changes_nothing(const char *const *overrides, const char *recompute, int amp) {
     Config keep, again;
     tu_config(&keep, overrides);
@@ -269,20 +275,7 @@ static void check_recompute_changes_nothing(const char *const *overrides, const 
     while (overrides[k]) with[k] = overrides[k], k++;
     with[k] = recompute;
     tu_config(&again, with);
-    Model shapes;
-    model_init_shapes(&shapes, &keep.model, amp);
-    size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
-    model_free(&shapes, NULL);
-    float loss_keep, loss_again;
-    unsigned char *kept = step_gradients(&keep, amp, 0, 3, &loss_keep);
-    unsigned char *recomputed = step_gradients(&again, amp, 0, 3, &loss_again);
-    ck_assert(isfinite(loss_keep));
-    ck_assert_float_eq(loss_keep, loss_again);
-    size_t differ = 0;
-    for (size_t i = 0; i < bytes; i++) differ += kept[i] != recomputed[i];
-    ck_assert_msg(differ == 0, "%zu of %zu gradient bytes differ with %s (amp %d)", differ, bytes, recompute, amp);
-    free(kept);
-    free(recomputed);
+    assert_same_step(&keep, 0, &again, 0, amp, recompute);
 }
 
 START_TEST(test_recomputing_bn_outputs_changes_no_gradient) {
