@@ -29,6 +29,9 @@ typedef struct EncodedSource {
     // Optional (NULL: "sample i"): writes what a user calls sample i (its file, its shard member) into
     // out, for the log line that names a sample that does not decode.
     void (*describe)(const struct EncodedSource *src, int index, char *out, size_t out_cap);
+    // Optional (NULL: nothing to save): writes into cache_dir what the open learnt for the next start but
+    // could not keep because cache_dir did not exist yet (imagefolder's file list); see dataset_save_cache.
+    void (*save_list)(const struct EncodedSource *src, const char *cache_dir);
 } EncodedSource;
 
 // Takes ownership of src. A sample that cannot be read or decoded is counted, named in the log by the

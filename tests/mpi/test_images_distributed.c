@@ -5,7 +5,7 @@
 //      epoch - so the same on any rank count;
 //   2. a run resumed from a checkpoint written mid-epoch trains on bitwise the same next batches as an
 //      uninterrupted run and ends with bitwise the same weights, momentum and scaler state; the
-//      ImageFolder's runs also write and then read its file-list cache in checkpoint.dir;
+//      ImageFolder's first run (on a checkpoint.dir it makes) writes its file-list cache, the later read it;
 //   3. a file that does not decode is named in the log by the rank that read it (the last rank), once,
 //      and by no other rank.
 // Rank 0 writes the fixtures into a folder named after the rank count (the 1-, 2- and 3-rank launches
@@ -220,7 +220,8 @@ static void check_resume(const char *source) {
     snprintf(steps_n, sizeof steps_n, "train.steps=%d", N);
     int imagefolder = strcmp(source, "imagefolder") == 0;
 
-    // The first run opens the data before its checkpoint.dir exists: no list cache yet.
+    // The first run opens the data before its checkpoint.dir exists; it walks the folder and caches the
+    // list once the folder is made.
     make_config(&first_cfg, source, base, (const char *const[]){steps_k, dir_key, NULL});
     Trainer first;
     trainer_start(&first, &first_cfg);
@@ -229,17 +230,14 @@ static void check_resume(const char *source) {
     ck_assert_int_ne(first.step_in_epoch, 0);  // mid-epoch
     trainer_free(&first);
     comm->barrier(comm);  // rank 0 wrote the checkpoint
-    // Every rank looks before any opens the data again (which saves the list).
-    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 0), "a list was cached too early");
+    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 1), "the first run cached no list");
 
-    // The resumed run walks the folder and caches the list (every rank at once: atomic renames).
+    // The resumed run and the straight run read that cache: their batches are compared with those of the
+    // first run's walked list (the state the resumed run starts from).
     make_config(&resumed_cfg, source, base, (const char *const[]){steps_n, dir_key, resume_key, NULL});
     Trainer resumed;
     trainer_start(&resumed, &resumed_cfg);
     ck_assert_int_eq(resumed.step, K);
-    comm->barrier(comm);
-    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 1), "the resumed run cached no list");
-    // The straight run then reads that cache: its batches are compared with those of the walked list.
     make_config(&straight_cfg, source, base, (const char *const[]){steps_n, dir_key, NULL});
     Trainer straight;
     trainer_start(&straight, &straight_cfg);
