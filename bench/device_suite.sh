@@ -95,8 +95,12 @@ stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024
 loop_run() {  # batch amp(1|0) extra-overrides... : one JSON line from the loop's steady-state metrics
     local batch=$1 amp=$2; shift 2
     local m="$OUT/loop_b${batch}_amp${amp}_$RANDOM.jsonl"
-    build/amptrain configs/resnext50_32x4d_imagenet.yaml data.batch_size="$batch" data.train_size=$((batch * 100)) \
-        data.val_size=0 train.steps=90 log.every=10 log.progress=never log.metrics="$m" checkpoint.dir= checkpoint.every=0 \
+    # The config's synthetic data: 100 batches, no evaluation. An image source (a data.source override) has
+    # the size of its files, and amptrain refuses sizes for it.
+    local sizes=(data.train_size=$((batch * 100)) data.val_size=0)
+    case " $* " in *" data.source="*) sizes=() ;; esac
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml data.batch_size="$batch" "${sizes[@]}" \
+        train.steps=90 log.every=10 log.progress=never log.metrics="$m" checkpoint.dir= checkpoint.every=0 \
         amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" "$@" 2>&1 | grep -E "summary|error" >&2
     python3 - "$m" "$batch" "$amp" "$*" <<'PY' | tee -a "$BENCH"
 import json, statistics, sys

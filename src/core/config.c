@@ -33,6 +33,7 @@ typedef struct {
 typedef struct {
     Config cfg;
     Where where[CONFIG_MAX_KEYS];   // parallel to config_keys
+    DataConfig file_data;           // the data settings after the file, before the overrides
     const char *file;               // the config file as the user named it
     FILE *err;
 } Loader;
@@ -680,6 +681,88 @@ static int check_checkpoint(const Loader *L) {
     return 0;
 }
 
+// ---- data keys that only some sources read -------------------------------------------------------
+//
+// A data key that the run's source does not read would be ignored, so writing one is an error. A key in
+// the file is judged by the file's own data settings too: a command line that switches the source
+// (`configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder`) drops the file's keys for the file's
+// source (they return to their defaults) instead of refusing the file. A key that neither the file's
+// settings nor the run's read, or a command-line key the run does not read, is refused.
+
+static int is_generated_source(const char *source) {
+    return !strcmp(source, "synthetic") || !strcmp(source, "learnable");
+}
+
+static int is_jpeg_source(const char *source) { return !strcmp(source, "imagefolder") || !strcmp(source, "webdataset"); }
+
+// 1 when the data settings `d` do not read data.`key`, with the reason in why[size]; 0 when they read it.
+// data.path "" is no path, so it is read (as nothing) by every source.
+static int data_key_unread(const char *key, const DataConfig *d, char *why, size_t size) {
+    const char *s = d->source;
+    if (!strcmp(key, "train_size") || !strcmp(key, "val_size")) {
+        if (is_generated_source(s)) return 0;
+        snprintf(why, size, "only synthetic and learnable data have a size to choose; %s's comes from its files", s);
+    } else if (!strcmp(key, "path")) {
+        if (!is_generated_source(s) || !d->path[0]) return 0;
+        snprintf(why, size, "%s data is generated, not read from files", s);
+    } else if (!strcmp(key, "augment")) {
+        if (!is_generated_source(s)) return 0;
+        snprintf(why, size, "%s data is never augmented (only cifar10, imagefolder and webdataset are)", s);
+    } else if (!strcmp(key, "mean") || !strcmp(key, "std")) {
+        if (is_jpeg_source(s)) return 0;
+        snprintf(why, size, "only imagefolder and webdataset are normalised by data.mean and data.std; %s has its own",
+                 s);
+    } else if (!strcmp(key, "crop_scale_min") || !strcmp(key, "crop_scale_max")) {
+        if (is_jpeg_source(s) && d->augment) return 0;
+        if (is_jpeg_source(s))
+            snprintf(why, size, "%s with data.augment: false crops no random area (Resize + CenterCrop)", s);
+        else
+            snprintf(why, size, "only imagefolder and webdataset with data.augment crop a random area; %s does not", s);
+    } else {
+        return 0;   // batch_size, prefetch, workers, drop_last, source: every source reads them
+    }
+    return 1;
+}
+
+// Bytes of the field a row describes in Config.
+static size_t field_size(const ConfigKey *row) {
+    switch (row->type) {
+    case CK_INT:
+    case CK_BOOL: return sizeof(int);
+    case CK_LONG: return sizeof(long);
+    case CK_FLOAT: return sizeof(double);
+    case CK_STRING:
+    case CK_ENUM: return row->size;
+    case CK_INT_LIST: return CONFIG_LIST_LEN * sizeof(int);
+    case CK_FLOAT3: return CONFIG_CHANNELS * sizeof(double);
+    }
+    return 0;
+}
+
+// The key goes back to its default, as if it had not been written.
+static void reset_to_default(Loader *L, const ConfigKey *row) {
+    Config defaults;
+    config_defaults(&defaults);
+    memcpy((char *)&L->cfg + row->offset, (const char *)&defaults + row->offset, field_size(row));
+    L->where[row - config_keys] = (Where){FROM_DEFAULT, 0};
+}
+
+static int check_data_keys_read(Loader *L) {
+    for (size_t i = 0; i < config_key_count; i++) {
+        const ConfigKey *row = &config_keys[i];
+        Where at = L->where[i];
+        if (strcmp(row->section, "data") != 0 || at.origin == FROM_DEFAULT) continue;
+        char why[256];
+        if (!data_key_unread(row->key, &L->cfg.data, why, sizeof why)) continue;   // the run reads it
+        if (at.origin == FROM_FILE && !data_key_unread(row->key, &L->file_data, why, sizeof why)) {
+            reset_to_default(L, row);   // written for the file's source, which the command line replaced
+            continue;
+        }
+        return fail_at(L, at, "data.%s: %s", row->key, why);
+    }
+    return 0;
+}
+
 // cudnn.workspace_mb left unset follows the precision: what measured fastest without exceeding PyTorch's
 // memory (bench/RESULTS.md). AMP: 512 MiB (1 GiB cost 490 MiB more for no speed); fp32: 4 GiB (exact fp32
 // at batch 256 ran 2.8x faster than at 1 GiB, still below PyTorch's memory).
@@ -693,6 +776,7 @@ static int apply_rules(Loader *L) {
     if (!rc) rc = check_group_width(L);
     if (!rc) rc = apply_cifar10_shape(L);
     if (!rc) rc = check_image_source(L);
+    if (!rc) rc = check_data_keys_read(L);
     if (!rc) rc = check_optimizer(L);
     if (!rc) rc = check_checkpoint(L);
     if (!rc) rc = check_crop_scale(L);
@@ -705,6 +789,7 @@ int config_load(Config *cfg, const char *path, int n_overrides, char **overrides
     Loader L = {.file = path, .err = err};
     config_defaults(&L.cfg);
     config_defaults(cfg);
+    L.file_data = L.cfg.data;
     int rc = 0;
     if (path && strlen(path) >= sizeof L.cfg.source_path) {
         rc = fail_at(&L, (Where){FROM_DEFAULT, 0}, "cannot read: the path is longer than %zu characters",
@@ -712,6 +797,7 @@ int config_load(Config *cfg, const char *path, int n_overrides, char **overrides
     } else if (path) {
         copy_text(L.cfg.source_path, sizeof L.cfg.source_path, path);
         rc = apply_file(&L, path);
+        L.file_data = L.cfg.data;
     }
     for (int i = 0; i < n_overrides && !rc; i++) rc = apply_override(&L, overrides[i]);
     if (!rc) rc = apply_rules(&L);
@@ -790,10 +876,18 @@ void config_print(const Config *cfg, FILE *out) {
             fprintf(out, "%s%s:\n", section ? "\n" : "", row->section);
             section = row->section;
         }
-        // A preset's shape is printed for the reader but commented out: writing it is an error.
+        // A preset's shape, and a data key the source does not read, are printed for the reader but
+        // commented out: writing them is an error.
+        char unread[256];
         int fixed = !custom && is_preset_key(row);
-        fprintf(out, fixed ? "  # %s: " : "  %s: ", row->key);
+        int unread_data = !strcmp(row->section, "data") && data_key_unread(row->key, &cfg->data, unread, sizeof unread);
+        fprintf(out, fixed || unread_data ? "  # %s: " : "  %s: ", row->key);
         print_value(out, row, cfg);
-        fputs(fixed ? "   (fixed by model.arch)\n" : "\n", out);
+        if (fixed)
+            fputs("   (fixed by model.arch)\n", out);
+        else if (unread_data)
+            fprintf(out, "   (not read: %s)\n", unread);
+        else
+            fputc('\n', out);
     }
 }

@@ -40,6 +40,13 @@ void log_warn(const char *fmt, ...) {
     va_end(args);
 }
 
+void log_warn_local(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    log_line(stderr, "warning", fmt, args);
+    va_end(args);
+}
+
 void log_error(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);

@@ -1,4 +1,5 @@
-// log.h - messages with the rank in front. log_info prints on rank 0 only; log_error on every rank.
+// log.h - messages with the rank in front. log_info and log_warn print on rank 0 only (what every rank
+// knows alike); log_warn_local and log_error on the rank that calls them (what only that rank met).
 #ifndef AMPTRAIN_LOG_H
 #define AMPTRAIN_LOG_H
 
@@ -8,6 +9,7 @@ int log_rank(void);
 
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stdout, rank 0
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stderr, rank 0
+void log_warn_local(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  // stderr, the calling rank
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  // stderr, every rank
 
 #endif

@@ -48,6 +48,11 @@ void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int
     }
 }
 
+void dataset_save_cache(const Dataset *ds, const char *cache_dir) {
+    const EncodedSource *src = ds ? image_dataset_source(ds) : NULL;
+    if (src && src->save_list) src->save_list(src, cache_dir);
+}
+
 void dataset_close(Dataset *ds) {
     if (ds) ds->destroy(ds);
 }

@@ -55,7 +55,7 @@ struct Dataset {
 // Opens the training split from the config. seed: TrainConfig.seed; model gives image_size and
 // num_classes (cifar10 requires 32 and 10). cache_dir: where a source may keep what it learnt at open
 // for the next start (imagefolder's file list; the trainer passes checkpoint.dir); NULL or "": nothing
-// is written. Returns 0 and sets *out, or returns 2 (the CLI's exit code
+// is written; a folder that does not exist yet: nothing is written now, see dataset_save_cache. Returns 0 and sets *out, or returns 2 (the CLI's exit code
 // for bad input), sets *out = NULL and writes one line naming the problem (e.g. the missing or truncated
 // file and its size) into err[err_cap]; the caller reports it and exits. Nothing is left allocated.
 int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
@@ -66,6 +66,13 @@ int dataset_open_train(const DataConfig *data, const ModelConfig *model, long se
 // validation split (synthetic/learnable with val_size 0). Validation never augments.
 int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                      Dataset **out, char *err, size_t err_cap);
+
+// A fresh run opens its data before it makes checkpoint.dir (a refused start must leave nothing there),
+// so a source whose cache_dir did not exist at open kept what it learnt (imagefolder's walked file
+// list); once the run has made the folder, this writes it there. Nothing for other sources, for a list
+// read from or already written to the cache, or with cache_dir NULL or "". A cache that cannot be
+// written is one warning, never an error.
+void dataset_save_cache(const Dataset *ds, const char *cache_dir);
 
 // One sample; see Dataset.get.
 void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng);
@@ -95,7 +102,8 @@ int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dat
 
 // root: the ImageFolder root, holding train/<class>/**/*.jpg and val/<class>/**/*.jpg (imagefolder.c
 // says which files count and in what order). cache_dir: the folder of the file-list cache
-// (imagefolder_list.h; NULL or "": none, the tree is walked at every open). side: output images are (side, side, 3). max_classes:
+// (imagefolder_list.h; NULL or "": none, the tree is walked at every open; missing: the walked list
+// waits for dataset_save_cache). side: output images are (side, side, 3). max_classes:
 // model.num_classes, which the class folders must not exceed. Same return and error convention as
 // dataset_open_train (a missing root, a split without class folders, a class folder without JPEGs,
 // class folders that differ between train/ and val/, too many classes); the validation split of a root

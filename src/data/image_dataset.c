@@ -18,7 +18,7 @@
 typedef struct ImageSet {
     EncodedSource *src;
     atomic_long skipped;           // calls of `get` that handed out a replacement
-    atomic_uchar *named;           // (size) 1 once sample i's failure was logged
+    atomic_uchar *named;           // (size) 1 once sample i's failure was logged by this process
     CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
 } ImageSet;
 
@@ -57,7 +57,9 @@ static int image_load(const ImageSet *s, int index, Rng *rng, DecodedImage *img,
     return rc;
 }
 
-// Names sample `index` in the log, the first time it fails only.
+// Names sample `index` in the log, the first time it fails in this process only. The rank that read it
+// says so (log_warn_local): the sampler gives each sample of an epoch to one rank, so a bad file that
+// only rank 3 reads would never be named by a rank-0-only warning, and no file is named by every rank.
 static void image_report(ImageSet *s, int index, const char *why) {
     if (atomic_exchange(&s->named[index], 1)) return;
     char what[512];
@@ -65,7 +67,7 @@ static void image_report(ImageSet *s, int index, const char *why) {
         s->src->describe(s->src, index, what, sizeof what);
     else
         snprintf(what, sizeof what, "sample %d", index);
-    log_warn("%s: %s: %s; replaced by the next readable sample (counted as skipped)", s->src->name, what, why);
+    log_warn_local("%s: %s: %s; replaced by the next readable sample (counted as skipped)", s->src->name, what, why);
 }
 
 static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {

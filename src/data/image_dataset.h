@@ -4,9 +4,9 @@
 // Training split with data.augment: RandomResizedCrop + horizontal flip from the sample's rng (keyed
 // (seed, epoch, index), so the same images, crops and flips on any rank count); otherwise (validation,
 // or augment off) Resize + CenterCrop. A sample that cannot be read or decoded is counted, named once in
-// the log and replaced by the next readable index (i+1, i+2, ... mod size) with that sample's label and
-// the original sample's rng: deterministic, so every rank and thread agrees, and the run never stops for
-// it. Only a split where no sample at all decodes ends the run (exit 1).
+// the log by the rank that read it, and replaced by the next readable index (i+1, i+2, ... mod size)
+// with that sample's label and the original sample's rng: deterministic, so every rank and thread
+// agrees, and the run never stops for it. Only a split where no sample at all decodes ends the run (exit 1).
 #ifndef AMPTRAIN_IMAGE_DATASET_H
 #define AMPTRAIN_IMAGE_DATASET_H
 
@@ -29,11 +29,15 @@ typedef struct EncodedSource {
     // Optional (NULL: "sample i"): writes what a user calls sample i (its file, its shard member) into
     // out, for the log line that names a sample that does not decode.
     void (*describe)(const struct EncodedSource *src, int index, char *out, size_t out_cap);
+    // Optional (NULL: nothing to save): writes into cache_dir what the open learnt for the next start but
+    // could not keep because cache_dir did not exist yet (imagefolder's file list); see dataset_save_cache.
+    void (*save_list)(const struct EncodedSource *src, const char *cache_dir);
 } EncodedSource;
 
-// Takes ownership of src. A sample that cannot be read or decoded is counted, named once in the log
-// (log_warn) and replaced by the next readable index (i+1, i+2, ... mod size): deterministic, so every
-// rank and thread agrees; never stops the run. side: output images are (side, side, 3) u8.
+// Takes ownership of src. A sample that cannot be read or decoded is counted, named in the log by the
+// rank that read it (log_warn_local: once per sample and process, with the rank in front) and replaced
+// by the next readable index (i+1, i+2, ... mod size): deterministic, so every rank and thread agrees;
+// never stops the run. side: output images are (side, side, 3) u8.
 Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm);
 
 // Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).

@@ -82,7 +82,13 @@ static int list_classes(const char *split_dir, NameList *classes, char *err, siz
 
 typedef struct Folder {
     char split_dir[PATH_MAX];  // root/train or root/val
+    const char *split;         // "train" or "val": the cache file's suffix
     ImageList list;
+    // A walk whose cache folder did not exist yet (a fresh run's checkpoint.dir, made after the data is
+    // opened): what the cache needs, kept until folder_save_list writes it.
+    int list_unsaved;
+    NameList classes;
+    struct timespec walk_start;
 } Folder;
 
 // Relative folders under rel (itself included), in the order sorted(os.walk(...)) visits them once
@@ -206,6 +212,7 @@ static void folder_describe(const EncodedSource *src, int index, char *out, size
 static void folder_destroy(EncodedSource *src) {
     Folder *f = src->impl;
     image_list_free(&f->list);
+    names_free(&f->classes);
     free(f);
     free(src);
 }
@@ -234,22 +241,24 @@ static void cache_save(const Folder *f, const char *path, const char *split_abs,
         log_info("imagefolder: file list of %s cached in %s", f->split_dir, path);
 }
 
-// f->list for split ("train"/"val"): read from its cache in cache_dir when that holds (imagefolder_list.h),
-// else walked (and then cached). cache_dir NULL or "": always walked, nothing written. 0, or 2 with err.
-static int list_split(Folder *f, const NameList *classes, const char *cache_dir, const char *split, char *err,
-                      size_t err_cap) {
+// The split folder's absolute path and its cache file in cache_dir (image_list_cache_path); 0, or 1
+// after one warning.
+static int cache_file_of(const Folder *f, const char *cache_dir, char *split_abs, char *path, size_t path_cap) {
+    if (realpath(f->split_dir, split_abs) && !image_list_cache_path(cache_dir, split_abs, f->split, path, path_cap))
+        return 0;
+    log_warn("imagefolder: file list of %s not cached: no cache path for it in %s", f->split_dir, cache_dir);
+    return 1;
+}
+
+// f->list for f->split: read from its cache in cache_dir when that holds (imagefolder_list.h), else
+// walked (and then cached). cache_dir NULL or "": always walked, nothing written. A cache_dir that does
+// not exist yet: walked, and the list kept for folder_save_list. 0, or 2 with err.
+static int list_split(Folder *f, const NameList *classes, const char *cache_dir, char *err, size_t err_cap) {
     char split_abs[PATH_MAX], path[PATH_MAX], why[2 * PATH_MAX];
     struct stat st;
-    int cached = cache_dir && cache_dir[0];
-    if (cached && (stat(cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
-        log_info("imagefolder: file list of %s not cached: the folder %s does not exist (yet)", f->split_dir, cache_dir);
-        cached = 0;
-    }
-    if (cached && (!realpath(f->split_dir, split_abs) ||
-                   image_list_cache_path(cache_dir, split_abs, split, path, sizeof path))) {
-        log_warn("imagefolder: file list of %s not cached: no cache path for it in %s", f->split_dir, cache_dir);
-        cached = 0;
-    }
+    int wanted = cache_dir && cache_dir[0];
+    int dir_exists = wanted && stat(cache_dir, &st) == 0 && S_ISDIR(st.st_mode);
+    int cached = dir_exists && cache_file_of(f, cache_dir, split_abs, path, sizeof path) == 0;
     if (cached) {
         if (image_list_load(path, split_abs, classes, &f->list, why, sizeof why) == 0) {
             log_info("imagefolder: file list of %s read from %s (%d images)", f->split_dir, path, f->list.files.count);
@@ -261,7 +270,25 @@ static int list_split(Folder *f, const NameList *classes, const char *cache_dir,
     clock_gettime(CLOCK_REALTIME, &walk_start);
     int rc = walk_split(f, classes, err, err_cap);
     if (!rc && cached) cache_save(f, path, split_abs, classes, walk_start);
+    if (!rc && wanted && !dir_exists) {
+        f->list_unsaved = 1;
+        f->walk_start = walk_start;
+        for (int c = 0; c < classes->count; c++) names_add(&f->classes, classes->items[c]);
+    }
     return rc;
+}
+
+// EncodedSource.save_list: the list walked while cache_dir did not exist, cached there now.
+static void folder_save_list(const EncodedSource *src, const char *cache_dir) {
+    Folder *f = src->impl;
+    char split_abs[PATH_MAX], path[PATH_MAX];
+    struct stat st;
+    if (!f->list_unsaved || !cache_dir || !cache_dir[0]) return;
+    f->list_unsaved = 0;
+    if (stat(cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        log_info("imagefolder: file list of %s not cached: the folder %s does not exist", f->split_dir, cache_dir);
+    else if (cache_file_of(f, cache_dir, split_abs, path, sizeof path) == 0)
+        cache_save(f, path, split_abs, &f->classes, f->walk_start);
 }
 
 // ---- open ---------------------------------------------------------------------------------------------
@@ -304,7 +331,8 @@ int dataset_imagefolder_open(const char *root, const char *cache_dir, int train,
     }
     Folder *f = xcalloc(1, sizeof *f);
     snprintf(f->split_dir, sizeof f->split_dir, "%s", train ? train_dir : val_dir);
-    if (!rc) rc = list_split(f, &train_classes, cache_dir, train ? "train" : "val", err, err_cap);
+    f->split = train ? "train" : "val";
+    if (!rc) rc = list_split(f, &train_classes, cache_dir, err, err_cap);
     EncodedSource *src = NULL;
     if (!rc) {
         if (f->list.other_files)
@@ -312,13 +340,15 @@ int dataset_imagefolder_open(const char *root, const char *cache_dir, int train,
                      f->list.other_files, f->list.other_example);
         src = xcalloc(1, sizeof *src);
         *src = (EncodedSource){.size = f->list.files.count, .classes = train_classes.count, .read = folder_read,
-                               .destroy = folder_destroy, .impl = f, .describe = folder_describe};
+                               .destroy = folder_destroy, .impl = f, .describe = folder_describe,
+                               .save_list = folder_save_list};
         snprintf(src->name, sizeof src->name, "imagefolder");
     }
     names_free(&train_classes);
     names_free(&val_classes);
     if (rc) {
         image_list_free(&f->list);
+        names_free(&f->classes);
         free(f);
         return rc;
     }

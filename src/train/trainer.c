@@ -104,7 +104,11 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     if (rc == 0)
         rc = metrics_open(&t->metrics, &cfg->log, comm->rank, comm->size, t->total_steps, cfg->checkpoint.resume[0] != 0,
                           err, sizeof err);
-    return agree_startup(comm, rc, err);
+    if ((rc = agree_startup(comm, rc, err)) != 0) return rc;
+    // The data was opened before checkpoint.dir existed on a fresh run: its file lists are cached now.
+    dataset_save_cache(t->train_set, cfg->checkpoint.dir);
+    dataset_save_cache(t->val_set, cfg->checkpoint.dir);
+    return 0;
 }
 
 void trainer_free(Trainer *t) {

@@ -5,22 +5,27 @@
 //      epoch - so the same on any rank count;
 //   2. a run resumed from a checkpoint written mid-epoch trains on bitwise the same next batches as an
 //      uninterrupted run and ends with bitwise the same weights, momentum and scaler state; the
-//      ImageFolder's runs also write and then read its file-list cache in checkpoint.dir.
+//      ImageFolder's first run (on a checkpoint.dir it makes) writes its file-list cache, the later read it;
+//   3. a file that does not decode is named in the log by the rank that read it (the last rank), once,
+//      and by no other rank.
 // Rank 0 writes the fixtures into a folder named after the rank count (the 1-, 2- and 3-rank launches
 // share this scratch folder), then every rank waits at a barrier. Verdicts are agreed across ranks before
 // asserting (as in test_data_parallel.c), so a failure ends the test on every rank at the same point.
 #include <check.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include "core/backend.h"
 #include "core/check.h"
 #include "core/config.h"
 #include "data/dataset.h"
+#include "data/image_dataset.h"
 #include "data/sampler.h"
 #include "dist/comm.h"
 #include "image_fixtures.h"
@@ -215,7 +220,8 @@ static void check_resume(const char *source) {
     snprintf(steps_n, sizeof steps_n, "train.steps=%d", N);
     int imagefolder = strcmp(source, "imagefolder") == 0;
 
-    // The first run opens the data before its checkpoint.dir exists: no list cache yet.
+    // The first run opens the data before its checkpoint.dir exists; it walks the folder and caches the
+    // list once the folder is made.
     make_config(&first_cfg, source, base, (const char *const[]){steps_k, dir_key, NULL});
     Trainer first;
     trainer_start(&first, &first_cfg);
@@ -224,17 +230,14 @@ static void check_resume(const char *source) {
     ck_assert_int_ne(first.step_in_epoch, 0);  // mid-epoch
     trainer_free(&first);
     comm->barrier(comm);  // rank 0 wrote the checkpoint
-    // Every rank looks before any opens the data again (which saves the list).
-    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 0), "a list was cached too early");
+    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 1), "the first run cached no list");
 
-    // The resumed run walks the folder and caches the list (every rank at once: atomic renames).
+    // The resumed run and the straight run read that cache: their batches are compared with those of the
+    // first run's walked list (the state the resumed run starts from).
     make_config(&resumed_cfg, source, base, (const char *const[]){steps_n, dir_key, resume_key, NULL});
     Trainer resumed;
     trainer_start(&resumed, &resumed_cfg);
     ck_assert_int_eq(resumed.step, K);
-    comm->barrier(comm);
-    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 1), "the resumed run cached no list");
-    // The straight run then reads that cache: its batches are compared with those of the walked list.
     make_config(&straight_cfg, source, base, (const char *const[]){steps_n, dir_key, NULL});
     Trainer straight;
     trainer_start(&straight, &straight_cfg);
@@ -266,6 +269,80 @@ END_TEST
 START_TEST(webdataset_resume_mid_epoch_trains_on_the_same_batches) { check_resume("webdataset"); }
 END_TEST
 
+// ---- 3. a bad file named by the rank that read it ----------------------------------------------------------
+
+// <base>/badfolder/train/class0: good.jpg and broken.jpg (text, not a JPEG). Rank 0 writes it; all wait.
+static void make_bad_folder(const char *base, char *root, size_t cap) {
+    snprintf(root, cap, "%s/badfolder", base);
+    if (comm->rank == 0) {
+        char cmd[512], out[256], path[512];
+        snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s/train/class0", root, root);
+        ck_assert_int_eq(tu_run_shell(cmd, out, sizeof out), 0);
+        snprintf(path, sizeof path, "%s/train/class0/good.jpg", root);
+        fx_write_solid(path, 40, 40, 200, 100, 50);
+        snprintf(path, sizeof path, "%s/train/class0/broken.jpg", root);
+        fx_write(path, "not a jpeg\n", 11);
+    }
+    comm->barrier(comm);
+}
+
+// What this process writes to stderr while it reads samples `indices` in epochs 0 and 1 (two meetings of
+// each), into text[cap].
+static void read_capturing_stderr(const Dataset *ds, const int32_t *indices, int count, char *text, size_t cap) {
+    char path[64];
+    snprintf(path, sizeof path, "stderr_rank%d_of_%d.txt", comm->rank, comm->size);
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO), file = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    ck_assert(saved >= 0 && file >= 0);
+    ck_assert_int_ge(dup2(file, STDERR_FILENO), 0);
+    uint8_t *images = xcalloc((size_t)count, dataset_image_bytes(ds));
+    int32_t labels[4];
+    for (int epoch = 0; epoch < 2; epoch++) dataset_get_batch(ds, indices, count, epoch, images, labels);
+    free(images);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    ssize_t n = pread(file, text, cap - 1, 0);
+    close(file);
+    text[n > 0 ? n : 0] = '\0';
+}
+
+START_TEST(bad_file_is_named_by_the_rank_that_read_it) {
+    char base[64], root[128], path_key[160];
+    make_fixtures(base, sizeof base);
+    make_bad_folder(base, root, sizeof root);
+    snprintf(path_key, sizeof path_key, "data.path=%s", root);
+    static Config cfg;
+    make_config(&cfg, "imagefolder", base, (const char *const[]){path_key, NULL});
+    Dataset *ds;
+    char err[512] = "";
+    ck_assert_msg(dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, NULL, &ds, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ds->size, 2);
+    const EncodedSource *src = image_dataset_source(ds);
+    char name[512];
+    src->describe(src, 0, name, sizeof name);
+    int32_t broken = strstr(name, "broken.jpg") ? 0 : 1, good = 1 - broken;
+
+    // The last rank reads the broken file (twice), every other rank the good one (rank 0 among them when
+    // there are several: the rank-0-only warning would not name the file at all).
+    int reader = comm->size - 1, reads_broken = comm->rank == reader;
+    char text[4096];
+    read_capturing_stderr(ds, reads_broken ? &broken : &good, 1, text, sizeof text);
+    long skipped = image_dataset_skipped(ds);
+    dataset_close(ds);
+
+    const char *first = strstr(text, "broken.jpg");
+    int named_once = first && !strstr(first + 1, "broken.jpg");
+    char prefix[32] = "warning: imagefolder: ";
+    if (comm->size > 1) snprintf(prefix, sizeof prefix, "[rank %d] warning: ", comm->rank);
+    int prefixed = strstr(text, prefix) == text;
+    int ok = reads_broken ? named_once && prefixed && skipped == 2 : text[0] == '\0' && skipped == 0;
+    ck_assert_msg(tu_on_every_rank(comm, ok),
+                  "rank %d of %d (the broken file's reader: %d): skipped %ld, stderr '%s'", comm->rank, comm->size,
+                  reader, skipped, text);
+}
+END_TEST
+
 static Suite *images_distributed_suite(void) {
     Suite *s = suite_create("images_distributed");
     TCase *tc = tcase_create("cpu");
@@ -274,6 +351,7 @@ static Suite *images_distributed_suite(void) {
     tcase_add_test(tc, webdataset_epochs_are_disjoint_shards_of_the_same_images);
     tcase_add_test(tc, imagefolder_resume_mid_epoch_trains_on_the_same_batches);
     tcase_add_test(tc, webdataset_resume_mid_epoch_trains_on_the_same_batches);
+    tcase_add_test(tc, bad_file_is_named_by_the_rank_that_read_it);
     suite_add_tcase(s, tc);
     return s;
 }

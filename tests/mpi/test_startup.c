@@ -19,22 +19,25 @@
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 // A large dist.timeout_s: a rank left waiting would hit the `timeout` of the job (exit 124), never a
 // quick exit 2.
-#define QUICK "backend.device=cpu data.train_size=256 data.val_size=0 data.prefetch=0 log.progress=never " \
-              "log.metrics= checkpoint.dir= train.steps=2 dist.timeout_s=600"
+#define RUN_OPTIONS "backend.device=cpu data.prefetch=0 log.progress=never log.metrics= checkpoint.dir= " \
+                    "train.steps=2 dist.timeout_s=600"
+#define QUICK RUN_OPTIONS " data.train_size=256 data.val_size=0"   // learnable data: sizes are for it alone
 #define JOB_TIMEOUT_S 120
 
 static char out[1 << 16];
 
-// Runs rank 0 with `a` and rank 1 with `b` (extra arguments after tiny.yaml and QUICK), each in its own
-// folder under startup/; returns the job's exit status, output in `out`.
-static int run_pair(const char *a, const char *b) {
+// Runs rank 0 with `a` and rank 1 with `b` (extra arguments after tiny.yaml and `options`), each in its
+// own folder under startup/; returns the job's exit status, output in `out`.
+static int run_pair_with(const char *options, const char *a, const char *b) {
     char cmd[8192];
     snprintf(cmd, sizeof cmd,
              "timeout %d mpiexec --allow-run-as-root --oversubscribe "
-             "-np 1 --wdir startup/r0 %s %s " QUICK " %s : -np 1 --wdir startup/r1 %s %s " QUICK " %s 2>&1",
-             JOB_TIMEOUT_S, AMPTRAIN_BIN, TINY, a, AMPTRAIN_BIN, TINY, b);
+             "-np 1 --wdir startup/r0 %s %s %s %s : -np 1 --wdir startup/r1 %s %s %s %s 2>&1",
+             JOB_TIMEOUT_S, AMPTRAIN_BIN, TINY, options, a, AMPTRAIN_BIN, TINY, options, b);
     return tu_run_shell(cmd, out, sizeof out);
 }
+
+static int run_pair(const char *a, const char *b) { return run_pair_with(QUICK, a, b); }
 
 static int count(const char *text, const char *needle) {
     int n = 0;
@@ -111,7 +114,7 @@ START_TEST(one_rank_without_its_data) {
     ck_assert_int_eq(system("mkdir -p startup/r0/cifar startup/r1/cifar"), 0);
     make_cifar("startup/r0/cifar");
     const char *args = "data.source=cifar10 data.path=cifar data.augment=false";
-    assert_refused(run_pair(args, args), 2, "rank 1 of 2: cifar10: cannot open cifar/data_batch_1.bin");
+    assert_refused(run_pair_with(RUN_OPTIONS, args, args), 2, "rank 1 of 2: cifar10: cannot open cifar/data_batch_1.bin");
 }
 END_TEST
 

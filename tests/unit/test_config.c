@@ -225,10 +225,10 @@ END_TEST
 
 START_TEST(overrides_apply_after_the_file) {
     char *overrides[] = {"train.lr=0.01",          "model.layers=[2, 3, 4, 5]", "amp.enabled=false",
-                         "log.metrics=out/m.jsonl", "data.path=\"with space\"",  "train.seed=123456789012",
-                         "train.lr=0.02",          "checkpoint.dir="};
+                         "log.metrics=out/m.jsonl", "data.source=cifar10",       "data.path=\"with space\"",
+                         "train.seed=123456789012", "train.lr=0.02",             "checkpoint.dir="};
     Config c;
-    load_ok(&c, SHIPPED("tiny.yaml"), 8, overrides);
+    load_ok(&c, SHIPPED("tiny.yaml"), 9, overrides);
     ck_assert(c.train.lr == 0.02);   // the last one wins
     int layers[4] = {2, 3, 4, 5};
     ck_assert_mem_eq(c.model.layers, layers, sizeof layers);
@@ -288,6 +288,50 @@ START_TEST(print_reads_back_to_identical_values) {
     load_ok(&b, "printed_defaults.yaml", 0, NULL);
     assert_same_values(&a, &b);
     free(text_a);
+
+    // An image folder without augmentation: the keys it does not read are printed commented out, with the
+    // reason.
+    load_ok(&a, SHIPPED("fashion_mnist.yaml"), 0, NULL);
+    text_a = printed(&a);
+    ck_assert_ptr_nonnull(strstr(text_a, "\n  # train_size: 2048   (not read: only synthetic and learnable"));
+    ck_assert_ptr_nonnull(strstr(text_a, "\n  # crop_scale_min: 0.08   (not read: imagefolder with data.augment: false"));
+    ck_assert_ptr_nonnull(strstr(text_a, "\n  mean: [0.286, 0.286, 0.286]\n"));
+    tu_write_file("printed_folder.yaml", text_a);
+    load_ok(&b, "printed_folder.yaml", 0, NULL);
+    assert_same_values(&a, &b);
+    free(text_a);
+}
+END_TEST
+
+// A command-line data.source replaces the file's: the file's keys for its own source are dropped (back to
+// their defaults), the file's keys that the new source reads stay, and a command-line key is judged by the
+// source the run uses.
+START_TEST(command_line_source_drops_the_files_keys_for_its_source) {
+    Config c, d;
+    config_defaults(&d);
+    char *folder[] = {"data.source=imagefolder", "data.path=x"};
+    load_ok(&c, SHIPPED("resnext50_32x4d_imagenet.yaml"), 2, folder);   // the file writes train_size
+    ck_assert_int_eq(c.data.train_size, d.data.train_size);
+    ck_assert_int_eq(c.data.val_size, d.data.val_size);
+    ck_assert_int_eq(c.data.batch_size, 256);
+
+    char *generated[] = {"data.source=synthetic"};
+    load_ok(&c, SHIPPED("fashion_mnist.yaml"), 1, generated);   // path, augment, mean and std are dropped
+    ck_assert_str_eq(c.data.path, "");
+    ck_assert_int_eq(c.data.augment, d.data.augment);
+    ck_assert_mem_eq(c.data.mean, d.data.mean, sizeof c.data.mean);
+    ck_assert_mem_eq(c.data.std, d.data.std, sizeof c.data.std);
+
+    char *shards[] = {"data.source=webdataset"};
+    load_ok(&c, SHIPPED("fashion_mnist.yaml"), 1, shards);   // the JPEG keys stay
+    ck_assert(c.data.mean[0] == 0.2860 && c.data.std[2] == 0.3530 && !c.data.augment);
+
+    // crop_scale_min that the file's augment: false leaves unread, read once the command line augments
+    tu_write_file("center_crop_then_augment.yaml",
+                  "data:\n  source: imagefolder\n  path: x\n  augment: false\n  crop_scale_min: 0.5\n");
+    char *augment[] = {"data.augment=true"};
+    load_ok(&c, "center_crop_then_augment.yaml", 1, augment);
+    ck_assert(c.data.crop_scale_min == 0.5);
 }
 END_TEST
 
@@ -387,6 +431,33 @@ static const BadConfig bad_configs[] = {
      "command line: model.layers: cannot parse the value"},
     {"preset.yaml", "model:\n  arch: resnext50_32x4d\n", "model.planes=64",
      "command line: model.planes: model.arch resnext50_32x4d fixes"},
+    // data keys the source does not read
+    {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n", NULL,
+     "folder_size.yaml:4: data.train_size: only synthetic and learnable data have a size to choose; "
+     "imagefolder's comes from its files"},
+    {"folder.yaml", "data:\n  source: imagefolder\n  path: x\n", "data.train_size=25600",
+     "command line: data.train_size: only synthetic and learnable data have a size to choose; imagefolder's"},
+    {"cifar_val_size.yaml", "data:\n  val_size: 0\n  source: cifar10\n  path: x\n", NULL,
+     "cifar_val_size.yaml:2: data.val_size: only synthetic and learnable data have a size to choose; cifar10's"},
+    {"shards.yaml", "data:\n  source: webdataset\n  path: x\n", "data.val_size=10",
+     "command line: data.val_size: only synthetic and learnable data have a size to choose; webdataset's"},
+    {"learnable_path.yaml", "data:\n  path: somewhere\n", NULL,
+     "learnable_path.yaml:2: data.path: learnable data is generated, not read from files"},
+    {"synthetic_augment.yaml", "data:\n  source: synthetic\n  augment: false\n", NULL,
+     "synthetic_augment.yaml:3: data.augment: synthetic data is never augmented"},
+    {"cifar_mean.yaml", "data:\n  source: cifar10\n  path: x\n  mean: [0.5, 0.5, 0.5]\n", NULL,
+     "cifar_mean.yaml:4: data.mean: only imagefolder and webdataset are normalised by data.mean and data.std; "
+     "cifar10 has its own"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.std=[1, 1, 1]",
+     "command line: data.std: only imagefolder and webdataset are normalised by data.mean and data.std; learnable"},
+    {"center_crop.yaml", "data:\n  source: imagefolder\n  path: x\n  augment: false\n  crop_scale_min: 0.5\n",
+     NULL, "center_crop.yaml:5: data.crop_scale_min: imagefolder with data.augment: false crops no random area"},
+    {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.crop_scale_max=0.5",
+     "command line: data.crop_scale_max: only imagefolder and webdataset with data.augment crop a random area; "
+     "cifar10 does not"},
+    // a file key that neither the file's source nor the command line's reads
+    {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n", "data.source=cifar10",
+     "folder_size.yaml:4: data.train_size: only synthetic and learnable data have a size to choose; imagefolder's"},
 };
 
 // Each bad config: exit value 2, exactly one line that names the place and the key, Config untouched.
@@ -458,6 +529,7 @@ static Suite *config_suite(void) {
     tcase_add_test(good, yaml_floats_parse);
     tcase_add_test(good, overrides_apply_after_the_file);
     tcase_add_test(good, print_reads_back_to_identical_values);
+    tcase_add_test(good, command_line_source_drops_the_files_keys_for_its_source);
     tcase_add_test(good, cifar10_fixes_classes_and_image_size);
     suite_add_tcase(s, good);
     TCase *bad = tcase_create("invalid");

@@ -12,18 +12,21 @@
 #include "test_util.h"
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
-#define QUICK TINY " backend.device=cpu data.train_size=256 data.val_size=0 data.prefetch=0 log.progress=never"
+#define TINY_CPU TINY " backend.device=cpu data.prefetch=0 log.progress=never"
+#define QUICK TINY_CPU " data.train_size=256 data.val_size=0"   // learnable data: sizes are for it alone
 
 static char out[1 << 16];
 static char args[8192];
 
-// Runs QUICK plus `extra`; asserts the exit code and that no step ran when it is not 0.
-static void run_expect(int code, const char *extra) {
-    snprintf(args, sizeof args, QUICK " %s", extra);
+// Runs `base` plus `extra`; asserts the exit code and that no step ran when it is not 0.
+static void run_expect_from(const char *base, int code, const char *extra) {
+    snprintf(args, sizeof args, "%s %s", base, extra);
     int rc = tu_run_cli(args, out, sizeof out);
     ck_assert_msg(rc == code, "exit %d, want %d, for %s:\n%s", rc, code, extra, out);
     if (code != 0) ck_assert_msg(strstr(out, "step 1/") == NULL, "trained before failing:\n%s", out);
 }
+
+static void run_expect(int code, const char *extra) { run_expect_from(QUICK, code, extra); }
 
 static void assert_said(const char *text) { ck_assert_msg(strstr(out, text) != NULL, "want '%s' in:\n%s", text, out); }
 
@@ -112,7 +115,7 @@ START_TEST(dry_run_checks_paths_and_writes_nothing) {
     assert_said("log.metrics: cannot create the folder 'a_file'");
     run_expect(2, "checkpoint.resume=no_such.safetensors --dry-run");
     assert_said("no_such.safetensors: cannot open: No such file or directory");
-    run_expect(2, "data.source=cifar10 data.path=no_such_folder --dry-run");
+    run_expect_from(TINY_CPU, 2, "data.source=cifar10 data.path=no_such_folder --dry-run");
     assert_said("no_such_folder");
     ck_assert_ptr_null(strstr(out, "parameters"));
 }
