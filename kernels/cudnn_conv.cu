@@ -162,11 +162,11 @@ static int conv_candidates_pick(const ConvCandidates *c, int prefer_deterministi
         for (int i = 0; i < c->count; i++)
             if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap && c->deterministic[i])
                 return i;
-    int best = -1;
+    int fastest = -1, best = -1;
     for (int i = 0; i < c->count; i++) {
         if (c->status[i] != CUDNN_STATUS_SUCCESS || c->memory[i] > c->cap) continue;
-        if (best < 0) best = i;
-        else if (c->timed && c->time_ms[i] <= c->time_ms[best] * CONV_NEAR_FASTEST && c->memory[i] < c->memory[best])
+        if (fastest < 0) fastest = best = i;
+        else if (c->timed && c->time_ms[i] <= c->time_ms[fastest] * CONV_NEAR_FASTEST && c->memory[i] < c->memory[best])
             best = i;
         if (!c->timed) break;
     }
