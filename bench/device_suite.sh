@@ -19,6 +19,8 @@
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone), then the
 #             training loop at batch 256 AMP on that folder
+#   bnbench   training batch norm, cuDNN's against amptrain's own, on every ResNeXt-50 shape
+#             (build/bench_batchnorm), then --bench b256 AMP and fp32 with cudnn.batch_norm cudnn and own
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) beside synthetic data
@@ -174,6 +176,14 @@ profile_pair() {  # name amptrain-overrides... -- torch-flags...
         "${theirs[@]}" | grep '^{'
     python3 bench/kernel_profile.py "$OUT/ncu_$name.csv" "$OUT/profile_amptrain_$name.csv" \
         "$OUT/profile_torch_$name.csv"
+}
+stage_bnbench() {
+    build/bench_batchnorm 256 || return 1
+    for amp in true false; do for bn in cudnn own; do
+        build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp $amp bn $bn" \
+            data.batch_size=256 amp.enabled=$amp cudnn.benchmark=true cudnn.batch_norm=$bn | grep '^{' | tee -a "$BENCH"
+    done; done
+    torch_bench 1 256 1
 }
 stage_profile() {
     profile_pair amp -- --amp 1 && profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0

@@ -103,6 +103,7 @@ static void cuda_be_readback_begin(Backend *be, void *host_dst, const void *src,
 static void cuda_be_readback_wait(Backend *be) { CUDA_CHECK(cudaEventSynchronize(cuda_state(be)->readback_done)); }
 
 extern "C" void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) { cuda_state(be)->conv_workspace_cap = bytes; }
+extern "C" void cuda_backend_set_batch_norm_cudnn(Backend *be, int use_cudnn) { cuda_state(be)->bn_cudnn = use_cudnn; }
 
 static void cuda_be_mark_record(Backend *be, int slot) {
     CudaBackend *cb = cuda_state(be);
@@ -268,7 +269,9 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int con
     cb->allow_tf32 = conv_tf32;
     cb->matmul_tf32 = matmul_tf32;
     cb->conv_workspace_cap = (size_t)512 << 20;  // cudnn.workspace_mb's AMP default
+    cb->bn_cudnn = 1;
     CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device));
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&cb->readback_done, cudaEventDisableTiming));

@@ -14,6 +14,9 @@ void *cuda_backend_stream(Backend *be);
 // The largest workspace a convolution algorithm may use (default 512 MiB): a smaller cap trades the
 // fastest algorithms of a few layers for memory (cudnn.workspace_mb).
 void cuda_backend_set_workspace_cap(Backend *be, size_t bytes);
+// Training batch norm on cuDNN's fused kernels where cuDNN takes the call (1, the default) or always on
+// our own (0); inference and recomputation always run our own (cudnn.batch_norm).
+void cuda_backend_set_batch_norm_cudnn(Backend *be, int use_cudnn);
 // Number of CUDA devices visible to this process (CUDA_VISIBLE_DEVICES respected); 0 when none.
 int cuda_visible_device_count(void);
 

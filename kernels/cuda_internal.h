@@ -52,6 +52,8 @@ typedef struct CudaBackend {
     int allow_tf32;               // fp32 convolutions may use TF32 (cudnn.tf32)
     int matmul_tf32;              // the fp32 classifier matmul may use TF32 (cudnn.matmul_tf32)
     size_t conv_workspace_cap;    // largest convolution workspace an algorithm may use (cudnn.workspace_mb)
+    int bn_cudnn;                 // training batch norm on cuDNN where it takes the call (cudnn.batch_norm)
+    int sm_count;                 // multiprocessors: how finely reductions are cut
     void *workspace;              // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
     size_t workspace_bytes;
     CudaConvCache *conv_cache;

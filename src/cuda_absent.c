@@ -21,3 +21,7 @@ void *cuda_backend_stream(Backend *be) {
 void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) {
     (void)be, (void)bytes;
 }
+
+void cuda_backend_set_batch_norm_cudnn(Backend *be, int use_cudnn) {
+    (void)be, (void)use_cudnn;
+}

@@ -148,8 +148,11 @@ const ConfigKey config_keys[] = {
     {"cudnn", "matmul_tf32", CK_BOOL, AT(cudnn.matmul_tf32), NONE, {0},
      "the fp32 classifier matmul may use TF32 (PyTorch's default: off)"},
     {"cudnn", "workspace_mb", CK_INT, AT(cudnn.workspace_mb), BETWEEN(0, 65536), {0},
-     "largest convolution workspace (MiB) an algorithm may use (default 512 with AMP, 1024 without): "
+     "largest convolution workspace (MiB) an algorithm may use (default 512 with AMP, 4096 without): "
      "less memory, maybe slower layers"},
+    {"cudnn", "batch_norm", CK_ENUM, AT_STR(cudnn.batch_norm), NONE, {"cudnn", "own"},
+     "training batch norm on cuDNN's fused NHWC kernels where cuDNN takes the call, or on amptrain's own "
+     "(inference and recomputation always run amptrain's own)"},
     // ---- debug ----
     {"debug", "inject_step", CK_INT, AT(debug.inject_step), AT_LEAST(-1), {0},
      "step at which gradients are poisoned (-1: never)"},

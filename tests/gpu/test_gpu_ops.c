@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "kernels/cuda_backend.h"
 #include "test_util.h"
 
 static Backend *cpu, *gpu;
@@ -378,20 +379,24 @@ END_TEST
 
 // ---- batch norm ------------------------------------------------------------------------------------------
 
-// Loop index bits: 0 dtype fp16, 1 residual, 2 relu; _i >> 3 the shape: two of ResNeXt's, one whose
-// channels split into no 16-byte packs (one element at a time, cuDNN's fused forms decline it), and one
-// large enough that every elementwise thread strides over several packs.
-#define BN_SHAPES 4
+// Loop index bits: 0 dtype fp16, 1 residual, 2 relu, 3 training on our own kernels instead of cuDNN's
+// (cudnn.batch_norm); _i >> 4 the shape: two of ResNeXt's, one whose channels split into no 16-byte packs
+// (one element at a time, cuDNN's fused forms decline it), one large enough that every elementwise thread
+// strides over several packs and every reduction thread sums many rows, and one of 2048 channels (the
+// reduction cut into several channel slices).
+#define BN_SHAPES 5
 START_TEST(test_batchnorm) {
     const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1;
-    static const int shape_rows[BN_SHAPES] = {4 * 14 * 14, 4 * 7 * 7, 3 * 9 * 9, 64 * 28 * 28};
-    static const int shape_c[BN_SHAPES] = {128, 256, 6, 256};
-    const int rows = shape_rows[_i >> 3], c = shape_c[_i >> 3];
+    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1, own = (_i >> 3) & 1;
+    static const int shape_rows[BN_SHAPES] = {4 * 14 * 14, 4 * 7 * 7, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
+    static const int shape_c[BN_SHAPES] = {128, 256, 6, 256, 2048};
+    const int rows = shape_rows[_i >> 4], c = shape_c[_i >> 4];
     const size_t nx = (size_t)rows * c;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[128], label[64];
-    snprintf(label, sizeof label, "bn rows %d c %d%s%s", rows, c, residual ? " +residual" : "", relu ? " +relu" : "");
+    snprintf(label, sizeof label, "bn %s rows %d c %d%s%s", own ? "own" : "cuDNN", rows, c,
+             residual ? " +residual" : "", relu ? " +relu" : "");
+    cuda_backend_set_batch_norm_cudnn(gpu, !own);
 
     Twin x = twin_random(dt, nx, case_seed(3, _i, 0), -2, 3);  // a non-zero mean, as after a convolution
     Twin res = twin_random(dt, nx, case_seed(3, _i, 1), -1, 1);
@@ -806,7 +811,7 @@ static Suite *gpu_ops_suite(void) {
         {"input_normalize", test_input_normalize, 4},
         {"input_slots", test_input_slots_hand_over, 1},
         {"conv", test_conv, 2 * CONV_CASES},
-        {"batchnorm", test_batchnorm, 8 * BN_SHAPES},
+        {"batchnorm", test_batchnorm, 16 * BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 4},
         {"linear", test_linear, 4},

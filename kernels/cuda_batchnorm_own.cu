@@ -1,0 +1,483 @@
+// cuda_batchnorm_own.cu - our own batch norm over NHWC rows (rows = n*h*w, c channels), fused with the
+// residual add and ReLU that end a ResNeXt block: y = act(gamma * (x - mean) * invstd + beta + residual).
+//
+// Every pass moves 16-byte packs (8 fp16 or 4 fp32 channels of one row; one element when c or a buffer
+// does not allow it):
+// - forward: one read of x for the per-channel sums, a small merge, one pass reading x (and residual)
+//   and writing y (and the ReLU bits the backward of an add+ReLU layer reads instead of y);
+// - backward: one read of x and dy for the sums of g and g * xhat (g: dy masked by the ReLU, whose mask
+//   comes from x, the bits or y), a small merge, one pass reading x and dy and writing dx (and
+//   d_residual = g).
+// Reductions: a block covers up to 32 packs of channels (256 fp16 channels) and a chunk of rows, each
+// thread summing its rows in fp32 (values shifted by the channel's value in row 0, so the sum of squares
+// does not cancel), lanes merged in a fixed tree; chunks are merged per channel in fp64 in a fixed order.
+// Deterministic on one GPU model (the chunking follows the SM count), no atomics.
+#include "cuda_batchnorm_own.h"
+#include "cuda_elem.cuh"
+
+#define BN_REDUCE_THREADS 256
+#define BN_REDUCE_MAX_PACKS 32      // channel packs per reduction block (threadIdx.x)
+#define BN_REDUCE_BLOCKS_PER_SM 4   // reduction grid: about this many blocks per SM
+#define BN_MERGE_CHANNELS 32        // merge kernels: channels per block (threadIdx.x) ...
+#define BN_MERGE_LANES 8            // ... and chunk lanes (threadIdx.y)
+#define BN_ELEMENTWISE_THREADS 256
+#define BN_ELEMENTWISE_MAX_BLOCKS 4096  // enough to fill an H200 (132 SMs) many times; kernels stride on
+
+// ---- device helpers ---------------------------------------------------------------------------------
+
+// v as the stored element would read back (fp16 rounding), so a mask decided here equals y > 0.
+static __device__ __forceinline__ float bn_round_trip(float v, __half) { return __half2float(__float2half_rn(v)); }
+static __device__ __forceinline__ float bn_round_trip(float v, float) { return v; }
+
+// Sums VEC values per thread over the blockDim.y row lanes of a (px, py) block in a fixed tree; every
+// lane gets the totals. buf: BN_REDUCE_THREADS * VEC floats of shared memory.
+template <int VEC>
+static __device__ void bn_block_sum_lanes(float *v, float *buf) {
+    const int px = blockDim.x, py = blockDim.y, tx = threadIdx.x, ty = threadIdx.y;
+    float *mine = buf + (ty * px + tx) * VEC;
+#pragma unroll
+    for (int k = 0; k < VEC; k++) mine[k] = v[k];
+    __syncthreads();
+    int span = 1;
+    while (span < py) span *= 2;
+    for (int half = span / 2; half > 0; half /= 2) {
+        if (ty < half && ty + half < py) {
+            const float *other = buf + ((ty + half) * px + tx) * VEC;
+#pragma unroll
+            for (int k = 0; k < VEC; k++) mine[k] += other[k];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] = buf[tx * VEC + k];
+    __syncthreads();
+}
+
+// Per channel, the fp64 totals of two (chunks, c) fp32 partials, merged in a fixed order: lane l of a
+// (BN_MERGE_CHANNELS, BN_MERGE_LANES) block takes chunks l, l + lanes, ..., then the lanes add up in a tree.
+// Lane 0 (threadIdx.y == 0) gets the totals.
+static __device__ void bn_merge_chunks(const float *part_a, const float *part_b, int chunks, int c, int ch,
+                                       double *a, double *b) {
+    __shared__ double buf_a[BN_MERGE_LANES][BN_MERGE_CHANNELS], buf_b[BN_MERGE_LANES][BN_MERGE_CHANNELS];
+    double sa = 0.0, sb = 0.0;
+    if (ch < c)
+        for (int k = threadIdx.y; k < chunks; k += BN_MERGE_LANES) {
+            sa += part_a[(size_t)k * c + ch];
+            sb += part_b[(size_t)k * c + ch];
+        }
+    buf_a[threadIdx.y][threadIdx.x] = sa;
+    buf_b[threadIdx.y][threadIdx.x] = sb;
+    __syncthreads();
+    for (int half = BN_MERGE_LANES / 2; half > 0; half /= 2) {
+        if (threadIdx.y < half) {
+            buf_a[threadIdx.y][threadIdx.x] += buf_a[threadIdx.y + half][threadIdx.x];
+            buf_b[threadIdx.y][threadIdx.x] += buf_b[threadIdx.y + half][threadIdx.x];
+        }
+        __syncthreads();
+    }
+    *a = buf_a[0][threadIdx.x];
+    *b = buf_b[0][threadIdx.x];
+}
+
+// The affine map of a training forward from its statistics, as every kernel here forms it (explicit
+// fma, so the forward, a recompute and a mask from x all see the same scale and shift bits).
+static __device__ __forceinline__ void bn_affine(float gamma, float beta, float mean, float invstd, float *scale,
+                                                 float *shift) {
+    *scale = gamma * invstd;
+    *shift = __fmaf_rn(-mean, *scale, beta);
+}
+
+// ---- forward ----------------------------------------------------------------------------------------
+
+// grid (slices, chunks), block (px, py): block (bx, by) sums channel packs [bx*px, bx*px+px) over rows
+// [by*chunk_rows, ...), shifted by row 0. x (rows, c) T -> part_s, part_q (chunks, c) fp32
+template <typename T, int VEC>
+__global__ void bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_rows, float *part_s, float *part_q) {
+    __shared__ float buf[BN_REDUCE_THREADS * VEC];
+    const int pack = blockIdx.x * blockDim.x + threadIdx.x;
+    const int active = pack < c / VEC;
+    const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    float shift[VEC], s[VEC], q[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) shift[k] = s[k] = q[k] = 0.0f;
+    if (active) {
+        const T *col = x + (size_t)pack * VEC;
+        pack_load<T, VEC>(col, shift);
+        const int step = blockDim.y;
+        int r = r0 + threadIdx.y;
+        for (; r + 3 * step < r1; r += 4 * step) {  // four loads in flight per thread
+            float v[4][VEC];
+#pragma unroll
+            for (int u = 0; u < 4; u++) pack_load<T, VEC>(col + (size_t)(r + u * step) * c, v[u]);
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+#pragma unroll
+                for (int k = 0; k < VEC; k++) {
+                    const float d = v[u][k] - shift[k];
+                    s[k] += d;
+                    q[k] = __fmaf_rn(d, d, q[k]);
+                }
+        }
+        for (; r < r1; r += step) {
+            float v[VEC];
+            pack_load<T, VEC>(col + (size_t)r * c, v);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                const float d = v[k] - shift[k];
+                s[k] += d;
+                q[k] = __fmaf_rn(d, d, q[k]);
+            }
+        }
+    }
+    bn_block_sum_lanes<VEC>(s, buf);
+    bn_block_sum_lanes<VEC>(q, buf);
+    if (threadIdx.y == 0 && active) {
+        float *ps = part_s + (size_t)blockIdx.y * c + pack * VEC, *pq = part_q + (size_t)blockIdx.y * c + pack * VEC;
+#pragma unroll
+        for (int k = 0; k < VEC; k++) ps[k] = s[k], pq[k] = q[k];
+    }
+}
+
+// grid ceil(c / BN_MERGE_CHANNELS), block (BN_MERGE_CHANNELS, BN_MERGE_LANES): merges the chunks, updates
+// the running statistics (unbiased variance, as torch), saves mean and invstd and leaves the affine map.
+// x (rows, c) T (row 0: the shift); part_* (chunks, c) fp32 -> save_*, scale, shift (c) fp32
+template <typename T>
+__global__ void bn_stats_merge_kernel(const T *x, const float *part_s, const float *part_q, int chunks, int rows,
+                                      int c, const float *gamma, const float *beta, float *running_mean,
+                                      float *running_var, float momentum, float eps, float *save_mean,
+                                      float *save_invstd, float *scale, float *shift) {
+    const int ch = blockIdx.x * BN_MERGE_CHANNELS + threadIdx.x;
+    double s, q;
+    bn_merge_chunks(part_s, part_q, chunks, c, ch, &s, &q);
+    if (threadIdx.y != 0 || ch >= c) return;
+    const double n = (double)rows, origin = (double)to_f32(x[ch]);
+    const double m2 = fmax(q - s * s / n, 0.0), mean = origin + s / n;
+    const float invstd = (float)(1.0 / sqrt(m2 / n + (double)eps));
+    save_mean[ch] = (float)mean;
+    save_invstd[ch] = invstd;
+    if (running_mean) running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * (float)mean;
+    if (running_var) running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)(m2 / (n - 1.0));
+    bn_affine(gamma[ch], beta[ch], (float)mean, invstd, &scale[ch], &shift[ch]);
+}
+
+// The affine map from given statistics: running ones (eval: invstd from running_var) or saved ones.
+// (c) fp32 -> scale, shift (c) fp32
+__global__ void bn_eval_affine_kernel(int c, const float *gamma, const float *beta, const float *running_mean,
+                                      const float *running_var, float eps, float *scale, float *shift) {
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch < c) bn_affine(gamma[ch], beta[ch], running_mean[ch], rsqrtf(running_var[ch] + eps), &scale[ch], &shift[ch]);
+}
+
+__global__ void bn_saved_affine_kernel(int c, const float *gamma, const float *beta, const float *save_mean,
+                                       const float *save_invstd, float *scale, float *shift) {
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch < c) bn_affine(gamma[ch], beta[ch], save_mean[ch], save_invstd[ch], &scale[ch], &shift[ch]);
+}
+
+// The elementwise passes move VEC consecutive elements of one row at a time. A thread's first pack gives
+// its channel by one division; each grid stride then moves the channel by a fixed amount.
+template <int VEC>
+struct ChannelWalk {
+    int pack, packs_per_row, step;  // the current pack's index within its row; step = stride mod row
+    __device__ ChannelWalk(size_t first, size_t stride, int c)
+        : pack((int)(first % (size_t)(c / VEC))), packs_per_row(c / VEC), step((int)(stride % (size_t)(c / VEC))) {}
+    __device__ int channel() const { return pack * VEC; }
+    __device__ void advance() {
+        pack += step;
+        if (pack >= packs_per_row) pack -= packs_per_row;
+    }
+};
+
+// y = act(scale[ch] * x + shift[ch] + residual); the ReLU keeps NaN (as torch's). mask (nullable): per
+// pack, bit k set when element k of y is > 0.
+// x, residual (nullable), y (rows, c) T; scale, shift (c) fp32; mask (packs) u8; packs = rows * c / VEC
+template <typename T, int VEC>
+__global__ void bn_apply_kernel(const T *x, const T *residual, int relu, size_t packs, int c, const float *scale,
+                                const float *shift, T *y, uint8_t *mask) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    ChannelWalk<VEC> walk(j, stride, c);
+    for (; j < packs; j += stride, walk.advance()) {
+        float v[VEC], r[VEC];
+        pack_load<T, VEC>(x + j * VEC, v);
+        if (residual) pack_load<T, VEC>(residual + j * VEC, r);
+        const int ch = walk.channel();
+        unsigned bits = 0;
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            v[k] = __fmaf_rn(scale[ch + k], v[k], shift[ch + k]);
+            if (residual) v[k] += r[k];
+            if (relu && v[k] < 0.0f) v[k] = 0.0f;
+            if (bn_round_trip(v[k], T()) > 0.0f) bits |= 1u << k;
+        }
+        pack_store<T, VEC>(y + j * VEC, v);
+        if (mask) mask[j] = (uint8_t)bits;
+    }
+}
+
+// ---- backward ---------------------------------------------------------------------------------------
+
+// g = dy masked by the ReLU of the forward for one pack (source: BnMaskSource; a, b: the forward's affine
+// map, for BN_MASK_FROM_X).
+template <typename T, int VEC>
+static __device__ __forceinline__ void bn_masked_grad(int source, const T *y, const uint8_t *mask, size_t j,
+                                                      const float *xv, const float *a, const float *b, int ch,
+                                                      float *g) {
+    if (source == BN_MASK_FROM_Y) {
+        float yv[VEC];
+        pack_load<T, VEC>(y + j * VEC, yv);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (!(yv[k] > 0.0f)) g[k] = 0.0f;
+    } else if (source == BN_MASK_BITS) {
+        const unsigned bits = mask[j];
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (!((bits >> k) & 1u)) g[k] = 0.0f;
+    } else if (source == BN_MASK_FROM_X) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (!(bn_round_trip(__fmaf_rn(a[ch + k], xv[k], b[ch + k]), T()) > 0.0f)) g[k] = 0.0f;
+    }
+}
+
+// Per chunk of rows (grid and block as bn_stats_partial_kernel): sums of g and g * (x - mean).
+// x, y, dy (rows, c) T; mask (packs) u8; save_mean, a, b (c) fp32 -> part_g, part_gx (chunks, c) fp32
+template <typename T, int VEC>
+__global__ void bn_backward_partial_kernel(const T *x, const T *y, const T *dy, int source, const uint8_t *mask,
+                                           const float *a, const float *b, int rows, int c, int chunk_rows,
+                                           const float *save_mean, float *part_g, float *part_gx) {
+    __shared__ float buf[BN_REDUCE_THREADS * VEC];
+    const int pack = blockIdx.x * blockDim.x + threadIdx.x;
+    const int packs_per_row = c / VEC, active = pack < packs_per_row, ch = pack * VEC;
+    const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
+    float mean[VEC], sg[VEC], sgx[VEC];
+#pragma unroll
+    for (int k = 0; k < VEC; k++) mean[k] = sg[k] = sgx[k] = 0.0f;
+    if (active) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) mean[k] = save_mean[ch + k];
+        const int step = blockDim.y;
+        int r = r0 + threadIdx.y;
+        for (; r + step < r1; r += 2 * step) {  // two rows of x and dy in flight per thread
+            float xv[2][VEC], g[2][VEC];
+            size_t j[2];
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                j[u] = (size_t)(r + u * step) * packs_per_row + pack;
+                pack_load<T, VEC>(x + j[u] * VEC, xv[u]);
+                pack_load<T, VEC>(dy + j[u] * VEC, g[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], a, b, ch, g[u]);
+#pragma unroll
+                for (int k = 0; k < VEC; k++) {
+                    sg[k] += g[u][k];
+                    sgx[k] = __fmaf_rn(g[u][k], xv[u][k] - mean[k], sgx[k]);
+                }
+            }
+        }
+        for (; r < r1; r += step) {
+            float xv[VEC], g[VEC];
+            const size_t j = (size_t)r * packs_per_row + pack;
+            pack_load<T, VEC>(x + j * VEC, xv);
+            pack_load<T, VEC>(dy + j * VEC, g);
+            bn_masked_grad<T, VEC>(source, y, mask, j, xv, a, b, ch, g);
+#pragma unroll
+            for (int k = 0; k < VEC; k++) {
+                sg[k] += g[k];
+                sgx[k] = __fmaf_rn(g[k], xv[k] - mean[k], sgx[k]);
+            }
+        }
+    }
+    bn_block_sum_lanes<VEC>(sg, buf);
+    bn_block_sum_lanes<VEC>(sgx, buf);
+    if (threadIdx.y == 0 && active) {
+        float *pg = part_g + (size_t)blockIdx.y * c + ch, *pgx = part_gx + (size_t)blockIdx.y * c + ch;
+#pragma unroll
+        for (int k = 0; k < VEC; k++) pg[k] = sg[k], pgx[k] = sgx[k];
+    }
+}
+
+// grid and block as bn_stats_merge_kernel: dbeta = sum g, dgamma = invstd * sum g (x - mean), stored in
+// dt (+= with accumulate_params), and the coefficients of dx = k_scale * (g - k_mean - (x - mean) * k_xmu).
+// part_* (chunks, c) fp32 -> dgamma, dbeta (c) T; coef (3, c) fp32
+template <typename T>
+__global__ void bn_backward_merge_kernel(const float *part_g, const float *part_gx, int chunks, int rows, int c,
+                                         const float *gamma, const float *save_invstd, T *dgamma, T *dbeta,
+                                         int accumulate_params, float *coef) {
+    const int ch = blockIdx.x * BN_MERGE_CHANNELS + threadIdx.x;
+    double sg, sgx;
+    bn_merge_chunks(part_g, part_gx, chunks, c, ch, &sg, &sgx);
+    if (threadIdx.y != 0 || ch >= c) return;
+    const float invstd = save_invstd[ch];
+    const float db = (float)sg, dg = (float)sgx * invstd;
+    from_f32(&dbeta[ch], db + (accumulate_params ? to_f32(dbeta[ch]) : 0.0f));
+    from_f32(&dgamma[ch], dg + (accumulate_params ? to_f32(dgamma[ch]) : 0.0f));
+    coef[ch] = gamma[ch] * invstd;
+    coef[c + ch] = (float)(sg / rows);
+    coef[2 * c + ch] = (float)(sgx / rows) * invstd * invstd;
+}
+
+// dx (= or +=) k_scale * (g - k_mean - (x - mean) * k_xmu); d_residual (nullable) = g.
+// x, y, dy, dx, d_residual (rows, c) T; mask (packs) u8; save_mean, a, b (c), coef (3, c) fp32
+template <typename T, int VEC>
+__global__ void bn_backward_apply_kernel(const T *x, const T *y, const T *dy, int source, const uint8_t *mask,
+                                         const float *a, const float *b, size_t packs, int c,
+                                         const float *save_mean, const float *coef, T *dx, int accumulate,
+                                         T *d_residual) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    ChannelWalk<VEC> walk(j, stride, c);
+    for (; j < packs; j += stride, walk.advance()) {
+        float xv[VEC], g[VEC], d[VEC];
+        pack_load<T, VEC>(x + j * VEC, xv);
+        pack_load<T, VEC>(dy + j * VEC, g);
+        if (accumulate) pack_load<T, VEC>(dx + j * VEC, d);
+        const int ch = walk.channel();
+        bn_masked_grad<T, VEC>(source, y, mask, j, xv, a, b, ch, g);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            const float v = coef[ch + k] *
+                            (g[k] - coef[c + ch + k] - (xv[k] - save_mean[ch + k]) * coef[2 * c + ch + k]);
+            d[k] = accumulate ? d[k] + v : v;
+        }
+        pack_store<T, VEC>(dx + j * VEC, d);
+        if (d_residual) pack_store<T, VEC>(d_residual + j * VEC, g);
+    }
+}
+
+// ---- launch helpers -----------------------------------------------------------------------------------
+
+// How a (rows, c) reduction is cut: blocks of (px channel packs, py row lanes), `slices` blocks across the
+// channels, `chunks` of chunk_rows rows down them, about BN_REDUCE_BLOCKS_PER_SM blocks per SM in all.
+typedef struct BnReduceCut {
+    int px, py, slices, chunks, chunk_rows;
+} BnReduceCut;
+
+static BnReduceCut bn_reduce_cut(const CudaBackend *cb, int rows, int c, int vec) {
+    BnReduceCut cut;
+    const int packs = c / vec;
+    cut.px = packs < BN_REDUCE_MAX_PACKS ? packs : BN_REDUCE_MAX_PACKS;
+    cut.py = BN_REDUCE_THREADS / cut.px;
+    cut.slices = (packs + cut.px - 1) / cut.px;
+    const int target = BN_REDUCE_BLOCKS_PER_SM * cb->sm_count;
+    int chunks = target / cut.slices;
+    const int most = (rows + cut.py - 1) / cut.py;  // every chunk keeps each row lane busy
+    if (chunks > most) chunks = most;
+    if (chunks < 1) chunks = 1;
+    cut.chunk_rows = (rows + chunks - 1) / chunks;
+    cut.chunks = (rows + cut.chunk_rows - 1) / cut.chunk_rows;
+    return cut;
+}
+
+static int bn_channel_blocks(int c) { return (c + BN_ELEMENTWISE_THREADS - 1) / BN_ELEMENTWISE_THREADS; }
+static int bn_merge_blocks(int c) { return (c + BN_MERGE_CHANNELS - 1) / BN_MERGE_CHANNELS; }
+
+static int bn_elementwise_blocks(size_t count) {
+    size_t blocks = (count + BN_ELEMENTWISE_THREADS - 1) / BN_ELEMENTWISE_THREADS;
+    return (int)(blocks < BN_ELEMENTWISE_MAX_BLOCKS ? (blocks ? blocks : 1) : BN_ELEMENTWISE_MAX_BLOCKS);
+}
+
+static size_t bn_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+size_t bn_own_mask_bytes(int rows, int c) { return (size_t)rows * c / BN_MASK_PACK; }
+
+// y = act(scale * x + shift + residual) over (rows, c) dt; mask (nullable) gets the ReLU bits
+static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
+                     const float *scale, const float *shift, void *y, uint8_t *mask) {
+    const int vec = pack_width(dt, c, {x, residual, y});
+    const size_t packs = (size_t)rows * c / vec;
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        bn_apply_kernel<T, decltype(pk)::vec><<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            (const T *)x, (const T *)residual, relu, packs, c, scale, shift, (T *)y, mask);
+    });
+    CUDA_CHECK_LAUNCH();
+}
+
+int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
+                          int relu, const float *gamma, const float *beta, float *running_mean,
+                          float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
+                          void *y, uint8_t *mask) {
+    if (pack_width(dt, c, {x, residual, y}) != BN_MASK_PACK) mask = NULL;
+    const int vec = pack_width(dt, c, {x});
+    const BnReduceCut cut = bn_reduce_cut(cb, rows, c, vec);
+    const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
+    char *ws = (char *)cuda_workspace(cb, 2 * part + 2 * cvec);
+    float *part_s = (float *)ws, *part_q = (float *)(ws + part);
+    float *scale = (float *)(ws + 2 * part), *shift = (float *)(ws + 2 * part + cvec);
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        bn_stats_partial_kernel<T, decltype(pk)::vec>
+            <<<dim3(cut.slices, cut.chunks), dim3(cut.px, cut.py), 0, cb->stream>>>((const T *)x, rows, c,
+                                                                                    cut.chunk_rows, part_s, part_q);
+        CUDA_CHECK_LAUNCH();
+        bn_stats_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
+            (const T *)x, part_s, part_q, cut.chunks, rows, c, gamma, beta, running_mean, running_var, momentum, eps,
+            save_mean, save_invstd, scale, shift);
+        CUDA_CHECK_LAUNCH();
+    });
+    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y, mask);
+    return mask != NULL;
+}
+
+void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
+                         const float *gamma, const float *beta, const float *running_mean,
+                         const float *running_var, float eps, void *y) {
+    const size_t cvec = bn_align((size_t)c * sizeof(float));
+    char *ws = (char *)cuda_workspace(cb, 2 * cvec);
+    float *scale = (float *)ws, *shift = (float *)(ws + cvec);
+    bn_eval_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+        c, gamma, beta, running_mean, running_var, eps, scale, shift);
+    CUDA_CHECK_LAUNCH();
+    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y, NULL);
+}
+
+void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
+                          const float *beta, const float *save_mean, const float *save_invstd, void *y) {
+    const size_t cvec = bn_align((size_t)c * sizeof(float));
+    char *ws = (char *)cuda_workspace(cb, 2 * cvec);
+    float *scale = (float *)ws, *shift = (float *)(ws + cvec);
+    bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+        c, gamma, beta, save_mean, save_invstd, scale, shift);
+    CUDA_CHECK_LAUNCH();
+    bn_apply(cb, rows, c, dt, x, NULL, relu, scale, shift, y, NULL);
+}
+
+void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
+                     BnMaskSource mask_source, const float *beta, const uint8_t *mask, const float *gamma,
+                     const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
+                     void *dbeta, int accumulate_params, void *d_residual) {
+    int vec = pack_width(dt, c, {x, y, dy, dx, d_residual});
+    if (mask_source == BN_MASK_BITS && vec != BN_MASK_PACK) mask_source = BN_MASK_FROM_Y;  // bits per 8 only
+    if (mask_source != BN_MASK_FROM_Y) vec = pack_width(dt, c, {x, dy, dx, d_residual});
+    const BnReduceCut cut = bn_reduce_cut(cb, rows, c, vec);
+    const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
+    char *ws = (char *)cuda_workspace(cb, 2 * part + 5 * cvec);
+    float *part_g = (float *)ws, *part_gx = (float *)(ws + part), *coef = (float *)(ws + 2 * part);
+    float *a = (float *)(ws + 2 * part + 3 * cvec), *b = (float *)(ws + 2 * part + 4 * cvec);
+    if (mask_source == BN_MASK_FROM_X) {
+        bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            c, gamma, beta, save_mean, save_invstd, a, b);
+        CUDA_CHECK_LAUNCH();
+    }
+    const size_t packs = (size_t)rows * c / vec;
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        constexpr int VEC = decltype(pk)::vec;
+        bn_backward_partial_kernel<T, VEC><<<dim3(cut.slices, cut.chunks), dim3(cut.px, cut.py), 0, cb->stream>>>(
+            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, cut.chunk_rows, save_mean,
+            part_g, part_gx);
+        CUDA_CHECK_LAUNCH();
+        bn_backward_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
+            part_g, part_gx, cut.chunks, rows, c, gamma, save_invstd, (T *)dgamma, (T *)dbeta, accumulate_params,
+            coef);
+        CUDA_CHECK_LAUNCH();
+        bn_backward_apply_kernel<T, VEC><<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, packs, c, save_mean, coef, (T *)dx,
+            accumulate, (T *)d_residual);
+        CUDA_CHECK_LAUNCH();
+    });
+}
