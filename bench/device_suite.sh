@@ -23,6 +23,7 @@
 #             (build/bench_batchnorm), then --bench b256 AMP and fp32 with cudnn.batch_norm cudnn and own
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
+#   profileamp, profilefp32  the same for one of the two
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) beside synthetic data
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
@@ -185,9 +186,9 @@ stage_bnbench() {
     done; done
     torch_bench 1 256 1
 }
-stage_profile() {
-    profile_pair amp -- --amp 1 && profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0
-}
+stage_profileamp() { profile_pair amp -- --amp 1; }
+stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }
+stage_profile() { stage_profileamp && stage_profilefp32; }
 stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each linked 8 times: 1.4 epochs in 90
                     # steps, so epoch ends do not dominate) beside the same loop on synthetic data
     make_jpegs || return 1

@@ -8,8 +8,10 @@
 // - backward: one read of x and dy for the sums of g and g * xhat (g: dy masked by the ReLU, whose mask
 //   comes from x, the bits or y), a small merge, one pass reading x and dy and writing dx (and
 //   d_residual = g).
-// Reductions: a block covers up to 32 packs of channels (256 fp16 channels) and a chunk of rows, each
-// thread summing its rows in fp32 (values shifted by the channel's value in row 0, so the sum of squares
+// Every kernel walks rows the same way: a block covers up to 32 packs of channels (256 fp16 channels) and
+// a chunk of rows, so a thread keeps one pack of channels for its whole life and holds that pack's
+// coefficients (scale, shift, mean, ...) in registers instead of loading them per element. Reductions:
+// each thread sums its rows in fp32 (values shifted by the channel's value in row 0, so the sum of squares
 // does not cancel), lanes merged in a fixed tree; chunks are merged per channel in fp64 in a fixed order.
 // Deterministic on one GPU model (the chunking follows the SM count), no atomics.
 #include "cuda_batchnorm_own.h"
@@ -18,16 +20,23 @@
 #define BN_REDUCE_THREADS 256
 #define BN_REDUCE_MAX_PACKS 32      // channel packs per reduction block (threadIdx.x)
 #define BN_REDUCE_BLOCKS_PER_SM 4   // reduction grid: about this many blocks per SM
+#define BN_APPLY_BLOCKS_PER_SM 8    // elementwise grid: about this many blocks per SM (a few waves)
 #define BN_MERGE_CHANNELS 32        // merge kernels: channels per block (threadIdx.x) ...
 #define BN_MERGE_LANES 8            // ... and chunk lanes (threadIdx.y)
-#define BN_ELEMENTWISE_THREADS 256
-#define BN_ELEMENTWISE_MAX_BLOCKS 4096  // enough to fill an H200 (132 SMs) many times; kernels stride on
+#define BN_CHANNEL_THREADS 256     // the small per-channel kernels
 
 // ---- device helpers ---------------------------------------------------------------------------------
 
 // v as the stored element would read back (fp16 rounding), so a mask decided here equals y > 0.
 static __device__ __forceinline__ float bn_round_trip(float v, __half) { return __half2float(__float2half_rn(v)); }
 static __device__ __forceinline__ float bn_round_trip(float v, float) { return v; }
+
+// The VEC per-channel fp32 values of one pack (ch = its first channel) into registers.
+template <int VEC>
+static __device__ __forceinline__ void bn_channel_load(const float *p, int ch, float *v) {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) v[k] = p[ch + k];
+}
 
 // Sums VEC values per thread over the blockDim.y row lanes of a (px, py) block in a fixed tree; every
 // lane gets the totals. buf: BN_REDUCE_THREADS * VEC floats of shared memory.
@@ -174,42 +183,58 @@ __global__ void bn_saved_affine_kernel(int c, const float *gamma, const float *b
     if (ch < c) bn_affine(gamma[ch], beta[ch], save_mean[ch], save_invstd[ch], &scale[ch], &shift[ch]);
 }
 
-// The elementwise passes move VEC consecutive elements of one row at a time. A thread's first pack gives
-// its channel by one division; each grid stride then moves the channel by a fixed amount.
-template <int VEC>
-struct ChannelWalk {
-    int pack, packs_per_row, step;  // the current pack's index within its row; step = stride mod row
-    __device__ ChannelWalk(size_t first, size_t stride, int c)
-        : pack((int)(first % (size_t)(c / VEC))), packs_per_row(c / VEC), step((int)(stride % (size_t)(c / VEC))) {}
-    __device__ int channel() const { return pack * VEC; }
-    __device__ void advance() {
-        pack += step;
-        if (pack >= packs_per_row) pack -= packs_per_row;
-    }
-};
-
-// y = act(scale[ch] * x + shift[ch] + residual); the ReLU keeps NaN (as torch's). mask (nullable): per
-// pack, bit k set when element k of y is > 0.
-// x, residual (nullable), y (rows, c) T; scale, shift (c) fp32; mask (packs) u8; packs = rows * c / VEC
+// y = act(scale[ch] * x + shift[ch] + residual) for one pack; the ReLU keeps NaN (as torch's). Returns
+// the pack's ReLU bits: bit k set when element k of y (as stored) is > 0.
 template <typename T, int VEC>
-__global__ void bn_apply_kernel(const T *x, const T *residual, int relu, size_t packs, int c, const float *scale,
-                                const float *shift, T *y, uint8_t *mask) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    ChannelWalk<VEC> walk(j, stride, c);
-    for (; j < packs; j += stride, walk.advance()) {
-        float v[VEC], r[VEC];
-        pack_load<T, VEC>(x + j * VEC, v);
-        if (residual) pack_load<T, VEC>(residual + j * VEC, r);
-        const int ch = walk.channel();
-        unsigned bits = 0;
+static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *r, int relu, const float *sc,
+                                                         const float *sh) {
+    unsigned bits = 0;
 #pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            v[k] = __fmaf_rn(scale[ch + k], v[k], shift[ch + k]);
-            if (residual) v[k] += r[k];
-            if (relu && v[k] < 0.0f) v[k] = 0.0f;
-            if (bn_round_trip(v[k], T()) > 0.0f) bits |= 1u << k;
+    for (int k = 0; k < VEC; k++) {
+        v[k] = __fmaf_rn(sc[k], v[k], sh[k]);
+        if (r) v[k] += r[k];
+        if (relu && v[k] < 0.0f) v[k] = 0.0f;
+        if (bn_round_trip(v[k], T()) > 0.0f) bits |= 1u << k;
+    }
+    return bits;
+}
+
+// Grid and block as bn_stats_partial_kernel, two rows in flight per thread. mask (nullable): per pack
+// the bits of bn_apply_pack.
+// x, residual (nullable), y (rows, c) T; scale, shift (c) fp32; mask (rows * c / VEC) u8
+template <typename T, int VEC>
+__global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows, int c,
+                                int chunk_rows, const float *scale, const float *shift, T *__restrict__ y,
+                                uint8_t *__restrict__ mask) {
+    const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
+    if (pack >= packs_per_row) return;
+    float sc[VEC], sh[VEC];
+    bn_channel_load<VEC>(scale, ch, sc);
+    bn_channel_load<VEC>(shift, ch, sh);
+    const int r1 = min(rows, (int)(blockIdx.y + 1) * chunk_rows), step = blockDim.y;
+    int r = blockIdx.y * chunk_rows + threadIdx.y;
+    for (; r + step < r1; r += 2 * step) {
+        float v[2][VEC], res[2][VEC];
+        size_t j[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            j[u] = (size_t)(r + u * step) * packs_per_row + pack;
+            pack_load<T, VEC>(x + j[u] * VEC, v[u]);
+            if (residual) pack_load<T, VEC>(residual + j[u] * VEC, res[u]);
         }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const unsigned bits = bn_apply_pack<T, VEC>(v[u], residual ? res[u] : NULL, relu, sc, sh);
+            pack_store<T, VEC>(y + j[u] * VEC, v[u]);
+            if (mask) mask[j[u]] = (uint8_t)bits;
+        }
+    }
+    if (r < r1) {
+        float v[VEC], res[VEC];
+        const size_t j = (size_t)r * packs_per_row + pack;
+        pack_load<T, VEC>(x + j * VEC, v);
+        if (residual) pack_load<T, VEC>(residual + j * VEC, res);
+        const unsigned bits = bn_apply_pack<T, VEC>(v, residual ? res : NULL, relu, sc, sh);
         pack_store<T, VEC>(y + j * VEC, v);
         if (mask) mask[j] = (uint8_t)bits;
     }
@@ -217,12 +242,11 @@ __global__ void bn_apply_kernel(const T *x, const T *residual, int relu, size_t 
 
 // ---- backward ---------------------------------------------------------------------------------------
 
-// g = dy masked by the ReLU of the forward for one pack (source: BnMaskSource; a, b: the forward's affine
-// map, for BN_MASK_FROM_X).
+// g = dy masked by the ReLU of the forward for one pack (source: BnMaskSource; a, b: the pack's channels'
+// values of the forward's affine map, for BN_MASK_FROM_X).
 template <typename T, int VEC>
 static __device__ __forceinline__ void bn_masked_grad(int source, const T *y, const uint8_t *mask, size_t j,
-                                                      const float *xv, const float *a, const float *b, int ch,
-                                                      float *g) {
+                                                      const float *xv, const float *a, const float *b, float *g) {
     if (source == BN_MASK_FROM_Y) {
         float yv[VEC];
         pack_load<T, VEC>(y + j * VEC, yv);
@@ -237,26 +261,39 @@ static __device__ __forceinline__ void bn_masked_grad(int source, const T *y, co
     } else if (source == BN_MASK_FROM_X) {
 #pragma unroll
         for (int k = 0; k < VEC; k++)
-            if (!(bn_round_trip(__fmaf_rn(a[ch + k], xv[k], b[ch + k]), T()) > 0.0f)) g[k] = 0.0f;
+            if (!(bn_round_trip(__fmaf_rn(a[k], xv[k], b[k]), T()) > 0.0f)) g[k] = 0.0f;
+    }
+}
+
+// The forward's affine map of one pack, for a mask from x (zeros otherwise: unused).
+template <int VEC>
+static __device__ __forceinline__ void bn_mask_affine_load(int source, const float *a, const float *b, int ch,
+                                                           float *av, float *bv) {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) av[k] = bv[k] = 0.0f;
+    if (source == BN_MASK_FROM_X) {
+        bn_channel_load<VEC>(a, ch, av);
+        bn_channel_load<VEC>(b, ch, bv);
     }
 }
 
 // Per chunk of rows (grid and block as bn_stats_partial_kernel): sums of g and g * (x - mean).
 // x, y, dy (rows, c) T; mask (packs) u8; save_mean, a, b (c) fp32 -> part_g, part_gx (chunks, c) fp32
 template <typename T, int VEC>
-__global__ void bn_backward_partial_kernel(const T *x, const T *y, const T *dy, int source, const uint8_t *mask,
+__global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__restrict__ y,
+                                           const T *__restrict__ dy, int source, const uint8_t *__restrict__ mask,
                                            const float *a, const float *b, int rows, int c, int chunk_rows,
                                            const float *save_mean, float *part_g, float *part_gx) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
     const int pack = blockIdx.x * blockDim.x + threadIdx.x;
     const int packs_per_row = c / VEC, active = pack < packs_per_row, ch = pack * VEC;
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
-    float mean[VEC], sg[VEC], sgx[VEC];
+    float mean[VEC], av[VEC], bv[VEC], sg[VEC], sgx[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; k++) mean[k] = sg[k] = sgx[k] = 0.0f;
+    for (int k = 0; k < VEC; k++) sg[k] = sgx[k] = 0.0f;
     if (active) {
-#pragma unroll
-        for (int k = 0; k < VEC; k++) mean[k] = save_mean[ch + k];
+        bn_channel_load<VEC>(save_mean, ch, mean);
+        bn_mask_affine_load<VEC>(source, a, b, ch, av, bv);
         const int step = blockDim.y;
         int r = r0 + threadIdx.y;
         for (; r + step < r1; r += 2 * step) {  // two rows of x and dy in flight per thread
@@ -270,7 +307,7 @@ __global__ void bn_backward_partial_kernel(const T *x, const T *y, const T *dy, 
             }
 #pragma unroll
             for (int u = 0; u < 2; u++) {
-                bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], a, b, ch, g[u]);
+                bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], av, bv, g[u]);
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
                     sg[k] += g[u][k];
@@ -278,12 +315,12 @@ __global__ void bn_backward_partial_kernel(const T *x, const T *y, const T *dy, 
                 }
             }
         }
-        for (; r < r1; r += step) {
+        if (r < r1) {
             float xv[VEC], g[VEC];
             const size_t j = (size_t)r * packs_per_row + pack;
             pack_load<T, VEC>(x + j * VEC, xv);
             pack_load<T, VEC>(dy + j * VEC, g);
-            bn_masked_grad<T, VEC>(source, y, mask, j, xv, a, b, ch, g);
+            bn_masked_grad<T, VEC>(source, y, mask, j, xv, av, bv, g);
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 sg[k] += g[k];
@@ -301,12 +338,15 @@ __global__ void bn_backward_partial_kernel(const T *x, const T *y, const T *dy, 
 }
 
 // grid and block as bn_stats_merge_kernel: dbeta = sum g, dgamma = invstd * sum g (x - mean), stored in
-// dt (+= with accumulate_params), and the coefficients of dx = k_scale * (g - k_mean - (x - mean) * k_xmu).
-// part_* (chunks, c) fp32 -> dgamma, dbeta (c) T; coef (3, c) fp32
+// dt (+= with accumulate_params), and the coefficients of
+//   dx = gamma * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean)))
+//      = k_g * g - (k_x * x + k_0)
+// (k_0 formed in fp64, so folding the mean into it costs no more than an fp32 rounding of each term).
+// part_* (chunks, c) fp32 -> dgamma, dbeta (c) T; coef (3, c) fp32: k_g, k_x, k_0
 template <typename T>
 __global__ void bn_backward_merge_kernel(const float *part_g, const float *part_gx, int chunks, int rows, int c,
-                                         const float *gamma, const float *save_invstd, T *dgamma, T *dbeta,
-                                         int accumulate_params, float *coef) {
+                                         const float *gamma, const float *save_mean, const float *save_invstd,
+                                         T *dgamma, T *dbeta, int accumulate_params, float *coef) {
     const int ch = blockIdx.x * BN_MERGE_CHANNELS + threadIdx.x;
     double sg, sgx;
     bn_merge_chunks(part_g, part_gx, chunks, c, ch, &sg, &sgx);
@@ -315,34 +355,67 @@ __global__ void bn_backward_merge_kernel(const float *part_g, const float *part_
     const float db = (float)sg, dg = (float)sgx * invstd;
     from_f32(&dbeta[ch], db + (accumulate_params ? to_f32(dbeta[ch]) : 0.0f));
     from_f32(&dgamma[ch], dg + (accumulate_params ? to_f32(dgamma[ch]) : 0.0f));
-    coef[ch] = gamma[ch] * invstd;
-    coef[c + ch] = (float)(sg / rows);
-    coef[2 * c + ch] = (float)(sgx / rows) * invstd * invstd;
+    const double k_g = (double)gamma[ch] * invstd, k_x = k_g * (sgx / rows) * invstd * invstd;
+    coef[ch] = (float)k_g;
+    coef[c + ch] = (float)k_x;
+    coef[2 * c + ch] = (float)(k_g * (sg / rows) - k_x * save_mean[ch]);
 }
 
-// dx (= or +=) k_scale * (g - k_mean - (x - mean) * k_xmu); d_residual (nullable) = g.
-// x, y, dy, dx, d_residual (rows, c) T; mask (packs) u8; save_mean, a, b (c), coef (3, c) fp32
+// dx (= or +=) k_g * g - (k_x * x + k_0) for one pack, from registers.
+template <int VEC>
+static __device__ __forceinline__ void bn_backward_pack(const float *xv, const float *g, const float *k_g,
+                                                        const float *k_x, const float *k_0, int accumulate,
+                                                        float *d) {
+#pragma unroll
+    for (int k = 0; k < VEC; k++) {
+        const float v = k_g[k] * g[k] - __fmaf_rn(k_x[k], xv[k], k_0[k]);
+        d[k] = accumulate ? d[k] + v : v;
+    }
+}
+
+// Grid and block as bn_stats_partial_kernel, two rows in flight per thread: dx (= or +=) as
+// bn_backward_pack; d_residual (nullable) = g.
+// x, y, dy, dx, d_residual (rows, c) T; mask (rows * c / VEC) u8; a, b (c), coef (3, c) fp32
 template <typename T, int VEC>
-__global__ void bn_backward_apply_kernel(const T *x, const T *y, const T *dy, int source, const uint8_t *mask,
-                                         const float *a, const float *b, size_t packs, int c,
-                                         const float *save_mean, const float *coef, T *dx, int accumulate,
-                                         T *d_residual) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    ChannelWalk<VEC> walk(j, stride, c);
-    for (; j < packs; j += stride, walk.advance()) {
+__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
+                                         int source, const uint8_t *__restrict__ mask, const float *a,
+                                         const float *b, int rows, int c, int chunk_rows, const float *coef,
+                                         T *__restrict__ dx, int accumulate, T *__restrict__ d_residual) {
+    const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
+    if (pack >= packs_per_row) return;
+    float k_g[VEC], k_x[VEC], k_0[VEC], av[VEC], bv[VEC];
+    bn_channel_load<VEC>(coef, ch, k_g);
+    bn_channel_load<VEC>(coef + c, ch, k_x);
+    bn_channel_load<VEC>(coef + 2 * c, ch, k_0);
+    bn_mask_affine_load<VEC>(source, a, b, ch, av, bv);
+    const int r1 = min(rows, (int)(blockIdx.y + 1) * chunk_rows), step = blockDim.y;
+    int r = blockIdx.y * chunk_rows + threadIdx.y;
+    for (; r + step < r1; r += 2 * step) {
+        float xv[2][VEC], g[2][VEC], d[2][VEC];
+        size_t j[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            j[u] = (size_t)(r + u * step) * packs_per_row + pack;
+            pack_load<T, VEC>(x + j[u] * VEC, xv[u]);
+            pack_load<T, VEC>(dy + j[u] * VEC, g[u]);
+            if (accumulate) pack_load<T, VEC>(dx + j[u] * VEC, d[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], av, bv, g[u]);
+            bn_backward_pack<VEC>(xv[u], g[u], k_g, k_x, k_0, accumulate, d[u]);
+            pack_store<T, VEC>(dx + j[u] * VEC, d[u]);
+            if (d_residual) pack_store<T, VEC>(d_residual + j[u] * VEC, g[u]);
+        }
+    }
+    if (r < r1) {
         float xv[VEC], g[VEC], d[VEC];
+        const size_t j = (size_t)r * packs_per_row + pack;
         pack_load<T, VEC>(x + j * VEC, xv);
         pack_load<T, VEC>(dy + j * VEC, g);
         if (accumulate) pack_load<T, VEC>(dx + j * VEC, d);
-        const int ch = walk.channel();
-        bn_masked_grad<T, VEC>(source, y, mask, j, xv, a, b, ch, g);
-#pragma unroll
-        for (int k = 0; k < VEC; k++) {
-            const float v = coef[ch + k] *
-                            (g[k] - coef[c + ch + k] - (xv[k] - save_mean[ch + k]) * coef[2 * c + ch + k]);
-            d[k] = accumulate ? d[k] + v : v;
-        }
+        bn_masked_grad<T, VEC>(source, y, mask, j, xv, av, bv, g);
+        bn_backward_pack<VEC>(xv, g, k_g, k_x, k_0, accumulate, d);
         pack_store<T, VEC>(dx + j * VEC, d);
         if (d_residual) pack_store<T, VEC>(d_residual + j * VEC, g);
     }
@@ -350,19 +423,19 @@ __global__ void bn_backward_apply_kernel(const T *x, const T *y, const T *dy, in
 
 // ---- launch helpers -----------------------------------------------------------------------------------
 
-// How a (rows, c) reduction is cut: blocks of (px channel packs, py row lanes), `slices` blocks across the
-// channels, `chunks` of chunk_rows rows down them, about BN_REDUCE_BLOCKS_PER_SM blocks per SM in all.
-typedef struct BnReduceCut {
+// How a (rows, c) pass is cut: blocks of (px channel packs, py row lanes), `slices` blocks across the
+// channels, `chunks` of chunk_rows rows down them, about blocks_per_sm blocks per SM in all.
+typedef struct BnRowCut {
     int px, py, slices, chunks, chunk_rows;
-} BnReduceCut;
+} BnRowCut;
 
-static BnReduceCut bn_reduce_cut(const CudaBackend *cb, int rows, int c, int vec) {
-    BnReduceCut cut;
+static BnRowCut bn_row_cut(const CudaBackend *cb, int rows, int c, int vec, int blocks_per_sm) {
+    BnRowCut cut;
     const int packs = c / vec;
     cut.px = packs < BN_REDUCE_MAX_PACKS ? packs : BN_REDUCE_MAX_PACKS;
     cut.py = BN_REDUCE_THREADS / cut.px;
     cut.slices = (packs + cut.px - 1) / cut.px;
-    const int target = BN_REDUCE_BLOCKS_PER_SM * cb->sm_count;
+    const int target = blocks_per_sm * cb->sm_count;
     int chunks = target / cut.slices;
     const int most = (rows + cut.py - 1) / cut.py;  // every chunk keeps each row lane busy
     if (chunks > most) chunks = most;
@@ -372,13 +445,11 @@ static BnReduceCut bn_reduce_cut(const CudaBackend *cb, int rows, int c, int vec
     return cut;
 }
 
-static int bn_channel_blocks(int c) { return (c + BN_ELEMENTWISE_THREADS - 1) / BN_ELEMENTWISE_THREADS; }
-static int bn_merge_blocks(int c) { return (c + BN_MERGE_CHANNELS - 1) / BN_MERGE_CHANNELS; }
+static dim3 bn_grid(BnRowCut cut) { return dim3(cut.slices, cut.chunks); }
+static dim3 bn_block(BnRowCut cut) { return dim3(cut.px, cut.py); }
 
-static int bn_elementwise_blocks(size_t count) {
-    size_t blocks = (count + BN_ELEMENTWISE_THREADS - 1) / BN_ELEMENTWISE_THREADS;
-    return (int)(blocks < BN_ELEMENTWISE_MAX_BLOCKS ? (blocks ? blocks : 1) : BN_ELEMENTWISE_MAX_BLOCKS);
-}
+static int bn_channel_blocks(int c) { return (c + BN_CHANNEL_THREADS - 1) / BN_CHANNEL_THREADS; }
+static int bn_merge_blocks(int c) { return (c + BN_MERGE_CHANNELS - 1) / BN_MERGE_CHANNELS; }
 
 static size_t bn_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
@@ -388,11 +459,11 @@ size_t bn_own_mask_bytes(int rows, int c) { return (size_t)rows * c / BN_MASK_PA
 static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
                      const float *scale, const float *shift, void *y, uint8_t *mask) {
     const int vec = pack_width(dt, c, {x, residual, y});
-    const size_t packs = (size_t)rows * c / vec;
+    const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_APPLY_BLOCKS_PER_SM);
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
-        bn_apply_kernel<T, decltype(pk)::vec><<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-            (const T *)x, (const T *)residual, relu, packs, c, scale, shift, (T *)y, mask);
+        bn_apply_kernel<T, decltype(pk)::vec><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
+            (const T *)x, (const T *)residual, relu, rows, c, cut.chunk_rows, scale, shift, (T *)y, mask);
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -403,7 +474,7 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
                           void *y, uint8_t *mask) {
     if (pack_width(dt, c, {x, residual, y}) != BN_MASK_PACK) mask = NULL;
     const int vec = pack_width(dt, c, {x});
-    const BnReduceCut cut = bn_reduce_cut(cb, rows, c, vec);
+    const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
     const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * part + 2 * cvec);
     float *part_s = (float *)ws, *part_q = (float *)(ws + part);
@@ -411,7 +482,7 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
         bn_stats_partial_kernel<T, decltype(pk)::vec>
-            <<<dim3(cut.slices, cut.chunks), dim3(cut.px, cut.py), 0, cb->stream>>>((const T *)x, rows, c,
+            <<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>((const T *)x, rows, c,
                                                                                     cut.chunk_rows, part_s, part_q);
         CUDA_CHECK_LAUNCH();
         bn_stats_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
@@ -429,7 +500,7 @@ void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void 
     const size_t cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * cvec);
     float *scale = (float *)ws, *shift = (float *)(ws + cvec);
-    bn_eval_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+    bn_eval_affine_kernel<<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
         c, gamma, beta, running_mean, running_var, eps, scale, shift);
     CUDA_CHECK_LAUNCH();
     bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y, NULL);
@@ -440,7 +511,7 @@ void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void
     const size_t cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * cvec);
     float *scale = (float *)ws, *shift = (float *)(ws + cvec);
-    bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+    bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
         c, gamma, beta, save_mean, save_invstd, scale, shift);
     CUDA_CHECK_LAUNCH();
     bn_apply(cb, rows, c, dt, x, NULL, relu, scale, shift, y, NULL);
@@ -453,31 +524,31 @@ void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
     int vec = pack_width(dt, c, {x, y, dy, dx, d_residual});
     if (mask_source == BN_MASK_BITS && vec != BN_MASK_PACK) mask_source = BN_MASK_FROM_Y;  // bits per 8 only
     if (mask_source != BN_MASK_FROM_Y) vec = pack_width(dt, c, {x, dy, dx, d_residual});
-    const BnReduceCut cut = bn_reduce_cut(cb, rows, c, vec);
+    const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
     const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * part + 5 * cvec);
     float *part_g = (float *)ws, *part_gx = (float *)(ws + part), *coef = (float *)(ws + 2 * part);
     float *a = (float *)(ws + 2 * part + 3 * cvec), *b = (float *)(ws + 2 * part + 4 * cvec);
     if (mask_source == BN_MASK_FROM_X) {
-        bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
+        bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
             c, gamma, beta, save_mean, save_invstd, a, b);
         CUDA_CHECK_LAUNCH();
     }
-    const size_t packs = (size_t)rows * c / vec;
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
         constexpr int VEC = decltype(pk)::vec;
-        bn_backward_partial_kernel<T, VEC><<<dim3(cut.slices, cut.chunks), dim3(cut.px, cut.py), 0, cb->stream>>>(
+        bn_backward_partial_kernel<T, VEC><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
             (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, cut.chunk_rows, save_mean,
             part_g, part_gx);
         CUDA_CHECK_LAUNCH();
         bn_backward_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
-            part_g, part_gx, cut.chunks, rows, c, gamma, save_invstd, (T *)dgamma, (T *)dbeta, accumulate_params,
-            coef);
+            part_g, part_gx, cut.chunks, rows, c, gamma, save_mean, save_invstd, (T *)dgamma, (T *)dbeta,
+            accumulate_params, coef);
         CUDA_CHECK_LAUNCH();
-        bn_backward_apply_kernel<T, VEC><<<bn_elementwise_blocks(packs), BN_ELEMENTWISE_THREADS, 0, cb->stream>>>(
-            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, packs, c, save_mean, coef, (T *)dx,
-            accumulate, (T *)d_residual);
+        const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
+        bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
+            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
+            (T *)dx, accumulate, (T *)d_residual);
         CUDA_CHECK_LAUNCH();
     });
 }

@@ -13,6 +13,10 @@
 // afterwards. Without cudnn_benchmark, cuDNN's heuristic list (cudnnGet*_v7), preferring the first
 // deterministic algorithm that succeeds and fits the workspace cap, so runs repeat bitwise.
 //
+// Math types: the search and the heuristic try both the descriptor's math type and CUDNN_DEFAULT_MATH and
+// say which one each result is for. A direction keeps the math type of its pick and sets it on the
+// (shared) descriptor before it runs: an algorithm timed with TF32 but run under CUDNN_FMA_MATH is another,
+// slower kernel. Exact fp32 (TF32 not allowed) takes only results for CUDNN_FMA_MATH.
 // cuda_conv_prepare runs the three searches for a shape before the step's memory exists (the model calls
 // it for every layer before its activations are allocated), on buffers of its own: the search's scratch
 // then never sits on top of the activations, and the shared workspace grows only to what the chosen
@@ -41,6 +45,7 @@ typedef struct ConvPlan {
     cudnnConvolutionFwdAlgo_t fwd_algo;
     cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+    cudnnMathType_t math[3];             // per ConvDirection: the math type the algorithm was chosen under
     size_t workspace[3];                 // per ConvDirection: bytes the chosen algorithm needs
 } ConvPlan;
 
@@ -61,6 +66,10 @@ static cudnnMathType_t conv_math_type(const CudaBackend *cb, DType dt) {
     if (dt == DTYPE_F16) return CUDNN_TENSOR_OP_MATH;
     return cb->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
+
+// The descriptor's math type: the base one (conv_math_type) for a search or heuristic query, a
+// direction's chosen one before that direction runs (one descriptor serves the three directions).
+static void conv_set_math(ConvPlan *p, cudnnMathType_t m) { CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv_desc, m)); }
 
 static void conv_plan_init(CudaBackend *cb, ConvPlan *p, const ConvShape *s, DType dt) {
     memset(p, 0, sizeof *p);
@@ -136,6 +145,7 @@ typedef struct ConvCandidates {
     cudnnStatus_t status[CONV_ALGO_CANDIDATES];
     size_t memory[CONV_ALGO_CANDIDATES];
     int deterministic[CONV_ALGO_CANDIDATES];
+    cudnnMathType_t math[CONV_ALGO_CANDIDATES];
     float time_ms[CONV_ALGO_CANDIDATES];  // measured by a timed search; -1 from the heuristic
     int timed;                            // 1: the list is a timed search's, fastest first
 } ConvCandidates;
@@ -149,22 +159,34 @@ typedef struct ConvCandidates {
             (cands)->status[i_] = (perf)[i_].status;                                               \
             (cands)->memory[i_] = (perf)[i_].memory;                                               \
             (cands)->deterministic[i_] = (perf)[i_].determinism == CUDNN_DETERMINISTIC;            \
+            (cands)->math[i_] = (perf)[i_].mathType;                                               \
             (cands)->time_ms[i_] = (was_timed) ? (perf)[i_].time : -1.0f;                          \
         }                                                                                          \
     } while (0)
 
-// Index of the first candidate that succeeded and fits the cap; with prefer_deterministic, the first
-// deterministic one of those if any. Candidates arrive best first (heuristic rank or measured time).
-// A timed list gives, of the usable candidates within CONV_NEAR_FASTEST of the first usable one, the
-// one needing the least workspace.
-static int conv_candidates_pick(const ConvCandidates *c, int prefer_deterministic) {
+// Whether a candidate's math type keeps the precision asked for: fp16 any; fp32 CUDNN_FMA_MATH, and
+// CUDNN_DEFAULT_MATH (TF32 on Ampere and later) only when TF32 is allowed.
+static int conv_math_allowed(const CudaBackend *cb, DType dt, cudnnMathType_t m) {
+    if (dt == DTYPE_F16) return 1;
+    return m == CUDNN_FMA_MATH || (cb->allow_tf32 && m == CUDNN_DEFAULT_MATH);
+}
+
+// Index of the first usable candidate (succeeded, fits the cap, math allowed); with prefer_deterministic,
+// the first deterministic one of those if any. Candidates arrive best first (heuristic rank or measured
+// time). A timed list gives, of the usable candidates within CONV_NEAR_FASTEST of the first usable one,
+// the one needing the least workspace.
+static int conv_candidates_pick(const CudaBackend *cb, DType dt, const ConvCandidates *c,
+                                int prefer_deterministic) {
+    int usable[CONV_ALGO_CANDIDATES];
+    for (int i = 0; i < c->count; i++)
+        usable[i] = c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap &&
+                    conv_math_allowed(cb, dt, c->math[i]);
     if (prefer_deterministic)
         for (int i = 0; i < c->count; i++)
-            if (c->status[i] == CUDNN_STATUS_SUCCESS && c->memory[i] <= c->cap && c->deterministic[i])
-                return i;
+            if (usable[i] && c->deterministic[i]) return i;
     int fastest = -1, best = -1;
     for (int i = 0; i < c->count; i++) {
-        if (c->status[i] != CUDNN_STATUS_SUCCESS || c->memory[i] > c->cap) continue;
+        if (!usable[i]) continue;
         if (fastest < 0) fastest = best = i;
         else if (c->timed && c->time_ms[i] <= c->time_ms[fastest] * CONV_NEAR_FASTEST && c->memory[i] < c->memory[best])
             best = i;
@@ -210,19 +232,23 @@ static void conv_search_scratch_put(CudaBackend *cb, void *ptr) {
 
 // The chosen candidate's algorithm; marks the direction chosen. The caller then asks cuDNN for the exact
 // workspace of that algorithm (the perf struct's figure is an estimate for heuristic results).
-static int conv_pick_or_die(ConvPlan *p, ConvDirection d, const ConvCandidates *c, int prefer_deterministic) {
-    int i = conv_candidates_pick(c, prefer_deterministic);
+static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d, const ConvCandidates *c,
+                            int prefer_deterministic) {
+    int i = conv_candidates_pick(cb, p->dt, c, prefer_deterministic);
     const ConvShape *s = &p->shape;
     AMP_ASSERT(i >= 0, "conv %s: no cuDNN algorithm for n=%d h=%d w=%d c_in=%d c_out=%d k=%dx%d stride=%d "
                "pad=%d groups=%d %s", conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
                s->kw, s->stride, s->pad, s->groups, dtype_name(p->dt));
     p->workspace[d] = c->memory[i];
+    p->math[d] = c->math[i];
     p->chosen[d] = 1;
+    conv_set_math(p, p->math[d]);  // the caller asks for the exact workspace under it
     return c->algo[i];
 }
 
 // x (n,h,w,c_in), w (c_out,kh,kw,c_in/g) are read; y is the real output (forward never accumulates).
 static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y) {
+    conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionFwdAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
@@ -238,7 +264,7 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
         conv_search_scratch_put(cb, ws);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
-    p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(p, CONV_FWD, &cands, !cb->cudnn_benchmark);
+    p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
                                                         p->fwd_algo, &exact));
@@ -248,6 +274,7 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
 // dy, w are read; the search writes dx, or a scratch in its place when dx accumulates (its contents count).
 static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *dy, const void *w, void *dx,
                                       int accumulate) {
+    conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdDataAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
@@ -267,7 +294,7 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_data_algo =
-        (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(p, CONV_BWD_DATA, &cands, !cb->cudnn_benchmark);
+        (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands, !cb->cudnn_benchmark);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                              p->x_desc, p->bwd_data_algo, &exact));
@@ -277,6 +304,7 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
 // x, dy are read; the search writes dw, or a scratch in its place when dw accumulates.
 static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy, void *dw,
                                         int accumulate) {
+    conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     int n = 0;
@@ -297,7 +325,7 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_filter_algo =
-        (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(p, CONV_BWD_FILTER, &cands, !cb->cudnn_benchmark);
+        (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_FILTER, &cands, !cb->cudnn_benchmark);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                                p->w_desc, p->bwd_filter_algo, &exact));
@@ -333,6 +361,7 @@ void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x,
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);
     void *ws = cuda_workspace(cb, p->workspace[CONV_FWD]);
+    conv_set_math(p, p->math[CONV_FWD]);
     const float alpha = 1.0f, beta = 0.0f;
     CUDNN_CHECK(cudnnConvolutionForward(cb->cudnn, &alpha, p->x_desc, x, p->w_desc, w, p->conv_desc, p->fwd_algo,
                                         ws, p->workspace[CONV_FWD], &beta, p->y_desc, y));
@@ -345,6 +374,7 @@ void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const vo
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w, dx, accumulate);
     void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_DATA]);
+    conv_set_math(p, p->math[CONV_BWD_DATA]);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->w_desc, w, p->y_desc, dy, p->conv_desc,
                                              p->bwd_data_algo, ws, p->workspace[CONV_BWD_DATA], &beta, p->x_desc,
@@ -358,6 +388,7 @@ void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const 
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy, dw, accumulate);
     void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_FILTER]);
+    conv_set_math(p, p->math[CONV_BWD_FILTER]);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardFilter(cb->cudnn, &alpha, p->x_desc, x, p->y_desc, dy, p->conv_desc,
                                                p->bwd_filter_algo, ws, p->workspace[CONV_BWD_FILTER], &beta,
