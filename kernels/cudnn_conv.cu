@@ -21,6 +21,7 @@
 // it for every layer before its activations are allocated), on buffers of its own: the search's scratch
 // then never sits on top of the activations, and the shared workspace grows only to what the chosen
 // algorithms need. A shape met later (another batch size) is searched on the real buffers, lazily.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -230,11 +231,41 @@ static void conv_search_scratch_put(CudaBackend *cb, void *ptr) {
     if (ptr) cuda_scratch_put(cb, ptr);
 }
 
+static const char *conv_math_name(cudnnMathType_t m) {
+    switch (m) {
+    case CUDNN_FMA_MATH: return "fma";
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op";
+    default: return "tensor-op-conversion";
+    }
+}
+
+// With AMPTRAIN_CONV_LOG=1 in the environment, each pick goes to stderr: the shape, the direction and the
+// candidates cuDNN returned (algorithm, math type, ms or -1 from the heuristic, workspace MiB; "failed"
+// for one that did not run), the one taken marked with *.
+static void conv_log_pick(const ConvPlan *p, ConvDirection d, const ConvCandidates *c, int pick) {
+    const char *env = getenv("AMPTRAIN_CONV_LOG");
+    if (!env || strcmp(env, "1") != 0) return;
+    const ConvShape *s = &p->shape;
+    fprintf(stderr, "conv: n=%d %dx%d c %d->%d k%d s%d g%d %s %s:", s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
+            s->stride, s->groups, dtype_name(p->dt), conv_direction_name(d));
+    for (int i = 0; i < c->count; i++) {
+        if (c->status[i] != CUDNN_STATUS_SUCCESS) {
+            fprintf(stderr, " [a%d %s failed]", c->algo[i], conv_math_name(c->math[i]));
+            continue;
+        }
+        fprintf(stderr, " %s[a%d %s %.3f %.0fM]", i == pick ? "*" : "", c->algo[i], conv_math_name(c->math[i]),
+                (double)c->time_ms[i], (double)c->memory[i] / (1 << 20));
+    }
+    fprintf(stderr, "\n");
+}
+
 // The chosen candidate's algorithm; marks the direction chosen. The caller then asks cuDNN for the exact
 // workspace of that algorithm (the perf struct's figure is an estimate for heuristic results).
 static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d, const ConvCandidates *c,
                             int prefer_deterministic) {
     int i = conv_candidates_pick(cb, p->dt, c, prefer_deterministic);
+    conv_log_pick(p, d, c, i);
     const ConvShape *s = &p->shape;
     AMP_ASSERT(i >= 0, "conv %s: no cuDNN algorithm for n=%d h=%d w=%d c_in=%d c_out=%d k=%dx%d stride=%d "
                "pad=%d groups=%d %s", conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
