@@ -13,6 +13,7 @@
 #   benchws   AMP batch 256 with cudnn.workspace_mb 1024, 512, 256 and 128, torch beside
 #   loop      the training loop a user runs (data made on the host by the loader, uploaded every step),
 #             batch 256 and 70, AMP, each beside --bench and torch_baseline.py, in 3 alternating repeats
+#   loop1     one repeat of loop's batch-256 AMP row (loop, --bench, torch_baseline.py)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
 #             TF32 off on both sides
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
@@ -123,6 +124,7 @@ stage_loop() {
         loop_run 70 1; amp_bench 1 70 1; torch_bench 1 70 1
     done
 }
+stage_loop1() { loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1; }
 stage_loopfp32() {
     loop_run 256 0; amp_bench 1 256 0; torch_bench 1 256 0
     loop_run 256 0 cudnn.tf32=false
@@ -179,7 +181,7 @@ profile_pair() {  # name amptrain-overrides... -- torch-flags...
         "$OUT/profile_torch_$name.csv"
 }
 stage_bnbench() {
-    build/bench_batchnorm 256 || return 1
+    build/bench_batchnorm 256 | tee "$OUT/bnbench.txt"; [ "${PIPESTATUS[0]}" = 0 ] || return 1
     for amp in true false; do for bn in cudnn own; do
         build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp $amp bn $bn" \
             data.batch_size=256 amp.enabled=$amp cudnn.benchmark=true cudnn.batch_norm=$bn | grep '^{' | tee -a "$BENCH"

@@ -86,6 +86,14 @@ void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const 
                                void *dw, int accumulate);
 void cuda_conv_cache_destroy(CudaBackend *cb);
 
+// ---- cuda_conv_gemm.cu: 1x1 stride-1 ungrouped convolutions as one cuBLAS GEMM ----------------------
+int conv_gemm_eligible(const ConvShape *s);
+void conv_gemm_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
+void conv_gemm_backward_data(CudaBackend *cb, const ConvShape *s, DType dt, const void *dy, const void *w, void *dx,
+                             int accumulate);
+void conv_gemm_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
+                               void *dw, int accumulate);
+
 // ---- cudnn_batchnorm.cu -------------------------------------------------------------------------
 void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                            int relu, const float *gamma, const float *beta, float *running_mean,

@@ -17,6 +17,10 @@
 // say which one each result is for. A direction keeps the math type of its pick and sets it on the
 // (shared) descriptor before it runs: an algorithm timed with TF32 but run under CUDNN_FMA_MATH is another,
 // slower kernel. Exact fp32 (TF32 not allowed) takes only results for CUDNN_FMA_MATH.
+//
+// A 1x1 stride-1 ungrouped convolution may run as one cuBLAS GEMM instead (cuda_conv_gemm.cu): the timed
+// search times that route too and takes it when it beats cuDNN's pick; without the search it runs for
+// exact fp32, where cuDNN's legacy API offers only its two slow NHWC algorithms (bench/RESULTS.md).
 // cuda_conv_prepare runs the three searches for a shape before the step's memory exists (the model calls
 // it for every layer before its activations are allocated), on buffers of its own: the search's scratch
 // then never sits on top of the activations, and the shared workspace grows only to what the chosen
@@ -25,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "cuda_internal.h"
 
 // How many candidates to ask cuDNN for in one heuristic query or timed search.
@@ -32,6 +37,8 @@
 // A timed search takes, of the algorithms at most this much slower than the fastest, the one with the
 // least workspace: the timings differ by about this much between runs anyway.
 #define CONV_NEAR_FASTEST 1.02f
+// Timed runs of the GEMM route in a search (after one untimed run).
+#define CONV_GEMM_TIMED_RUNS 3
 
 typedef enum { CONV_FWD = 0, CONV_BWD_DATA = 1, CONV_BWD_FILTER = 2 } ConvDirection;
 
@@ -47,6 +54,8 @@ typedef struct ConvPlan {
     cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     cudnnMathType_t math[3];             // per ConvDirection: the math type the algorithm was chosen under
+    int gemm[3];                         // per ConvDirection: 1 runs as a cuBLAS GEMM (cuda_conv_gemm.cu)
+    float picked_ms[3];                  // per ConvDirection: the search's time of cuDNN's pick (-1: heuristic)
     size_t workspace[3];                 // per ConvDirection: bytes the chosen algorithm needs
 } ConvPlan;
 
@@ -272,16 +281,64 @@ static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d,
                s->kw, s->stride, s->pad, s->groups, dtype_name(p->dt));
     p->workspace[d] = c->memory[i];
     p->math[d] = c->math[i];
+    p->picked_ms[d] = c->time_ms[i];
     p->chosen[d] = 1;
     conv_set_math(p, p->math[d]);  // the caller asks for the exact workspace under it
     return c->algo[i];
 }
+
+// ---- the GEMM route ------------------------------------------------------------------------------
+
+// One call of direction d on the GEMM route, overwriting out. fwd: a = x, b = w, out = y; backward data:
+// a = dy, b = w, out = dx; backward filter: a = x, b = dy, out = dw.
+static void conv_gemm_run(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
+                          void *out) {
+    if (d == CONV_FWD) conv_gemm_forward(cb, &p->shape, p->dt, a, b, out);
+    else if (d == CONV_BWD_DATA) conv_gemm_backward_data(cb, &p->shape, p->dt, a, b, out, 0);
+    else conv_gemm_backward_filter(cb, &p->shape, p->dt, a, b, out, 0);
+}
+
+// The GEMM route's time for direction d in ms (mean of CONV_GEMM_TIMED_RUNS after one untimed run), or
+// -1 when the shape is not a 1x1 stride-1 ungrouped convolution. Buffers as conv_gemm_run.
+static float conv_gemm_time(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
+                            void *out) {
+    if (!conv_gemm_eligible(&p->shape)) return -1.0f;
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    conv_gemm_run(cb, p, d, a, b, out);
+    CUDA_CHECK(cudaEventRecord(start, cb->stream));
+    for (int r = 0; r < CONV_GEMM_TIMED_RUNS; r++) conv_gemm_run(cb, p, d, a, b, out);
+    CUDA_CHECK(cudaEventRecord(stop, cb->stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    return ms / CONV_GEMM_TIMED_RUNS;
+}
+
+// Whether direction d runs on the GEMM route: timed (gemm_ms >= 0), when it beat cuDNN's pick; untimed,
+// for exact fp32 on an eligible shape. Logged with AMPTRAIN_CONV_LOG=1.
+static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms) {
+    if (!conv_gemm_eligible(&p->shape)) p->gemm[d] = 0;
+    else if (gemm_ms >= 0.0f) p->gemm[d] = gemm_ms < p->picked_ms[d];
+    else p->gemm[d] = p->dt == DTYPE_F32 && !cb->allow_tf32;
+    if (p->gemm[d]) p->workspace[d] = 0;
+    const char *env = getenv("AMPTRAIN_CONV_LOG");
+    if (env && strcmp(env, "1") == 0 && conv_gemm_eligible(&p->shape))
+        fprintf(stderr, "conv:   %s as a GEMM: %.3f ms -> %s\n", conv_direction_name(d), (double)gemm_ms,
+                p->gemm[d] ? "GEMM" : "cuDNN");
+}
+
+// ---- the three searches ---------------------------------------------------------------------------
 
 // x (n,h,w,c_in), w (c_out,kh,kw,c_in/g) are read; y is the real output (forward never accumulates).
 static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y) {
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionFwdAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
+    float gemm_ms = -1.0f;  // the GEMM route's time when the search timed it
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
                                                        CONV_ALGO_CANDIDATES, &n, perf));
@@ -293,6 +350,7 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
                                                            p->y_desc, y, CONV_ALGO_CANDIDATES, &n, perf, ws,
                                                            ws_bytes));
         conv_search_scratch_put(cb, ws);
+        gemm_ms = conv_gemm_time(cb, p, CONV_FWD, x, w, y);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark);
@@ -300,6 +358,7 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
     CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
                                                         p->fwd_algo, &exact));
     if (exact > p->workspace[CONV_FWD]) p->workspace[CONV_FWD] = exact;
+    conv_gemm_decide(cb, p, CONV_FWD, gemm_ms);
 }
 
 // dy, w are read; the search writes dx, or a scratch in its place when dx accumulates (its contents count).
@@ -308,6 +367,7 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdDataAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
+    float gemm_ms = -1.0f;  // the GEMM route's time when the search timed it
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                             p->x_desc, CONV_ALGO_CANDIDATES, &n, perf));
@@ -320,6 +380,7 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
         CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(cb->cudnn, p->w_desc, w, p->y_desc, dy,
                                                                 p->conv_desc, p->x_desc, out, CONV_ALGO_CANDIDATES,
                                                                 &n, perf, ws, ws_bytes));
+        gemm_ms = conv_gemm_time(cb, p, CONV_BWD_DATA, dy, w, out);
         if (accumulate) cuda_scratch_put(cb, out);
         conv_search_scratch_put(cb, ws);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
@@ -330,6 +391,7 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                              p->x_desc, p->bwd_data_algo, &exact));
     if (exact > p->workspace[CONV_BWD_DATA]) p->workspace[CONV_BWD_DATA] = exact;
+    conv_gemm_decide(cb, p, CONV_BWD_DATA, gemm_ms);
 }
 
 // x, dy are read; the search writes dw, or a scratch in its place when dw accumulates.
@@ -338,6 +400,7 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
+    float gemm_ms = -1.0f;  // the GEMM route's time when the search timed it
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                               p->w_desc, CONV_ALGO_CANDIDATES, &n, perf));
@@ -351,6 +414,7 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
         CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(cb->cudnn, p->x_desc, x, p->y_desc, dy,
                                                                   p->conv_desc, p->w_desc, out,
                                                                   CONV_ALGO_CANDIDATES, &n, perf, ws, ws_bytes));
+        gemm_ms = conv_gemm_time(cb, p, CONV_BWD_FILTER, x, dy, out);
         if (accumulate) cuda_scratch_put(cb, out);
         conv_search_scratch_put(cb, ws);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
@@ -361,6 +425,7 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                                p->w_desc, p->bwd_filter_algo, &exact));
     if (exact > p->workspace[CONV_BWD_FILTER]) p->workspace[CONV_BWD_FILTER] = exact;
+    conv_gemm_decide(cb, p, CONV_BWD_FILTER, gemm_ms);
 }
 
 // ---- the entry points ----------------------------------------------------------------------------
@@ -386,11 +451,18 @@ void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt) {
     cuda_scratch_put(cb, x), cuda_scratch_put(cb, y), cuda_scratch_put(cb, w);
 }
 
+extern "C" int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction) {
+    AMP_ASSERT(direction >= CONV_FWD && direction <= CONV_BWD_FILTER, "conv route: direction %d", direction);
+    const ConvPlan *p = conv_plan_lookup(cuda_state(be), s, dt);
+    return p->chosen[direction] ? p->gemm[direction] : -1;
+}
+
 // x (n,h,w,c_in) dt, w (c_out,kh,kw,c_in/g) dt -> y (n,out_h,out_w,c_out) dt
 void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);
+    if (p->gemm[CONV_FWD]) return conv_gemm_forward(cb, s, dt, x, w, y);
     void *ws = cuda_workspace(cb, p->workspace[CONV_FWD]);
     conv_set_math(p, p->math[CONV_FWD]);
     const float alpha = 1.0f, beta = 0.0f;
@@ -404,6 +476,7 @@ void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const vo
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w, dx, accumulate);
+    if (p->gemm[CONV_BWD_DATA]) return conv_gemm_backward_data(cb, s, dt, dy, w, dx, accumulate);
     void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_DATA]);
     conv_set_math(p, p->math[CONV_BWD_DATA]);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
@@ -418,6 +491,7 @@ void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const 
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy, dw, accumulate);
+    if (p->gemm[CONV_BWD_FILTER]) return conv_gemm_backward_filter(cb, s, dt, x, dy, dw, accumulate);
     void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_FILTER]);
     conv_set_math(p, p->math[CONV_BWD_FILTER]);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;

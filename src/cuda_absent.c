@@ -25,3 +25,8 @@ void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) {
 void cuda_backend_set_batch_norm_cudnn(Backend *be, int use_cudnn) {
     (void)be, (void)use_cudnn;
 }
+
+int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction) {
+    (void)be, (void)s, (void)dt, (void)direction;
+    return -1;
+}

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "kernels/cuda_backend.h"
 #include "test_util.h"
 
 static Backend *cpu;
@@ -144,9 +145,14 @@ static const ConvCase conv_cases[] = {
 };
 #define CONV_CASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 
-static void conv_case_check(Backend *gpu, const ConvCase *cc, DType dt, uint64_t seed) {
+static ConvShape conv_case_shape(const ConvCase *cc) {
     ConvShape s = {cc->n, cc->h, cc->w, cc->c_in, cc->c_out, cc->k, cc->k, cc->stride, cc->pad, cc->groups, 0, 0};
     conv_shape_finish(&s);
+    return s;
+}
+
+static void conv_case_check(Backend *gpu, const ConvCase *cc, DType dt, uint64_t seed) {
+    ConvShape s = conv_case_shape(cc);
     const size_t nx = (size_t)s.n * s.h * s.w * s.c_in;
     const size_t ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
     const size_t nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups);
@@ -193,6 +199,27 @@ static void conv_all_cases_check(Backend *gpu, uint64_t salt) {
 }
 
 START_TEST(test_conv_matches_cpu_with_heuristic_algorithms) { conv_all_cases_check(gpu_heuristic, 0); }
+END_TEST
+
+// Without the timed search, exact fp32 runs the 1x1 stride-1 ungrouped convolutions as cuBLAS GEMMs in all
+// three directions (so the matches above covered that route, accumulation included) and everything else,
+// fp16 included, on cuDNN.
+START_TEST(test_conv_heuristic_routes_exact_fp32_1x1_to_gemm) {
+    conv_all_cases_check(gpu_heuristic, 20000);
+    for (int i = 0; i < CONV_CASES; i++) {
+        const ConvCase *cc = &conv_cases[i];
+        const ConvShape s = conv_case_shape(cc);
+        const int one_by_one = cc->k == 1 && cc->stride == 1 && cc->pad == 0 && cc->groups == 1;
+        for (int d = 0; d < 3; d++) {
+            ck_assert_msg(cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F32, d) == one_by_one,
+                          "%s fp32 direction %d: GEMM route %d, expected %d", cc->label, d,
+                          cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F32, d), one_by_one);
+            ck_assert_msg(cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F16, d) == 0,
+                          "%s fp16 direction %d: GEMM route %d, expected cuDNN", cc->label, d,
+                          cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F16, d));
+        }
+    }
+}
 END_TEST
 
 // cudnn.benchmark picks other algorithms by timing; the numbers must not change beyond tolerance, and
@@ -360,6 +387,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_conv_matches_cpu_with_heuristic_algorithms);
     tcase_add_test(tc, test_conv_matches_cpu_with_benchmark_algorithms);
+    tcase_add_test(tc, test_conv_heuristic_routes_exact_fp32_1x1_to_gemm);
     tcase_add_test(tc, test_bn_matches_cpu_over_three_steps);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
