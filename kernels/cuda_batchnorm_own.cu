@@ -277,6 +277,18 @@ static __device__ __forceinline__ void bn_mask_affine_load(int source, const flo
     }
 }
 
+// x and dy of one pack in rows r and r + step: j[u] the pack's index in row r + u * step.
+template <typename T, int VEC>
+static __device__ __forceinline__ void bn_load_two_rows(const T *x, const T *dy, int r, int step, int packs_per_row,
+                                                        int pack, size_t *j, float (*xv)[VEC], float (*g)[VEC]) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        j[u] = (size_t)(r + u * step) * packs_per_row + pack;
+        pack_load<T, VEC>(x + j[u] * VEC, xv[u]);
+        pack_load<T, VEC>(dy + j[u] * VEC, g[u]);
+    }
+}
+
 // Per chunk of rows (grid and block as bn_stats_partial_kernel): sums of g and g * (x - mean).
 // x, y, dy (rows, c) T; mask (packs) u8; save_mean, a, b (c) fp32 -> part_g, part_gx (chunks, c) fp32
 template <typename T, int VEC>
@@ -299,12 +311,7 @@ __global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__r
         for (; r + step < r1; r += 2 * step) {  // two rows of x and dy in flight per thread
             float xv[2][VEC], g[2][VEC];
             size_t j[2];
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                j[u] = (size_t)(r + u * step) * packs_per_row + pack;
-                pack_load<T, VEC>(x + j[u] * VEC, xv[u]);
-                pack_load<T, VEC>(dy + j[u] * VEC, g[u]);
-            }
+            bn_load_two_rows<T, VEC>(x, dy, r, step, packs_per_row, pack, j, xv, g);
 #pragma unroll
             for (int u = 0; u < 2; u++) {
                 bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], av, bv, g[u]);
@@ -393,12 +400,10 @@ __global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__res
     for (; r + step < r1; r += 2 * step) {
         float xv[2][VEC], g[2][VEC], d[2][VEC];
         size_t j[2];
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            j[u] = (size_t)(r + u * step) * packs_per_row + pack;
-            pack_load<T, VEC>(x + j[u] * VEC, xv[u]);
-            pack_load<T, VEC>(dy + j[u] * VEC, g[u]);
-            if (accumulate) pack_load<T, VEC>(dx + j[u] * VEC, d[u]);
+        bn_load_two_rows<T, VEC>(x, dy, r, step, packs_per_row, pack, j, xv, g);
+        if (accumulate) {
+            pack_load<T, VEC>(dx + j[0] * VEC, d[0]);
+            pack_load<T, VEC>(dx + j[1] * VEC, d[1]);
         }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
