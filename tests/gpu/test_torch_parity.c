@@ -218,12 +218,14 @@ int main(void) {
     // The AMP loss: fp32 softmax over fp16 logits, which both sides get 2e-2 wrong; held to fp16's 1e-3
     // at least (an H200 run: ours 6.8e-4, torch's 1.1e-4).
     // The AMP gradient's direction: torch AMP's gradient vector makes the angle acos(err16[3]) with the
-    // exact (fp64) one; ours may make at most 3x that angle (capped at 90 degrees), the same "no worse
-    // than 3x torch in the same precision" as the other bounds. The relative-error bound alone admits any
-    // angle up to asin(.grads) (sin of the angle <= the relative error), which its 1e-2 floor and 3x margin
-    // make loose; the angle is the part of the error that changes where SGD goes.
+    // exact (fp64) one; ours may make at most 1.5x that angle (capped at 90 degrees). Not 3x as the other
+    // bounds: on the exported batch torch's angle is about 45 degrees (cosine 0.71 on an H200), and 3x
+    // that is past 90, a bound of cosine 0 that no gradient can fail; 1.5x asks cosine >= 0.39 there
+    // (ours: 0.718). The relative-error bound alone admits any angle up to asin(.grads) (sin of the angle
+    // <= the relative error), which its 1e-2 floor and 3x margin make loose; the angle is the part of the
+    // error that changes where SGD goes.
     AMP = (Tolerance){.logits = fmax(3 * err16[0], 1e-3), .loss = fmax(3 * err16[1], 1e-3),
-                      .grads = fmax(3 * err16[2], 1e-2), .cosine = cos(fmin(3 * acos(fmin(err16[3], 1.0)), M_PI / 2))};
+                      .grads = fmax(3 * err16[2], 1e-2), .cosine = cos(fmin(1.5 * acos(fmin(err16[3], 1.0)), M_PI / 2))};
     printf("torch vs fp64 on this batch: fp32 logits %.2e loss %.2e gradients %.2e cosine %.6f; AMP logits %.2e "
            "loss %.2e gradients %.2e cosine %.6f (ours must exceed %.6f)\n", err32[0], err32[1], err32[2], err32[3],
            err16[0], err16[1], err16[2], err16[3], AMP.cosine);
