@@ -13,7 +13,7 @@
 #   benchws   AMP batch 256 with cudnn.workspace_mb 1024, 512, 256 and 128, torch beside
 #   loop      the training loop a user runs (data made on the host by the loader, uploaded every step),
 #             batch 256 and 70, AMP, each beside --bench and torch_baseline.py, in 3 alternating repeats
-#   loop1     one repeat of loop's batch-256 AMP row (loop, --bench, torch_baseline.py)
+#   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
 #             TF32 off on both sides
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
@@ -124,7 +124,11 @@ stage_loop() {
         loop_run 70 1; amp_bench 1 70 1; torch_bench 1 70 1
     done
 }
-stage_loop1() { loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1; }
+stage_loop1() {  # the --bench run also logs its convolution picks (AMPTRAIN_CONV_LOG) to $OUT/convlog_amp_b256.txt
+    loop_run 256 1
+    (export AMPTRAIN_CONV_LOG=1; amp_bench 1 256 1 2>"$OUT/convlog_amp_b256.txt")
+    torch_bench 1 256 1
+}
 stage_loopfp32() {
     loop_run 256 0; amp_bench 1 256 0; torch_bench 1 256 0
     loop_run 256 0 cudnn.tf32=false
