@@ -1031,6 +1031,7 @@ END_TEST
 static Suite *images_suite(void) {
     Suite *s = suite_create("images");
     TCase *decode = tcase_create("decode");
+    tcase_set_timeout(decode, 120);  // Check's default 4 s: the region sweep took longer under ASan on a busy host
     tcase_add_test(decode, decode_rgb_round_trip);
     tcase_add_test(decode, decode_grayscale_becomes_three_equal_channels);
     tcase_add_test(decode, decode_progressive_equals_baseline);
