@@ -13,10 +13,12 @@
 // afterwards. Without cudnn_benchmark, cuDNN's heuristic list (cudnnGet*_v7), preferring the first
 // deterministic algorithm that succeeds and fits the workspace cap, so runs repeat bitwise.
 //
-// Math types: the search and the heuristic try both the descriptor's math type and CUDNN_DEFAULT_MATH and
-// say which one each result is for. A direction keeps the math type of its pick and sets it on the
-// (shared) descriptor before it runs: an algorithm timed with TF32 but run under CUDNN_FMA_MATH is another,
-// slower kernel. Exact fp32 (TF32 not allowed) takes only results for CUDNN_FMA_MATH.
+// Math types: each result of the search and of the heuristic names the math type it is for, and cuDNN's
+// documentation says the search tries CUDNN_DEFAULT_MATH beside the descriptor's type (cuDNN 9.14 on an
+// H200 returned only the descriptor's type for exact fp32). A direction keeps the math type of its pick and
+// sets it on the (shared) descriptor before it runs: an algorithm timed with TF32 but run under
+// CUDNN_FMA_MATH would be another, slower kernel. Exact fp32 (TF32 not allowed) takes only results for
+// CUDNN_FMA_MATH.
 //
 // A 1x1 stride-1 ungrouped convolution may run as one cuBLAS GEMM instead (cuda_conv_gemm.cu): the timed
 // search times that route too and takes it when it beats cuDNN's pick; without the search it runs for
