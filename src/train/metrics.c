@@ -169,9 +169,13 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
                100 * r->eval->top5);
     else if (r->eval)
         printf(", val loss %.4f, top-1 and top-5 not finite", r->eval->loss);
-    printf("; start-up %.2f s (build, cuDNN's search, graph capture), then %.1f images/s; data wait %.2f ms/step, "
-           "%ld of %ld steps replayed from the CUDA graph\n", r->startup_s, r->steady_images_per_s, r->data_wait_ms,
-           r->graph_steps, r->steps);
+    // What start-up holds depends on the backend: the CPU has no algorithm search and no graph.
+    const int cuda = strcmp(r->backend, "cuda") == 0;
+    printf("; start-up %.2f s (%s), then %.1f images/s; data wait %.2f ms/step", r->startup_s,
+           cuda ? "model build, cuDNN's search, graph capture" : "model build", r->steady_images_per_s,
+           r->data_wait_ms);
+    if (cuda) printf(", %ld of %ld steps replayed from the CUDA graph", r->graph_steps, r->steps);
+    printf("\n");
     fflush(stdout);
     if (!mt->jsonl) return;
     Record rec = {0};

@@ -43,7 +43,8 @@ typedef struct SummaryRecord {
     double scale;        // final loss scale
     double final_loss;   // rank 0's last logged training loss
     const EvalRecord *eval; // NULL: no evaluation ran
-    double startup_s;       // trainer_init's start to the end of start-up (build, cuDNN's search, the capture)
+    double startup_s;       // trainer_init's start to the end of start-up (build; on CUDA also cuDNN's search
+                            // and the capture)
     double steady_images_per_s;  // after start-up
     double data_wait_ms;    // per step, waiting for the loader
     long graph_steps;       // steps replayed from the CUDA graph

@@ -106,6 +106,10 @@ START_TEST(test_short_run_outputs) {
     ck_assert_ptr_nonnull(strstr(out, "images/s"));
     ck_assert_ptr_nonnull(strstr(out, "peak cpu memory"));
     ck_assert_ptr_nonnull(strstr(out, "steps skipped"));
+    // the CPU's start-up is the model build: no cuDNN search, no CUDA graph
+    ck_assert_ptr_nonnull(strstr(out, "s (model build), then "));
+    ck_assert_ptr_null(strstr(out, "cuDNN"));
+    ck_assert_ptr_null(strstr(out, "CUDA graph"));
     ck_assert(tu_file_exists("short/last.safetensors"));
     FILE *f = fopen("short/m.jsonl", "r");
     ck_assert_ptr_nonnull(f);
