@@ -26,13 +26,10 @@ static cublasComputeType_t conv_gemm_compute_type(const CudaBackend *cb, DType d
     return cb->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
 }
 
-// C (m,n) = op(A) op(B) + beta C, column-major, in dt.
+// C (m,n) = op(A) op(B) + beta C, column-major, in dt (cuda_gemm under the convolutions' rule).
 static void conv_gemm(CudaBackend *cb, DType dt, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
                       int k, const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc) {
-    const float alpha = 1.0f;
-    const cudaDataType_t t = dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
-    CUBLAS_CHECK(cublasGemmEx(cb->cublas, op_a, op_b, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c, t, ldc,
-                              conv_gemm_compute_type(cb, dt), CUBLAS_GEMM_DEFAULT));
+    cuda_gemm(cb, dt, conv_gemm_compute_type(cb, dt), op_a, op_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 static int conv_gemm_rows(const ConvShape *s) { return s->n * s->h * s->w; }

@@ -86,6 +86,19 @@ void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const 
                                void *dw, int accumulate);
 void cuda_conv_cache_destroy(CudaBackend *cb);
 
+// C (m,n) = op(A) op(B) + beta C on the backend's cuBLAS handle and stream, all column-major in dt
+// (fp16 or fp32), alpha 1 and beta in fp32, under the caller's compute type (fp32 accumulation always;
+// TF32 or pedantic fp32 as the caller's precision rule says). The classifier (cuda_linear.cu) and the
+// 1x1 convolutions (cuda_conv_gemm.cu) run through it.
+static inline void cuda_gemm(CudaBackend *cb, DType dt, cublasComputeType_t compute, cublasOperation_t op_a,
+                             cublasOperation_t op_b, int m, int n, int k, const void *a, int lda, const void *b,
+                             int ldb, float beta, void *c, int ldc) {
+    const float alpha = 1.0f;
+    const cudaDataType_t t = dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+    CUBLAS_CHECK(cublasGemmEx(cb->cublas, op_a, op_b, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c, t, ldc,
+                              compute, CUBLAS_GEMM_DEFAULT));
+}
+
 // ---- cuda_conv_gemm.cu: 1x1 stride-1 ungrouped convolutions as one cuBLAS GEMM ----------------------
 int conv_gemm_eligible(const ConvShape *s);
 void conv_gemm_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *w, void *y);

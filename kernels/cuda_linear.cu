@@ -11,21 +11,16 @@
 
 #define LINEAR_THREADS 256
 
-static cudaDataType_t linear_cuda_type(DType dt) { return dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F; }
-
 // fp16 GEMMs run on tensor cores with fp32 accumulation; fp32 ones may use TF32 only when allowed.
 static cublasComputeType_t linear_compute_type(const CudaBackend *cb, DType dt) {
     if (dt == DTYPE_F32 && cb->matmul_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
     return CUBLAS_COMPUTE_32F;
 }
 
-// C (m,n) = alpha op(A) op(B) + beta C, all column-major in dtype dt, alpha and beta in fp32.
+// C (m,n) = op(A) op(B) + beta C, all column-major in dtype dt (cuda_gemm under the classifier's rule).
 static void linear_gemm(CudaBackend *cb, DType dt, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
                         int k, const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc) {
-    const float alpha = 1.0f;
-    const cudaDataType_t t = linear_cuda_type(dt);
-    CUBLAS_CHECK(cublasGemmEx(cb->cublas, op_a, op_b, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c, t, ldc,
-                              linear_compute_type(cb, dt), CUBLAS_GEMM_DEFAULT));
+    cuda_gemm(cb, dt, linear_compute_type(cb, dt), op_a, op_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 // y (n,out) T = b (out) broadcast over rows.
