@@ -57,7 +57,6 @@ typedef struct ConvPlan {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
     cudnnMathType_t math[3];             // per ConvDirection: the math type the algorithm was chosen under
     int gemm[3];                         // per ConvDirection: 1 runs as a cuBLAS GEMM (cuda_conv_gemm.cu)
-    float picked_ms[3];                  // per ConvDirection: the search's time of cuDNN's pick (-1: heuristic)
     size_t workspace[3];                 // per ConvDirection: bytes the chosen algorithm needs
 } ConvPlan;
 
@@ -117,13 +116,22 @@ static void conv_plan_destroy(ConvPlan *p) {
     CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(p->conv_desc));
 }
 
+// The cached plan of (s, dt), or NULL.
+static ConvPlan *conv_plan_find(CudaBackend *cb, const ConvShape *s, DType dt) {
+    CudaConvCache *cache = cb->conv_cache;
+    for (int i = 0; cache && i < cache->count; i++)
+        if (cache->plans[i].dt == dt && conv_shape_equal(&cache->plans[i].shape, s)) return &cache->plans[i];
+    return NULL;
+}
+
+// The cached plan of (s, dt), made (descriptors, nothing chosen) when missing.
 static ConvPlan *conv_plan_lookup(CudaBackend *cb, const ConvShape *s, DType dt) {
     AMP_ASSERT(s->groups >= 1 && s->c_in % s->groups == 0 && s->c_out % s->groups == 0,
                "conv: channels (%d in, %d out) not divisible by groups %d", s->c_in, s->c_out, s->groups);
+    ConvPlan *found = conv_plan_find(cb, s, dt);
+    if (found) return found;
     if (!cb->conv_cache) cb->conv_cache = (CudaConvCache *)xcalloc(1, sizeof(CudaConvCache));
     CudaConvCache *cache = cb->conv_cache;
-    for (int i = 0; i < cache->count; i++)
-        if (cache->plans[i].dt == dt && conv_shape_equal(&cache->plans[i].shape, s)) return &cache->plans[i];
     if (cache->count == cache->capacity) {
         int capacity = cache->capacity ? 2 * cache->capacity : 32;
         ConvPlan *plans = (ConvPlan *)xcalloc((size_t)capacity, sizeof(ConvPlan));
@@ -251,12 +259,17 @@ static const char *conv_math_name(cudnnMathType_t m) {
     }
 }
 
+// AMPTRAIN_CONV_LOG=1 in the environment: the picks below go to stderr.
+static int conv_log_enabled(void) {
+    const char *env = getenv("AMPTRAIN_CONV_LOG");
+    return env && strcmp(env, "1") == 0;
+}
+
 // With AMPTRAIN_CONV_LOG=1 in the environment, each pick goes to stderr: the shape, the direction and the
 // candidates cuDNN returned (algorithm, math type, ms or -1 from the heuristic, workspace MiB; "failed"
 // for one that did not run), the one taken marked with *.
 static void conv_log_pick(const ConvPlan *p, ConvDirection d, const ConvCandidates *c, int pick) {
-    const char *env = getenv("AMPTRAIN_CONV_LOG");
-    if (!env || strcmp(env, "1") != 0) return;
+    if (!conv_log_enabled()) return;
     const ConvShape *s = &p->shape;
     fprintf(stderr, "conv: n=%d %dx%d c %d->%d k%d s%d g%d %s %s:", s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
             s->stride, s->groups, dtype_name(p->dt), conv_direction_name(d));
@@ -273,8 +286,9 @@ static void conv_log_pick(const ConvPlan *p, ConvDirection d, const ConvCandidat
 
 // The chosen candidate's algorithm; marks the direction chosen. The caller then asks cuDNN for the exact
 // workspace of that algorithm (the perf struct's figure is an estimate for heuristic results).
+// picked_ms: the search's time of the pick (-1 from the heuristic), for conv_gemm_decide.
 static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d, const ConvCandidates *c,
-                            int prefer_deterministic) {
+                            int prefer_deterministic, float *picked_ms) {
     int i = conv_candidates_pick(cb, p->dt, c, prefer_deterministic);
     conv_log_pick(p, d, c, i);
     const ConvShape *s = &p->shape;
@@ -283,7 +297,7 @@ static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d,
                s->kw, s->stride, s->pad, s->groups, dtype_name(p->dt));
     p->workspace[d] = c->memory[i];
     p->math[d] = c->math[i];
-    p->picked_ms[d] = c->time_ms[i];
+    *picked_ms = c->time_ms[i];
     p->chosen[d] = 1;
     conv_set_math(p, p->math[d]);  // the caller asks for the exact workspace under it
     return c->algo[i];
@@ -320,15 +334,14 @@ static float conv_gemm_time(CudaBackend *cb, const ConvPlan *p, ConvDirection d,
     return ms / CONV_GEMM_TIMED_RUNS;
 }
 
-// Whether direction d runs on the GEMM route: timed (gemm_ms >= 0), when it beat cuDNN's pick; untimed,
-// for exact fp32 on an eligible shape. Logged with AMPTRAIN_CONV_LOG=1.
-static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms) {
+// Whether direction d runs on the GEMM route: timed (gemm_ms >= 0), when it beat cuDNN's pick (picked_ms);
+// untimed, for exact fp32 on an eligible shape. Logged with AMPTRAIN_CONV_LOG=1.
+static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms, float picked_ms) {
     if (!conv_gemm_eligible(&p->shape)) p->gemm[d] = 0;
-    else if (gemm_ms >= 0.0f) p->gemm[d] = gemm_ms < p->picked_ms[d];
+    else if (gemm_ms >= 0.0f) p->gemm[d] = gemm_ms < picked_ms;
     else p->gemm[d] = p->dt == DTYPE_F32 && !cb->allow_tf32;
     if (p->gemm[d]) p->workspace[d] = 0;
-    const char *env = getenv("AMPTRAIN_CONV_LOG");
-    if (env && strcmp(env, "1") == 0 && conv_gemm_eligible(&p->shape))
+    if (conv_log_enabled() && conv_gemm_eligible(&p->shape))
         fprintf(stderr, "conv:   %s as a GEMM: %.3f ms -> %s\n", conv_direction_name(d), (double)gemm_ms,
                 p->gemm[d] ? "GEMM" : "cuDNN");
 }
@@ -340,7 +353,7 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionFwdAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
-    float gemm_ms = -1.0f;  // the GEMM route's time when the search timed it
+    float gemm_ms = -1.0f, picked_ms = -1.0f;  // the GEMM route's and cuDNN's pick's times, when timed
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
                                                        CONV_ALGO_CANDIDATES, &n, perf));
@@ -355,12 +368,13 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
         gemm_ms = conv_gemm_time(cb, p, CONV_FWD, x, w, y);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
-    p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark);
+    p->fwd_algo =
+        (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark, &picked_ms);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
                                                         p->fwd_algo, &exact));
     if (exact > p->workspace[CONV_FWD]) p->workspace[CONV_FWD] = exact;
-    conv_gemm_decide(cb, p, CONV_FWD, gemm_ms);
+    conv_gemm_decide(cb, p, CONV_FWD, gemm_ms, picked_ms);
 }
 
 // dy, w are read; the search writes dx, or a scratch in its place when dx accumulates (its contents count).
@@ -369,7 +383,7 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdDataAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
-    float gemm_ms = -1.0f;  // the GEMM route's time when the search timed it
+    float gemm_ms = -1.0f, picked_ms = -1.0f;  // the GEMM route's and cuDNN's pick's times, when timed
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                             p->x_desc, CONV_ALGO_CANDIDATES, &n, perf));
@@ -388,12 +402,13 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_data_algo =
-        (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands, !cb->cudnn_benchmark);
+        (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands, !cb->cudnn_benchmark,
+                                                        &picked_ms);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                              p->x_desc, p->bwd_data_algo, &exact));
     if (exact > p->workspace[CONV_BWD_DATA]) p->workspace[CONV_BWD_DATA] = exact;
-    conv_gemm_decide(cb, p, CONV_BWD_DATA, gemm_ms);
+    conv_gemm_decide(cb, p, CONV_BWD_DATA, gemm_ms, picked_ms);
 }
 
 // x, dy are read; the search writes dw, or a scratch in its place when dw accumulates.
@@ -402,7 +417,7 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
-    float gemm_ms = -1.0f;  // the GEMM route's time when the search timed it
+    float gemm_ms = -1.0f, picked_ms = -1.0f;  // the GEMM route's and cuDNN's pick's times, when timed
     int n = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                               p->w_desc, CONV_ALGO_CANDIDATES, &n, perf));
@@ -422,12 +437,13 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_filter_algo =
-        (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_FILTER, &cands, !cb->cudnn_benchmark);
+        (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_FILTER, &cands, !cb->cudnn_benchmark,
+                                                          &picked_ms);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                                p->w_desc, p->bwd_filter_algo, &exact));
     if (exact > p->workspace[CONV_BWD_FILTER]) p->workspace[CONV_BWD_FILTER] = exact;
-    conv_gemm_decide(cb, p, CONV_BWD_FILTER, gemm_ms);
+    conv_gemm_decide(cb, p, CONV_BWD_FILTER, gemm_ms, picked_ms);
 }
 
 // ---- the entry points ----------------------------------------------------------------------------
@@ -455,8 +471,8 @@ void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt) {
 
 extern "C" int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction) {
     AMP_ASSERT(direction >= CONV_FWD && direction <= CONV_BWD_FILTER, "conv route: direction %d", direction);
-    const ConvPlan *p = conv_plan_lookup(cuda_state(be), s, dt);
-    return p->chosen[direction] ? p->gemm[direction] : -1;
+    const ConvPlan *p = conv_plan_find(cuda_state(be), s, dt);
+    return p && p->chosen[direction] ? p->gemm[direction] : -1;
 }
 
 // x (n,h,w,c_in) dt, w (c_out,kh,kw,c_in/g) dt -> y (n,out_h,out_w,c_out) dt
