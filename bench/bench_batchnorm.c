@@ -1,5 +1,6 @@
 // bench_batchnorm.c - times training batch norm on every layer shape of ResNeXt-50 32x4d (fp16, NHWC),
-// cuDNN's fused kernels against amptrain's own (cudnn.batch_norm), through backend.h only.
+// cuDNN's fused kernels against amptrain's own and against the per-shape pair that cudnn.batch_norm auto
+// picks (bn_prepare), through backend.h only.
 //
 //   build/bench_batchnorm [n]      n: the batch (default 256)
 //
@@ -8,8 +9,8 @@
 // which the backward's mask needs), in ms and in GB/s of the bytes a call must move at least (forward:
 // read x and residual, write y; backward: read x and dy, write dx and d_residual). The last lines weight
 // each shape by how often the network has it: the batch-norm time of one training step on each path.
-// Before timing, both paths run the same inputs and must agree (relative error under 1e-2 on y, dx and
-// d_residual); exit 1 if not. Correctness against the CPU reference is test_gpu_ops' job.
+// Before timing, the three modes run the same inputs and must agree with cuDNN's (relative error under 1e-2
+// on y, dx and d_residual); exit 1 if not. Correctness against the CPU reference is test_gpu_ops' job.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +22,11 @@
 
 #define WARMUP_RUNS 3
 #define TIMED_RUNS 20
+
+// The modes compared, in table order.
+#define MODES 3
+static const CudaBnMode MODE[MODES] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_AUTO};
+static const char *MODE_NAME[MODES] = {"cuDNN", "own", "auto"};
 
 typedef struct BnShape {
     const char *name;
@@ -147,26 +153,29 @@ static double rel_error(const float *a, const float *b, size_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-// Both paths on the same inputs: y, dx and d_residual must agree. Returns the worst relative error.
-static double paths_agree(Backend *be, const BnShape *s, int rows, Buffers *b) {
+// The three modes on the same inputs: y, dx and d_residual must agree with cuDNN's. Returns the worst
+// relative error.
+static double modes_agree(Backend *be, const BnShape *s, int rows, Buffers *b) {
     const size_t n = (size_t)rows * s->c;
-    float *out[2][3];
-    for (int own = 0; own <= 1; own++) {
-        cuda_backend_set_batch_norm_cudnn(be, !own);
+    float *out[MODES][3];
+    for (int m = 0; m < MODES; m++) {
+        cuda_backend_set_batch_norm(be, MODE[m]);
         fill_random(be, b->rmean, s->c, 0, 6, -0.1f, 0.1f);
         fill_random(be, b->rvar, s->c, 0, 7, 0.5f, 1.5f);
         forward(be, s, rows, b);
         backward(be, s, rows, b);
-        out[own][0] = download_halves(be, b->y, n);
-        out[own][1] = download_halves(be, b->dx, n);
-        out[own][2] = s->residual ? download_halves(be, b->dres, n) : NULL;
+        out[m][0] = download_halves(be, b->y, n);
+        out[m][1] = download_halves(be, b->dx, n);
+        out[m][2] = s->residual ? download_halves(be, b->dres, n) : NULL;
     }
     double worst = 0;
     for (int k = 0; k < 3; k++) {
-        if (!out[0][k]) continue;
-        const double e = rel_error(out[1][k], out[0][k], n);
-        if (!(e <= worst)) worst = e;  // NaN stays
-        free(out[0][k]), free(out[1][k]);
+        for (int m = 1; m < MODES && out[0][k]; m++) {
+            const double e = rel_error(out[m][k], out[0][k], n);
+            if (!(e <= worst)) worst = e;  // NaN stays
+            free(out[m][k]);
+        }
+        free(out[0][k]);
     }
     return worst;
 }
@@ -181,40 +190,45 @@ int main(int argc, char **argv) {
     }
     printf("batch norm, fp16 NHWC, batch %d: median of %d calls, ms (GB/s of the least bytes a call moves)\n", n,
            TIMED_RUNS);
-    printf("%-20s %9s %5s %4s %5s | %-17s %-17s | %-17s %-17s | %s\n", "layer", "rows", "c", "add", "count",
-           "cuDNN forward", "own forward", "cuDNN backward", "own backward", "own vs cuDNN");
-    double step[2][2] = {{0, 0}, {0, 0}};  // [own][phase] ms per training step
+    printf("%-20s %9s %5s %4s %5s | %-17s %-17s %-17s | %-17s %-17s %-17s | %s\n", "layer", "rows", "c", "add",
+           "count", "cuDNN forward", "own forward", "auto forward", "cuDNN backward", "own backward", "auto backward",
+           "own, auto vs cuDNN");
+    double step[MODES][2] = {{0}};  // [mode][phase] ms per training step
     int failed = 0;
     for (int i = 0; i < SHAPE_COUNT; i++) {
         const BnShape *s = &SHAPES[i];
         const int rows = n * s->hw;
         const size_t elems = (size_t)rows * s->c;
+        cuda_backend_set_batch_norm(gpu, CUDA_BN_AUTO);
+        gpu->bn_prepare(gpu, rows, s->c, DTYPE_F16, s->residual, s->relu);  // auto's pair for this shape
         Buffers b = buffers_make(gpu, elems, s->c);
-        const double agree = paths_agree(gpu, s, rows, &b);
+        const double agree = modes_agree(gpu, s, rows, &b);
         if (!(agree < 1e-2)) failed = 1;
         const double bytes[2] = {2.0 * elems * (2 + s->residual), 2.0 * elems * (3 + s->residual)};
-        float ms[2][2];
-        for (int own = 0; own <= 1; own++) {
-            cuda_backend_set_batch_norm_cudnn(gpu, !own);
+        float ms[MODES][2];
+        for (int m = 0; m < MODES; m++) {
+            cuda_backend_set_batch_norm(gpu, MODE[m]);
             for (int phase = 0; phase <= 1; phase++) {
-                ms[own][phase] = time_phase(gpu, s, rows, &b, phase);
-                step[own][phase] += s->count * ms[own][phase];
+                ms[m][phase] = time_phase(gpu, s, rows, &b, phase);
+                step[m][phase] += s->count * ms[m][phase];
             }
         }
         printf("%-20s %9d %5d %4s %5d |", s->name, rows, s->c, s->residual ? "yes" : "no", s->count);
         for (int phase = 0; phase <= 1; phase++) {
-            for (int own = 0; own <= 1; own++)
-                printf(" %7.4f (%5.0f)  ", ms[own][phase], bytes[phase] / (ms[own][phase] * 1e-3) / 1e9);
+            for (int m = 0; m < MODES; m++)
+                printf(" %7.4f (%5.0f)  ", ms[m][phase], bytes[phase] / (ms[m][phase] * 1e-3) / 1e9);
             printf("|");
         }
-        printf(" %.2fx, paths differ by %.1e%s\n", (ms[1][0] + ms[1][1]) / (ms[0][0] + ms[0][1]), agree,
-               agree < 1e-2 ? "" : " FAIL");
+        printf(" %.2fx, %.2fx, modes differ by %.1e%s\n", (ms[1][0] + ms[1][1]) / (ms[0][0] + ms[0][1]),
+               (ms[2][0] + ms[2][1]) / (ms[0][0] + ms[0][1]), agree, agree < 1e-2 ? "" : " FAIL");
         buffers_free(gpu, &b);
     }
-    printf("one step's batch norm (every layer, weighted by count): cuDNN forward %.2f + backward %.2f = %.2f ms; "
-           "own forward %.2f + backward %.2f = %.2f ms\n",
-           step[0][0], step[0][1], step[0][0] + step[0][1], step[1][0], step[1][1], step[1][0] + step[1][1]);
+    printf("one step's batch norm (every layer, weighted by count):");
+    for (int m = 0; m < MODES; m++)
+        printf("%s %s forward %.2f + backward %.2f = %.2f ms", m ? ";" : "", MODE_NAME[m], step[m][0], step[m][1],
+               step[m][0] + step[m][1]);
+    printf("\n");
     gpu->destroy(gpu);
-    if (failed) fprintf(stderr, "bench_batchnorm: the two paths disagree (FAIL above)\n");
+    if (failed) fprintf(stderr, "bench_batchnorm: the modes disagree (FAIL above)\n");
     return failed;
 }

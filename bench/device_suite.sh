@@ -21,8 +21,9 @@
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone), then the
 #             training loop at batch 256 AMP on that folder
-#   bnbench   training batch norm, cuDNN's against amptrain's own, on every ResNeXt-50 shape
-#             (build/bench_batchnorm), then --bench b256 AMP and fp32 with cudnn.batch_norm cudnn and own
+#   bnbench   training batch norm, cuDNN's against amptrain's own and auto's pairs, on every ResNeXt-50 shape
+#             (build/bench_batchnorm), then --bench b256 AMP with cudnn.batch_norm cudnn, own and auto
+#   bnauto    the training loop at b256 AMP, cudnn.batch_norm auto and cudnn alternating, twice, torch beside
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   profileamp, profilefp32  the same for one of the two
@@ -190,11 +191,20 @@ profile_pair() {  # name amptrain-overrides... -- torch-flags...
 }
 stage_bnbench() {
     build/bench_batchnorm 256 | tee "$OUT/bnbench.txt"; [ "${PIPESTATUS[0]}" = 0 ] || return 1
-    for amp in true false; do for bn in cudnn own; do
-        build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp $amp bn $bn" \
-            data.batch_size=256 amp.enabled=$amp cudnn.benchmark=true cudnn.batch_norm=$bn | grep '^{' | tee -a "$BENCH"
-    done; done
+    for bn in cudnn own auto; do  # auto's picks (AMPTRAIN_CONV_LOG) go to $OUT/picks_auto.txt
+        AMPTRAIN_CONV_LOG=$([ $bn = auto ] && echo 1 || echo 0) build/amptrain configs/resnext50_32x4d_imagenet.yaml \
+            --bench --bench-tag "amptrain w1 b256 amp true bn $bn" data.batch_size=256 amp.enabled=true \
+            cudnn.benchmark=true cudnn.batch_norm=$bn 2>>"$OUT/picks_$bn.txt" | grep '^{' | tee -a "$BENCH"
+    done
     torch_bench 1 256 1
+}
+stage_bnauto() {  # the training loop at b256 AMP with cudnn.batch_norm auto and cudnn, alternating, twice,
+                  # torch beside
+    for rep in 1 2; do
+        loop_run 256 1 cudnn.batch_norm=auto
+        loop_run 256 1 cudnn.batch_norm=cudnn
+        torch_bench 1 256 1
+    done
 }
 stage_profileamp() { profile_pair amp -- --amp 1; }
 stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }

@@ -103,7 +103,7 @@ static void cuda_be_readback_begin(Backend *be, void *host_dst, const void *src,
 static void cuda_be_readback_wait(Backend *be) { CUDA_CHECK(cudaEventSynchronize(cuda_state(be)->readback_done)); }
 
 extern "C" void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) { cuda_state(be)->conv_workspace_cap = bytes; }
-extern "C" void cuda_backend_set_batch_norm_cudnn(Backend *be, int use_cudnn) { cuda_state(be)->bn_cudnn = use_cudnn; }
+extern "C" void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode) { cuda_state(be)->bn_mode = mode; }
 
 static void cuda_be_mark_record(Backend *be, int slot) {
     CudaBackend *cb = cuda_state(be);
@@ -127,6 +127,27 @@ void *cuda_workspace(CudaBackend *cb, size_t bytes) {
     cb->workspace = cuda_alloc_get(a, bytes);
     cb->workspace_bytes = bytes;
     return cb->workspace;
+}
+
+float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx) {
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    run(ctx);
+    CUDA_CHECK(cudaEventRecord(start, cb->stream));
+    for (int r = 0; r < runs; r++) run(ctx);
+    CUDA_CHECK(cudaEventRecord(stop, cb->stream));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    return ms / (float)runs;
+}
+
+int cuda_pick_log_enabled(void) {
+    const char *env = getenv("AMPTRAIN_CONV_LOG");
+    return env && strcmp(env, "1") == 0;
 }
 
 void *cuda_scratch_get(CudaBackend *cb, size_t bytes) { return cuda_alloc_get(cuda_backend_state(cb)->alloc, bytes); }
@@ -224,6 +245,7 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->conv_backward_data = cuda_conv_backward_data;
     be->conv_backward_filter = cuda_conv_backward_filter;
     be->bn_forward_train = cuda_bn_forward_train;
+    be->bn_prepare = cuda_bn_prepare;
     be->bn_forward_eval = cuda_bn_forward_eval;
     be->bn_forward_saved = cuda_bn_forward_saved;
     be->bn_backward = cuda_bn_backward;
@@ -269,7 +291,7 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int con
     cb->allow_tf32 = conv_tf32;
     cb->matmul_tf32 = matmul_tf32;
     cb->conv_workspace_cap = (size_t)512 << 20;  // cudnn.workspace_mb's AMP default
-    cb->bn_cudnn = 1;
+    cb->bn_mode = CUDA_BN_CUDNN;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device));
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).

@@ -38,7 +38,7 @@ extern "C" {
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
 
 typedef struct CudaConvCache CudaConvCache;  // cudnn_conv.cu: descriptors + chosen algorithms per shape
-typedef struct CudaBnCache CudaBnCache;      // cudnn_batchnorm.cu: per-layer cuDNN reserve space
+typedef struct CudaBnCache CudaBnCache;      // cudnn_batchnorm.cu: per-layer reserve space, per-shape pairs
 
 typedef struct CudaBackend {
     int device;
@@ -52,7 +52,7 @@ typedef struct CudaBackend {
     int allow_tf32;               // fp32 convolutions may use TF32 (cudnn.tf32)
     int matmul_tf32;              // the fp32 classifier matmul may use TF32 (cudnn.matmul_tf32)
     size_t conv_workspace_cap;    // largest convolution workspace an algorithm may use (cudnn.workspace_mb)
-    int bn_cudnn;                 // training batch norm on cuDNN where it takes the call (cudnn.batch_norm)
+    int bn_mode;                  // CudaBnMode (cuda_backend.h): whose kernels train batch norm (cudnn.batch_norm)
     int sm_count;                 // multiprocessors: how finely reductions are cut
     void *workspace;              // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
     size_t workspace_bytes;
@@ -76,6 +76,13 @@ void *cuda_workspace(CudaBackend *cb, size_t bytes);
 // A short-lived buffer from the caching allocator (so it counts in the peak), given back at once.
 void *cuda_scratch_get(CudaBackend *cb, size_t bytes);
 void cuda_scratch_put(CudaBackend *cb, void *ptr);
+
+// The mean time in ms of `runs` calls of run(ctx) on the compute stream, after one untimed call (start-up
+// choices: the convolutions' GEMM route, the batch-norm pairs).
+float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx);
+// 1 when AMPTRAIN_CONV_LOG=1 is set: the start-up choices (convolution algorithms and routes, batch-norm
+// pairs) are printed to stderr as they are made.
+int cuda_pick_log_enabled(void);
 
 // ---- cudnn_conv.cu ------------------------------------------------------------------------------
 void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt);
@@ -112,6 +119,7 @@ void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x
                            int relu, const float *gamma, const float *beta, float *running_mean,
                            float *running_var, float momentum, float eps, float *save_mean,
                            float *save_invstd, void *y);
+void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int relu);
 void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
                            const float *beta, const float *save_mean, const float *save_invstd, void *y);
 void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,

@@ -1,7 +1,8 @@
 // cudnn_batchnorm.cu - batch norm over NHWC rows (rows = n*h*w, c channels) fused with the residual add
 // and ReLU that end a ResNeXt block: y = act(gamma * (x - mean) * invstd + beta + residual).
 //
-// Two paths, same semantics (backend.h); which one trains is the backend's choice (cudnn.batch_norm):
+// Two paths, same semantics (backend.h); which one trains is the backend's choice (cudnn.batch_norm), made
+// per call for the forward and per layer for the backward (CudaBnMode, cuda_backend.h):
 // - cuDNN's fused NHWC kernels (cudnnBatchNormalization{ForwardTraining,Backward}Ex, SPATIAL_PERSISTENT,
 //   ops BN / BN_ACTIVATION / BN_ADD_ACTIVATION) for training whenever cuDNN takes the combination:
 //   fp16 with C % 4 == 0 for the fused ops, plain BN for fp16 and fp32.
@@ -22,21 +23,32 @@
 // if it finds none, or the forward took our own path, or dx accumulates, it runs our own backward.
 // Our own forward keeps in the same table where its backward finds the ReLU mask without reading y:
 // recomputed from x with the forward's beta (no residual), or its bit mask in the reserve (add+ReLU).
+//
+// Mixed pairs: our own backward takes any forward (the mask from y after cuDNN's). cuDNN's backward takes
+// our own forward's saved mean and invstd where its ops need no reserve space (plain BN and BN_ACTIVATION,
+// which recompute the mask from x; cuDNN's add+ReLU backward needs the bit mask of its own forward, whose
+// layout is not documented). With cudnn.batch_norm auto, cuda_bn_prepare times the pairs a shape allows
+// before the step's memory exists and keeps the fastest per shape in the same cache.
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "cuda_batchnorm_own.h"
 #include "cuda_internal.h"
 
 #define BN_PARAM_THREADS 256
+// Timed calls per op and pair in cuda_bn_prepare (after one untimed call).
+#define BN_PREPARE_TIMED_RUNS 5
 
 // ---- the per-layer reserve-space table ------------------------------------------------------------
 
 typedef struct BnLayer {
     const float *save_mean;     // the key: this layer's save_mean buffer
     int cudnn;                  // 1: the last training forward of this layer ran on cuDNN
+    int backward_cudnn;         // 1: its backward may run on cuDNN (the pair asks for it, cuDNN has what it needs)
     BnMaskSource own_mask;      // the last forward ran our own path: where its backward finds the mask
-    cudnnBatchNormOps_t ops;    // the ops it ran
+    cudnnBatchNormOps_t ops;    // the ops it ran, or cuDNN's name for them after our own forward
     int rows, c;
     DType dt;
     float eps;                  // the forward's eps: cuDNN's backward must see the same
@@ -45,19 +57,47 @@ typedef struct BnLayer {
     size_t reserve_bytes, reserve_capacity;
 } BnLayer;
 
+// A pair of paths: which kernels run the forward, which the backward (1 cuDNN, 0 our own).
+typedef struct BnPair {
+    int forward_cudnn, backward_cudnn;
+} BnPair;
+
+// cudnn.batch_norm auto: the pair timed fastest for one shape.
+typedef struct BnShapeChoice {
+    int rows, c, residual, relu;
+    DType dt;
+    BnPair pair;
+} BnShapeChoice;
+
 struct CudaBnCache {
     Backend *be;      // whose allocator holds the reserve spaces
     BnLayer *layers;  // linear table: one entry per batch-norm layer of the model
     int count, capacity;
+    BnShapeChoice *choices;  // linear table: one entry per prepared shape
+    int choice_count, choice_capacity;
 };
 
-static BnLayer *bn_layer_lookup(Backend *be, const float *save_mean) {
+// A linear table with room for one more item (zeroed), moved to a larger block when full.
+static void *bn_table_room(void *items, int count, int *capacity, size_t item_size) {
+    if (count < *capacity) return items;
+    *capacity = *capacity ? 2 * *capacity : 64;
+    void *grown = xcalloc((size_t)*capacity, item_size);
+    if (count) memcpy(grown, items, (size_t)count * item_size);
+    free(items);
+    return grown;
+}
+
+static CudaBnCache *bn_cache_of(Backend *be) {
     CudaBackend *cb = cuda_state(be);
     if (!cb->bn_cache) {
         cb->bn_cache = (CudaBnCache *)xcalloc(1, sizeof(CudaBnCache));
         cb->bn_cache->be = be;
     }
-    CudaBnCache *cache = cb->bn_cache;
+    return cb->bn_cache;
+}
+
+static BnLayer *bn_layer_lookup(Backend *be, const float *save_mean) {
+    CudaBnCache *cache = bn_cache_of(be);
     for (int i = 0; i < cache->count; i++)
         if (cache->layers[i].save_mean == save_mean) return &cache->layers[i];
     return NULL;
@@ -67,14 +107,7 @@ static BnLayer *bn_layer_get(Backend *be, const float *save_mean) {
     BnLayer *layer = bn_layer_lookup(be, save_mean);
     if (layer) return layer;
     CudaBnCache *cache = cuda_state(be)->bn_cache;
-    if (cache->count == cache->capacity) {
-        int capacity = cache->capacity ? 2 * cache->capacity : 64;
-        BnLayer *layers = (BnLayer *)xcalloc((size_t)capacity, sizeof(BnLayer));
-        if (cache->count) memcpy(layers, cache->layers, (size_t)cache->count * sizeof(BnLayer));
-        free(cache->layers);
-        cache->layers = layers;
-        cache->capacity = capacity;
-    }
+    cache->layers = (BnLayer *)bn_table_room(cache->layers, cache->count, &cache->capacity, sizeof(BnLayer));
     layer = &cache->layers[cache->count++];
     layer->save_mean = save_mean;
     return layer;
@@ -89,13 +122,56 @@ static void bn_layer_reserve(Backend *be, BnLayer *layer, size_t bytes) {
     layer->reserve_bytes = bytes;
 }
 
+// Drops a layer's entry (cuda_bn_prepare's, whose save_mean buffer goes back to the allocator).
+static void bn_layer_forget(Backend *be, const float *save_mean) {
+    CudaBnCache *cache = bn_cache_of(be);
+    BnLayer *layer = bn_layer_lookup(be, save_mean);
+    if (!layer) return;
+    be->free(be, layer->reserve);
+    *layer = cache->layers[--cache->count];
+}
+
 void cuda_bn_cache_destroy(CudaBackend *cb) {
     CudaBnCache *cache = cb->bn_cache;
     if (!cache) return;
     for (int i = 0; i < cache->count; i++) cache->be->free(cache->be, cache->layers[i].reserve);
     free(cache->layers);
+    free(cache->choices);
     free(cache);
     cb->bn_cache = NULL;
+}
+
+static BnShapeChoice *bn_choice_find(Backend *be, int rows, int c, DType dt, int residual, int relu) {
+    CudaBnCache *cache = bn_cache_of(be);
+    for (int i = 0; i < cache->choice_count; i++) {
+        BnShapeChoice *ch = &cache->choices[i];
+        if (ch->rows == rows && ch->c == c && ch->dt == dt && ch->residual == residual && ch->relu == relu)
+            return ch;
+    }
+    return NULL;
+}
+
+static void bn_choice_add(Backend *be, int rows, int c, DType dt, int residual, int relu, BnPair pair) {
+    CudaBnCache *cache = bn_cache_of(be);
+    cache->choices = (BnShapeChoice *)bn_table_room(cache->choices, cache->choice_count, &cache->choice_capacity,
+                                                    sizeof(BnShapeChoice));
+    BnShapeChoice *ch = &cache->choices[cache->choice_count++];
+    ch->rows = rows, ch->c = c, ch->dt = dt, ch->residual = residual, ch->relu = relu, ch->pair = pair;
+}
+
+// The pair a training batch norm of this shape runs under the backend's mode.
+static BnPair bn_pair_for(Backend *be, int rows, int c, DType dt, int residual, int relu) {
+    switch (cuda_state(be)->bn_mode) {
+    case CUDA_BN_OWN: return BnPair{0, 0};
+    case CUDA_BN_OWN_CUDNN: return BnPair{0, 1};
+    case CUDA_BN_CUDNN_OWN: return BnPair{1, 0};
+    case CUDA_BN_AUTO: {
+        const BnShapeChoice *ch = bn_choice_find(be, rows, c, dt, residual, relu);
+        if (ch) return ch->pair;
+        return BnPair{1, 1};
+    }
+    default: return BnPair{1, 1};
+    }
 }
 
 // ---- kernels around cuDNN's path --------------------------------------------------------------------
@@ -223,12 +299,30 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
     return ok;
 }
 
-// Our own path, recording in the layer's entry where its backward finds the ReLU mask.
+// Whether cuDNN's backward can follow our own forward for this shape: its ops need no reserve space
+// (plain BN, BN_ACTIVATION; cuDNN then recomputes the ReLU mask from x and the saved statistics).
+static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt, const void *residual, int relu) {
+    if (residual || !bn_cudnn_may_take(c, dt, residual, relu)) return 0;
+    const cudnnBatchNormOps_t ops = bn_ops_for(residual, relu);
+    BnDescs d;
+    bn_descs_create(&d, rows, c, dt);
+    size_t reserve_bytes = 1;
+    const int ok = BN_CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+        cuda_state(be)->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ops == CUDNN_BATCHNORM_OPS_BN ? NULL : d.relu,
+        d.act, &reserve_bytes));
+    bn_descs_destroy(&d);
+    return ok && reserve_bytes == 0;
+}
+
+// Our own path, recording in the layer's entry where its backward finds the ReLU mask, and what cuDNN's
+// backward needs when it may follow (backward_cudnn).
 static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                                  int relu, const float *gamma, const float *beta, float *running_mean,
                                  float *running_var, float momentum, float eps, float *save_mean,
-                                 float *save_invstd, void *y) {
+                                 float *save_invstd, void *y, int backward_cudnn) {
+    backward_cudnn = backward_cudnn && bn_cudnn_backward_follows_own(be, rows, c, dt, residual, relu);
     BnLayer *layer = bn_layer_get(be, save_mean);
+    layer->reserve_bytes = 0;
     uint8_t *mask = NULL;
     if (relu && residual && dt == DTYPE_F16 && c % BN_MASK_PACK == 0) {
         bn_layer_reserve(be, layer, bn_own_mask_bytes(rows, c));
@@ -238,12 +332,30 @@ static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const v
                                                 running_mean, running_var, momentum, eps, save_mean, save_invstd,
                                                 y, mask);
     layer->cudnn = 0;
+    layer->backward_cudnn = backward_cudnn;
+    layer->ops = bn_ops_for(residual, relu);
     layer->own_mask = !relu ? BN_MASK_NONE : wrote_mask ? BN_MASK_BITS : residual ? BN_MASK_FROM_Y : BN_MASK_FROM_X;
     layer->rows = rows;
     layer->c = c;
     layer->dt = dt;
     layer->eps = eps;
     layer->beta = beta;
+}
+
+// The forward on the pair's forward path (our own where cuDNN declines), leaving in the layer's entry
+// which path its backward takes.
+static void bn_forward_train_pair(Backend *be, BnPair pair, int rows, int c, DType dt, const void *x,
+                                  const void *residual, int relu, const float *gamma, const float *beta,
+                                  float *running_mean, float *running_var, float momentum, float eps,
+                                  float *save_mean, float *save_invstd, void *y) {
+    if (pair.forward_cudnn && bn_cudnn_may_take(c, dt, residual, relu) &&
+        bn_forward_train_cudnn(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var,
+                               momentum, eps, save_mean, save_invstd, y)) {
+        bn_layer_lookup(be, save_mean)->backward_cudnn = pair.backward_cudnn;
+        return;
+    }
+    bn_forward_train_own(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var, momentum, eps,
+                         save_mean, save_invstd, y, pair.backward_cudnn);
 }
 
 // x, residual (nullable), y (rows, c) dt; gamma, beta, running_*, save_* (c) fp32
@@ -254,12 +366,8 @@ void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x
     AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
     AMP_ASSERT(eps >= CUDNN_BN_MIN_EPSILON, "batch norm eps %g below cuDNN's minimum %g", (double)eps,
                CUDNN_BN_MIN_EPSILON);
-    if (cuda_state(be)->bn_cudnn && bn_cudnn_may_take(c, dt, residual, relu) &&
-        bn_forward_train_cudnn(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var,
-                               momentum, eps, save_mean, save_invstd, y))
-        return;
-    bn_forward_train_own(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var, momentum, eps,
-                         save_mean, save_invstd, y);
+    bn_forward_train_pair(be, bn_pair_for(be, rows, c, dt, residual != NULL, relu), rows, c, dt, x, residual, relu,
+                          gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd, y);
 }
 
 // ---- inference ----------------------------------------------------------------------------------------
@@ -336,17 +444,131 @@ void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, con
                       int relu, const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
                       int accumulate, void *dgamma, void *dbeta, int accumulate_params, void *d_residual) {
     const BnLayer *layer = bn_layer_lookup(be, save_mean);
-    const int forward_on_cudnn = layer && layer->cudnn && layer->rows == rows && layer->c == c && layer->dt == dt &&
-                                 (layer->ops != CUDNN_BATCHNORM_OPS_BN) == (relu != 0);
-    if (forward_on_cudnn && !accumulate &&
+    // The layer's last forward ran this shape (its entry describes what this backward reads).
+    const int same_shape = layer && layer->rows == rows && layer->c == c && layer->dt == dt &&
+                           (layer->ops != CUDNN_BATCHNORM_OPS_BN) == (relu != 0);
+    if (same_shape && layer->backward_cudnn && !accumulate &&
         bn_backward_cudnn(be, layer, rows, c, dt, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta,
                           accumulate_params, d_residual))
         return;
     // Our own backward: the mask as our own forward of this layer left it, else from y.
-    const int forward_own = layer && !layer->cudnn && layer->rows == rows && layer->c == c && layer->dt == dt &&
-                            (layer->own_mask != BN_MASK_NONE) == (relu != 0);
+    const int forward_own = same_shape && !layer->cudnn;
     const BnMaskSource source = !relu ? BN_MASK_NONE : forward_own ? layer->own_mask : BN_MASK_FROM_Y;
     bn_own_backward(cuda_state(be), rows, c, dt, x, y, dy, source, forward_own ? layer->beta : NULL,
                     forward_own ? (const uint8_t *)layer->reserve : NULL, gamma, save_mean, save_invstd, dx,
                     accumulate, dgamma, dbeta, accumulate_params, d_residual);
+}
+
+// ---- cudnn.batch_norm auto: the fastest pair per shape -------------------------------------------------
+
+// Fills n elements of dt with values spread over [lo, hi) from a hash of the index (timing data: no
+// constant channel, about half the ReLU inputs positive).
+__global__ void bn_fill_kernel(void *dst, size_t n, int half, float lo, float hi) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(i >> 13);
+        bn_store(dst, i, half, lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f));
+    }
+}
+
+// One shape's buffers for timing: x, y, dy, dx (rows, c) dt (dy doubles as the forward's residual),
+// d_residual when the shape has one; the parameters (c) fp32 and their gradients (c) dt.
+typedef struct BnTiming {
+    Backend *be;
+    int rows, c, relu;
+    DType dt;
+    void *x, *y, *dy, *dx, *d_residual;
+    float *params;  // gamma, beta, running mean, running var, save mean, save invstd: (6, c)
+    void *dparams;  // dgamma, dbeta: (2, c) dt
+    BnPair pair;    // what bn_time_forward runs
+} BnTiming;
+
+static void bn_time_forward(void *ctx) {
+    BnTiming *t = (BnTiming *)ctx;
+    float *p = t->params;
+    const int c = t->c;
+    bn_forward_train_pair(t->be, t->pair, t->rows, c, t->dt, t->x, t->d_residual ? t->dy : NULL, t->relu, p, p + c,
+                          p + 2 * c, p + 3 * c, 0.1f, 1e-5f, p + 4 * c, p + 5 * c, t->y);
+}
+
+static void bn_time_backward(void *ctx) {
+    BnTiming *t = (BnTiming *)ctx;
+    const float *p = t->params;
+    const int c = t->c;
+    cuda_bn_backward(t->be, t->rows, c, t->dt, t->x, t->y, t->dy, t->relu, p, p + 4 * c, p + 5 * c, t->dx, 0,
+                     t->dparams, (char *)t->dparams + (size_t)c * dtype_size(t->dt), 0, t->d_residual);
+}
+
+// The forward and backward times (ms) of a pair, the backward after one forward of that pair.
+static void bn_time_pair(BnTiming *t, BnPair pair, float *forward_ms, float *backward_ms) {
+    CudaBackend *cb = cuda_state(t->be);
+    t->pair = pair;
+    *forward_ms = cuda_time_ms(cb, BN_PREPARE_TIMED_RUNS, bn_time_forward, t);
+    *backward_ms = cuda_time_ms(cb, BN_PREPARE_TIMED_RUNS, bn_time_backward, t);
+}
+
+static void bn_fill(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, float hi) {
+    bn_fill_kernel<<<bn_elementwise_blocks(n), BN_PARAM_THREADS, 0, cb->stream>>>(dst, n, dt == DTYPE_F16, lo, hi);
+    CUDA_CHECK_LAUNCH();
+}
+
+// Under cudnn.batch_norm auto: times every pair this shape allows (our own forward and backward; cuDNN's;
+// cuDNN's forward with our own backward; our own forward with cuDNN's backward where it may follow) on
+// buffers of its own, and keeps the fastest forward + backward for the shape. Logged with AMPTRAIN_CONV_LOG=1.
+void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int relu) {
+    CudaBackend *cb = cuda_state(be);
+    if (cb->bn_mode != CUDA_BN_AUTO || bn_choice_find(be, rows, c, dt, residual, relu)) return;
+    const size_t count = (size_t)rows * c, bytes = count * dtype_size(dt);
+    BnTiming t = {be, rows, c, relu, dt};
+    t.x = cuda_scratch_get(cb, bytes), t.y = cuda_scratch_get(cb, bytes);
+    t.dy = cuda_scratch_get(cb, bytes), t.dx = cuda_scratch_get(cb, bytes);
+    t.d_residual = residual ? cuda_scratch_get(cb, bytes) : NULL;
+    t.params = (float *)cuda_scratch_get(cb, 6 * (size_t)c * sizeof(float));
+    t.dparams = cuda_scratch_get(cb, 2 * (size_t)c * dtype_size(dt));
+    bn_fill(cb, t.x, count, dt, -2.0f, 3.0f);  // a non-zero mean, as after a convolution
+    bn_fill(cb, t.dy, count, dt, -1.0f, 1.0f);
+    bn_fill(cb, t.params, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);              // gamma, beta
+    bn_fill(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);      // running statistics
+
+    static const BnPair pairs[4] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}};
+    const int cudnn_takes = bn_cudnn_may_take(c, dt, residual ? t.dy : NULL, relu);
+    const int cudnn_follows_own = bn_cudnn_backward_follows_own(be, rows, c, dt, residual ? t.dy : NULL, relu);
+    float total[4] = {0}, forward_ms[4] = {0}, backward_ms[4] = {0};
+    int best = 0;
+    for (int i = 0; i < 4; i++) {
+        const int allowed = i == 0 || (cudnn_takes && (i < 3 || cudnn_follows_own));
+        if (!allowed) continue;
+        bn_time_pair(&t, pairs[i], &forward_ms[i], &backward_ms[i]);
+        total[i] = forward_ms[i] + backward_ms[i];
+        if (total[i] < total[best]) best = i;
+    }
+    bn_choice_add(be, rows, c, dt, residual, relu, pairs[best]);
+    if (cuda_pick_log_enabled()) {
+        fprintf(stderr, "bn: rows %d c %d %s%s%s:", rows, c, dtype_name(dt), residual ? " +residual" : "",
+                relu ? " +relu" : "");
+        static const char *names[4] = {"own+own", "cudnn+cudnn", "cudnn+own", "own+cudnn"};
+        for (int i = 0; i < 4; i++)
+            if (total[i] > 0.0f)
+                fprintf(stderr, " [%s %.4f+%.4f ms]%s", names[i], (double)forward_ms[i], (double)backward_ms[i],
+                        i == best ? "*" : "");
+        fprintf(stderr, "\n");
+    }
+    bn_layer_forget(be, t.params + 4 * c);
+    cuda_scratch_put(cb, t.x), cuda_scratch_put(cb, t.y), cuda_scratch_put(cb, t.dy), cuda_scratch_put(cb, t.dx);
+    cuda_scratch_put(cb, t.d_residual), cuda_scratch_put(cb, t.params), cuda_scratch_put(cb, t.dparams);
+}
+
+extern "C" int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn,
+                                           int *backward_cudnn) {
+    const BnLayer *layer = bn_layer_lookup(be, save_mean);
+    if (!layer) return 0;
+    *forward_cudnn = layer->cudnn, *backward_cudnn = layer->backward_cudnn;
+    return 1;
+}
+
+extern "C" int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu,
+                                             int *forward_cudnn, int *backward_cudnn) {
+    const BnShapeChoice *ch = bn_choice_find(be, rows, c, dt, residual, relu);
+    if (!ch) return 0;
+    *forward_cudnn = ch->pair.forward_cudnn, *backward_cudnn = ch->pair.backward_cudnn;
+    return 1;
 }

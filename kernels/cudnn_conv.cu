@@ -260,16 +260,11 @@ static const char *conv_math_name(cudnnMathType_t m) {
 }
 
 // AMPTRAIN_CONV_LOG=1 in the environment: the picks below go to stderr.
-static int conv_log_enabled(void) {
-    const char *env = getenv("AMPTRAIN_CONV_LOG");
-    return env && strcmp(env, "1") == 0;
-}
-
 // With AMPTRAIN_CONV_LOG=1 in the environment, each pick goes to stderr: the shape, the direction and the
 // candidates cuDNN returned (algorithm, math type, ms or -1 from the heuristic, workspace MiB; "failed"
 // for one that did not run), the one taken marked with *.
 static void conv_log_pick(const ConvPlan *p, ConvDirection d, const ConvCandidates *c, int pick) {
-    if (!conv_log_enabled()) return;
+    if (!cuda_pick_log_enabled()) return;
     const ConvShape *s = &p->shape;
     fprintf(stderr, "conv: n=%d %dx%d c %d->%d k%d s%d g%d %s %s:", s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
             s->stride, s->groups, dtype_name(p->dt), conv_direction_name(d));
@@ -314,24 +309,27 @@ static void conv_gemm_run(CudaBackend *cb, const ConvPlan *p, ConvDirection d, c
     else conv_gemm_backward_filter(cb, &p->shape, p->dt, a, b, out, 0);
 }
 
+// One call of the GEMM route, for cuda_time_ms.
+typedef struct ConvGemmRun {
+    CudaBackend *cb;
+    const ConvPlan *p;
+    ConvDirection d;
+    const void *a, *b;
+    void *out;
+} ConvGemmRun;
+
+static void conv_gemm_run_once(void *ctx) {
+    const ConvGemmRun *r = (const ConvGemmRun *)ctx;
+    conv_gemm_run(r->cb, r->p, r->d, r->a, r->b, r->out);
+}
+
 // The GEMM route's time for direction d in ms (mean of CONV_GEMM_TIMED_RUNS after one untimed run), or
 // -1 when the shape is not a 1x1 stride-1 ungrouped convolution. Buffers as conv_gemm_run.
 static float conv_gemm_time(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
                             void *out) {
     if (!conv_gemm_eligible(&p->shape)) return -1.0f;
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    conv_gemm_run(cb, p, d, a, b, out);
-    CUDA_CHECK(cudaEventRecord(start, cb->stream));
-    for (int r = 0; r < CONV_GEMM_TIMED_RUNS; r++) conv_gemm_run(cb, p, d, a, b, out);
-    CUDA_CHECK(cudaEventRecord(stop, cb->stream));
-    CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.0f;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    return ms / CONV_GEMM_TIMED_RUNS;
+    ConvGemmRun run = {cb, p, d, a, b, out};
+    return cuda_time_ms(cb, CONV_GEMM_TIMED_RUNS, conv_gemm_run_once, &run);
 }
 
 // Whether direction d runs on the GEMM route: timed (gemm_ms >= 0), when it beat cuDNN's pick (picked_ms);
@@ -341,7 +339,7 @@ static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d
     else if (gemm_ms >= 0.0f) p->gemm[d] = gemm_ms < picked_ms;
     else p->gemm[d] = p->dt == DTYPE_F32 && !cb->allow_tf32;
     if (p->gemm[d]) p->workspace[d] = 0;
-    if (conv_log_enabled() && conv_gemm_eligible(&p->shape))
+    if (cuda_pick_log_enabled() && conv_gemm_eligible(&p->shape))
         fprintf(stderr, "conv:   %s as a GEMM: %.3f ms -> %s\n", conv_direction_name(d), (double)gemm_ms,
                 p->gemm[d] ? "GEMM" : "cuDNN");
 }

@@ -163,6 +163,10 @@ struct Backend {
                              int relu, const float *gamma, const float *beta, float *running_mean,
                              float *running_var, float momentum, float eps, float *save_mean,
                              float *save_invstd, void *y);
+    // Lets the backend choose its kernels for a training batch norm of this shape now (residual, relu: as
+    // bn_forward_train will be called), on buffers of its own, before the step's memory exists; NULL where
+    // there is nothing to choose (the CPU). A shape not prepared runs the backend's default choice.
+    void (*bn_prepare)(Backend *be, int rows, int c, DType dt, int residual, int relu);
     // Inference: running statistics, same fusion.
     void (*bn_forward_eval)(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                             int relu, const float *gamma, const float *beta, const float *running_mean,

@@ -150,8 +150,9 @@ const ConfigKey config_keys[] = {
     {"cudnn", "workspace_mb", CK_INT, AT(cudnn.workspace_mb), BETWEEN(0, 65536), {0},
      "largest convolution workspace (MiB) an algorithm may use (default 512 with AMP, 4096 without): "
      "less memory, maybe slower layers"},
-    {"cudnn", "batch_norm", CK_ENUM, AT_STR(cudnn.batch_norm), NONE, {"cudnn", "own"},
-     "training batch norm on cuDNN's fused NHWC kernels where cuDNN takes the call, or on amptrain's own "
+    {"cudnn", "batch_norm", CK_ENUM, AT_STR(cudnn.batch_norm), NONE, {"cudnn", "own", "auto"},
+     "training batch norm on cuDNN's fused NHWC kernels where cuDNN takes the call, on amptrain's own, or "
+     "(auto) per layer shape on the fastest forward/backward pair timed at start-up "
      "(inference and recomputation always run amptrain's own)"},
     // ---- debug ----
     {"debug", "inject_step", CK_INT, AT(debug.inject_step), AT_LEAST(-1), {0},

@@ -213,17 +213,29 @@ static ConvShape at_batch(const ConvLayer *l, int n) {
 
 int model_block_recomputes_bn(const Model *m, int i) { return i < m->cfg.recompute_bn_blocks; }
 
-void model_prepare_convs(const Model *m, Backend *be, int n) {
+static int rows_of(const ConvLayer *l, int n) { return n * l->shape.out_h * l->shape.out_w; }
+
+static void prepare_conv(const Model *m, Backend *be, const ConvLayer *l, int n) {
     if (!be->conv_prepare) return;
-    ConvShape s = at_batch(&m->stem, n);
+    ConvShape s = at_batch(l, n);
     be->conv_prepare(be, &s, m->act_dt);
+}
+
+// The batch norm after convolution l (bn_fwd's call in training).
+static void prepare_bn(const Model *m, Backend *be, const ConvLayer *l, const BnLayer *bn, int n, int residual,
+                       int relu) {
+    if (be->bn_prepare) be->bn_prepare(be, rows_of(l, n), bn->c, m->act_dt, residual, relu);
+}
+
+void model_prepare_ops(const Model *m, Backend *be, int n) {
+    prepare_conv(m, be, &m->stem, n);
+    prepare_bn(m, be, &m->stem, &m->stem_bn, n, 0, 1);
     for (int i = 0; i < m->n_blocks; i++) {
         const Block *b = &m->blocks[i];
-        const ConvLayer *layers[4] = {&b->conv1, &b->conv2, &b->conv3, b->has_down ? &b->down : NULL};
-        for (int k = 0; k < 4 && layers[k]; k++) {
-            s = at_batch(layers[k], n);
-            be->conv_prepare(be, &s, m->act_dt);
-        }
+        prepare_conv(m, be, &b->conv1, n), prepare_bn(m, be, &b->conv1, &b->bn1, n, 0, 1);
+        prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
+        prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
+        if (b->has_down) prepare_conv(m, be, &b->down, n), prepare_bn(m, be, &b->down, &b->down_bn, n, 0, 0);
     }
 }
 
@@ -254,8 +266,6 @@ static void bn_fwd(const Pass *p, const BnLayer *bn, int rows, int train, const 
         p->be->bn_forward_eval(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 1e-5f, y);
     }
 }
-
-static int rows_of(const ConvLayer *l, int n) { return n * l->shape.out_h * l->shape.out_w; }
 
 static PoolShape stem_pool_shape(const Model *m, int n) {
     PoolShape p = {.n = n, .h = m->stem.shape.out_h, .w = m->stem.shape.out_w, .c = m->stem.shape.c_out,

@@ -86,9 +86,10 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int amp);
 void model_alloc(Model *m, Backend *be, uint64_t seed);
 void model_free(Model *m, Backend *be);
 
-// Lets the backend choose every convolution's algorithms for batch n now (backend.h conv_prepare), before
-// the step's buffers exist; call it before activations_alloc. Nothing to do on the CPU.
-void model_prepare_convs(const Model *m, Backend *be, int n);
+// Lets the backend choose every convolution's algorithms and every training batch norm's kernels for batch n
+// now (backend.h conv_prepare, bn_prepare), before the step's buffers exist; call it before activations_alloc.
+// Nothing to do on the CPU.
+void model_prepare_ops(const Model *m, Backend *be, int n);
 
 // 1 when block i keeps no bn1/bn2 output between forward and backward (model.recompute_bn_blocks).
 int model_block_recomputes_bn(const Model *m, int i);

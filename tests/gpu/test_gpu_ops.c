@@ -379,24 +379,50 @@ END_TEST
 
 // ---- batch norm ------------------------------------------------------------------------------------------
 
-// Loop index bits: 0 dtype fp16, 1 residual, 2 relu, 3 training on our own kernels instead of cuDNN's
-// (cudnn.batch_norm); _i >> 4 the shape: two of ResNeXt's, one whose channels split into no 16-byte packs
-// (one element at a time, cuDNN's fused forms decline it), one large enough that every elementwise thread
-// strides over several packs and every reduction thread sums many rows, and one of 2048 channels (the
-// reduction cut into several channel slices).
+// Loop index: bits 0 dtype fp16, 1 residual, 2 relu; (_i >> 3) % BN_MODES whose kernels train
+// (cudnn.batch_norm, and the two mixed pairs auto may pick); (_i >> 3) / BN_MODES the shape: two of
+// ResNeXt's, one whose channels split into no 16-byte packs (one element at a time, cuDNN's fused forms
+// decline it), one large enough that every elementwise thread strides over several packs and every reduction
+// thread sums many rows, and one of 2048 channels (the reduction cut into several channel slices).
 #define BN_SHAPES 5
+#define BN_MODES 5
+static const CudaBnMode BN_MODE[BN_MODES] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_OWN_CUDNN, CUDA_BN_CUDNN_OWN,
+                                             CUDA_BN_AUTO};
+static const char *BN_MODE_NAME[BN_MODES] = {"cuDNN", "own", "own+cuDNN", "cuDNN+own", "auto"};
+
+// The paths the forward just took for the layer of save_mean, as the mode says: a mixed pair must really run
+// mixed where cuDNN takes the shape (else its test would run one path twice), auto the pair it prepared.
+static void expect_bn_paths(CudaBnMode mode, const char *label, const float *save_mean, int rows, int c, DType dt,
+                            int residual, int relu) {
+    int fwd = -1, bwd = -1;
+    ck_assert_msg(cuda_backend_bn_layer_paths(gpu, save_mean, &fwd, &bwd), "%s: no layer entry", label);
+    const int cudnn_fused = !(residual && !relu) && (!relu || (dt == DTYPE_F16 && c % 4 == 0));
+    if (mode == CUDA_BN_OWN_CUDNN && cudnn_fused && !residual)
+        ck_assert_msg(fwd == 0 && bwd == 1, "%s: forward %d backward %d, want our own then cuDNN's", label, fwd, bwd);
+    if (mode == CUDA_BN_CUDNN_OWN && cudnn_fused && dt == DTYPE_F16)
+        ck_assert_msg(fwd == 1 && bwd == 0, "%s: forward %d backward %d, want cuDNN's then our own", label, fwd, bwd);
+    if (mode == CUDA_BN_AUTO) {
+        int want_fwd = -1, want_bwd = -1;
+        ck_assert_msg(cuda_backend_bn_prepared_pair(gpu, rows, c, dt, residual, relu, &want_fwd, &want_bwd),
+                      "%s: bn_prepare left no pair", label);
+        ck_assert_msg(fwd == want_fwd && bwd == want_bwd, "%s: ran %d+%d, prepared %d+%d", label, fwd, bwd, want_fwd,
+                      want_bwd);
+    }
+}
+
 START_TEST(test_batchnorm) {
     const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1, own = (_i >> 3) & 1;
+    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1, mode = (_i >> 3) % BN_MODES, shape = (_i >> 3) / BN_MODES;
     static const int shape_rows[BN_SHAPES] = {4 * 14 * 14, 4 * 7 * 7, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
     static const int shape_c[BN_SHAPES] = {128, 256, 6, 256, 2048};
-    const int rows = shape_rows[_i >> 4], c = shape_c[_i >> 4];
+    const int rows = shape_rows[shape], c = shape_c[shape];
     const size_t nx = (size_t)rows * c;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[128], label[64];
-    snprintf(label, sizeof label, "bn %s rows %d c %d%s%s", own ? "own" : "cuDNN", rows, c,
+    snprintf(label, sizeof label, "bn %s rows %d c %d%s%s", BN_MODE_NAME[mode], rows, c,
              residual ? " +residual" : "", relu ? " +relu" : "");
-    cuda_backend_set_batch_norm_cudnn(gpu, !own);
+    cuda_backend_set_batch_norm(gpu, BN_MODE[mode]);
+    if (BN_MODE[mode] == CUDA_BN_AUTO) gpu->bn_prepare(gpu, rows, c, dt, residual, relu);
 
     Twin x = twin_random(dt, nx, case_seed(3, _i, 0), -2, 3);  // a non-zero mean, as after a convolution
     Twin res = twin_random(dt, nx, case_seed(3, _i, 1), -1, 1);
@@ -411,6 +437,7 @@ START_TEST(test_batchnorm) {
                           eps, smean.cpu, sinv.cpu, y.cpu);
     gpu->bn_forward_train(gpu, rows, c, dt, x.gpu, res_g, relu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, momentum,
                           eps, smean.gpu, sinv.gpu, y.gpu);
+    expect_bn_paths(BN_MODE[mode], label, smean.gpu, rows, c, dt, residual, relu);
     snprintf(what, sizeof what, "%s train y", label);
     expect_close(what, y);
     snprintf(what, sizeof what, "%s train save_mean", label);
@@ -811,7 +838,7 @@ static Suite *gpu_ops_suite(void) {
         {"input_normalize", test_input_normalize, 4},
         {"input_slots", test_input_slots_hand_over, 1},
         {"conv", test_conv, 2 * CONV_CASES},
-        {"batchnorm", test_batchnorm, 16 * BN_SHAPES},
+        {"batchnorm", test_batchnorm, 8 * BN_MODES * BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 4},
         {"linear", test_linear, 4},
