@@ -14,6 +14,7 @@
 #   loop      the training loop a user runs (data made on the host by the loader, uploaded every step),
 #             batch 256 and 70, AMP, each beside --bench and torch_baseline.py, in 3 alternating repeats;
 #             then torch.compile reduce-overhead at batch 70
+#   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
 #             TF32 off on both sides
@@ -128,6 +129,11 @@ stage_loop() {
     # the training-loop issue holds b70 above torch.compile's reduce-overhead mode (CUDA graphs) too
     python3 bench/torch_baseline.py --batch 70 --amp 1 --cl 1 --compile reduce-overhead \
         --tag "torch w1 b70 amp1 cl1 compile reduce-overhead" 2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
+                     # beside torch twice and --bench (no torch.compile)
+    loop_run 256 1; torch_bench 1 256 1; loop_run 256 1; amp_bench 1 256 1
+    loop_run 70 1; torch_bench 1 70 1; loop_run 70 1; torch_bench 1 70 1; amp_bench 1 70 1
 }
 stage_loop1() {  # the --bench run also logs its convolution picks (AMPTRAIN_CONV_LOG) to $OUT/convlog_amp_b256.txt
     loop_run 256 1

@@ -531,7 +531,12 @@ static int bn_probe_own_bits(BnTiming *t) {
     bn_time_forward(t);
     const BnLayer *layer = bn_layer_lookup(t->be, save_mean);
     const size_t bytes = bn_own_mask_bytes(t->rows, t->c);
-    if (!layer->cudnn || layer->reserve_bytes != bytes) return 0;
+    if (!layer->cudnn || layer->reserve_bytes != bytes) {
+        if (cuda_pick_log_enabled())
+            fprintf(stderr, "bn: rows %d c %d +residual +relu: cuDNN's reserve is %zu bytes, our ReLU bits %zu\n",
+                    t->rows, t->c, layer->reserve_bytes, bytes);
+        return 0;
+    }
     uint8_t *theirs = (uint8_t *)xcalloc(bytes, 1), *ours = (uint8_t *)xcalloc(bytes, 1);
     CUDA_CHECK(cudaMemcpyAsync(theirs, layer->reserve, bytes, cudaMemcpyDeviceToHost, cuda_state(t->be)->stream));
     t->pair = BnPair{0, 0};

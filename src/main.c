@@ -219,8 +219,11 @@ static Backend *select_backend(const Config *cfg, Comm *comm, char *why, size_t 
                                           cfg->cudnn.matmul_tf32, reason, sizeof reason);
         if (be) {
             cuda_backend_set_workspace_cap(be, (size_t)cfg->cudnn.workspace_mb << 20);
+            // auto times, as the convolutions' search does: without cudnn.benchmark a run repeats bitwise.
             const char *bn = cfg->cudnn.batch_norm;
-            cuda_backend_set_batch_norm(be, !strcmp(bn, "own") ? CUDA_BN_OWN : !strcmp(bn, "auto") ? CUDA_BN_AUTO : CUDA_BN_CUDNN);
+            cuda_backend_set_batch_norm(be, !strcmp(bn, "own")                               ? CUDA_BN_OWN
+                                            : !strcmp(bn, "auto") && cfg->cudnn.benchmark ? CUDA_BN_AUTO
+                                                                                            : CUDA_BN_CUDNN);
             return be;
         }
     }

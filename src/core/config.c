@@ -107,7 +107,7 @@ void config_defaults(Config *cfg) {
     cfg->cudnn.workspace_mb = 512;  // 4096 without AMP (apply_workspace_default)
     cfg->cudnn.tf32 = 1;            // PyTorch's defaults: TF32 in cuDNN convolutions, not in matmuls
     cfg->cudnn.matmul_tf32 = 0;
-    copy_text(cfg->cudnn.batch_norm, sizeof cfg->cudnn.batch_norm, "cudnn");
+    copy_text(cfg->cudnn.batch_norm, sizeof cfg->cudnn.batch_norm, "auto");
     cfg->debug.inject_step = -1;
     cfg->debug.inject_rank = -1;
     cfg->debug.inject_value = INFINITY;

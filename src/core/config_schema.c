@@ -150,10 +150,10 @@ const ConfigKey config_keys[] = {
     {"cudnn", "workspace_mb", CK_INT, AT(cudnn.workspace_mb), BETWEEN(0, 65536), {0},
      "largest convolution workspace (MiB) an algorithm may use (default 512 with AMP, 4096 without): "
      "less memory, maybe slower layers"},
-    {"cudnn", "batch_norm", CK_ENUM, AT_STR(cudnn.batch_norm), NONE, {"cudnn", "own", "auto"},
-     "training batch norm on cuDNN's fused NHWC kernels where cuDNN takes the call, on amptrain's own, or "
-     "(auto) per layer shape on the fastest forward/backward pair timed at start-up "
-     "(inference and recomputation always run amptrain's own)"},
+    {"cudnn", "batch_norm", CK_ENUM, AT_STR(cudnn.batch_norm), NONE, {"auto", "cudnn", "own"},
+     "training batch norm per layer shape on the fastest forward/backward pair of cuDNN's and amptrain's "
+     "kernels timed at start-up (auto; with cudnn.benchmark, else as cudnn), on cuDNN's fused NHWC kernels "
+     "where cuDNN takes the call, or on amptrain's own (inference and recomputation always run amptrain's own)"},
     // ---- debug ----
     {"debug", "inject_step", CK_INT, AT(debug.inject_step), AT_LEAST(-1), {0},
      "step at which gradients are poisoned (-1: never)"},
