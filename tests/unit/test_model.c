@@ -207,14 +207,18 @@ END_TEST
 
 // ---- reuse changes no value -------------------------------------------------------------------------
 
-// One forward + loss + backward on fixed inputs (raw bytes, normalised by a non-trivial affine); returns
-// the gradient bytes (malloc'd) and the loss.
-static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, int n, float *loss) {
+// One forward + loss + backward on fixed inputs (raw bytes, normalised by a non-trivial affine), its ops
+// prepared first as the trainer does; returns the gradient bytes (malloc'd) and the loss. instrument
+// (nullable) may replace the backend's ops before anything runs.
+static unsigned char *step_gradients_on(const Config *cfg, int amp, int no_reuse, int n, float *loss,
+                                        void (*instrument)(Backend *be)) {
     Model m;
     Activations act = {.no_reuse = no_reuse};
     model_init_shapes(&m, &cfg->model, amp);
     Backend *be = cpu_backend_create();
+    if (instrument) instrument(be);
     model_alloc(&m, be, 11);
+    model_prepare_ops(&m, be, n);
     activations_alloc(&act, &m, be, n);
     size_t image = (size_t)cfg->model.image_size * cfg->model.image_size * 3;
     uint8_t *images = be->alloc(be, (size_t)n * image);
@@ -235,6 +239,10 @@ static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, i
     model_free(&m, be);
     be->destroy(be);
     return grads;
+}
+
+static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, int n, float *loss) {
+    return step_gradients_on(cfg, amp, no_reuse, n, loss, NULL);
 }
 
 // One step of two set-ups (config and no_reuse each) from the same weights and batch: the same finite
@@ -287,6 +295,110 @@ START_TEST(test_recomputing_bn_outputs_changes_no_gradient) {
 }
 END_TEST
 
+// ---- every op of a step was prepared --------------------------------------------------------------------
+
+// A backend chooses its kernels for the shapes model_prepare_ops names (conv_prepare, bn_prepare) before the
+// step's memory exists; a shape the step then runs without having been named falls back to a default
+// choice (the CUDA backend: cuDNN's heuristic algorithm, cuDNN's batch-norm pair), silently. The CPU backend
+// here records what was prepared and checks every convolution and training batch norm of one step against it.
+#define PREPARED_MAX 512
+static struct {
+    ConvShape conv[PREPARED_MAX];
+    int convs;
+    int bn[PREPARED_MAX][4];  // rows, c, residual, relu
+    int bns;
+    int conv_calls, bn_calls;  // ops of the step checked
+    Backend inner;             // the CPU backend's own ops
+} prepared;
+
+static void record_conv_prepare(Backend *be, const ConvShape *s, DType dt) {
+    (void)be, (void)dt;
+    ck_assert_int_lt(prepared.convs, PREPARED_MAX);
+    prepared.conv[prepared.convs++] = *s;
+}
+
+static void record_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int relu) {
+    (void)be, (void)dt;
+    ck_assert_int_lt(prepared.bns, PREPARED_MAX);
+    int *e = prepared.bn[prepared.bns++];
+    e[0] = rows, e[1] = c, e[2] = residual, e[3] = relu;
+}
+
+static void expect_conv_prepared(const ConvShape *s) {
+    prepared.conv_calls++;
+    for (int i = 0; i < prepared.convs; i++)
+        if (memcmp(&prepared.conv[i], s, sizeof *s) == 0) return;
+    ck_abort_msg("convolution n=%d %dx%d c %d->%d k%d s%d g%d runs without conv_prepare", s->n, s->h, s->w, s->c_in,
+                 s->c_out, s->kh, s->stride, s->groups);
+}
+
+static void expect_bn_prepared(int rows, int c, int residual, int relu) {
+    prepared.bn_calls++;
+    for (int i = 0; i < prepared.bns; i++) {
+        const int *e = prepared.bn[i];
+        if (e[0] == rows && e[1] == c && e[2] == residual && e[3] == relu) return;
+    }
+    ck_abort_msg("batch norm rows %d c %d residual %d relu %d trains without bn_prepare", rows, c, residual, relu);
+}
+
+static void checked_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {
+    expect_conv_prepared(s);
+    prepared.inner.conv_forward(be, s, dt, x, w, y);
+}
+
+static void checked_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
+                                       void *dx, int accumulate) {
+    expect_conv_prepared(s);
+    prepared.inner.conv_backward_data(be, s, dt, dy, w, dx, accumulate);
+}
+
+static void checked_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy,
+                                         void *dw, int accumulate) {
+    expect_conv_prepared(s);
+    prepared.inner.conv_backward_filter(be, s, dt, x, dy, dw, accumulate);
+}
+
+static void checked_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
+                                     int relu, const float *gamma, const float *beta, float *running_mean,
+                                     float *running_var, float momentum, float eps, float *save_mean,
+                                     float *save_invstd, void *y) {
+    expect_bn_prepared(rows, c, residual != NULL, relu);
+    prepared.inner.bn_forward_train(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var,
+                                    momentum, eps, save_mean, save_invstd, y);
+}
+
+static void instrument_prepared(Backend *be) {
+    memset(&prepared, 0, sizeof prepared);
+    prepared.inner = *be;
+    be->conv_prepare = record_conv_prepare;
+    be->bn_prepare = record_bn_prepare;
+    be->conv_forward = checked_conv_forward;
+    be->conv_backward_data = checked_conv_backward_data;
+    be->conv_backward_filter = checked_conv_backward_filter;
+    be->bn_forward_train = checked_bn_forward_train;
+}
+
+static void check_step_was_prepared(const char *const *overrides, int amp) {
+    Config cfg;
+    tu_config(&cfg, overrides);
+    float loss;
+    free(step_gradients_on(&cfg, amp, 0, 3, &loss, instrument_prepared));
+    ck_assert(isfinite(loss));
+    ck_assert_int_gt(prepared.conv_calls, 0);
+    ck_assert_int_gt(prepared.bn_calls, 0);
+}
+
+START_TEST(test_every_op_of_a_step_was_prepared) {
+    const char *uneven[] = {UNEVEN_MODEL, NULL};
+    check_step_was_prepared(uneven, 1);
+    const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
+    check_step_was_prepared(r50, 0);
+    const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10",
+                                   "model.recompute_bn_blocks=3", NULL};
+    check_step_was_prepared(r50_recompute, 1);
+}
+END_TEST
+
 START_TEST(test_buffer_reuse_changes_no_gradient) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
     check_reuse_changes_nothing(uneven, 0);
@@ -306,6 +418,7 @@ int main(void) {
     tcase_add_test(tc, test_gradients_never_overlap_live_activations);
     tcase_add_test(tc, test_buffer_reuse_changes_no_gradient);
     tcase_add_test(tc, test_recomputing_bn_outputs_changes_no_gradient);
+    tcase_add_test(tc, test_every_op_of_a_step_was_prepared);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 1);
 }
