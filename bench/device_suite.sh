@@ -32,6 +32,8 @@
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
+# The JPEG stages (fmnist, jpegs, jpegloop) need libjpeg-turbo in the bundle: bash bench/devdeps-add-jpeg.sh .devdeps
+# (the build stage prints whether CMake found it).
 set -u
 source .devdeps/env.sh
 export NCCL_NVLS_ENABLE=0
