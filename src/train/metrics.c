@@ -172,7 +172,7 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     // What start-up holds depends on the backend: the CPU has no algorithm search and no graph.
     const int cuda = strcmp(r->backend, "cuda") == 0;
     printf("; start-up %.2f s (%s), then %.1f images/s; data wait %.2f ms/step", r->startup_s,
-           cuda ? "model build, cuDNN's search, graph capture" : "model build", r->steady_images_per_s,
+           cuda ? "model build, kernel choices, graph capture" : "model build", r->steady_images_per_s,
            r->data_wait_ms);
     if (cuda) printf(", %ld of %ld steps replayed from the CUDA graph", r->graph_steps, r->steps);
     printf("\n");
