@@ -565,6 +565,7 @@ void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int r
     const int timed = cb->bn_mode == CUDA_BN_AUTO;
     BnShapeChoice *choice = bn_choice_find(be, rows, c, dt, residual, relu);
     if ((!timed && cb->bn_mode != CUDA_BN_OWN_CUDNN) || (choice && (choice->timed || !timed))) return;
+    if (rows <= 1) return;  // training refuses this shape (cuda_bn_forward_train says why); nothing to time
     const size_t count = (size_t)rows * c, bytes = count * dtype_size(dt);
     BnTiming t = {be, rows, c, relu, dt};
     t.x = cuda_scratch_get(cb, bytes), t.y = cuda_scratch_get(cb, bytes);
