@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "dtype.h"
+#include "image_job.h"
 #include "pixels.h"
 
 // A 2-D convolution, NHWC. out_h = (h + 2*pad - kh) / stride + 1 (same for w).
@@ -110,6 +111,14 @@ struct Backend {
     //   input_release  compute stream records "consumed": the copy stream may overwrite dst again
     //   input_upload_wait  the host waits for "uploaded": host_src may be refilled
     void (*input_upload)(Backend *be, int slot, void *dst, const void *host_src, size_t bytes);
+    //   input_decode   like input_upload, but makes dst (count, side, side, 3) u8 raw bytes by decoding count
+    //                  ImageJobs (core/image_job.h: host memory) and applying their geometry; bitwise the CPU
+    //                  reference (data/image_job_decode.h) on the CPU, within the decoder's rounding elsewhere.
+    //                  failed[i] = 1 for a job it could not decode (its rows are then undefined: the caller
+    //                  puts a replacement there with input_upload), else 0; failed[] is complete on return.
+    //                  NULL where the backend has no decoder (CUDA: GPU decoding is not built yet).
+    void (*input_decode)(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
+                         uint8_t *failed);
     void (*input_upload_wait)(Backend *be, int slot);
     void (*input_acquire)(Backend *be, int slot);
     void (*input_release)(Backend *be, int slot);

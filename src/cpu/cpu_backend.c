@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/half.h"
+#include "data/image_job_decode.h"
 
 typedef struct CpuState {
     size_t current_bytes;  // bytes handed out by alloc and not yet freed
@@ -132,6 +133,16 @@ static void cpu_input_upload(Backend *be, int slot, void *dst, const void *host_
 }
 static void cpu_input_slot_noop(Backend *be, int slot) { (void)be, (void)slot; }
 
+// The reference decoder, one job after another (data/image_job_decode.h).
+static void cpu_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
+                             uint8_t *failed) {
+    (void)be, (void)slot;
+    const size_t bytes = (size_t)side * side * 3;
+    char err[512];
+    for (int i = 0; i < count; i++)
+        failed[i] = (uint8_t)(image_job_decode(&jobs[i], side, (uint8_t *)dst + (size_t)i * bytes, err, sizeof err) != 0);
+}
+
 static void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src,
                                 const PixelAffine *affine, DType dst_dt, void *dst) {
     (void)be;
@@ -192,6 +203,7 @@ Backend *cpu_backend_create(void) {
     be->mark_elapsed_ms = cpu_mark_elapsed_ms;
 
     be->input_upload = cpu_input_upload;
+    be->input_decode = cpu_input_decode;
     be->input_upload_wait = cpu_input_slot_noop;
     be->input_acquire = cpu_input_slot_noop;
     be->input_release = cpu_input_slot_noop;

@@ -38,14 +38,34 @@ void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng
 
 size_t dataset_image_bytes(const Dataset *ds) { return (size_t)ds->side * ds->side * 3; }
 
+// Sample index's augmentation numbers in epoch (dataset_get_batch).
+static Rng sample_rng(const Dataset *ds, int epoch, int index) {
+    Rng rng;
+    data_rng_seed(&rng, ds->seed, DATA_STREAM_AUGMENT, (uint32_t)epoch, (uint32_t)index);
+    return rng;
+}
+
 void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
                        int32_t *labels) {
     size_t bytes = dataset_image_bytes(ds);
     for (int k = 0; k < count; k++) {
-        Rng rng;
-        data_rng_seed(&rng, ds->seed, DATA_STREAM_AUGMENT, (uint32_t)epoch, (uint32_t)indices[k]);
+        Rng rng = sample_rng(ds, epoch, indices[k]);
         dataset_get(ds, indices[k], images + (size_t)k * bytes, &labels[k], &rng);
     }
+}
+
+void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, ImageJob *jobs,
+                           int32_t *labels) {
+    for (int k = 0; k < count; k++) {
+        Rng rng = sample_rng(ds, epoch, indices[k]);
+        image_dataset_job(ds, indices[k], &rng, &jobs[k], &labels[k]);
+    }
+}
+
+void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed, int epoch, const char *why,
+                            uint8_t *img, int32_t *label) {
+    Rng rng = sample_rng(ds, epoch, index);
+    image_dataset_replace(ds, index, failed, &rng, why, img, label);
 }
 
 void dataset_save_cache(const Dataset *ds, const char *cache_dir) {

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "../core/config.h"
+#include "../core/image_job.h"
 #include "../core/pixels.h"
 #include "data_rng.h"
 
@@ -83,6 +84,17 @@ void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng
 // thread.
 void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
                        int32_t *labels);
+
+// dataset_get_batch for a backend that decodes (backend.h input_decode), image sources only: the same
+// samples as ImageJobs (image_dataset_job: encoded bytes and the transform's geometry, nothing decoded), with
+// the same per-sample numbers, so decoding job k gives sample indices[k]'s pixels bitwise on the CPU. Each
+// jobs[k].bytes is malloc'd (the caller frees it).
+void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, ImageJob *jobs,
+                           int32_t *labels);
+// Sample index's pixels and label in epoch after its job `failed` did not decode (image_dataset_replace):
+// the replacement dataset_get_batch would have made.
+void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed, int epoch, const char *why,
+                            uint8_t *img, int32_t *label);
 
 // Bytes in one image: side * side * 3.
 size_t dataset_image_bytes(const Dataset *ds);

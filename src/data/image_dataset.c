@@ -70,24 +70,91 @@ static void image_report(ImageSet *s, int index, const char *why) {
     log_warn_local("%s: %s: %s; replaced by the next readable sample (counted as skipped)", s->src->name, what, why);
 }
 
-static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
+// One attempt at sample `at`: pixels (img) or a job; 0, or 1 with err filled and rng as it was.
+typedef int (*ImageAttempt)(const Dataset *ds, int at, Rng *rng, void *out, int32_t *label, char *err,
+                            size_t err_cap);
+
+// Tries samples first, first+1, ... (mod size) until an attempt succeeds, each failure named once; returns the
+// sample that succeeded. Ends the run when no sample of the split succeeds.
+static int image_attempt_from(const Dataset *ds, int first, ImageAttempt attempt, Rng *rng, void *out,
+                              int32_t *label) {
     ImageSet *s = ds->impl;
-    DecodedImage decoded;
-    TrainCrop crop;
-    char err[512];
-    int at = index;
-    while (image_load(s, at, rng, &decoded, &crop, label, err, sizeof err) != 0) {
+    char err[512] = "";
+    int at = first;
+    while (attempt(ds, at, rng, out, label, err, sizeof err) != 0) {
         image_report(s, at, err);
         at = (at + 1) % ds->size;
-        AMP_ASSERT(at != index, "%s: none of the %d samples of this split can be read or decoded (the last: %s)",
+        AMP_ASSERT(at != first, "%s: none of the %d samples of this split can be read or decoded (the last: %s)",
                    s->src->name, ds->size, err);
     }
-    if (at != index) atomic_fetch_add(&s->skipped, 1);
+    return at;
+}
+
+// Counts sample `index` as replaced (once per request that could not use it).
+static void image_count_replacement(const Dataset *ds) { atomic_fetch_add(&((ImageSet *)ds->impl)->skipped, 1); }
+
+// Pixels: decoded (the crop's region only in training) and transformed. out (side, side, 3) u8.
+static int image_attempt_pixels(const Dataset *ds, int at, Rng *rng, void *out, int32_t *label, char *err,
+                                size_t err_cap) {
+    DecodedImage decoded;
+    TrainCrop crop;
+    if (image_load(ds->impl, at, rng, &decoded, &crop, label, err, err_cap) != 0) return 1;
     if (rng)
-        image_train_crop_apply(&decoded, crop, ds->side, img);
+        image_train_crop_apply(&decoded, crop, ds->side, out);
     else
-        image_transform_val(&decoded, ds->side, img);
+        image_transform_val(&decoded, ds->side, out);
     image_free(&decoded);
+    return 0;
+}
+
+static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
+    if (image_attempt_from(ds, index, image_attempt_pixels, rng, img, label) != index) image_count_replacement(ds);
+}
+
+// A job: the bytes read, the header parsed (nothing decoded), the geometry drawn as image_load draws the
+// crop. out: ImageJob, its bytes malloc'd.
+static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int32_t *label, char *err,
+                             size_t err_cap) {
+    const ImageSet *s = ds->impl;
+    const EncodedSource *src = s->src;
+    ImageJob *job = out;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (src->read(src, at, &bytes, &len, label, err, err_cap) != 0) return 1;
+    int width, height;
+    int rc = image_decode_size(bytes, len, &width, &height, err, err_cap);
+    if (rc == 0 && (*label < 0 || *label >= src->classes)) {
+        snprintf(err, err_cap, "label %d outside [0, %d)", *label, src->classes);
+        rc = 1;
+    }
+    if (rc != 0) {
+        free(bytes);
+        return 1;
+    }
+    *job = (ImageJob){bytes, len, at, width, height,
+                      rng ? image_train_geometry(image_train_crop_draw(width, height, s->crop, rng), ds->side)
+                          : image_val_geometry(width, height, ds->side)};
+    return 0;
+}
+
+void image_dataset_job(const Dataset *ds, int index, Rng *rng, ImageJob *job, int32_t *label) {
+    AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
+    AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index, ds->size);
+    if (image_attempt_from(ds, index, image_attempt_job, ds->augment ? rng : NULL, job, label) != index)
+        image_count_replacement(ds);
+}
+
+void image_dataset_replace(const Dataset *ds, int index, const ImageJob *failed, Rng *rng, const char *why,
+                           uint8_t *img, int32_t *label) {
+    AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
+    AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index, ds->size);
+    image_report(ds->impl, failed->sample, why);
+    AMP_ASSERT(ds->size > 1, "%s: its only sample cannot be decoded (%s)", ds->name, why);
+    // Where `get` would have gone on from the failed sample; counted once (a job that was already a
+    // replacement was counted when it was made).
+    image_attempt_from(ds, (failed->sample + 1) % ds->size, image_attempt_pixels, ds->augment ? rng : NULL, img,
+                       label);
+    if (failed->sample == index) image_count_replacement(ds);
 }
 
 static void image_destroy(Dataset *ds) {

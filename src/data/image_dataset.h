@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/image_job.h"
 #include "dataset.h"
 #include "image_transform.h"
 
@@ -39,6 +40,21 @@ typedef struct EncodedSource {
 // by the next readable index (i+1, i+2, ... mod size): deterministic, so every rank and thread agrees;
 // never stops the run. side: output images are (side, side, 3) u8.
 Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm);
+
+// For a backend that decodes (backend.h input_decode): sample `index` as an ImageJob (core/image_job.h),
+// its encoded bytes malloc'd into job->bytes (the caller frees them), its size from the header and its
+// transform's geometry, drawn from rng exactly as `get` draws it (rng: as dataset_get's, used only with
+// augmentation), so image_job_decode makes bitwise `get`'s pixels of it. Nothing is decoded: a sample whose
+// file cannot be read, whose header does not parse or whose label is out of range is replaced as `get`
+// replaces it; one whose compressed data turns out corrupt is the decoder's to report (image_dataset_replace).
+void image_dataset_job(const Dataset *ds, int index, Rng *rng, ImageJob *job, int32_t *label);
+
+// Sample index's pixels after its job `failed` (image_dataset_job's for index) did not decode (why: the
+// decoder's message): the job's sample named once in the log, then the next readable sample after it with
+// index's rng, as `get` goes on from a sample it cannot decode; index counted as replaced once. img (side,
+// side, 3) u8.
+void image_dataset_replace(const Dataset *ds, int index, const ImageJob *failed, Rng *rng, const char *why,
+                           uint8_t *img, int32_t *label);
 
 // Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
 // RandomResizedCrop's scale range for this dataset's training transform (default torchvision's (0.08, 1));

@@ -18,12 +18,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/image_job.h"
+
 #define IMAGE_MAX_PIXELS (64L * 1024 * 1024)  // 64 megapixels: 192 MiB of RGB, 8x a 24 MP photo
 
-// A rectangle of pixels: rows top .. top+height-1, columns left .. left+width-1.
-typedef struct CropBox {
-    int top, left, height, width;
-} CropBox;
+// A rectangle of pixels: rows top .. top+height-1, columns left .. left+width-1 (core/image_job.h).
+typedef ImageRect CropBox;
 
 typedef struct DecodedImage {
     uint8_t *rgb;        // (height, width, 3) u8 RGB, malloc'd; grayscale/CMYK become RGB like PIL convert("RGB")

@@ -44,8 +44,31 @@ TrainCrop image_train_crop_draw(int width, int height, CropScale scale, Rng *rng
     return (TrainCrop){box, rng_uniform(rng) < 0.5f};
 }
 
+ImageGeometry image_train_geometry(TrainCrop crop, int side) {
+    return (ImageGeometry){crop.box, side, side, (CropBox){0, 0, side, side}, crop.flip};
+}
+
+ImageGeometry image_val_geometry(int width, int height, int side) {
+    // torchvision's Resize(s): the shorter side becomes s, the longer int(s * long / short).
+    int s = round_half_even(side * 256.0 / 224.0);
+    int w_short = width <= height;
+    int shorter = w_short ? width : height, longer = w_short ? height : width;
+    int s_long = (int)((double)s * longer / shorter);
+    int out_w = w_short ? s : s_long, out_h = w_short ? s_long : s;
+    // CenterCrop: offsets int(round((size - side) / 2.0)).
+    CropBox win = {round_half_even((out_h - side) / 2.0), round_half_even((out_w - side) / 2.0), side, side};
+    return (ImageGeometry){(CropBox){0, 0, height, width}, out_w, out_h, win, 0};
+}
+
+void image_geometry_apply(const DecodedImage *in, ImageRect held, ImageGeometry g, uint8_t *out) {
+    CropBox box = {g.box.top - held.top, g.box.left - held.left, g.box.height, g.box.width};
+    image_resize_bilinear(in, box, g.out_w, g.out_h, g.win, g.mirror, out);
+}
+
+static CropBox whole(const DecodedImage *in) { return (CropBox){0, 0, in->height, in->width}; }
+
 void image_train_crop_apply(const DecodedImage *in, TrainCrop crop, int side, uint8_t *out) {
-    image_resize_bilinear(in, crop.box, side, side, (CropBox){0, 0, side, side}, crop.flip, out);
+    image_geometry_apply(in, whole(in), image_train_geometry(crop, side), out);
 }
 
 void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rng *rng, uint8_t *out) {
@@ -53,13 +76,5 @@ void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rn
 }
 
 void image_transform_val(const DecodedImage *in, int side, uint8_t *out) {
-    // torchvision's Resize(s): the shorter side becomes s, the longer int(s * long / short).
-    int s = round_half_even(side * 256.0 / 224.0);
-    int w_short = in->width <= in->height;
-    int shorter = w_short ? in->width : in->height, longer = w_short ? in->height : in->width;
-    int s_long = (int)((double)s * longer / shorter);
-    int out_w = w_short ? s : s_long, out_h = w_short ? s_long : s;
-    // CenterCrop: offsets int(round((size - side) / 2.0)).
-    CropBox win = {round_half_even((out_h - side) / 2.0), round_half_even((out_w - side) / 2.0), side, side};
-    image_resize_bilinear(in, (CropBox){0, 0, in->height, in->width}, out_w, out_h, win, 0, out);
+    image_geometry_apply(in, whole(in), image_val_geometry(in->width, in->height, side), out);
 }

@@ -39,6 +39,14 @@ typedef struct TrainCrop {
 // so a decoder can be told which pixels it must produce.
 TrainCrop image_train_crop_draw(int width, int height, CropScale scale, Rng *rng);
 
+// The two transforms as geometry (core/image_job.h): what a decoder of the encoded image must make.
+ImageGeometry image_train_geometry(TrainCrop crop, int side);
+ImageGeometry image_val_geometry(int width, int height, int side);
+
+// g applied to `in`, whose pixels are the rectangle `held` of the whole image ({0, 0, height, width} when
+// it is all of it; g.box must lie inside held). out (g.win.height, g.win.width, 3) u8.
+void image_geometry_apply(const DecodedImage *in, ImageRect held, ImageGeometry g, uint8_t *out);
+
 // crop.box of in resized to out (side, side, 3) u8, mirrored when crop.flip.
 void image_train_crop_apply(const DecodedImage *in, TrainCrop crop, int side, uint8_t *out);
 

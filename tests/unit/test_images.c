@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <turbojpeg.h>
 
+#include "core/backend.h"
 #include "core/config.h"
 #include "data/data_rng.h"
 #include "data/dataset.h"
@@ -725,6 +726,77 @@ START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
 }
 END_TEST
 
+// A backend that decodes (input_decode) gets ImageJobs instead of pixels: the CPU backend's reference decoder
+// must give bitwise the pixels and labels of the loader's host path, for training crops and flips and the
+// validation transform, over several epochs, with the same replacements: a 0-byte file and a text file are
+// replaced when the job is made (their headers do not parse), a file cut in half only when its job fails to
+// decode (its header parses; the 0-byte file's replacement is that file, so that chain crosses both stages),
+// and both paths count the same replacements.
+START_TEST(decode_jobs_equal_host_path) {
+    const char *root = "folder_jobs";
+    rm_rf(root);
+    mkdirs("folder_jobs/train/a");
+    mkdirs("folder_jobs/train/b");
+    const struct { int w, h, channels, subsamp, progressive; size_t cut; } files[] = {
+        {500, 375, 3, TJSAMP_420, 0, 0}, {333, 250, 3, TJSAMP_420, 0, 2}, {301, 199, 3, TJSAMP_422, 1, 0},
+        {97, 211, 1, TJSAMP_GRAY, 0, 0}, {256, 256, 3, TJSAMP_444, 0, 0}};
+    char path[512];
+    for (int k = 0; k < 5; k++) {
+        uint8_t *src = fx_pattern(files[k].w, files[k].h, files[k].channels, k);
+        size_t len;
+        uint8_t *jpeg = fx_jpeg(src, files[k].w, files[k].h, files[k].channels, 90, files[k].subsamp,
+                                files[k].progressive, &len);
+        snprintf(path, sizeof path, "%s/train/%c/%d.jpg", root, k % 2 ? 'b' : 'a', k);
+        fx_write(path, jpeg, files[k].cut ? len / files[k].cut : len);  // 1.jpg is cut in half
+        free(jpeg), free(src);
+    }
+    fx_write("folder_jobs/train/a/5.jpg", "", 0);
+    tu_write_file("folder_jobs/train/b/6.jpg", "hello, I am text\n");
+    Backend *cpu = cpu_backend_create();
+    const int side = 48;
+    const size_t bytes = (size_t)side * side * 3;
+    for (int augment = 1; augment >= 0; augment--) {
+        Dataset *host, *dev;
+        char err[512] = "";
+        ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &host, err, sizeof err) == 0,
+                      "%s", err);
+        ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &dev, err, sizeof err) == 0,
+                      "%s", err);
+        const int n = host->size;
+        ck_assert_int_eq(n, 7);
+        int32_t indices[7], want_labels[7], got_labels[7];
+        uint8_t want[7 * 48 * 48 * 3], got[7 * 48 * 48 * 3], failed[7];
+        ImageJob jobs[7];
+        int failures = 0;
+        for (int epoch = 0; epoch < 3; epoch++) {
+            for (int k = 0; k < n; k++) indices[k] = (k * 3 + epoch) % n;
+            dataset_get_batch(host, indices, n, epoch, want, want_labels);
+            dataset_get_job_batch(dev, indices, n, epoch, jobs, got_labels);
+            memset(failed, 7, sizeof failed);
+            cpu->input_decode(cpu, 0, got, n, side, jobs, failed);
+            for (int k = 0; k < n; k++) {
+                ck_assert_int_le(failed[k], 1);
+                if (failed[k])
+                    dataset_replace_failed(dev, indices[k], &jobs[k], epoch, "the test's decoder refused it",
+                                           got + k * bytes, &got_labels[k]);
+                failures += failed[k];
+                free((void *)jobs[k].bytes);
+            }
+            ck_assert_mem_eq(got_labels, want_labels, sizeof want_labels);
+            ck_assert_msg(memcmp(got, want, (size_t)n * bytes) == 0, "augment %d epoch %d: pixels differ", augment,
+                          epoch);
+        }
+        // not vacuous: each epoch the cut 1.jpg fails to decode as itself and as the replacement of the
+        // 0-byte 5.jpg before it
+        ck_assert_int_eq(failures, 2 * 3);
+        ck_assert_int_eq(image_dataset_skipped(dev), image_dataset_skipped(host));
+        ck_assert_int_eq(image_dataset_skipped(host), 3 * 3);  // 1.jpg, 5.jpg and 6.jpg in each epoch
+        dataset_close(host), dataset_close(dev);
+    }
+    cpu->destroy(cpu);
+}
+END_TEST
+
 static void assert_open_fails(const char *root, int train, int max_classes, const char *contains) {
     Dataset *ds = (Dataset *)1;
     char err[512] = "";
@@ -1053,6 +1125,7 @@ static Suite *images_suite(void) {
     tcase_add_test(folder, imagefolder_order_is_torchvision_order);
     tcase_add_test(folder, imagefolder_replaces_bad_samples_deterministically);
     tcase_add_test(folder, imagefolder_train_crop_equals_full_decode_transform);
+    tcase_add_test(folder, decode_jobs_equal_host_path);
     tcase_add_test(folder, imagefolder_refuses_bad_layouts);
     tcase_add_test(folder, imagefolder_list_cache_is_read_back_and_rebuilt);
     tcase_add_test(folder, imagefolder_list_cache_waits_for_its_folder);

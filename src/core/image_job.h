@@ -1,0 +1,34 @@
+// image_job.h - one encoded image and the geometry that turns it into a (side, side, 3) u8 training input,
+// for a backend that decodes (backend.h input_decode): the source rectangle `box` resized to (out_w, out_h)
+// with Pillow's antialiased BILINEAR, of which the window `win` (side x side) is kept, mirrored left-right
+// when `mirror`. Both of torchvision's ImageNet transforms take this form (data/image_transform.h):
+//   train: box = RandomResizedCrop's box, out = (side, side), win = all of it, mirror = the flip's coin
+//   val:   box = the whole image, out = Resize(round(side * 256 / 224)) of the shorter side,
+//          win = CenterCrop(side), mirror = 0
+#ifndef AMPTRAIN_IMAGE_JOB_H
+#define AMPTRAIN_IMAGE_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// A rectangle of pixels: rows top .. top+height-1, columns left .. left+width-1.
+typedef struct ImageRect {
+    int top, left, height, width;
+} ImageRect;
+
+typedef struct ImageGeometry {
+    ImageRect box;     // in the whole image's pixels
+    int out_w, out_h;  // box resized to this
+    ImageRect win;     // the part of the resized box kept: the input is (win.height, win.width, 3)
+    int mirror;        // 1: mirrored left-right
+} ImageGeometry;
+
+typedef struct ImageJob {
+    const uint8_t *bytes;  // the JPEG, host memory
+    size_t len;
+    int sample;            // the dataset sample the bytes are (a replacement's when the one asked for was unreadable)
+    int width, height;     // the image's size, from its header
+    ImageGeometry geometry;
+} ImageJob;
+
+#endif
