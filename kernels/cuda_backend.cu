@@ -191,6 +191,10 @@ static void cuda_be_destroy(Backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     cuda_conv_cache_destroy(cb);
     cuda_bn_cache_destroy(cb);
+#ifdef AMPTRAIN_HAVE_NVJPEG
+    CUDA_CHECK(cudaStreamSynchronize(cb->copy_stream));
+    cuda_jpeg_destroy(cb);
+#endif
     CUBLAS_CHECK(cublasDestroy(cb->cublas));
     CUDNN_CHECK(cudnnDestroy(cb->cudnn));
     CUDA_CHECK(cudaEventDestroy(cb->readback_done));
@@ -231,6 +235,9 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->mark_record = cuda_be_mark_record;
     be->mark_elapsed_ms = cuda_be_mark_elapsed_ms;
     be->input_upload = cuda_input_upload;
+#ifdef AMPTRAIN_HAVE_NVJPEG
+    be->input_decode = cuda_input_decode;
+#endif
     be->input_upload_wait = cuda_input_upload_wait;
     be->input_acquire = cuda_input_acquire;
     be->input_release = cuda_input_release;

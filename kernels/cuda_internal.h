@@ -39,6 +39,7 @@ extern "C" {
 
 typedef struct CudaConvCache CudaConvCache;  // cudnn_conv.cu: descriptors + chosen algorithms per shape
 typedef struct CudaBnCache CudaBnCache;      // cudnn_batchnorm.cu: per-layer reserve space, per-shape pairs
+typedef struct CudaJpeg CudaJpeg;            // nvjpeg_decode.cu: nvJPEG's handles and the decoder's buffers
 
 typedef struct CudaBackend {
     int device;
@@ -66,6 +67,7 @@ typedef struct CudaBackend {
     cudaEvent_t upload_done[BACKEND_UPLOAD_SLOTS];
     int upload_next;
     CudaBnCache *bn_cache;        // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
+    CudaJpeg *jpeg;               // NULL until the first input_decode (builds with nvJPEG); cuda_jpeg_destroy
 } CudaBackend;
 
 static inline CudaBackend *cuda_state(Backend *be) { return (CudaBackend *)be->impl; }
@@ -152,6 +154,11 @@ void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float
 void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
                         int dynamic);
 void cuda_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n);
+
+// ---- nvjpeg_decode.cu (built only when CMake finds nvJPEG: AMPTRAIN_HAVE_NVJPEG) --------------------
+void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
+                       uint8_t *failed);
+void cuda_jpeg_destroy(CudaBackend *cb);
 
 // ---- cuda_input.cu ------------------------------------------------------------------------------
 void cuda_input_upload(Backend *be, int slot, void *dst, const void *host_src, size_t bytes);

@@ -116,7 +116,8 @@ struct Backend {
     //                  reference (data/image_job_decode.h) on the CPU, within the decoder's rounding elsewhere.
     //                  failed[i] = 1 for a job it could not decode (its rows are then undefined: the caller
     //                  puts a replacement there with input_upload), else 0; failed[] is complete on return.
-    //                  NULL where the backend has no decoder (CUDA: GPU decoding is not built yet).
+    //                  The jobs' bytes must stay untouched until input_upload_wait(slot). NULL where the
+    //                  backend has no decoder (CUDA built without nvJPEG: kernels/nvjpeg_decode.cu).
     void (*input_decode)(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
                          uint8_t *failed);
     void (*input_upload_wait)(Backend *be, int slot);

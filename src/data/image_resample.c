@@ -17,26 +17,16 @@
 #include <smmintrin.h>
 #endif
 
-#define RESAMPLE_BITS 22  // Pillow's PRECISION_BITS (32 - 8 - 2): a sum of 8-bit pixels times weights fits int32
 #define RESAMPLE_HALF (1 << (RESAMPLE_BITS - 1))  // rounds the fixed-point sum to nearest
 
 typedef int32_t i32x4 __attribute__((vector_size(16)));
-
-typedef struct ResampleTaps {
-    int ksize;        // taps reserved per output
-    int *bounds;      // (count, 2) int: first input index and number of taps of each output
-    int32_t *weights; // (count, ksize) int32: weights in RESAMPLE_BITS fixed point, summing to ~1
-} ResampleTaps;
 
 static double triangle(double x) {
     x = fabs(x);
     return x < 1.0 ? 1.0 - x : 0.0;
 }
 
-// Taps of outputs first .. first+count-1 of a resize from in_size to out_size samples (Pillow's
-// precompute_coeffs with box (0, in_size) and the bilinear filter, support 1, then normalize_coeffs_8bpc),
-// stored last output first when `reverse`.
-static void taps_make(int in_size, int out_size, int first, int count, int reverse, ResampleTaps *t) {
+void image_resample_taps(int in_size, int out_size, int first, int count, int reverse, ResampleTaps *t) {
     double scale = (double)in_size / out_size;
     double filterscale = scale < 1.0 ? 1.0 : scale;  // downscaling widens the filter: the antialiasing
     double support = 1.0 * filterscale;
@@ -59,7 +49,7 @@ static void taps_make(int in_size, int out_size, int first, int count, int rever
     free(w);
 }
 
-static void taps_free(ResampleTaps *t) {
+void image_resample_taps_free(ResampleTaps *t) {
     free(t->bounds);
     free(t->weights);
 }
@@ -121,8 +111,8 @@ void image_resize_bilinear(const DecodedImage *in, CropBox box, int out_w, int o
     AMP_ASSERT(win.top >= 0 && win.left >= 0 && win.top + win.height <= out_h && win.left + win.width <= out_w,
                "resize: window outside the %dx%d output", out_w, out_h);
     ResampleTaps th, tv;
-    taps_make(box.width, out_w, win.left, win.width, mirror, &th);
-    taps_make(box.height, out_h, win.top, win.height, 0, &tv);
+    image_resample_taps(box.width, out_w, win.left, win.width, mirror, &th);
+    image_resample_taps(box.height, out_h, win.top, win.height, 0, &tv);
     // Rows of the box the window's vertical taps read: the horizontal pass makes only those.
     int row0 = tv.bounds[0], row1 = tv.bounds[2 * (win.height - 1)] + tv.bounds[2 * (win.height - 1) + 1];
     size_t tmp_stride = (size_t)win.width * 3;
@@ -143,6 +133,6 @@ void image_resize_bilinear(const DecodedImage *in, CropBox box, int out_w, int o
     }
     free(last_row);
     free(tmp);
-    taps_free(&th);
-    taps_free(&tv);
+    image_resample_taps_free(&th);
+    image_resample_taps_free(&tv);
 }
