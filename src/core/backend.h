@@ -114,8 +114,9 @@ struct Backend {
     //   input_decode   like input_upload, but makes dst (count, side, side, 3) u8 raw bytes by decoding count
     //                  ImageJobs (core/image_job.h: host memory) and applying their geometry; bitwise the CPU
     //                  reference (data/image_job_decode.h) on the CPU, within the decoder's rounding elsewhere.
-    //                  failed[i] = 1 for a job it could not decode (its rows are then undefined: the caller
-    //                  puts a replacement there with input_upload), else 0; failed[] is complete on return.
+    //                  failed[i] = 1 for a job it could not decode, only where the CPU reference refuses it
+    //                  too (a device decoder falls back to it); its rows are then undefined: the caller puts a
+    //                  replacement there with input_upload. failed[] is complete on return.
     //                  The jobs' bytes must stay untouched until input_upload_wait(slot). NULL where the
     //                  backend has no decoder (CUDA built without nvJPEG: kernels/nvjpeg_decode.cu).
     void (*input_decode)(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,

@@ -90,7 +90,7 @@ static int image_attempt_from(const Dataset *ds, int first, ImageAttempt attempt
     return at;
 }
 
-// Counts sample `index` as replaced (once per request that could not use it).
+// Counts one replacement (once per request that could not use the sample it asked for).
 static void image_count_replacement(const Dataset *ds) { atomic_fetch_add(&((ImageSet *)ds->impl)->skipped, 1); }
 
 // Pixels: decoded (the crop's region only in training) and transformed. out (side, side, 3) u8.
