@@ -223,11 +223,12 @@ static void jpeg_decode_hardware(CudaJpeg *j, cudaStream_t stream, const ImageJo
         data[n] = jobs[i].bytes, lengths[n] = jobs[i].len, dest[n] = jpeg_destination(j, &jobs[i], &plans[i]);
         which[n++] = i;
     }
-    if (n > 0) {
-        if (j->hardware_batch != n) {
-            NVJPEG_CHECK(nvjpegDecodeBatchedInitialize(j->hardware, j->hardware_state, n, 1, NVJPEG_OUTPUT_RGBI));
-            j->hardware_batch = n;
-        }
+    if (n > 0 && j->hardware_batch != n)
+        j->hardware_batch = nvjpegDecodeBatchedInitialize(j->hardware, j->hardware_state, n, 1, NVJPEG_OUTPUT_RGBI) ==
+                                    NVJPEG_STATUS_SUCCESS
+                                ? n
+                                : 0;
+    if (n > 0 && j->hardware_batch == n) {
         if (nvjpegDecodeBatched(j->hardware, j->hardware_state, data, lengths, dest, stream) == NVJPEG_STATUS_SUCCESS)
             for (int k = 0; k < n; k++) decoded[which[k]] = 1;
         else
