@@ -28,6 +28,8 @@
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   profileamp, profilefp32  the same for one of the two
+#   decode    test_images_gpu (CUDA input_decode against the CPU reference), then build/bench_decode on make_jpegs'
+#             folder (input_decode img/s at batch 256, beside the CPU reference on one thread)
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) beside synthetic data
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
@@ -217,6 +219,11 @@ stage_bnauto() {  # the training loop at b256 AMP with cudnn.batch_norm auto and
 stage_profileamp() { profile_pair amp -- --amp 1; }
 stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }
 stage_profile() { stage_profileamp && stage_profilefp32; }
+stage_decode() {  # the device decode path: test_images_gpu (nvJPEG + kernels against the CPU reference), then
+                  # build/bench_decode's input_decode rate on make_jpegs' folder, batch 256
+    AMPTRAIN_REQUIRE_GPU=1 build/test_images_gpu; local rc=$?
+    make_jpegs && build/bench_decode /tmp/jpegs 256 8 && return $rc
+}
 stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each linked 8 times: 1.4 epochs in 90
                     # steps, so epoch ends do not dominate) beside the same loop on synthetic data
     make_jpegs || return 1
