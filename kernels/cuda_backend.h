@@ -21,8 +21,8 @@ typedef enum CudaBnMode {
     CUDA_BN_CUDNN = 0,         // cuDNN forward, cuDNN backward (the default)
     CUDA_BN_OWN,               // our own forward and backward
     CUDA_BN_AUTO,              // per shape, the fastest pair timed by bn_prepare (cuDNN's pair if not prepared)
-    CUDA_BN_OWN_CUDNN,         // our own forward, cuDNN's backward: the pair auto may pick, fixed (tests); on an
-                               // add+ReLU shape only after bn_prepare found cuDNN reads our ReLU bits
+    CUDA_BN_OWN_CUDNN,         // our own forward, cuDNN's backward: the pair auto may pick, fixed (tests); never
+                               // on an add+ReLU shape (cuDNN's backward needs its own forward's reserve)
     CUDA_BN_CUDNN_OWN,         // cuDNN's forward, our own backward: likewise
 } CudaBnMode;
 void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode);
@@ -35,12 +35,9 @@ int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, i
 // no forward of that layer ran.
 int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn, int *backward_cudnn);
 // For tests and diagnostics: the pair cudnn.batch_norm auto chose for this shape (bn_prepare); 0 when the shape
-// was not timed (not prepared under auto).
+// was not prepared under auto.
 int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu, int *forward_cudnn,
                                   int *backward_cudnn);
-// For tests and diagnostics: 1 when bn_prepare (under auto or own+cuDNN) found that cuDNN's add+ReLU backward
-// reads our own forward's ReLU bits for this shape, so that pair may run mixed there too.
-int cuda_backend_bn_cudnn_reads_own_bits(Backend *be, int rows, int c, DType dt);
 // Number of CUDA devices visible to this process (CUDA_VISIBLE_DEVICES respected); 0 when none.
 int cuda_visible_device_count(void);
 

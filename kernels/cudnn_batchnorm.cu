@@ -26,11 +26,11 @@
 //
 // Mixed pairs: our own backward takes any forward (the mask from y after cuDNN's). cuDNN's backward takes
 // our own forward's saved mean and invstd where its ops need no reserve space (plain BN and BN_ACTIVATION,
-// which recompute the mask from x); its add+ReLU backward needs the ReLU bit mask of the forward in its
-// reserve space, whose layout cuDNN does not document: it follows our own forward only for a shape where
-// cuda_bn_prepare found our bits equal to cuDNN's reserve (bn_probe_own_bits). With cudnn.batch_norm auto,
-// cuda_bn_prepare times the pairs a shape allows before the step's memory exists and keeps the fastest per
-// shape in the same cache.
+// which recompute the mask from x); its add+ReLU backward needs the ReLU bit mask its own forward left in
+// the reserve space, so an add+ReLU layer never runs our forward with cuDNN's backward (on cuDNN 9.14 /
+// H200 a start-up probe of commit ba406b3 found our bit mask and that reserve differing, in size or bytes,
+// on every shape tested). With cudnn.batch_norm auto, cuda_bn_prepare times the pairs a shape allows
+// before the step's memory exists and keeps the fastest per shape in the same cache.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,14 +64,11 @@ typedef struct BnPair {
     int forward_cudnn, backward_cudnn;
 } BnPair;
 
-// What cuda_bn_prepare learnt about one shape: the pair timed fastest (cudnn.batch_norm auto), and for an
-// add+ReLU shape whether cuDNN's backward reads our own forward's ReLU bits as its reserve space.
+// cudnn.batch_norm auto: the pair cuda_bn_prepare timed fastest for one shape.
 typedef struct BnShapeChoice {
     int rows, c, residual, relu;
     DType dt;
     BnPair pair;
-    int timed;                 // pair is the fastest timed (else cuDNN's, the default)
-    int cudnn_reads_own_bits;
 } BnShapeChoice;
 
 struct CudaBnCache {
@@ -173,7 +170,7 @@ static BnPair bn_pair_for(Backend *be, int rows, int c, DType dt, int residual, 
     case CUDA_BN_CUDNN_OWN: return BnPair{1, 0};
     case CUDA_BN_AUTO: {
         const BnShapeChoice *ch = bn_choice_find(be, rows, c, dt, residual, relu);
-        return ch ? ch->pair : BnPair{1, 1};  // {1, 1} unless timed
+        return ch ? ch->pair : BnPair{1, 1};  // cuDNN's pair for a shape not prepared
     }
     default: return BnPair{1, 1};
     }
@@ -305,14 +302,9 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
 }
 
 // Whether cuDNN's backward can follow our own forward for this shape: its ops need no reserve space (plain
-// BN, BN_ACTIVATION; cuDNN then recomputes the ReLU mask from x and the saved statistics), or, for add+ReLU,
-// cuda_bn_prepare found that it reads our own forward's ReLU bits as its reserve.
+// BN, BN_ACTIVATION; cuDNN then recomputes the ReLU mask from x and the saved statistics).
 static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt, const void *residual, int relu) {
-    if (!bn_cudnn_may_take(c, dt, residual, relu)) return 0;
-    if (residual) {
-        const BnShapeChoice *ch = bn_choice_find(be, rows, c, dt, 1, relu);
-        return ch && ch->cudnn_reads_own_bits;
-    }
+    if (residual || !bn_cudnn_may_take(c, dt, residual, relu)) return 0;
     const cudnnBatchNormOps_t ops = bn_ops_for(residual, relu);
     BnDescs d;
     bn_descs_create(&d, rows, c, dt);
@@ -342,7 +334,7 @@ static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const v
                                                 running_mean, running_var, momentum, eps, save_mean, save_invstd,
                                                 y, mask);
     layer->cudnn = 0;
-    layer->backward_cudnn = backward_cudnn && (!residual || wrote_mask);
+    layer->backward_cudnn = backward_cudnn;
     layer->ops = bn_ops_for(residual, relu);
     layer->own_mask = !relu ? BN_MASK_NONE : wrote_mask ? BN_MASK_BITS : residual ? BN_MASK_FROM_Y : BN_MASK_FROM_X;
     layer->rows = rows;
@@ -521,50 +513,25 @@ static void bn_fill(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, fl
     CUDA_CHECK_LAUNCH();
 }
 
-// Whether cuDNN's add+ReLU backward can read our own forward's ReLU bits as its reserve space (cuDNN does
-// not document its layout): the same inputs through both forwards must leave reserves of the same size
-// holding the same bits, all but a few bytes (an element whose sum rounds to about 0 may fall on either side
-// with the two paths' statistics); another layout differs in about half of them.
-static int bn_probe_own_bits(BnTiming *t) {
-    const float *save_mean = t->params + 4 * t->c;
-    t->pair = BnPair{1, 1};
-    bn_time_forward(t);
-    const BnLayer *layer = bn_layer_lookup(t->be, save_mean);
-    const size_t bytes = bn_own_mask_bytes(t->rows, t->c);
-    if (!layer->cudnn || layer->reserve_bytes != bytes) {
-        if (cuda_pick_log_enabled())
-            fprintf(stderr, "bn: rows %d c %d +residual +relu: cuDNN's reserve is %zu bytes, our ReLU bits %zu\n",
-                    t->rows, t->c, layer->reserve_bytes, bytes);
-        return 0;
-    }
-    uint8_t *theirs = (uint8_t *)xcalloc(bytes, 1), *ours = (uint8_t *)xcalloc(bytes, 1);
-    CUDA_CHECK(cudaMemcpyAsync(theirs, layer->reserve, bytes, cudaMemcpyDeviceToHost, cuda_state(t->be)->stream));
-    t->pair = BnPair{0, 0};
-    bn_time_forward(t);
-    layer = bn_layer_lookup(t->be, save_mean);
-    const int wrote_bits = layer->own_mask == BN_MASK_BITS;
-    if (wrote_bits)
-        CUDA_CHECK(cudaMemcpyAsync(ours, layer->reserve, bytes, cudaMemcpyDeviceToHost, cuda_state(t->be)->stream));
-    CUDA_CHECK(cudaStreamSynchronize(cuda_state(t->be)->stream));
-    size_t differ = 0;
-    for (size_t i = 0; i < bytes; i++) differ += theirs[i] != ours[i];
-    free(theirs), free(ours);
-    if (cuda_pick_log_enabled())
-        fprintf(stderr, "bn: rows %d c %d +residual +relu: cuDNN's reserve and our ReLU bits differ in %zu of %zu bytes\n",
-                t->rows, t->c, differ, bytes);
-    return wrote_bits && differ * 1000 <= bytes;
+// AMPTRAIN_CONV_LOG=1: each pair's forward + backward ms, the one kept marked *.
+static void bn_log_pairs(int rows, int c, DType dt, int residual, int relu, const int *allowed, const float *forward_ms,
+                         const float *backward_ms, int best) {
+    static const char *names[4] = {"own+own", "cudnn+cudnn", "cudnn+own", "own+cudnn"};
+    fprintf(stderr, "bn: rows %d c %d %s%s%s:", rows, c, dtype_name(dt), residual ? " +residual" : "",
+            relu ? " +relu" : "");
+    for (int i = 0; i < 4; i++)
+        if (allowed[i])
+            fprintf(stderr, " [%s %.4f+%.4f ms]%s", names[i], (double)forward_ms[i], (double)backward_ms[i],
+                    i == best ? "*" : "");
+    fprintf(stderr, "\n");
 }
 
 // Under cudnn.batch_norm auto: times every pair this shape allows (our own forward and backward; cuDNN's;
 // cuDNN's forward with our own backward; our own forward with cuDNN's backward where it may follow) on
-// buffers of its own, and keeps the fastest forward + backward for the shape. Under auto and own+cuDNN, an
-// add+ReLU shape is first probed for whether cuDNN's backward may follow our own forward (bn_probe_own_bits).
-// Logged with AMPTRAIN_CONV_LOG=1.
+// buffers of its own, and keeps the fastest forward + backward for the shape.
 void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int relu) {
     CudaBackend *cb = cuda_state(be);
-    const int timed = cb->bn_mode == CUDA_BN_AUTO;
-    BnShapeChoice *choice = bn_choice_find(be, rows, c, dt, residual, relu);
-    if ((!timed && cb->bn_mode != CUDA_BN_OWN_CUDNN) || (choice && (choice->timed || !timed))) return;
+    if (cb->bn_mode != CUDA_BN_AUTO || bn_choice_find(be, rows, c, dt, residual, relu)) return;
     if (rows <= 1) return;  // training refuses this shape (cuda_bn_forward_train says why); nothing to time
     const size_t count = (size_t)rows * c, bytes = count * dtype_size(dt);
     BnTiming t = {be, rows, c, relu, dt};
@@ -578,45 +545,23 @@ void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int r
     bn_fill(cb, t.params, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);              // gamma, beta
     bn_fill(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);      // running statistics
 
-    const int cudnn_takes = bn_cudnn_may_take(c, dt, residual ? t.dy : NULL, relu);
-    if (!choice) {
-        BnShapeChoice probed = {rows, c, residual, relu, dt, BnPair{1, 1}, 0, 0};
-        if (residual && relu && cudnn_takes) probed.cudnn_reads_own_bits = bn_probe_own_bits(&t);
-        choice = bn_choice_add(be, &probed);
+    static const BnPair pairs[4] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}};
+    const void *res = residual ? t.dy : NULL;
+    const int cudnn_takes = bn_cudnn_may_take(c, dt, res, relu);
+    const int allowed[4] = {1, cudnn_takes, cudnn_takes, bn_cudnn_backward_follows_own(be, rows, c, dt, res, relu)};
+    float forward_ms[4] = {0}, backward_ms[4] = {0};
+    int best = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!allowed[i]) continue;
+        bn_time_pair(&t, pairs[i], &forward_ms[i], &backward_ms[i]);
+        if (forward_ms[i] + backward_ms[i] < forward_ms[best] + backward_ms[best]) best = i;
     }
-    if (timed) {
-        static const BnPair pairs[4] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}};
-        const int cudnn_follows_own = bn_cudnn_backward_follows_own(be, rows, c, dt, residual ? t.dy : NULL, relu);
-        float total[4] = {0}, forward_ms[4] = {0}, backward_ms[4] = {0};
-        int best = 0;
-        for (int i = 0; i < 4; i++) {
-            const int allowed = i == 0 || (cudnn_takes && (i < 3 || cudnn_follows_own));
-            if (!allowed) continue;
-            bn_time_pair(&t, pairs[i], &forward_ms[i], &backward_ms[i]);
-            total[i] = forward_ms[i] + backward_ms[i];
-            if (total[i] < total[best]) best = i;
-        }
-        choice->pair = pairs[best];
-        choice->timed = 1;
-        if (cuda_pick_log_enabled()) {
-            fprintf(stderr, "bn: rows %d c %d %s%s%s:", rows, c, dtype_name(dt), residual ? " +residual" : "",
-                    relu ? " +relu" : "");
-            static const char *names[4] = {"own+own", "cudnn+cudnn", "cudnn+own", "own+cudnn"};
-            for (int i = 0; i < 4; i++)
-                if (total[i] > 0.0f)
-                    fprintf(stderr, " [%s %.4f+%.4f ms]%s", names[i], (double)forward_ms[i], (double)backward_ms[i],
-                            i == best ? "*" : "");
-            fprintf(stderr, "\n");
-        }
-    }
+    const BnShapeChoice choice = {rows, c, residual, relu, dt, pairs[best]};
+    bn_choice_add(be, &choice);
+    if (cuda_pick_log_enabled()) bn_log_pairs(rows, c, dt, residual, relu, allowed, forward_ms, backward_ms, best);
     bn_layer_forget(be, t.params + 4 * c);
     cuda_scratch_put(cb, t.x), cuda_scratch_put(cb, t.y), cuda_scratch_put(cb, t.dy), cuda_scratch_put(cb, t.dx);
     cuda_scratch_put(cb, t.d_residual), cuda_scratch_put(cb, t.params), cuda_scratch_put(cb, t.dparams);
-}
-
-extern "C" int cuda_backend_bn_cudnn_reads_own_bits(Backend *be, int rows, int c, DType dt) {
-    const BnShapeChoice *ch = bn_choice_find(be, rows, c, dt, 1, 1);
-    return ch && ch->cudnn_reads_own_bits;
 }
 
 extern "C" int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn,
@@ -630,7 +575,7 @@ extern "C" int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, 
 extern "C" int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu,
                                              int *forward_cudnn, int *backward_cudnn) {
     const BnShapeChoice *ch = bn_choice_find(be, rows, c, dt, residual, relu);
-    if (!ch || !ch->timed) return 0;
+    if (!ch) return 0;
     *forward_cudnn = ch->pair.forward_cudnn, *backward_cudnn = ch->pair.backward_cudnn;
     return 1;
 }

@@ -41,8 +41,3 @@ int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int re
     (void)be, (void)rows, (void)c, (void)dt, (void)residual, (void)relu, (void)forward_cudnn, (void)backward_cudnn;
     return 0;
 }
-
-int cuda_backend_bn_cudnn_reads_own_bits(Backend *be, int rows, int c, DType dt) {
-    (void)be, (void)rows, (void)c, (void)dt;
-    return 0;
-}
