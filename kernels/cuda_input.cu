@@ -7,11 +7,19 @@
 //            record consumed[slot]
 #include "cuda_internal.h"
 
+void cuda_input_slot_claim(CudaBackend *cb, int slot) {
+    CUDA_CHECK(cudaStreamWaitEvent(cb->copy_stream, cb->input_consumed[slot], 0));
+}
+
+void cuda_input_slot_filled(CudaBackend *cb, int slot) {
+    CUDA_CHECK(cudaEventRecord(cb->input_uploaded[slot], cb->copy_stream));
+}
+
 void cuda_input_upload(Backend *be, int slot, void *dst, const void *host_src, size_t bytes) {
     CudaBackend *cb = cuda_state(be);
-    CUDA_CHECK(cudaStreamWaitEvent(cb->copy_stream, cb->input_consumed[slot], 0));
+    cuda_input_slot_claim(cb, slot);
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, cb->copy_stream));
-    CUDA_CHECK(cudaEventRecord(cb->input_uploaded[slot], cb->copy_stream));
+    cuda_input_slot_filled(cb, slot);
 }
 
 void cuda_input_upload_wait(Backend *be, int slot) {

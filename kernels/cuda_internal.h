@@ -161,6 +161,10 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
 void cuda_jpeg_destroy(CudaBackend *cb);
 
 // ---- cuda_input.cu ------------------------------------------------------------------------------
+// The copy stream's side of a slot's hand-over (backend.h): claim waits for the slot's last release, filled
+// records "uploaded" after the work that wrote it (input_upload, input_decode).
+void cuda_input_slot_claim(CudaBackend *cb, int slot);
+void cuda_input_slot_filled(CudaBackend *cb, int slot);
 void cuda_input_upload(Backend *be, int slot, void *dst, const void *host_src, size_t bytes);
 void cuda_input_upload_wait(Backend *be, int slot);
 void cuda_input_acquire(Backend *be, int slot);

@@ -262,7 +262,7 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
     cudaStream_t stream = cb->copy_stream;
-    CUDA_CHECK(cudaStreamWaitEvent(stream, cb->input_consumed[slot], 0));
+    cuda_input_slot_claim(cb, slot);
     JpegJobPlan *plans = (JpegJobPlan *)xcalloc((size_t)(count > 0 ? count : 1), sizeof *plans);
     int32_t *host_taps = NULL;
     size_t taps_used = 0, row_bytes = 0;
@@ -293,6 +293,6 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
             (uint8_t *)dst);
         CUDA_CHECK_LAUNCH();
     }
-    CUDA_CHECK(cudaEventRecord(cb->input_uploaded[slot], stream));
+    cuda_input_slot_filled(cb, slot);
     free(plans), free(host_taps), free(decoded);
 }
