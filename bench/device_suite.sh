@@ -24,7 +24,6 @@
 #             training loop at batch 256 AMP on that folder
 #   bnbench   training batch norm, cuDNN's against amptrain's own and auto's pairs, on every ResNeXt-50 shape
 #             (build/bench_batchnorm), then --bench b256 AMP with cudnn.batch_norm cudnn, own and auto
-#   bnauto    the training loop at b256 AMP, cudnn.batch_norm auto and cudnn alternating, twice, torch beside
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   profileamp, profilefp32  the same for one of the two
@@ -207,14 +206,6 @@ stage_bnbench() {
             cudnn.benchmark=true cudnn.batch_norm=$bn 2>>"$OUT/picks_$bn.txt" | grep '^{' | tee -a "$BENCH"
     done
     torch_bench 1 256 1
-}
-stage_bnauto() {  # the training loop at b256 AMP with cudnn.batch_norm auto and cudnn, alternating, twice,
-                  # torch beside
-    for rep in 1 2; do
-        loop_run 256 1 cudnn.batch_norm=auto
-        loop_run 256 1 cudnn.batch_norm=cudnn
-        torch_bench 1 256 1
-    done
 }
 stage_profileamp() { profile_pair amp -- --amp 1; }
 stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }
