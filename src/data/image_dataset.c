@@ -1,5 +1,8 @@
 // image_dataset.c - Dataset over an EncodedSource: read, decode, transform (see image_dataset.h).
 //
+// `get` and image_dataset_job take the same path: the file read, its header parsed, the transform's geometry
+// drawn (image_attempt_job); `get` then decodes that job with the reference decoder (image_job_decode), so a
+// backend's decoder fed the jobs sees exactly what `get` would have made.
 // Shared state is read-only in `get` except two atomics: the replacement counter and one "already
 // named" flag per sample, so the loader's workers call `get` at once without a lock. Decoded pixels live
 // in per-call buffers.
@@ -12,7 +15,7 @@
 #include "../core/check.h"
 #include "../core/log.h"
 #include "image_decode.h"
-#include "image_decode_region.h"
+#include "image_job_decode.h"
 #include "image_transform.h"
 
 typedef struct ImageSet {
@@ -21,41 +24,6 @@ typedef struct ImageSet {
     atomic_uchar *named;           // (size) 1 once sample i's failure was logged by this process
     CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
 } ImageSet;
-
-// The pixels a sample's transform reads: the whole image (rng NULL: validation), or for training the
-// region of the crop drawn from rng, *crop then in img's pixels. 0, or 1 with err filled.
-static int image_decode_for(const uint8_t *bytes, size_t len, Rng *rng, CropScale scale, DecodedImage *img,
-                            TrainCrop *crop, char *err, size_t err_cap) {
-    if (!rng) return image_decode(bytes, len, img, err, err_cap);
-    int width, height;
-    if (image_decode_size(bytes, len, &width, &height, err, err_cap) != 0) return 1;
-    *crop = image_train_crop_draw(width, height, scale, rng);
-    CropBox held;
-    if (image_decode_region(bytes, len, crop->box, img, &held, err, err_cap) != 0) return 1;
-    crop->box.top -= held.top;
-    crop->box.left -= held.left;
-    return 0;
-}
-
-// Reads and decodes sample i (image_decode_for); 0, or 1 with err filled and rng as it was, so the
-// replacement sample draws what it would have drawn in the failed one's place.
-static int image_load(const ImageSet *s, int index, Rng *rng, DecodedImage *img, TrainCrop *crop, int32_t *label,
-                      char *err, size_t err_cap) {
-    const EncodedSource *src = s->src;
-    uint8_t *bytes = NULL;
-    size_t len = 0;
-    if (src->read(src, index, &bytes, &len, label, err, err_cap) != 0) return 1;
-    Rng start = rng ? *rng : (Rng){{0}};
-    int rc = image_decode_for(bytes, len, rng, s->crop, img, crop, err, err_cap);
-    free(bytes);
-    if (rc == 0 && (*label < 0 || *label >= src->classes)) {
-        snprintf(err, err_cap, "label %d outside [0, %d)", *label, src->classes);
-        image_free(img);
-        rc = 1;
-    }
-    if (rc != 0 && rng) *rng = start;
-    return rc;
-}
 
 // Names sample `index` in the log, the first time it fails in this process only. The rank that read it
 // says so (log_warn_local): the sampler gives each sample of an epoch to one rank, so a bad file that
@@ -93,26 +61,8 @@ static int image_attempt_from(const Dataset *ds, int first, ImageAttempt attempt
 // Counts one replacement (once per request that could not use the sample it asked for).
 static void image_count_replacement(const Dataset *ds) { atomic_fetch_add(&((ImageSet *)ds->impl)->skipped, 1); }
 
-// Pixels: decoded (the crop's region only in training) and transformed. out (side, side, 3) u8.
-static int image_attempt_pixels(const Dataset *ds, int at, Rng *rng, void *out, int32_t *label, char *err,
-                                size_t err_cap) {
-    DecodedImage decoded;
-    TrainCrop crop;
-    if (image_load(ds->impl, at, rng, &decoded, &crop, label, err, err_cap) != 0) return 1;
-    if (rng)
-        image_train_crop_apply(&decoded, crop, ds->side, out);
-    else
-        image_transform_val(&decoded, ds->side, out);
-    image_free(&decoded);
-    return 0;
-}
-
-static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
-    if (image_attempt_from(ds, index, image_attempt_pixels, rng, img, label) != index) image_count_replacement(ds);
-}
-
-// A job: the bytes read, the header parsed (nothing decoded), the geometry drawn as image_load draws the
-// crop. out: ImageJob, its bytes malloc'd.
+// A job: the bytes read, the header parsed (nothing decoded), the transform's geometry drawn from rng
+// (training) or fixed (validation); rng untouched on failure. out: ImageJob, its bytes malloc'd.
 static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int32_t *label, char *err,
                              size_t err_cap) {
     const ImageSet *s = ds->impl;
@@ -135,6 +85,24 @@ static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int
                       rng ? image_train_geometry(image_train_crop_draw(width, height, s->crop, rng), ds->side)
                           : image_val_geometry(width, height, ds->side)};
     return 0;
+}
+
+// Pixels: the sample's job (image_attempt_job) decoded by the reference decoder, which reads only the crop's
+// region in training (image_job_decode). out (side, side, 3) u8; rng as it was on failure, so the replacement
+// sample draws what it would have drawn in the failed one's place.
+static int image_attempt_pixels(const Dataset *ds, int at, Rng *rng, void *out, int32_t *label, char *err,
+                                size_t err_cap) {
+    Rng start = rng ? *rng : (Rng){{0}};
+    ImageJob job;
+    if (image_attempt_job(ds, at, rng, &job, label, err, err_cap) != 0) return 1;
+    int rc = image_job_decode(&job, ds->side, out, err, err_cap);
+    free((void *)job.bytes);
+    if (rc != 0 && rng) *rng = start;
+    return rc;
+}
+
+static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
+    if (image_attempt_from(ds, index, image_attempt_pixels, rng, img, label) != index) image_count_replacement(ds);
 }
 
 void image_dataset_job(const Dataset *ds, int index, Rng *rng, ImageJob *job, int32_t *label) {

@@ -67,12 +67,9 @@ void image_geometry_apply(const DecodedImage *in, ImageRect held, ImageGeometry 
 
 static CropBox whole(const DecodedImage *in) { return (CropBox){0, 0, in->height, in->width}; }
 
-void image_train_crop_apply(const DecodedImage *in, TrainCrop crop, int side, uint8_t *out) {
-    image_geometry_apply(in, whole(in), image_train_geometry(crop, side), out);
-}
-
 void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rng *rng, uint8_t *out) {
-    image_train_crop_apply(in, image_train_crop_draw(in->width, in->height, scale, rng), side, out);
+    TrainCrop crop = image_train_crop_draw(in->width, in->height, scale, rng);
+    image_geometry_apply(in, whole(in), image_train_geometry(crop, side), out);
 }
 
 void image_transform_val(const DecodedImage *in, int side, uint8_t *out) {

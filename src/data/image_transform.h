@@ -47,10 +47,8 @@ ImageGeometry image_val_geometry(int width, int height, int side);
 // it is all of it; g.box must lie inside held). out (g.win.height, g.win.width, 3) u8.
 void image_geometry_apply(const DecodedImage *in, ImageRect held, ImageGeometry g, uint8_t *out);
 
-// crop.box of in resized to out (side, side, 3) u8, mirrored when crop.flip.
-void image_train_crop_apply(const DecodedImage *in, TrainCrop crop, int side, uint8_t *out);
 
-// image_train_crop_draw then image_train_crop_apply on the whole image. out (side, side, 3) u8.
+// image_train_crop_draw, then its geometry (image_train_geometry) applied to the whole image. out (side, side, 3) u8.
 void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rng *rng, uint8_t *out);
 
 // Resize(round(side * 256 / 224)) then CenterCrop(side), torchvision's sizes and offsets. out (side, side, 3) u8.
