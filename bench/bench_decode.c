@@ -9,17 +9,11 @@
 // img/s of making the jobs, and the failed jobs. Exit 1 when the CUDA backend or its decoder is missing.
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "core/backend.h"
 #include "data/dataset.h"
 #include "kernels/cuda_backend.h"
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "train/metrics.h"
 
 // Times `batches` batches (after one warm-up batch) of be's input_decode; prints the rates.
 static void time_backend(const char *name, Backend *be, const Dataset *ds, int batch, int batches, int side) {
@@ -32,12 +26,12 @@ static void time_backend(const char *name, Backend *be, const Dataset *ds, int b
     long failures = 0;
     for (int b = 0; b <= batches; b++) {
         for (int k = 0; k < batch; k++) indices[k] = (int)(((long)b * batch + k) % ds->size);
-        double t0 = seconds_now();
+        double t0 = metrics_now();
         dataset_get_job_batch(ds, indices, batch, 0, jobs, labels);
-        double t1 = seconds_now();
+        double t1 = metrics_now();
         be->input_decode(be, 0, slot, batch, side, jobs, failed);
         be->input_upload_wait(be, 0);
-        double t2 = seconds_now();
+        double t2 = metrics_now();
         for (int k = 0; k < batch; k++) free((void *)jobs[k].bytes);
         if (b == 0) continue;  // warm-up: the decoder's handles and buffers
         make_s += t1 - t0, decode_s += t2 - t1;
