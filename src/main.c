@@ -20,6 +20,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "data/bench_data.h"
+#include "data/image_dataset.h"
 #include "data/dataset.h"
 #include "dist/agree.h"
 #include "dist/comm.h"
@@ -55,7 +56,8 @@ static const char usage_text[] =
     "                      line (synthetic data resident on the device, like bench/torch_baseline.py)\n"
     "  --bench-data        the input pipeline alone: the loader's data.workers threads (0: as training would\n"
     "                      get them) make --bench-steps training batches; images/s, threads and\n"
-    "                      libjpeg-turbo's decode-only rate per core as one JSON line (no model, no GPU)\n"
+    "                      libjpeg-turbo's decode-only rate per core as one JSON line (no model; a GPU\n"
+    "                      only when data.decode puts the JPEG decode on it)\n"
     "  --bench-steps N     timed steps of --bench, batches of --bench-data (default 30)\n"
     "  --bench-warmup N    untimed steps of --bench (default 8)\n"
     "  --bench-tag TEXT    a label copied into the JSON line\n"
@@ -119,7 +121,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             return 0;
         } else if (!strcmp(a, "--version")) {
             int gpus = cuda_visible_device_count();
-            printf("amptrain %s (backends: cpu%s; communicators: single%s%s; visible GPUs: %d)\n", AMPTRAIN_VERSION,
+            printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
+                   AMPTRAIN_VERSION,
 #ifdef AMPTRAIN_HAVE_CUDA
                    ", cuda",
 #else
@@ -132,6 +135,11 @@ static int parse_args(int argc, char **argv, Cli *cli) {
 #endif
 #ifdef AMPTRAIN_HAVE_NCCL
                    ", nccl",
+#else
+                   "",
+#endif
+#ifdef AMPTRAIN_HAVE_NVJPEG
+                   ", device (nvJPEG)",
 #else
                    "",
 #endif
@@ -271,14 +279,24 @@ static int dry_run(const Config *cfg, Comm *comm) {
 }
 
 // --bench-data: the training split opened on every rank, then each measures its own shard; rank 0 prints.
+// With data.decode on the device, the backend is chosen as training would and decodes.
 static int bench_data(const Config *cfg, Comm *comm, int batches) {
     char err[AGREE_MESSAGE_MAX] = "";
     Dataset *ds = NULL;
+    Backend *be = NULL;
     int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &ds, err, sizeof err), err);
-    if (rc == 0) bench_data_run(cfg, ds, comm->size, comm->rank, batches, comm->rank == 0 ? stdout : NULL);
+    if (rc == 0 && image_dataset_source(ds) && strcmp(cfg->data.decode, "host") != 0) {
+        be = select_backend(cfg, comm, err, sizeof err);
+        rc = agree_startup(comm, be ? 0 : 1, err);
+        int device = rc == 0 ? dataset_decode_on_device(&cfg->data, be, err, sizeof err) : 0;
+        if (rc == 0) rc = agree_startup(comm, device < 0 ? 2 : 0, err);
+        if (device <= 0 && be) be->destroy(be), be = NULL;
+    }
+    if (rc == 0) bench_data_run(cfg, ds, be, comm->size, comm->rank, batches, comm->rank == 0 ? stdout : NULL);
     // --bench-data makes no checkpoint.dir: a list walked while it was missing is only said not to be cached.
     if (rc == 0) dataset_save_cache(ds, cfg->checkpoint.dir);
     dataset_close(ds);
+    if (be) be->destroy(be);
     return rc;
 }
 

@@ -66,6 +66,7 @@ void config_defaults(Config *cfg) {
     d->crop_scale_max = 1.0;
     memcpy(d->std, imagenet_std, sizeof d->std);
     d->prefetch = 4;
+    copy_text(d->decode, sizeof d->decode, "auto");
     d->workers = 0;
 
     TrainConfig *t = &cfg->train;
@@ -713,6 +714,9 @@ static int data_key_unread(const char *key, const DataConfig *d, char *why, size
         if (is_jpeg_source(s)) return 0;
         snprintf(why, size, "only imagefolder and webdataset are normalised by data.mean and data.std; %s has its own",
                  s);
+    } else if (!strcmp(key, "decode")) {
+        if (is_jpeg_source(s)) return 0;
+        snprintf(why, size, "only imagefolder and webdataset hold JPEGs to decode; %s does not", s);
     } else if (!strcmp(key, "crop_scale_min") || !strcmp(key, "crop_scale_max")) {
         if (is_jpeg_source(s) && d->augment) return 0;
         if (is_jpeg_source(s))

@@ -47,34 +47,59 @@ static double decode_rate(const EncodedSource *src, double *megapixels) {
     return decoded ? decoded / elapsed : 0;
 }
 
-void bench_data_run(const Config *cfg, const Dataset *ds, int world, int rank, int batches, FILE *out) {
+// Decodes batch b into one of two device buffers (slots 0 and 1, as the trainer alternates them) and waits
+// until it is there; returns the jobs the decoder refused.
+static int decode_on_device(Backend *be, void *const slots[BACKEND_INPUT_SLOTS], long n, const Batch *b,
+                            int side, uint8_t *failed) {
+    int slot = (int)(n % BACKEND_INPUT_SLOTS), refused = 0;
+    be->input_decode(be, slot, slots[slot], b->count, side, b->jobs, failed);
+    be->input_upload_wait(be, slot);  // before the next loader_next releases the jobs' bytes
+    for (int k = 0; k < b->count; k++) refused += failed[k];
+    return refused;
+}
+
+void bench_data_run(const Config *cfg, const Dataset *ds, Backend *decoder, int world, int rank, int batches,
+                    FILE *out) {
     // the same threads the training loop would get on this host with one rank
     int threads = cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(1);
     Sampler s;
     sampler_init(&s, ds->size, cfg->data.batch_size, world, rank, 1, cfg->data.drop_last, cfg->train.seed);
     int per_epoch = sampler_steps_per_epoch(&s);
     int epochs = per_epoch > 0 ? (batches + 1 + per_epoch - 1) / per_epoch : 1;
-    Loader *l = loader_create(ds, &s, 2 * threads, threads, 0, 0, epochs, NULL);
+    Loader *l = loader_create(ds, &s, decoder ? LOADER_JOBS : LOADER_PIXELS, 2 * threads, threads, 0, 0, epochs,
+                              decoder);
+    void *slots[BACKEND_INPUT_SLOTS] = {0};
+    uint8_t *failed = NULL;
+    long refused = 0;
+    if (decoder) {
+        for (int k = 0; k < BACKEND_INPUT_SLOTS; k++)
+            slots[k] = decoder->alloc(decoder, (size_t)cfg->data.batch_size * dataset_image_bytes(ds));
+        failed = calloc((size_t)cfg->data.batch_size, 1);
+    }
     const Batch *b = loader_next(l, NULL);  // untimed: the threads start and the caches fill
+    if (decoder && b) decode_on_device(decoder, slots, 0, b, ds->side, failed);  // and the decoder's buffers
     long images = 0;
     int done = 0;
     double start = seconds_now();
     while (done < batches && b && (b = loader_next(l, NULL))) {
+        if (decoder) refused += decode_on_device(decoder, slots, done + 1, b, ds->side, failed);
         images += b->count;
         done++;
     }
     double elapsed = seconds_now() - start;
     loader_destroy(l);
+    for (int k = 0; k < BACKEND_INPUT_SLOTS && decoder; k++) decoder->free(decoder, slots[k]);
+    free(failed);
     sampler_free(&s);
     const EncodedSource *src = image_dataset_source(ds);
     double megapixels = 0, decode = src ? decode_rate(src, &megapixels) : 0;
     if (!out) return;
     fprintf(out,
-            "{\"bench\":\"data\",\"source\":\"%s\",\"side\":%d,\"augment\":%s,\"batch\":%d,\"batches\":%d,"
+            "{\"bench\":\"data\",\"source\":\"%s\",\"decode\":\"%s\",\"side\":%d,\"augment\":%s,\"batch\":%d,\"batches\":%d,"
             "\"images\":%ld,\"seconds\":%.4f,\"threads\":%d,\"img_per_s\":%.1f,\"img_per_s_per_thread\":%.1f,"
-            "\"decode_img_per_s_per_core\":%.1f,\"decode_megapixels\":%.3f,\"skipped\":%ld}\n",
-            ds->name, ds->side, ds->augment ? "true" : "false", cfg->data.batch_size, done, images, elapsed, threads,
+            "\"decode_img_per_s_per_core\":%.1f,\"decode_megapixels\":%.3f,\"skipped\":%ld,\"device_refused\":%ld}\n",
+            ds->name, decoder ? decoder->name : "host", ds->side, ds->augment ? "true" : "false", cfg->data.batch_size, done, images, elapsed, threads,
             elapsed > 0 ? images / elapsed : 0, elapsed > 0 ? images / elapsed / threads : 0, decode, megapixels,
-            image_dataset_skipped(ds));
+            image_dataset_skipped(ds), refused);
     fflush(out);
 }

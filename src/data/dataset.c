@@ -286,6 +286,18 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
     return 0;
 }
 
+int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *err, size_t err_cap) {
+    int jpeg = !strcmp(data->source, "imagefolder") || !strcmp(data->source, "webdataset");
+    if (!jpeg || !strcmp(data->decode, "host")) return 0;
+    if (!strcmp(data->decode, "auto")) return be->input_decode != NULL && strcmp(be->name, "cpu") != 0;
+    if (be->input_decode) return 1;
+    snprintf(err, err_cap,
+             "data.decode: device, but the %s backend of this build has no JPEG decoder (nvJPEG was not found when "
+             "it was built; amptrain --version lists the decoders); use data.decode=host",
+             be->name);
+    return -1;
+}
+
 int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                        Dataset **out, char *err, size_t err_cap) {
     return dataset_open(data, model, seed, cache_dir, 1, out, err, err_cap);

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/backend.h"
 #include "../core/config.h"
 #include "../core/image_job.h"
 #include "../core/pixels.h"
@@ -95,6 +96,11 @@ void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count,
 // the replacement dataset_get_batch would have made.
 void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed, int epoch, const char *why,
                             uint8_t *img, int32_t *label);
+
+// data.decode for this backend: 1 when be decodes the training JPEGs (Backend.input_decode; the loader
+// makes ImageJobs), 0 when the loader's threads do. auto: the device where it is a GPU with a decoder.
+// Returns -1 with one line in err[err_cap] when data.decode is device and be has no decoder.
+int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *err, size_t err_cap);
 
 // Bytes in one image: side * side * 3.
 size_t dataset_image_bytes(const Dataset *ds);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../core/check.h"
+#include "image_dataset.h"
 
 #define LOADER_MAX_WORKERS 64
 #define LOADER_CHUNK 8  // samples per task: a few milliseconds of JPEG decoding
@@ -45,6 +46,7 @@ struct Loader {
     int epoch0;                // the walk starts at (epoch0, first_flat / (steps * accum), micro 0)
     long first_flat;           // micro-batches of epoch0 before the start
     long total;                // micro-batches in the walk
+    LoaderOutput output;
     LoaderWorker *workers;     // (n_workers); workers[0] also serves the unthreaded path
     int n_workers;
 
@@ -64,6 +66,12 @@ static double now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// Frees the bytes of a slot's jobs (the batch it held was released) and zeroes them.
+static void jobs_release(ImageJob *jobs, int n) {
+    for (int k = 0; k < n; k++) free((void *)jobs[k].bytes);
+    memset(jobs, 0, (size_t)n * sizeof *jobs);
+}
+
 // Sets slot j % slots up for walk index j (its numbers, indices and zeroed unused rows); returns its
 // number of chunks.
 static int loader_setup(Loader *l, LoaderWorker *w, long j) {
@@ -76,9 +84,13 @@ static int loader_setup(Loader *l, LoaderWorker *w, long j) {
     b->count = sampler_block(&w->sampler, b->epoch, b->step, b->micro, s->indices);
     b->step_total = sampler_step_total(&w->sampler, b->epoch, b->step);
     // Rows past count are zeroed so a whole buffer is as deterministic as its valid part.
-    size_t bytes = dataset_image_bytes(l->ds);
     int unused = l->batch - b->count;
-    memset(b->images + (size_t)b->count * bytes, 0, (size_t)unused * bytes);
+    if (b->jobs) {
+        jobs_release(b->jobs, l->batch);
+    } else {
+        size_t bytes = dataset_image_bytes(l->ds);
+        memset(b->images + (size_t)b->count * bytes, 0, (size_t)unused * bytes);
+    }
     memset(b->labels + b->count, 0, (size_t)unused * sizeof(int32_t));
     return (b->count + LOADER_CHUNK - 1) / LOADER_CHUNK;
 }
@@ -88,9 +100,13 @@ static void loader_produce_chunk(Loader *l, long j, int c) {
     LoaderSlot *s = &l->ring[j % l->slots];
     Batch *b = &s->batch;
     int first = c * LOADER_CHUNK, count = b->count - first < LOADER_CHUNK ? b->count - first : LOADER_CHUNK;
-    size_t bytes = dataset_image_bytes(l->ds);
-    dataset_get_batch(l->ds, s->indices + first, count, b->epoch, b->images + (size_t)first * bytes,
-                      b->labels + first);
+    if (b->jobs) {
+        dataset_get_job_batch(l->ds, s->indices + first, count, b->epoch, b->jobs + first, b->labels + first);
+    } else {
+        size_t bytes = dataset_image_bytes(l->ds);
+        dataset_get_batch(l->ds, s->indices + first, count, b->epoch, b->images + (size_t)first * bytes,
+                          b->labels + first);
+    }
 }
 
 static void *loader_worker(void *arg) {
@@ -145,15 +161,17 @@ static void buffer_free(Loader *l, void *p) {
     else free(p);
 }
 
-Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, int workers, int epoch, int step,
-                      int end_epoch, Backend *pinned) {
+Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput output, int prefetch, int workers,
+                      int epoch, int step, int end_epoch, Backend *pinned) {
     AMP_ASSERT(sampler->size == ds->size, "loader: sampler over %d samples, dataset %s has %d",
                sampler->size, ds->name, ds->size);
     AMP_ASSERT(prefetch >= 0, "loader: prefetch %d must be >= 0", prefetch);
     AMP_ASSERT(workers >= 1 && workers <= LOADER_MAX_WORKERS, "loader: %d workers outside 1..%d", workers,
                LOADER_MAX_WORKERS);
     Loader *l = xcalloc(1, sizeof *l);
+    AMP_ASSERT(output == LOADER_PIXELS || image_dataset_source(ds), "loader: %s has no JPEG jobs to make", ds->name);
     l->ds = ds;
+    l->output = output;
     l->pinned = pinned;
     l->batch = sampler->batch;
     l->accum = sampler->accum;
@@ -176,9 +194,13 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, int prefetch, i
     l->slots = prefetch + 1;
     l->ring = xcalloc((size_t)l->slots, sizeof *l->ring);
     for (int i = 0; i < l->slots; i++) {
-        l->ring[i].batch.images = buffer_alloc(l, (size_t)sampler->batch * dataset_image_bytes(ds));
+        if (output == LOADER_JOBS)
+            l->ring[i].batch.jobs = xcalloc((size_t)sampler->batch, sizeof(ImageJob));
+        else
+            l->ring[i].batch.images = buffer_alloc(l, (size_t)sampler->batch * dataset_image_bytes(ds));
         l->ring[i].batch.labels = buffer_alloc(l, (size_t)sampler->batch * sizeof(int32_t));
         l->ring[i].indices = xcalloc((size_t)sampler->batch, sizeof(int32_t));
+        l->ring[i].batch.indices = l->ring[i].indices;
         l->ring[i].ready = -1;
     }
     l->open = -1;
@@ -235,7 +257,9 @@ void loader_destroy(Loader *l) {
         pthread_mutex_destroy(&l->mutex);
     }
     for (int i = 0; i < l->slots; i++) {
-        buffer_free(l, l->ring[i].batch.images);
+        if (l->ring[i].batch.jobs) jobs_release(l->ring[i].batch.jobs, l->batch);
+        free(l->ring[i].batch.jobs);
+        if (l->ring[i].batch.images) buffer_free(l, l->ring[i].batch.images);
         buffer_free(l, l->ring[i].batch.labels);
         free(l->ring[i].indices);
     }

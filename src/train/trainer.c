@@ -63,7 +63,10 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     char err[AGREE_MESSAGE_MAX] = "";
     int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->train_set, err, sizeof err);
     if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->val_set, err, sizeof err);
+    if (rc == 0 && (t->device_decode = dataset_decode_on_device(&cfg->data, be, err, sizeof err)) < 0) rc = 2;
     if ((rc = agree_startup(comm, rc ? 2 : 0, err)) != 0) return rc;
+    if (t->device_decode)
+        log_info("training JPEGs decoded by the %s backend (data.decode %s)", be->name, cfg->data.decode);
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
                  cfg->train.accum_steps, cfg->data.drop_last, cfg->train.seed);
     t->steps_per_epoch = sampler_steps_per_epoch(&t->sampler);
@@ -86,6 +89,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
         t->input_slot[s] = be->alloc(be, image_bytes);
         t->input_slot_labels[s] = be->alloc(be, (size_t)cfg->data.batch_size * sizeof(int32_t));
     }
+    if (t->device_decode) t->decode_failed = xcalloc((size_t)cfg->data.batch_size, 1);
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
     buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
@@ -114,8 +118,12 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
 void trainer_free(Trainer *t) {
     metrics_close(&t->metrics);
     if (t->graph) t->be->graph_destroy(t->be, t->graph);
-    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++)
+    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++) {
         if (t->input_slot[s]) t->be->free(t->be, t->input_slot[s]), t->be->free(t->be, t->input_slot_labels[s]);
+        if (t->repair_images[s]) t->be->host_free(t->be, t->repair_images[s]);
+        if (t->repair_labels[s]) t->be->host_free(t->be, t->repair_labels[s]);
+    }
+    free(t->decode_failed);
     if (t->act.arena) activations_free(&t->act, t->be);
     if (t->readback) t->be->host_free(t->be, t->readback);
     buckets_free(&t->buckets);
@@ -138,6 +146,29 @@ void trainer_upload(Trainer *t, int slot, const uint8_t *images, const int32_t *
     be->input_upload(be, slot, t->input_slot_labels[slot], labels, (size_t)count * sizeof(int32_t));
 }
 
+void trainer_decode(Trainer *t, int slot, const ImageJob *jobs, const int32_t *indices, const int32_t *labels,
+                    int count, int epoch) {
+    Backend *be = t->be;
+    const size_t bytes = dataset_image_bytes(t->train_set);
+    be->input_decode(be, slot, t->input_slot[slot], count, t->train_set->side, jobs, t->decode_failed);
+    for (int k = 0; k < count; k++) {
+        if (!t->decode_failed[k]) continue;
+        if (!t->repair_images[slot]) {  // the first failure of this slot: its buffers
+            t->repair_images[slot] = be->host_alloc(be, (size_t)t->cfg->data.batch_size * bytes);
+            t->repair_labels[slot] = be->host_alloc(be, (size_t)t->cfg->data.batch_size * sizeof(int32_t));
+        }
+        if (labels != t->repair_labels[slot]) {
+            memcpy(t->repair_labels[slot], labels, (size_t)count * sizeof(int32_t));
+            labels = t->repair_labels[slot];
+        }
+        uint8_t *row = t->repair_images[slot] + (size_t)k * bytes;
+        dataset_replace_failed(t->train_set, indices[k], &jobs[k], epoch, "the device decoder refused it", row,
+                               &t->repair_labels[slot][k]);
+        be->input_upload(be, slot, t->input_slot[slot] + (size_t)k * bytes, row, bytes);
+    }
+    be->input_upload(be, slot, t->input_slot_labels[slot], labels, (size_t)count * sizeof(int32_t));
+}
+
 // Puts micro-batch mb where the step reads it and says so as a ModelBatch. Raw bytes end up in the
 // static act.images / act.labels (the graph's fixed addresses): from an input slot (the compute stream
 // takes the slot from the copy stream, copies, and hands it back) or from resident backend memory.
@@ -148,7 +179,7 @@ static ModelBatch stage_batch(Trainer *t, const MicroBatch *mb) {
                     .n = mb->count};
     size_t image_bytes = (size_t)mb->count * dataset_image_bytes(t->train_set);
     size_t label_bytes = (size_t)mb->count * sizeof(int32_t);
-    if (mb->host_images) {
+    if (mb->host_images || mb->uploaded) {
         int slot = mb->uploaded ? mb->slot : 0;
         if (!mb->uploaded) trainer_upload(t, slot, mb->host_images, mb->host_labels, mb->count);
         be->input_acquire(be, slot);
@@ -444,7 +475,11 @@ static void feed_advance(LoaderFeed *f) {
     if (f->ahead) f->t->be->input_upload_wait(f->t->be, f->ahead_slot);
     f->ahead = loader_next(f->loader, &f->t->data_wait_s);
     f->ahead_slot = (f->ahead_slot + 1) % BACKEND_INPUT_SLOTS;
-    if (f->ahead) trainer_upload(f->t, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
+    const Batch *b = f->ahead;
+    if (b && b->jobs)
+        trainer_decode(f->t, f->ahead_slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
+    else if (b)
+        trainer_upload(f->t, f->ahead_slot, b->images, b->labels, b->count);
 }
 
 // The batch uploaded ahead is this micro-batch; the next one starts up right away (accumulation), or
@@ -469,7 +504,8 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     int stopped = 0;
     LoaderFeed feed = {.t = t, .ahead_slot = BACKEND_INPUT_SLOTS - 1};
     if (t->step < t->total_steps) {
-        feed.loader = loader_create(t->train_set, &t->sampler, cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
+        feed.loader = loader_create(t->train_set, &t->sampler, t->device_decode ? LOADER_JOBS : LOADER_PIXELS,
+                                    cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
                                     t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
         feed_advance(&feed);
     }

@@ -34,9 +34,9 @@
 typedef struct MicroBatch {
     int count;                    // samples of this rank (0 allowed in an epoch's partial last step)
     int step_total;               // samples of the whole optimizer step over all ranks
-    const uint8_t *host_images;   // (count, side, side, 3) u8 or NULL
+    const uint8_t *host_images;   // (count, side, side, 3) u8 or NULL (NULL too when decoded into the slot)
     const int32_t *host_labels;   // (count) or NULL
-    int uploaded;                 // 1: trainer_upload(.., slot) already sent host_images/labels up
+    int uploaded;                 // 1: trainer_upload or trainer_decode(.., slot) already filled the slot
     int slot;                     // the input slot it went to
     const void *device_images;    // backend memory, used when host_images is NULL
     DType device_dt;              // DTYPE_U8 (normalised by the dataset's norm) or DTYPE_F32 (as is)
@@ -84,6 +84,13 @@ typedef struct Trainer {
     // into act.images / act.labels (backend.h says which stream owns a slot when).
     uint8_t *input_slot[BACKEND_INPUT_SLOTS];
     int32_t *input_slot_labels[BACKEND_INPUT_SLOTS];
+    // data.decode on the device: the loader makes ImageJobs and trainer_decode has the backend decode them
+    // into the slot. A job it cannot decode is replaced on the host (dataset_replace_failed) in the slot's
+    // repair buffers (pinned, made at the first failure) and uploaded over its row.
+    int device_decode;
+    uint8_t *decode_failed;                          // (batch) input_decode's verdicts
+    uint8_t *repair_images[BACKEND_INPUT_SLOTS];     // (batch, side, side, 3) u8 or NULL
+    int32_t *repair_labels[BACKEND_INPUT_SLOTS];     // (batch) or NULL
     // The captured step (train.cuda_graph): NULL until captured. Steps with a full global batch, one
     // micro-batch and no debug injection replay it; the first such step runs eagerly (cuDNN's algorithm
     // search, workspaces), the second is captured.
@@ -122,6 +129,12 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro);
 // Sends a host batch (pinned memory from host_alloc) up on the copy stream into input slot `slot` while
 // the step before runs; the MicroBatch then carries uploaded = 1 and the slot.
 void trainer_upload(Trainer *t, int slot, const uint8_t *images, const int32_t *labels, int count);
+// The same for a batch of the loader's ImageJobs (t->device_decode): the backend decodes them into the slot,
+// the jobs it refuses are replaced as the host path would have, and the labels follow. indices: the samples
+// asked for, epoch: theirs (dataset_replace_failed). The jobs' bytes stay untouched until
+// input_upload_wait(slot).
+void trainer_decode(Trainer *t, int slot, const ImageJob *jobs, const int32_t *indices, const int32_t *labels,
+                    int count, int epoch);
 // The same over an array of micro-batches (tests, the benchmark).
 void trainer_step_array(Trainer *t, const MicroBatch *micro, int n_micro);
 // Validation loss / top-1 / top-5 over all ranks (BN running stats averaged first).

@@ -579,9 +579,9 @@ static int batches_equal(const Batch *a, const Batch *b, size_t bytes_per_batch,
 // prefetch 2 (two workers) and prefetch 3 (three workers, so workers finish out of order) against
 // prefetch 0 over two epochs, and all against sampler + dataset called directly.
 static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
-    Loader *sync = loader_create(ds, s, 0, 1, 0, 0, 2, NULL);
-    Loader *ahead = loader_create(ds, s, 2, 2, 0, 0, 2, NULL);
-    Loader *wide = loader_create(ds, s, 3, 3, 0, 0, 2, NULL);
+    Loader *sync = loader_create(ds, s, LOADER_PIXELS, 0, 1, 0, 0, 2, NULL);
+    Loader *ahead = loader_create(ds, s, LOADER_PIXELS, 2, 2, 0, 0, 2, NULL);
+    Loader *wide = loader_create(ds, s, LOADER_PIXELS, 3, 3, 0, 0, 2, NULL);
     Sampler direct;
     sampler_init(&direct, s->size, s->batch, s->world, s->rank, s->accum, 0, (long)s->seed);
     size_t bytes = (size_t)s->batch * dataset_image_bytes(ds);
@@ -656,13 +656,13 @@ START_TEST(test_loader_starts_at_any_step) {
     Sampler s;
     sampler_init(&s, ds->size, 4, 2, 1, 2, 0, 9);  // global batch 16: 7 steps
     size_t bytes = (size_t)s.batch * dataset_image_bytes(ds);
-    Loader *from_start = loader_create(ds, &s, 0, 1, 0, 0, 3, NULL);
+    Loader *from_start = loader_create(ds, &s, LOADER_PIXELS, 0, 1, 0, 0, 3, NULL);
     const Batch *b;
     do {
         b = loader_next(from_start, NULL);
         ck_assert_ptr_nonnull(b);
     } while (!(b->epoch == 1 && b->step == 3 && b->micro == 0));
-    Loader *resumed = loader_create(ds, &s, 2, 2, 1, 3, 3, NULL);
+    Loader *resumed = loader_create(ds, &s, LOADER_PIXELS, 2, 2, 1, 3, 3, NULL);
     int compared = 0;
     for (; b; b = loader_next(from_start, NULL), compared++) {
         const Batch *r = loader_next(resumed, NULL);
@@ -674,7 +674,7 @@ START_TEST(test_loader_starts_at_any_step) {
     loader_destroy(from_start);
     loader_destroy(resumed);
     // Stopping early joins a thread that is blocked on a full ring.
-    Loader *early = loader_create(ds, &s, 3, 2, 0, 0, 100, NULL);
+    Loader *early = loader_create(ds, &s, LOADER_PIXELS, 3, 2, 0, 0, 100, NULL);
     ck_assert_ptr_nonnull(loader_next(early, NULL));
     loader_destroy(early);
     sampler_free(&s);

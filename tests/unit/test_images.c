@@ -25,8 +25,11 @@
 #include "data/image_decode.h"
 #include "data/image_decode_region.h"
 #include "data/image_transform.h"
+#include "data/loader.h"
+#include "data/sampler.h"
 #include "image_fixtures.h"
 #include "test_util.h"
+#include "train/safetensors.h"
 
 // ---- decode ----------------------------------------------------------------------------------------
 
@@ -726,13 +729,10 @@ START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
 }
 END_TEST
 
-// A backend that decodes (input_decode) gets ImageJobs instead of pixels: the CPU backend's reference decoder
-// must give bitwise the pixels and labels of the loader's host path, for training crops and flips and the
-// validation transform, over several epochs, with the same replacements: a 0-byte file and a text file are
-// replaced when the job is made (their headers do not parse), a file cut in half only when its job fails to
-// decode (its header parses; the 0-byte file's replacement is that file, so that chain crosses both stages),
-// and both paths count the same replacements.
-START_TEST(decode_jobs_equal_host_path) {
+// folder_jobs: 7 training samples in classes a and b - five JPEGs of several sizes, subsamplings, a progressive
+// and a grayscale one, 1.jpg cut in half (its header parses, its data does not decode) - a 0-byte 5.jpg and a
+// text file 6.jpg.
+static void make_jobs_folder(void) {
     const char *root = "folder_jobs";
     rm_rf(root);
     mkdirs("folder_jobs/train/a");
@@ -752,6 +752,17 @@ START_TEST(decode_jobs_equal_host_path) {
     }
     fx_write("folder_jobs/train/a/5.jpg", "", 0);
     tu_write_file("folder_jobs/train/b/6.jpg", "hello, I am text\n");
+}
+
+// A backend that decodes (input_decode) gets ImageJobs instead of pixels: the CPU backend's reference decoder
+// must give bitwise the pixels and labels of the loader's host path, for training crops and flips and the
+// validation transform, over several epochs, with the same replacements: a 0-byte file and a text file are
+// replaced when the job is made (their headers do not parse), a file cut in half only when its job fails to
+// decode (its header parses; the 0-byte file's replacement is that file, so that chain crosses both stages),
+// and both paths count the same replacements.
+START_TEST(decode_jobs_equal_host_path) {
+    const char *root = "folder_jobs";
+    make_jobs_folder();
     Backend *cpu = cpu_backend_create();
     const int side = 48;
     const size_t bytes = (size_t)side * side * 3;
@@ -794,6 +805,102 @@ START_TEST(decode_jobs_equal_host_path) {
         dataset_close(host), dataset_close(dev);
     }
     cpu->destroy(cpu);
+}
+END_TEST
+
+// The loader's job mode (threaded, chunks handed out across workers, a partial last step) hands out the
+// samples of its pixel mode: each batch's jobs, decoded by the CPU backend with the failed ones replaced,
+// equal the synchronous pixel loader's batch, with the same indices and labels, over two epochs.
+START_TEST(loader_jobs_decode_to_loader_pixels) {
+    make_jobs_folder();
+    const int side = 40, batch = 3;
+    const size_t bytes = (size_t)side * side * 3;
+    Dataset *pixels_ds, *jobs_ds;
+    char err[512] = "";
+    ck_assert_msg(dataset_imagefolder_open("folder_jobs", NULL, 1, 1, side, 10, 7, imagenet, &pixels_ds, err, sizeof err) == 0,
+                  "%s", err);
+    ck_assert_msg(dataset_imagefolder_open("folder_jobs", NULL, 1, 1, side, 10, 7, imagenet, &jobs_ds, err, sizeof err) == 0,
+                  "%s", err);
+    Sampler s;
+    sampler_init(&s, pixels_ds->size, batch, 1, 0, 1, 0, 7);  // 7 samples: 3 steps an epoch, the last partial
+    Loader *pixels = loader_create(pixels_ds, &s, LOADER_PIXELS, 0, 1, 0, 0, 2, NULL);
+    Loader *jobs = loader_create(jobs_ds, &s, LOADER_JOBS, 2, 3, 0, 0, 2, NULL);
+    Backend *cpu = cpu_backend_create();
+    uint8_t decoded[3 * 40 * 40 * 3], failed[3];
+    int32_t labels[3];
+    int batches = 0, failures = 0;
+    const Batch *p, *j;
+    while ((p = loader_next(pixels, NULL)) != NULL) {
+        j = loader_next(jobs, NULL);
+        ck_assert_ptr_nonnull(j);
+        ck_assert_ptr_null(j->images);
+        ck_assert_ptr_nonnull(j->jobs);
+        ck_assert_int_eq(j->count, p->count);
+        ck_assert_int_eq(j->epoch, p->epoch);
+        ck_assert_mem_eq(j->indices, p->indices, (size_t)p->count * sizeof(int32_t));
+        memcpy(labels, j->labels, sizeof labels);
+        cpu->input_decode(cpu, 0, decoded, j->count, side, j->jobs, failed);
+        for (int k = 0; k < j->count; k++)
+            if (failed[k]) {
+                failures++;
+                dataset_replace_failed(jobs_ds, j->indices[k], &j->jobs[k], j->epoch, "refused", decoded + k * bytes,
+                                       &labels[k]);
+            }
+        ck_assert_mem_eq(labels, p->labels, (size_t)p->count * sizeof(int32_t));
+        ck_assert_msg(memcmp(decoded, p->images, (size_t)p->count * bytes) == 0, "batch %d: pixels differ", batches);
+        for (int k = j->count; k < batch; k++) ck_assert_ptr_null(j->jobs[k].bytes);  // the unused rows are empty
+        batches++;
+    }
+    ck_assert_ptr_null(loader_next(jobs, NULL));
+    ck_assert_int_eq(batches, 2 * 3);
+    ck_assert_int_eq(failures, 2 * 2);  // the cut 1.jpg as itself and as 5.jpg's replacement, each epoch
+    loader_destroy(pixels), loader_destroy(jobs);
+    cpu->destroy(cpu);
+    sampler_free(&s);
+    dataset_close(pixels_ds), dataset_close(jobs_ds);
+}
+END_TEST
+
+// Reads every tensor of two checkpoints; 1 when they hold the same names and bits.
+static int checkpoints_equal(const char *a_path, const char *b_path) {
+    char err[512];
+    SafetensorsFile *a = st_open(a_path, err, sizeof err), *b = st_open(b_path, err, sizeof err);
+    ck_assert_msg(a && b, "%s", err);
+    int equal = st_count(a) == st_count(b);
+    for (size_t i = 0; equal && i < st_count(a); i++) {
+        const StTensor *t = st_tensor(a, i);
+        void *x = malloc(t->nbytes + 1), *y = malloc(t->nbytes + 1);
+        equal = st_read(a, t->name, t->dtype, t->ndim, t->shape, x, err, sizeof err) == 0 &&
+                st_read(b, t->name, t->dtype, t->ndim, t->shape, y, err, sizeof err) == 0 &&
+                memcmp(x, y, t->nbytes) == 0;
+        free(x), free(y);
+    }
+    st_close(a), st_close(b);
+    return equal;
+}
+
+// data.decode=device on the CPU backend (its reference decoder, fed the loader's jobs, the refused ones replaced
+// in the input slot) trains bitwise as data.decode=host does, on a folder whose files fail at both stages; the
+// device run names the file its decoder refused. data.decode=device is refused for data that is not JPEGs.
+START_TEST(device_decode_trains_like_host_decode) {
+    make_jobs_folder();
+    rm_rf("decode_runs");
+    char out[16384], cmd[1024];
+    const char *run = AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+                      "data.path=folder_jobs data.batch_size=3 data.prefetch=2 data.workers=2 model.image_size=40 "
+                      "train.steps=6 log.metrics= log.progress=never checkpoint.every=0";
+    const char *modes[] = {"host", "device"};
+    for (int m = 0; m < 2; m++) {
+        snprintf(cmd, sizeof cmd, "%s data.decode=%s checkpoint.dir=decode_runs/%s 2>&1", run, modes[m], modes[m]);
+        ck_assert_msg(tu_run_cli(cmd, out, sizeof out) == 0, "%s", out);
+        if (m == 1)
+            ck_assert_msg(strstr(out, "decoded by the cpu backend") && strstr(out, "1.jpg"), "%s", out);
+    }
+    ck_assert(checkpoints_equal("decode_runs/host/last.safetensors", "decode_runs/device/last.safetensors"));
+    ck_assert_int_eq(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml data.decode=device --dry-run 2>&1", out,
+                                sizeof out),
+                     2);
+    ck_assert_msg(strstr(out, "data.decode") && strstr(out, "learnable"), "%s", out);
 }
 END_TEST
 
@@ -1126,6 +1233,8 @@ static Suite *images_suite(void) {
     tcase_add_test(folder, imagefolder_replaces_bad_samples_deterministically);
     tcase_add_test(folder, imagefolder_train_crop_equals_full_decode_transform);
     tcase_add_test(folder, decode_jobs_equal_host_path);
+    tcase_add_test(folder, loader_jobs_decode_to_loader_pixels);
+    tcase_add_test(folder, device_decode_trains_like_host_decode);
     tcase_add_test(folder, imagefolder_refuses_bad_layouts);
     tcase_add_test(folder, imagefolder_list_cache_is_read_back_and_rebuilt);
     tcase_add_test(folder, imagefolder_list_cache_waits_for_its_folder);
