@@ -12,6 +12,7 @@
 
 #include "core/backend.h"
 #include "data/dataset.h"
+#include "data/image_job_decode.h"
 #include "kernels/cuda_backend.h"
 #include "train/metrics.h"
 
@@ -32,6 +33,15 @@ static void time_backend(const char *name, Backend *be, const Dataset *ds, int b
         be->input_decode(be, 0, slot, batch, side, jobs, failed);
         be->input_upload_wait(be, 0);
         double t2 = metrics_now();
+        for (int k = 0; k < batch && b == 0; k++) {  // the first refused job, named with the reference's reason
+            char err[512] = "";
+            uint8_t *pixels = malloc(bytes / batch);
+            if (failed[k] && image_job_decode(&jobs[k], side, pixels, err, sizeof err) != 0)
+                printf("%s: job %d (sample %d, %dx%d, %zu bytes) refused; the CPU reference says: %s\n", name, k,
+                       jobs[k].sample, jobs[k].width, jobs[k].height, jobs[k].len, err);
+            free(pixels);
+            if (failed[k]) break;
+        }
         for (int k = 0; k < batch; k++) free((void *)jobs[k].bytes);
         if (b == 0) continue;  // warm-up: the decoder's handles and buffers
         make_s += t1 - t0, decode_s += t2 - t1;

@@ -20,8 +20,8 @@
 #             TF32 off on both sides
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
-#   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone), then the
-#             training loop at batch 256 AMP on that folder
+#   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone) with data.decode
+#             host and device, then 40 steps of the training loop at batch 256 AMP on that folder with each
 #   bnbench   training batch norm, cuDNN's against amptrain's own and auto's pairs, on every ResNeXt-50 shape
 #             (build/bench_batchnorm), then --bench b256 AMP with cudnn.batch_norm cudnn, own and auto
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
@@ -29,7 +29,8 @@
 #   profileamp, profilefp32  the same for one of the two
 #   decode    test_images_gpu (CUDA input_decode against the CPU reference), then build/bench_decode on make_jpegs'
 #             folder (input_decode img/s at batch 256, beside the CPU reference on one thread)
-#   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) beside synthetic data
+#   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
+#             synthetic data, then the JPEGs decoded on the host
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -176,14 +177,18 @@ for i in range(2048):
     Image.fromarray(img).save(f"{d}/{i:05d}.jpg", quality=90)
 PY
 }
-stage_jpegs() {
+stage_jpegs() {  # --bench-data with the decode on the host's threads and on the GPU, then a short loop of each
     make_jpegs || return 1
     du -sh /tmp/jpegs
-    local img=(configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder data.path=/tmp/jpegs)
-    build/amptrain "${img[@]}" --bench-data --bench-steps 20 | grep '^{' | tee -a "$BENCH"
-    build/amptrain "${img[@]}" data.batch_size=256 train.steps=40 log.every=10 log.progress=never \
-        log.metrics="$OUT/jpeg_loop.jsonl" checkpoint.dir= checkpoint.every=0 2>&1 | grep -E "summary|error"
-    grep '"step":40' "$OUT/jpeg_loop.jsonl"
+    local img=(configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder data.path=/tmp/jpegs data.batch_size=256)
+    for decode in host device; do
+        build/amptrain "${img[@]}" data.decode=$decode --bench-data --bench-steps 16 | grep '^{' | tee -a "$BENCH"
+    done
+    for decode in host device; do
+        build/amptrain "${img[@]}" data.decode=$decode train.steps=40 log.every=10 log.progress=never \
+            log.metrics="$OUT/jpeg_loop_$decode.jsonl" checkpoint.dir= checkpoint.every=0 2>&1 | grep -E "summary|error"
+        grep '"step":40' "$OUT/jpeg_loop_$decode.jsonl"
+    done
 }
 profile_pair() {  # name amptrain-overrides... -- torch-flags...
     local name=$1; shift
@@ -223,8 +228,9 @@ stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each lin
         mkdir -p "/tmp/jpegs8/train/${c##*/}"
         for k in 0 1 2 3 4 5 6 7; do for f in "$c"/*.jpg; do ln "$f" "/tmp/jpegs8/train/${c##*/}/$k-${f##*/}"; done; done
     done
-    loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8
+    loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=device
     loop_run 256 1
+    loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=host
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift
