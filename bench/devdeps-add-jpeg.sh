@@ -23,5 +23,9 @@ for pc in "$lib"/pkgconfig/libturbojpeg.pc "$lib"/pkgconfig/libjpeg.pc; do
     [ -L "$pc" ] && cp --remove-destination "$(readlink -f "$pc")" "$pc"
     sed -i 's|^prefix=/usr$|prefix=${pcfiledir}/../../..|; s|^libdir=/usr/lib/x86_64-linux-gnu$|libdir=${prefix}/lib/x86_64-linux-gnu|; s|^includedir=/usr/include$|includedir=${prefix}/include|' "$pc"
 done
+# jpeglib.h includes "jconfig.h", which Debian keeps in the multiarch folder that env.sh does not put on CPATH:
+# without a copy beside jpeglib.h the compiler finds the GPU machine's own jconfig.h (Ubuntu's libjpeg 8), and
+# every decode then fails with "Wrong JPEG library version: library is 62, caller expects 80".
+cp "$root/usr/include/x86_64-linux-gnu/jconfig.h" "$root/usr/include/jconfig.h"
 rm -rf "$root/usr/share/doc" "$root/usr/share/man"
 echo "devdeps-add-jpeg.sh: added ${pkgs[*]} to $bundle"

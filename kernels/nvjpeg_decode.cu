@@ -16,10 +16,11 @@
 //
 // Streams and memory: everything runs on the copy stream inside input_upload's hand-over (wait for the slot's
 // "consumed", record "uploaded"). The decoded images, the horizontal pass's rows and the taps live in the
-// decoder's own device buffers, grown with cudaMalloc when a batch needs more (a device-wide synchronisation, in
-// the first batches only); the caching allocator's blocks belong to the compute stream.
+// decoder's own device buffers, grown stream-ordered (cudaMallocAsync) when a batch needs more; the caching
+// allocator's blocks belong to the compute stream. The trainer calls this from its decode thread
+// (train/decode_feed.h), so a wait in here never holds back a step's launch.
 //
-// Written without device time: not yet run on a GPU (test_gpu_decode compares it with the CPU reference).
+// test_images_gpu compares it with the CPU reference.
 #include <nvjpeg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,23 +69,36 @@ struct CudaJpeg {
     JpegBuffer images, rows, taps, plans;
 };
 
-static void jpeg_buffer_reserve(JpegBuffer *b, size_t bytes) {
+// Grows b to at least `bytes` (with a quarter more, so that batches of slightly larger images do not grow it
+// again), stream-ordered on the copy stream: the old contents' last users are earlier on that stream, and no
+// device-wide synchronisation holds back the training step (cudaFree would wait for it).
+static void jpeg_buffer_reserve(JpegBuffer *b, size_t bytes, cudaStream_t stream) {
     if (bytes <= b->bytes) return;
-    if (b->ptr) CUDA_CHECK(cudaFree(b->ptr));  // synchronises the device: the old contents' users are done
-    CUDA_CHECK(cudaMalloc(&b->ptr, bytes));
+    bytes += bytes / 4;
+    if (b->ptr) CUDA_CHECK(cudaFreeAsync(b->ptr, stream));
+    CUDA_CHECK(cudaMallocAsync(&b->ptr, bytes, stream));
     b->bytes = bytes;
 }
+
+// nvJPEG's own buffers (bitstreams in pinned memory, coefficients and planes in device memory) are allocated
+// with this much to spare, so that they are rarely regrown: a regrowth frees the old buffer with
+// cudaFree / cudaFreeHost, which waits for the whole device.
+#define JPEG_NVJPEG_PADDING (16u << 20)
 
 static CudaJpeg *jpeg_create(void) {
     CudaJpeg *j = (CudaJpeg *)xcalloc(1, sizeof(CudaJpeg));
     const unsigned flags = NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION;
     if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &j->hardware) == NVJPEG_STATUS_SUCCESS) {
+        NVJPEG_CHECK(nvjpegSetDeviceMemoryPadding(JPEG_NVJPEG_PADDING, j->hardware));
+        NVJPEG_CHECK(nvjpegSetPinnedMemoryPadding(JPEG_NVJPEG_PADDING, j->hardware));
         NVJPEG_CHECK(nvjpegJpegStateCreate(j->hardware, &j->hardware_state));
         NVJPEG_CHECK(nvjpegJpegStreamCreate(j->hardware, &j->parsed));
     } else {
         j->hardware = NULL;
     }
     NVJPEG_CHECK(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, flags, &j->general));
+    NVJPEG_CHECK(nvjpegSetDeviceMemoryPadding(JPEG_NVJPEG_PADDING, j->general));
+    NVJPEG_CHECK(nvjpegSetPinnedMemoryPadding(JPEG_NVJPEG_PADDING, j->general));
     NVJPEG_CHECK(nvjpegJpegStateCreate(j->general, &j->general_state));
     return j;
 }
@@ -268,10 +282,10 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     size_t taps_used = 0, row_bytes = 0;
     int most_rows = 0;
     const size_t image_bytes = jpeg_plan(jobs, count, side, plans, &host_taps, &taps_used, &row_bytes, &most_rows);
-    jpeg_buffer_reserve(&j->images, image_bytes);
-    jpeg_buffer_reserve(&j->rows, row_bytes);
-    jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t));
-    jpeg_buffer_reserve(&j->plans, (size_t)count * sizeof *plans);
+    jpeg_buffer_reserve(&j->images, image_bytes, stream);
+    jpeg_buffer_reserve(&j->rows, row_bytes, stream);
+    jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t), stream);
+    jpeg_buffer_reserve(&j->plans, (size_t)count * sizeof *plans, stream);
 
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
     jpeg_decode_hardware(j, stream, jobs, count, plans, decoded);

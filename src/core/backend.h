@@ -66,7 +66,7 @@ typedef struct SgdParams {
 
 #define BACKEND_MARKS 8  // timing-mark slots
 #define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin
-#define BACKEND_INPUT_SLOTS 2   // device input slots of the copy stream (input_upload / input_acquire)
+#define BACKEND_INPUT_SLOTS 3   // device input slots of the copy stream (input_upload / input_acquire)
 
 typedef struct Backend Backend;
 struct Backend {

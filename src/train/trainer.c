@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "dist/agree.h"
 #include "data/loader.h"
+#include "decode_feed.h"
 #include "lr_schedule.h"
 #include "outputs.h"
 
@@ -461,31 +462,36 @@ static int agreed_stop(Trainer *t, volatile sig_atomic_t *stop) {
 }
 
 // Feeds trainer_step from the loader, one batch ahead: while step k runs, batch k+1 is already on its way
-// up on the copy stream (trainer_upload into the other input slot). A loader buffer is handed back (by
-// taking the next batch) only after its upload has left it.
+// up on the copy stream (trainer_upload into the next input slot). A loader buffer is handed back (by
+// taking the next batch) only after its upload has left it. With data.decode on the device the decode
+// thread (decode_feed.h) makes the batches instead.
 typedef struct LoaderFeed {
     Trainer *t;
     Loader *loader;
+    DecodeFeed *decode;     // the decode thread, or NULL: raw bytes uploaded from here
     const Batch *ahead;     // the next batch, uploaded into slot `ahead_slot`; NULL at the end
     int ahead_slot;
     MicroBatch current;
 } LoaderFeed;
 
 static void feed_advance(LoaderFeed *f) {
+    if (f->decode) return;  // the decode thread works ahead by itself
     if (f->ahead) f->t->be->input_upload_wait(f->t->be, f->ahead_slot);
     f->ahead = loader_next(f->loader, &f->t->data_wait_s);
     f->ahead_slot = (f->ahead_slot + 1) % BACKEND_INPUT_SLOTS;
-    const Batch *b = f->ahead;
-    if (b && b->jobs)
-        trainer_decode(f->t, f->ahead_slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
-    else if (b)
-        trainer_upload(f->t, f->ahead_slot, b->images, b->labels, b->count);
+    if (f->ahead) trainer_upload(f->t, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
 }
 
-// The batch uploaded ahead is this micro-batch; the next one starts up right away (accumulation), or
-// after the step was launched (feed_advance in trainer_run).
+// The batch uploaded (or decoded) ahead is this micro-batch; the next one starts up right away
+// (accumulation), or after the step was launched (feed_advance in trainer_run).
 static const MicroBatch *loader_micro(void *ctx, int k) {
     LoaderFeed *f = ctx;
+    if (f->decode) {
+        const MicroBatch *mb = decode_feed_next(f->decode, &f->t->data_wait_s);
+        AMP_ASSERT(mb, "the loader ran out of batches inside a step");
+        f->current = *mb;
+        return &f->current;
+    }
     if (k > 0) feed_advance(f);
     const Batch *b = f->ahead;
     AMP_ASSERT(b, "the loader ran out of batches inside a step");
@@ -493,7 +499,6 @@ static const MicroBatch *loader_micro(void *ctx, int k) {
                               .host_labels = b->labels, .uploaded = 1, .slot = f->ahead_slot};
     return &f->current;
 }
-
 
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     const Config *cfg = t->cfg;
@@ -507,7 +512,10 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         feed.loader = loader_create(t->train_set, &t->sampler, t->device_decode ? LOADER_JOBS : LOADER_PIXELS,
                                     cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
                                     t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
-        feed_advance(&feed);
+        if (t->device_decode)
+            feed.decode = decode_feed_start(t, feed.loader);
+        else
+            feed_advance(&feed);
     }
     while (t->step < t->total_steps) {
         comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
@@ -535,6 +543,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     }
     t->be->sync(t->be);  // the last upload has left the loader's buffers, the last step is done
     double end = metrics_now();
+    decode_feed_stop(feed.decode);
     if (feed.loader) loader_destroy(feed.loader);
     t->train_seconds = end - start;
     if (t->startup_s > 0 && end > t->steady_start)

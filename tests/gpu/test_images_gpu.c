@@ -148,7 +148,7 @@ int main(void) {
     tcase_add_test(tc, decoded_pixels_within_one);
     tcase_add_test(tc, transforms_match_the_cpu);
     suite_add_tcase(s, tc);
-    const int rc = tu_run_suite(s, 1);
+    const int rc = tu_run_suite(s, 0);  // no fork: a CUDA context does not survive one
     for (int k = 0; k < FIXTURES; k++) free(jpeg_bytes[k]);
     cpu->destroy(cpu), gpu->destroy(gpu);
     return rc;

@@ -1,0 +1,96 @@
+// decode_feed.c - the decode thread and its hand-over with the training thread (see decode_feed.h).
+// Ownership: the mutex guards the counters and ready[]; a slot belongs to the thread from the moment its
+// previous batch is released until the batch decoded into it is published, then to the training thread.
+#include "decode_feed.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/check.h"
+#include "metrics.h"
+
+struct DecodeFeed {
+    Trainer *t;
+    Loader *loader;
+    pthread_t thread;
+    pthread_mutex_t mutex;
+    pthread_cond_t changed;                   // broadcast on every counter change
+    MicroBatch ready[BACKEND_INPUT_SLOTS];    // batch n, once decoded, in ready[n % BACKEND_INPUT_SLOTS]
+    long decoded;                             // batches decoded and published
+    long taken;                               // batches decode_feed_next returned
+    long released;                            // batches whose slot the training thread gave back
+    int ended;                                // the loader ran out
+    int stop;                                 // decode_feed_stop asked the thread to end
+    MicroBatch current;
+};
+
+static void *decode_thread(void *arg) {
+    DecodeFeed *f = arg;
+    Backend *be = f->t->be;
+    for (long n = 0;; n++) {
+        const int slot = (int)(n % BACKEND_INPUT_SLOTS);
+        pthread_mutex_lock(&f->mutex);
+        while (!f->stop && n - f->released >= BACKEND_INPUT_SLOTS) pthread_cond_wait(&f->changed, &f->mutex);
+        const int stop = f->stop;
+        pthread_mutex_unlock(&f->mutex);
+        if (stop) break;
+        // releases batch n - 1, whose decode (and its jobs' bytes) input_upload_wait below has seen through
+        const Batch *b = loader_next(f->loader, NULL);
+        if (b) {
+            trainer_decode(f->t, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
+            be->input_upload_wait(be, slot);
+        }
+        pthread_mutex_lock(&f->mutex);
+        if (b)
+            f->ready[slot] = (MicroBatch){.count = b->count, .step_total = b->step_total, .uploaded = 1, .slot = slot},
+            f->decoded = n + 1;
+        else
+            f->ended = 1;
+        pthread_cond_broadcast(&f->changed);
+        pthread_mutex_unlock(&f->mutex);
+        if (!b) break;
+    }
+    return NULL;
+}
+
+DecodeFeed *decode_feed_start(Trainer *t, Loader *loader) {
+    DecodeFeed *f = xcalloc(1, sizeof *f);
+    f->t = t, f->loader = loader;
+    AMP_ASSERT(pthread_mutex_init(&f->mutex, NULL) == 0, "decode feed: pthread_mutex_init failed");
+    AMP_ASSERT(pthread_cond_init(&f->changed, NULL) == 0, "decode feed: pthread_cond_init failed");
+    int rc = pthread_create(&f->thread, NULL, decode_thread, f);
+    AMP_ASSERT(rc == 0, "decode feed: pthread_create failed: %s", strerror(rc));
+    return f;
+}
+
+const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited) {
+    pthread_mutex_lock(&f->mutex);
+    f->released = f->taken;  // the batch returned last was staged (its input_release issued) before this call
+    pthread_cond_broadcast(&f->changed);
+    if (f->decoded == f->taken && !f->ended) {
+        const double start = metrics_now();
+        while (f->decoded == f->taken && !f->ended) pthread_cond_wait(&f->changed, &f->mutex);
+        if (waited) *waited += metrics_now() - start;
+    }
+    const MicroBatch *mb = NULL;
+    if (f->decoded > f->taken) {
+        f->current = f->ready[f->taken % BACKEND_INPUT_SLOTS];
+        f->taken++;
+        mb = &f->current;
+    }
+    pthread_mutex_unlock(&f->mutex);
+    return mb;
+}
+
+void decode_feed_stop(DecodeFeed *f) {
+    if (!f) return;
+    pthread_mutex_lock(&f->mutex);
+    f->stop = 1;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->mutex);
+    pthread_join(f->thread, NULL);
+    pthread_cond_destroy(&f->changed);
+    pthread_mutex_destroy(&f->mutex);
+    free(f);
+}

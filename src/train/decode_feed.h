@@ -1,0 +1,34 @@
+// decode_feed.h - the training loop's batches when the backend decodes the JPEGs (data.decode on the device):
+// a thread of its own takes the loader's ImageJob batches and has the backend decode each into an input slot
+// (trainer_decode: the refused jobs replaced on the host, the labels uploaded), up to BACKEND_INPUT_SLOTS
+// batches ahead of the step that reads them.
+//
+// Why a thread: input_decode returns only once it knows which jobs failed, and a decoder may synchronise the
+// device on the way (nvJPEG grows its buffers with cudaFree/cudaFreeHost); on the training thread either
+// would hold back the launch of the next step. Here the training thread only waits, on the host, for a batch
+// that is not decoded yet (counted as data wait).
+//
+// Slot hand-over (host side; the device side is the backend's uploaded / consumed events): the thread decodes
+// batch n into slot n % BACKEND_INPUT_SLOTS once the training thread has staged batch n - SLOTS out of it
+// (stage_batch's input_release is issued, so input_decode's wait for "consumed" waits for that release).
+// decode_feed_next releases the slot of the batch it returned before: trainer_step stages every batch
+// before it asks for the next one.
+#ifndef AMPTRAIN_DECODE_FEED_H
+#define AMPTRAIN_DECODE_FEED_H
+
+#include "data/loader.h"
+#include "trainer.h"
+
+typedef struct DecodeFeed DecodeFeed;
+
+// Starts the thread over loader (LOADER_JOBS, owned by the caller, which destroys it after decode_feed_stop).
+DecodeFeed *decode_feed_start(Trainer *t, Loader *loader);
+
+// The next micro-batch, decoded into its slot (uploaded = 1), or NULL after the last one. Adds the seconds it
+// waited for the thread to *waited.
+const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited);
+
+// Stops the thread (also mid-run) and waits for its last decode to reach the device; frees the feed.
+void decode_feed_stop(DecodeFeed *f);
+
+#endif
