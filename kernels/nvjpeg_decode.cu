@@ -211,6 +211,14 @@ static size_t jpeg_plan(const ImageJob *jobs, int count, int side, JpegJobPlan *
 
 // ---- decoding -------------------------------------------------------------------------------------------
 
+// nvJPEG decodes a stream cut short without an error (measured: the hardware engines return success and
+// pixels for a file cut in half), where libjpeg-turbo refuses it ("premature end of data"). A stream that does
+// not end with the end-of-image marker therefore goes to libjpeg-turbo, whose verdict is the reference's.
+// (Entropy data corrupted in the middle of a stream that still ends with its marker is not caught here.)
+static int jpeg_ends_with_eoi(const ImageJob *job) {
+    return job->len >= 4 && job->bytes[job->len - 2] == 0xFF && job->bytes[job->len - 1] == 0xD9;
+}
+
 // Job i's decoded image as nvJPEG's interleaved RGB destination.
 static nvjpegImage_t jpeg_destination(const CudaJpeg *j, const ImageJob *job, const JpegJobPlan *p) {
     nvjpegImage_t d;
@@ -231,7 +239,8 @@ static void jpeg_decode_hardware(CudaJpeg *j, cudaStream_t stream, const ImageJo
     int *which = (int *)xcalloc((size_t)count, sizeof *which), n = 0;
     for (int i = 0; i < count; i++) {
         int unsupported = 1;
-        if (nvjpegJpegStreamParseHeader(j->hardware, jobs[i].bytes, jobs[i].len, j->parsed) != NVJPEG_STATUS_SUCCESS ||
+        if (!jpeg_ends_with_eoi(&jobs[i]) ||
+            nvjpegJpegStreamParseHeader(j->hardware, jobs[i].bytes, jobs[i].len, j->parsed) != NVJPEG_STATUS_SUCCESS ||
             nvjpegDecodeBatchedSupported(j->hardware, j->parsed, &unsupported) != NVJPEG_STATUS_SUCCESS || unsupported)
             continue;
         data[n] = jobs[i].bytes, lengths[n] = jobs[i].len, dest[n] = jpeg_destination(j, &jobs[i], &plans[i]);
@@ -251,11 +260,12 @@ static void jpeg_decode_hardware(CudaJpeg *j, cudaStream_t stream, const ImageJo
     free(data), free(lengths), free(dest), free(which);
 }
 
-// Job i on nvJPEG's default backend, else libjpeg-turbo on the host and an upload; 0, or 1 when neither
-// decodes it.
+// Job i on nvJPEG's default backend (a stream with its end marker), else libjpeg-turbo on the host and an
+// upload; 0, or 1 when neither decodes it.
 static int jpeg_decode_one(CudaJpeg *j, cudaStream_t stream, const ImageJob *job, const JpegJobPlan *p) {
     nvjpegImage_t dest = jpeg_destination(j, job, p);
-    if (nvjpegDecode(j->general, j->general_state, job->bytes, job->len, NVJPEG_OUTPUT_RGBI, &dest, stream) ==
+    if (jpeg_ends_with_eoi(job) &&
+        nvjpegDecode(j->general, j->general_state, job->bytes, job->len, NVJPEG_OUTPUT_RGBI, &dest, stream) ==
         NVJPEG_STATUS_SUCCESS)
         return 0;
     DecodedImage img;
