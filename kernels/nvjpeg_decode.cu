@@ -7,10 +7,11 @@
 // Decoders, per job:
 // - nvJPEG's hardware engines, one batched call for every job they take (nvjpegDecodeBatchedSupported: baseline
 //   JPEGs; progressive ones are refused), when the GPU has them (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE));
-// - nvJPEG's default backend, one image at a time, for the rest and for a hardware batch that failed;
-// - libjpeg-turbo on the host (image_decode, PIL's pixels, CMYK included), uploaded, for what nvJPEG refuses.
-// A job none of them decodes is reported in failed[] (libjpeg-turbo refuses it too: corrupt or truncated data),
-// and the caller puts a replacement in its rows.
+// - libjpeg-turbo on the host (image_decode: the CPU reference's pixels, CMYK and progressive included),
+//   uploaded, for the rest and for a hardware batch that failed. (nvJPEG's default backend was the middle way
+//   until the device measured it 2 off libjpeg-turbo on a progressive 4:2:2 file, where the issue allows 1.)
+// A job neither decodes is reported in failed[] (libjpeg-turbo refuses it: corrupt or truncated data), and the
+// caller puts a replacement in its rows.
 // Chroma is upsampled with interpolation (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION), as libjpeg-turbo's
 // fancy upsampling does.
 //
@@ -22,6 +23,7 @@
 //
 // test_images_gpu compares it with the CPU reference.
 #include <nvjpeg.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +66,6 @@ struct CudaJpeg {
     nvjpegJpegState_t hardware_state;
     nvjpegJpegStream_t parsed;   // header parsing for the hardware's support check
     int hardware_batch;          // the batch size hardware_state was initialised for (0: none)
-    nvjpegHandle_t general;      // the default backend: one image at a time
-    nvjpegJpegState_t general_state;
     JpegBuffer images, rows, taps, plans;
 };
 
@@ -80,26 +80,106 @@ static void jpeg_buffer_reserve(JpegBuffer *b, size_t bytes, cudaStream_t stream
     b->bytes = bytes;
 }
 
-// nvJPEG's own buffers (bitstreams in pinned memory, coefficients and planes in device memory) are allocated
-// with this much to spare, so that they are rarely regrown: a regrowth frees the old buffer with
-// cudaFree / cudaFreeHost, which waits for the whole device.
-#define JPEG_NVJPEG_PADDING (16u << 20)
+// nvJPEG's own buffers (bitstreams in pinned memory, coefficients and planes in device memory) come from two
+// pools that keep every block nvJPEG gives back for its next request: with nvJPEG's default allocators a
+// buffer given back is freed with cudaFree / cudaFreeHost, which waits for the whole device, i.e. for the
+// training step running beside the decode (measured: the loop on device-decoded JPEGs then ran a decode's time
+// slower per step, 53 ms instead of 42). Blocks go back to CUDA only when the decoder is destroyed. The
+// allocator callbacks carry no context, so the pools are the process's (one decoder per backend, one backend
+// per process in amptrain); a mutex guards each.
+typedef struct JpegPoolBlock {
+    void *ptr;
+    size_t bytes;
+    int used;
+} JpegPoolBlock;
+
+typedef struct JpegPool {
+    pthread_mutex_t mutex;
+    int pinned;               // 1: page-locked host memory, 0: device memory
+    JpegPoolBlock *blocks;
+    int count, capacity;
+} JpegPool;
+
+static JpegPool jpeg_device_pool = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0};
+static JpegPool jpeg_pinned_pool = {PTHREAD_MUTEX_INITIALIZER, 1, NULL, 0, 0};
+
+// The smallest free block of at least `bytes`, else a new one; NULL when CUDA has no more.
+static void *jpeg_pool_take(JpegPool *p, size_t bytes) {
+    if (bytes == 0) return NULL;
+    pthread_mutex_lock(&p->mutex);
+    int best = -1;
+    for (int i = 0; i < p->count; i++)
+        if (!p->blocks[i].used && p->blocks[i].bytes >= bytes && (best < 0 || p->blocks[i].bytes < p->blocks[best].bytes))
+            best = i;
+    void *ptr = NULL;
+    if (best >= 0) {
+        p->blocks[best].used = 1;
+        ptr = p->blocks[best].ptr;
+    } else if ((p->pinned ? cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault) : cudaMalloc(&ptr, bytes)) == cudaSuccess) {
+        if (p->count == p->capacity) {
+            p->capacity = p->capacity ? 2 * p->capacity : 16;
+            p->blocks = (JpegPoolBlock *)realloc(p->blocks, (size_t)p->capacity * sizeof *p->blocks);
+            AMP_ASSERT(p->blocks, "nvJPEG pool: out of host memory");
+        }
+        p->blocks[p->count++] = (JpegPoolBlock){ptr, bytes, 1};
+    } else {
+        ptr = NULL;
+    }
+    pthread_mutex_unlock(&p->mutex);
+    return ptr;
+}
+
+static void jpeg_pool_give(JpegPool *p, void *ptr) {
+    if (!ptr) return;
+    pthread_mutex_lock(&p->mutex);
+    int found = 0;
+    for (int i = 0; i < p->count && !found; i++)
+        if (p->blocks[i].ptr == ptr) p->blocks[i].used = 0, found = 1;
+    pthread_mutex_unlock(&p->mutex);
+    AMP_ASSERT(found, "nvJPEG pool: %p given back, but the pool did not hand it out", ptr);
+}
+
+// Gives every block back to CUDA (the decoder's handles are destroyed: nothing uses them, even a block nvJPEG
+// did not give back).
+static void jpeg_pool_release(JpegPool *p) {
+    pthread_mutex_lock(&p->mutex);
+    for (int i = 0; i < p->count; i++)
+        CUDA_CHECK(p->pinned ? cudaFreeHost(p->blocks[i].ptr) : cudaFree(p->blocks[i].ptr));
+    free(p->blocks);
+    p->blocks = NULL, p->count = p->capacity = 0;
+    pthread_mutex_unlock(&p->mutex);
+}
+
+// nvJPEG's allocator callbacks: 0 on success, as cudaMalloc's cudaSuccess.
+static int jpeg_device_malloc(void **ptr, size_t bytes) {
+    *ptr = jpeg_pool_take(&jpeg_device_pool, bytes);
+    return *ptr || bytes == 0 ? 0 : 1;
+}
+static int jpeg_device_free(void *ptr) {
+    jpeg_pool_give(&jpeg_device_pool, ptr);
+    return 0;
+}
+static int jpeg_pinned_malloc(void **ptr, size_t bytes, unsigned int flags) {
+    (void)flags;
+    *ptr = jpeg_pool_take(&jpeg_pinned_pool, bytes);
+    return *ptr || bytes == 0 ? 0 : 1;
+}
+static int jpeg_pinned_free(void *ptr) {
+    jpeg_pool_give(&jpeg_pinned_pool, ptr);
+    return 0;
+}
 
 static CudaJpeg *jpeg_create(void) {
     CudaJpeg *j = (CudaJpeg *)xcalloc(1, sizeof(CudaJpeg));
-    const unsigned flags = NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION;
-    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, flags, &j->hardware) == NVJPEG_STATUS_SUCCESS) {
-        NVJPEG_CHECK(nvjpegSetDeviceMemoryPadding(JPEG_NVJPEG_PADDING, j->hardware));
-        NVJPEG_CHECK(nvjpegSetPinnedMemoryPadding(JPEG_NVJPEG_PADDING, j->hardware));
+    nvjpegDevAllocator_t device = {jpeg_device_malloc, jpeg_device_free};
+    nvjpegPinnedAllocator_t pinned = {jpeg_pinned_malloc, jpeg_pinned_free};
+    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, &device, &pinned, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION,
+                       &j->hardware) == NVJPEG_STATUS_SUCCESS) {
         NVJPEG_CHECK(nvjpegJpegStateCreate(j->hardware, &j->hardware_state));
         NVJPEG_CHECK(nvjpegJpegStreamCreate(j->hardware, &j->parsed));
     } else {
-        j->hardware = NULL;
+        j->hardware = NULL;  // no JPEG engines: libjpeg-turbo decodes every job
     }
-    NVJPEG_CHECK(nvjpegCreateEx(NVJPEG_BACKEND_DEFAULT, NULL, NULL, flags, &j->general));
-    NVJPEG_CHECK(nvjpegSetDeviceMemoryPadding(JPEG_NVJPEG_PADDING, j->general));
-    NVJPEG_CHECK(nvjpegSetPinnedMemoryPadding(JPEG_NVJPEG_PADDING, j->general));
-    NVJPEG_CHECK(nvjpegJpegStateCreate(j->general, &j->general_state));
     return j;
 }
 
@@ -111,11 +191,11 @@ void cuda_jpeg_destroy(CudaBackend *cb) {
         NVJPEG_CHECK(nvjpegJpegStateDestroy(j->hardware_state));
         NVJPEG_CHECK(nvjpegDestroy(j->hardware));
     }
-    NVJPEG_CHECK(nvjpegJpegStateDestroy(j->general_state));
-    NVJPEG_CHECK(nvjpegDestroy(j->general));
     JpegBuffer *buffers[] = {&j->images, &j->rows, &j->taps, &j->plans};
     for (int i = 0; i < 4; i++)
         if (buffers[i]->ptr) CUDA_CHECK(cudaFree(buffers[i]->ptr));
+    jpeg_pool_release(&jpeg_device_pool);
+    jpeg_pool_release(&jpeg_pinned_pool);
     free(j);
     cb->jpeg = NULL;
 }
@@ -229,7 +309,7 @@ static nvjpegImage_t jpeg_destination(const CudaJpeg *j, const ImageJob *job, co
 }
 
 // The jobs the hardware engines take, decoded in one batched call; decoded[i] = 1 for each. A batch the
-// engines fail on is left to the other decoders.
+// engines fail on is left to libjpeg-turbo.
 static void jpeg_decode_hardware(CudaJpeg *j, cudaStream_t stream, const ImageJob *jobs, int count,
                                  const JpegJobPlan *plans, uint8_t *decoded) {
     if (!j->hardware) return;
@@ -260,22 +340,15 @@ static void jpeg_decode_hardware(CudaJpeg *j, cudaStream_t stream, const ImageJo
     free(data), free(lengths), free(dest), free(which);
 }
 
-// Job i on nvJPEG's default backend (a stream with its end marker), else libjpeg-turbo on the host and an
-// upload; 0, or 1 when neither decodes it.
-static int jpeg_decode_one(CudaJpeg *j, cudaStream_t stream, const ImageJob *job, const JpegJobPlan *p) {
-    nvjpegImage_t dest = jpeg_destination(j, job, p);
-    if (jpeg_ends_with_eoi(job) &&
-        nvjpegDecode(j->general, j->general_state, job->bytes, job->len, NVJPEG_OUTPUT_RGBI, &dest, stream) ==
-        NVJPEG_STATUS_SUCCESS)
-        return 0;
+// Job i by libjpeg-turbo on the host (the CPU reference's decoder), uploaded; 0, or 1 when it refuses the job.
+static int jpeg_decode_on_host(cudaStream_t stream, const ImageJob *job, unsigned char *dest) {
     DecodedImage img;
     char err[512];
     if (image_decode(job->bytes, job->len, &img, err, sizeof err) != 0) return 1;
     AMP_ASSERT(img.width == job->width && img.height == job->height, "image job: header says %dx%d, decoded %dx%d",
                job->width, job->height, img.width, img.height);
     // From pageable memory: returns once the bytes are staged, so img may go at once.
-    CUDA_CHECK(cudaMemcpyAsync(dest.channel[0], img.rgb, (size_t)img.width * img.height * 3, cudaMemcpyHostToDevice,
-                               stream));
+    CUDA_CHECK(cudaMemcpyAsync(dest, img.rgb, (size_t)img.width * img.height * 3, cudaMemcpyHostToDevice, stream));
     image_free(&img);
     return 0;
 }
@@ -283,6 +356,7 @@ static int jpeg_decode_one(CudaJpeg *j, cudaStream_t stream, const ImageJob *job
 void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
                        uint8_t *failed) {
     CudaBackend *cb = cuda_state(be);
+    CUDA_CHECK(cudaSetDevice(cb->device));  // the trainer's decode thread starts on device 0 whatever the rank's GPU
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
     cudaStream_t stream = cb->copy_stream;
@@ -300,7 +374,8 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
     jpeg_decode_hardware(j, stream, jobs, count, plans, decoded);
     for (int i = 0; i < count; i++)
-        failed[i] = (uint8_t)(!decoded[i] && jpeg_decode_one(j, stream, &jobs[i], &plans[i]) != 0);
+        failed[i] = (uint8_t)(!decoded[i] &&
+                              jpeg_decode_on_host(stream, &jobs[i], jpeg_destination(j, &jobs[i], &plans[i]).channel[0]) != 0);
 
     if (count > 0) {
         CUDA_CHECK(cudaMemcpyAsync(j->taps.ptr, host_taps, taps_used * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
