@@ -66,7 +66,7 @@ void config_defaults(Config *cfg) {
     d->crop_scale_max = 1.0;
     memcpy(d->std, imagenet_std, sizeof d->std);
     d->prefetch = 4;
-    copy_text(d->decode, sizeof d->decode, "auto");
+    copy_text(d->decode, sizeof d->decode, "host");
     d->workers = 0;
 
     TrainConfig *t = &cfg->train;

@@ -68,11 +68,11 @@ const ConfigKey config_keys[] = {
      "imagefolder/webdataset with augment: RandomResizedCrop's largest area fraction (torchvision: 1)"},
     {"data", "std", CK_FLOAT3, AT(data.std), ABOVE(0), {0},
      "imagefolder/webdataset: per-channel standard deviation (R, G, B) of the same Normalize"},
-    {"data", "decode", CK_ENUM, AT_STR(data.decode), NONE, {"auto", "host", "device"},
-     "imagefolder/webdataset: where JPEGs are decoded, cropped and flipped. host: libjpeg-turbo on the "
-     "loader's threads; device: the backend's decoder (CUDA: nvJPEG and kernels, the loader's threads only "
-     "read files; CPU: the reference decoder on the training thread); auto: device on CUDA when the build "
-     "has nvJPEG, else host. Validation always decodes on the host"},
+    {"data", "decode", CK_ENUM, AT_STR(data.decode), NONE, {"host", "device"},
+     "imagefolder/webdataset: where training JPEGs are decoded, cropped and flipped. host: libjpeg-turbo on "
+     "the loader's threads; device: the backend's decoder on a thread of its own (CUDA: nvJPEG and kernels, "
+     "when the build has nvJPEG; CPU: the reference decoder), the loader's threads only read files. "
+     "Validation always decodes on the host"},
     {"data", "prefetch", CK_INT, AT(data.prefetch), BETWEEN(0, 64), {0},
      "batches prepared ahead by the loader's workers (0: synchronous, on the training thread)"},
     {"data", "workers", CK_INT, AT(data.workers), BETWEEN(0, 64), {0},
