@@ -29,6 +29,7 @@
 #   profileamp, profilefp32  the same for one of the two
 #   decode    test_images_gpu (CUDA input_decode against the CPU reference), then build/bench_decode on make_jpegs'
 #             folder (input_decode img/s at batch 256, beside the CPU reference on one thread)
+#   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
 #             synthetic data, then the JPEGs decoded on the host
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
@@ -219,6 +220,14 @@ stage_decode() {  # the device decode path: test_images_gpu (nvJPEG + kernels ag
                   # build/bench_decode's input_decode rate on make_jpegs' folder, batch 256
     AMPTRAIN_REQUIRE_GPU=1 build/test_images_gpu; local rc=$?
     make_jpegs && build/bench_decode /tmp/jpegs 256 8 && return $rc
+}
+stage_decodelog() {  # where a device decode beside the step spends its time: 30 steps at b256 AMP on make_jpegs'
+                     # folder with AMPTRAIN_DECODE_LOG=1; the last 24 lines (decode thread and decoder phases)
+    make_jpegs || return 1
+    AMPTRAIN_DECODE_LOG=1 build/amptrain configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder \
+        data.path=/tmp/jpegs data.decode=device data.batch_size=256 train.steps=30 log.progress=never \
+        log.metrics= checkpoint.dir= checkpoint.every=0 2>"$OUT/decodelog.txt" | grep -E "summary|error"
+    grep -E "^decode" "$OUT/decodelog.txt" | tail -24
 }
 stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each linked 8 times: 1.4 epochs in 90
                     # steps, so epoch ends do not dominate) beside the same loop on synthetic data

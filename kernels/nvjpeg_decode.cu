@@ -32,6 +32,7 @@
 
 extern "C" {
 #include "data/image_decode.h"
+#include "train/metrics.h"
 #include "data/image_resample.h"
 }
 
@@ -67,17 +68,19 @@ struct CudaJpeg {
     nvjpegJpegStream_t parsed;   // header parsing for the hardware's support check
     int hardware_batch;          // the batch size hardware_state was initialised for (0: none)
     JpegBuffer images, rows, taps, plans;
+    cudaEvent_t resampled;       // the last batch's kernels are done with `images` (see cuda_input_decode)
 };
 
 // Grows b to at least `bytes` (with a quarter more, so that batches of slightly larger images do not grow it
 // again), stream-ordered on the copy stream: the old contents' last users are earlier on that stream, and no
-// device-wide synchronisation holds back the training step (cudaFree would wait for it).
-static void jpeg_buffer_reserve(JpegBuffer *b, size_t bytes, cudaStream_t stream) {
-    if (bytes <= b->bytes) return;
+// device-wide synchronisation holds back the training step (cudaFree would wait for it). Returns 1 when it grew.
+static int jpeg_buffer_reserve(JpegBuffer *b, size_t bytes, cudaStream_t stream) {
+    if (bytes <= b->bytes) return 0;
     bytes += bytes / 4;
     if (b->ptr) CUDA_CHECK(cudaFreeAsync(b->ptr, stream));
     CUDA_CHECK(cudaMallocAsync(&b->ptr, bytes, stream));
     b->bytes = bytes;
+    return 1;
 }
 
 // nvJPEG's own buffers (bitstreams in pinned memory, coefficients and planes in device memory) come from two
@@ -171,6 +174,7 @@ static int jpeg_pinned_free(void *ptr) {
 
 static CudaJpeg *jpeg_create(void) {
     CudaJpeg *j = (CudaJpeg *)xcalloc(1, sizeof(CudaJpeg));
+    CUDA_CHECK(cudaEventCreateWithFlags(&j->resampled, cudaEventDisableTiming));
     nvjpegDevAllocator_t device = {jpeg_device_malloc, jpeg_device_free};
     nvjpegPinnedAllocator_t pinned = {jpeg_pinned_malloc, jpeg_pinned_free};
     if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, &device, &pinned, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION,
@@ -194,6 +198,7 @@ void cuda_jpeg_destroy(CudaBackend *cb) {
     JpegBuffer *buffers[] = {&j->images, &j->rows, &j->taps, &j->plans};
     for (int i = 0; i < 4; i++)
         if (buffers[i]->ptr) CUDA_CHECK(cudaFree(buffers[i]->ptr));
+    CUDA_CHECK(cudaEventDestroy(j->resampled));
     jpeg_pool_release(&jpeg_device_pool);
     jpeg_pool_release(&jpeg_pinned_pool);
     free(j);
@@ -353,6 +358,18 @@ static int jpeg_decode_on_host(cudaStream_t stream, const ImageJob *job, unsigne
     return 0;
 }
 
+// AMPTRAIN_DECODE_LOG=1: one line per batch on stderr with the host time of each phase (the planning, the
+// hardware engines' call, libjpeg-turbo's jobs, the rest up to the kernels' launch), to see where a decode
+// beside the training step spends its time.
+static int jpeg_log_enabled(void) {
+    static int enabled = -1;
+    if (enabled < 0) {
+        const char *v = getenv("AMPTRAIN_DECODE_LOG");
+        enabled = v && v[0] == '1';
+    }
+    return enabled;
+}
+
 void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
                        uint8_t *failed) {
     CudaBackend *cb = cuda_state(be);
@@ -360,22 +377,34 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
     cudaStream_t stream = cb->copy_stream;
+    const double t0 = jpeg_log_enabled() ? metrics_now() : 0;
     cuda_input_slot_claim(cb, slot);
     JpegJobPlan *plans = (JpegJobPlan *)xcalloc((size_t)(count > 0 ? count : 1), sizeof *plans);
     int32_t *host_taps = NULL;
     size_t taps_used = 0, row_bytes = 0;
     int most_rows = 0;
     const size_t image_bytes = jpeg_plan(jobs, count, side, plans, &host_taps, &taps_used, &row_bytes, &most_rows);
-    jpeg_buffer_reserve(&j->images, image_bytes, stream);
-    jpeg_buffer_reserve(&j->rows, row_bytes, stream);
-    jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t), stream);
-    jpeg_buffer_reserve(&j->plans, (size_t)count * sizeof *plans, stream);
+    // nvJPEG's hardware engines write their output when the call is made, not in stream order (torchcodec
+    // found it on H100s, nvJPEG 12.3-13.2): the host waits until the last batch's kernels are done with the
+    // decoded images, and until a buffer grown in stream order exists, before the engines are called.
+    int grew = jpeg_buffer_reserve(&j->images, image_bytes, stream);
+    grew |= jpeg_buffer_reserve(&j->rows, row_bytes, stream);
+    grew |= jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t), stream);
+    grew |= jpeg_buffer_reserve(&j->plans, (size_t)count * sizeof *plans, stream);
+    if (grew) CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUDA_CHECK(cudaEventSynchronize(j->resampled));
 
+    const double t1 = jpeg_log_enabled() ? metrics_now() : 0;
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
     jpeg_decode_hardware(j, stream, jobs, count, plans, decoded);
-    for (int i = 0; i < count; i++)
+    const double t2 = jpeg_log_enabled() ? metrics_now() : 0;
+    int on_host = 0;
+    for (int i = 0; i < count; i++) {
+        on_host += !decoded[i];
         failed[i] = (uint8_t)(!decoded[i] &&
                               jpeg_decode_on_host(stream, &jobs[i], jpeg_destination(j, &jobs[i], &plans[i]).channel[0]) != 0);
+    }
+    const double t3 = jpeg_log_enabled() ? metrics_now() : 0;
 
     if (count > 0) {
         CUDA_CHECK(cudaMemcpyAsync(j->taps.ptr, host_taps, taps_used * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
@@ -392,6 +421,11 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
             (uint8_t *)dst);
         CUDA_CHECK_LAUNCH();
     }
+    CUDA_CHECK(cudaEventRecord(j->resampled, stream));
     cuda_input_slot_filled(cb, slot);
+    if (jpeg_log_enabled())
+        fprintf(stderr, "decode: %d jobs (%d on the host): wait and plan %.2f ms, engines %.2f ms, host %.2f ms, "
+                        "launch %.2f ms\n", count, on_host, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
+                1e3 * (metrics_now() - t3));
     free(plans), free(host_taps), free(decoded);
 }

@@ -4,6 +4,7 @@
 #include "decode_feed.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +26,17 @@ struct DecodeFeed {
     MicroBatch current;
 };
 
+// AMPTRAIN_DECODE_LOG=1: per batch, the thread's time waiting for the loader, in trainer_decode and waiting
+// for the decode to reach the device (the CUDA decoder logs its own phases beside it).
+static int decode_log_enabled(void) {
+    const char *v = getenv("AMPTRAIN_DECODE_LOG");
+    return v && v[0] == '1';
+}
+
 static void *decode_thread(void *arg) {
     DecodeFeed *f = arg;
     Backend *be = f->t->be;
+    const int log = decode_log_enabled();
     for (long n = 0;; n++) {
         const int slot = (int)(n % BACKEND_INPUT_SLOTS);
         pthread_mutex_lock(&f->mutex);
@@ -36,10 +45,16 @@ static void *decode_thread(void *arg) {
         pthread_mutex_unlock(&f->mutex);
         if (stop) break;
         // releases batch n - 1, whose decode (and its jobs' bytes) input_upload_wait below has seen through
+        const double t0 = log ? metrics_now() : 0;
         const Batch *b = loader_next(f->loader, NULL);
         if (b) {
+            const double t1 = log ? metrics_now() : 0;
             trainer_decode(f->t, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
+            const double t2 = log ? metrics_now() : 0;
             be->input_upload_wait(be, slot);
+            if (log)
+                fprintf(stderr, "decode thread: batch %ld: loader %.2f ms, decode %.2f ms, to the device %.2f ms\n", n,
+                        1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (metrics_now() - t2));
         }
         pthread_mutex_lock(&f->mutex);
         if (b)
