@@ -29,6 +29,7 @@
 #   profileamp, profilefp32  the same for one of the two
 #   decode    test_images_gpu (CUDA input_decode against the CPU reference), then build/bench_decode on make_jpegs'
 #             folder (input_decode img/s at batch 256, beside the CPU reference on one thread)
+#   tvdecode  test_images_pil run by the torch python: amptrain's decoded pixels against torchvision.io.decode_jpeg (CPU)
 #   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
 #             synthetic data, then the JPEGs decoded on the host
@@ -220,6 +221,9 @@ stage_decode() {  # the device decode path: test_images_gpu (nvJPEG + kernels ag
                   # build/bench_decode's input_decode rate on make_jpegs' folder, batch 256
     AMPTRAIN_REQUIRE_GPU=1 build/test_images_gpu; local rc=$?
     make_jpegs && build/bench_decode /tmp/jpegs 256 8 && return $rc
+}
+stage_tvdecode() {  # test_images_pil with the machine's torch python: decoded pixels against torchvision.io.decode_jpeg
+    AMPTRAIN_PIL_PYTHON="$(command -v python3)" build/test_images_pil
 }
 stage_decodelog() {  # where a device decode beside the step spends its time: 30 steps at b256 AMP on make_jpegs'
                      # folder with AMPTRAIN_DECODE_LOG=1; the last 24 lines (decode thread and decoder phases)

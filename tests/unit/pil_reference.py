@@ -2,7 +2,8 @@
 """pil_reference.py MANIFEST - Pillow's answers for tests/unit/test_images_pil.c.
 
 Each manifest line is a job; each output line is "LINE_NO MAX_ABS_DIFF" between Pillow's bytes and the
-bytes amptrain wrote:
+bytes amptrain wrote, and for a decode, when torchvision is installed, a third number: the same against
+torchvision.io.decode_jpeg (CPU, mode RGB):
   decode JPEG OURS W H            Image.open(JPEG).convert("RGB") vs OURS (raw RGB, W x H)
   val RAW W H SIDE OURS           torchvision Resize(round(SIDE*256/224)) + CenterCrop(SIDE) on a PIL image
   crop RAW W H TOP LEFT CH CW SIDE OURS   torchvision resized_crop(TOP, LEFT, CH, CW, SIDE) on a PIL image
@@ -13,10 +14,27 @@ import sys
 
 from PIL import Image
 
+try:
+    import torchvision.io as tvio
+except ImportError:
+    tvio = None
+
 
 def max_diff(image, path):
     ours = open(path, "rb").read()
     theirs = image.tobytes()
+    if len(ours) != len(theirs):
+        return 999
+    return max((abs(a - b) for a, b in zip(ours, theirs)), default=0)
+
+
+def torchvision_diff(jpeg, path):
+    """torchvision.io.decode_jpeg's pixels (HWC bytes) against OURS; None without torchvision."""
+    if tvio is None:
+        return None
+    pixels = tvio.decode_jpeg(tvio.read_file(jpeg), mode=tvio.ImageReadMode.RGB).permute(1, 2, 0).contiguous()
+    theirs = bytes(pixels.flatten().tolist())
+    ours = open(path, "rb").read()
     if len(ours) != len(theirs):
         return 999
     return max((abs(a - b) for a, b in zip(ours, theirs)), default=0)
@@ -43,6 +61,10 @@ def main():
         f = line.split()
         if f[0] == "decode":
             d = max_diff(Image.open(f[1]).convert("RGB"), f[2])
+            t = torchvision_diff(f[1], f[2])
+            if t is not None:
+                print(n, d, t)
+                continue
         elif f[0] == "val":
             d = max_diff(val(raw(f[1], int(f[2]), int(f[3])), int(f[4])), f[5])
         else:
