@@ -881,7 +881,8 @@ static int checkpoints_equal(const char *a_path, const char *b_path) {
 
 // data.decode=device on the CPU backend (its reference decoder, fed the loader's jobs, the refused ones replaced
 // in the input slot) trains bitwise as data.decode=host does, on a folder whose files fail at both stages; the
-// device run names the file its decoder refused. data.decode=device is refused for data that is not JPEGs.
+// device run names the file its decoder refused; --bench-data times that decoder. data.decode=device is refused
+// for data that is not JPEGs.
 START_TEST(device_decode_trains_like_host_decode) {
     make_jobs_folder();
     rm_rf("decode_runs");
@@ -897,6 +898,15 @@ START_TEST(device_decode_trains_like_host_decode) {
             ck_assert_msg(strstr(out, "decoded by the cpu backend") && strstr(out, "1.jpg"), "%s", out);
     }
     ck_assert(checkpoints_equal("decode_runs/host/last.safetensors", "decode_runs/device/last.safetensors"));
+    // --bench-data times the backend's decoder and counts what it refused (the cut 1.jpg, met every epoch)
+    ck_assert_msg(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+                             "data.path=folder_jobs data.batch_size=3 data.workers=2 model.image_size=40 "
+                             "data.decode=device --bench-data --bench-steps 6 2>&1",
+                             out, sizeof out) == 0,
+                  "%s", out);
+    const char *json = strstr(out, "{\"bench\":\"data\"");
+    ck_assert_msg(json && strstr(json, "\"decode\":\"cpu\"") && strstr(json, "\"batches\":6,"), "%s", out);
+    ck_assert_int_ge(atol(strstr(json, "\"device_refused\":") + strlen("\"device_refused\":")), 2);
     ck_assert_int_eq(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml data.decode=device --dry-run 2>&1", out,
                                 sizeof out),
                      2);
