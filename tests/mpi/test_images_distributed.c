@@ -263,6 +263,34 @@ static void check_resume(const char *source) {
     trainer_free(&resumed), trainer_free(&straight);
 }
 
+// ---- 2b. the backend's decoder over ranks -----------------------------------------------------------------
+
+// data.decode=device (the CPU backend's reference decoder on each rank's decode thread, fed its loader's jobs)
+// trains bitwise as data.decode=host over 1-3 ranks, across an epoch boundary on 2 and 3 ranks.
+static void check_device_decode(const char *source) {
+    char base[64];
+    make_fixtures(base, sizeof base);
+    static Config host_cfg, device_cfg;
+    make_config(&host_cfg, source, base, (const char *const[]){"train.steps=7", "data.decode=host", NULL});
+    make_config(&device_cfg, source, base, (const char *const[]){"train.steps=7", "data.decode=device", "data.prefetch=2", "data.workers=2", NULL});
+    Trainer host, device;
+    trainer_start(&host, &host_cfg);
+    ck_assert_int_eq(trainer_run(&host, NULL), 0);
+    trainer_start(&device, &device_cfg);
+    ck_assert(device.device_decode && !host.device_decode);
+    ck_assert_int_eq(trainer_run(&device, NULL), 0);
+    ck_assert_int_eq(device.step, 7);
+    ck_assert_msg(tu_on_every_rank(comm, state_digest(&device) == state_digest(&host)),
+                  "%s: data.decode=device trained to other weights than data.decode=host", source);
+    trainer_free(&host), trainer_free(&device);
+}
+
+START_TEST(imagefolder_device_decode_trains_as_host_decode) { check_device_decode("imagefolder"); }
+END_TEST
+
+START_TEST(webdataset_device_decode_trains_as_host_decode) { check_device_decode("webdataset"); }
+END_TEST
+
 START_TEST(imagefolder_resume_mid_epoch_trains_on_the_same_batches) { check_resume("imagefolder"); }
 END_TEST
 
@@ -352,6 +380,8 @@ static Suite *images_distributed_suite(void) {
     tcase_add_test(tc, imagefolder_resume_mid_epoch_trains_on_the_same_batches);
     tcase_add_test(tc, webdataset_resume_mid_epoch_trains_on_the_same_batches);
     tcase_add_test(tc, bad_file_is_named_by_the_rank_that_read_it);
+    tcase_add_test(tc, imagefolder_device_decode_trains_as_host_decode);
+    tcase_add_test(tc, webdataset_device_decode_trains_as_host_decode);
     suite_add_tcase(s, tc);
     return s;
 }
