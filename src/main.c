@@ -76,7 +76,8 @@ static const char usage_text[] =
     "\n"
     "environment: AMPTRAIN_CONV_LOG=1 prints each convolution's algorithm choice (cuDNN's candidates with\n"
     "their times, or the cuBLAS GEMM route of a 1x1 convolution) and, with cudnn.batch_norm=auto, each batch-norm\n"
-    "shape's timed forward/backward pairs to stderr\n"
+    "shape's timed forward/backward pairs to stderr; AMPTRAIN_DECODE_LOG=1 (with data.decode=device) prints where\n"
+    "each batch's decode spends its time\n"
     "\n"
     "exit codes: 0 done, 1 runtime failure, 2 usage or config error, 3 a collective waited past dist.timeout_s\n";
 
