@@ -307,12 +307,7 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int con
     for (int i = 0; i < BACKEND_MARKS; i++) CUDA_CHECK(cudaEventCreate(&cb->marks[i]));
     for (int i = 0; i < BACKEND_UPLOAD_SLOTS; i++)
         CUDA_CHECK(cudaEventCreateWithFlags(&cb->upload_done[i], cudaEventDisableTiming));
-    // The copy stream at the highest priority: the JPEG decoder's kernels (nvjpeg_decode.cu) run there beside a
-    // step that fills every SM, and at the default priority they waited behind its blocks (measured: a batch's
-    // decode took 53 ms beside the step instead of 14 ms alone). Copies are unaffected.
-    int least_priority, greatest_priority;
-    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority));
-    CUDA_CHECK(cudaStreamCreateWithPriority(&cb->copy_stream, cudaStreamNonBlocking, greatest_priority));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&cb->copy_stream, cudaStreamNonBlocking));
     for (int i = 0; i < BACKEND_INPUT_SLOTS; i++) {
         CUDA_CHECK(cudaEventCreateWithFlags(&cb->input_uploaded[i], cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&cb->input_consumed[i], cudaEventDisableTiming));

@@ -17,13 +17,13 @@
 //
 // Streams and memory: everything runs on the copy stream inside input_upload's hand-over (wait for the slot's
 // "consumed", record "uploaded"). The decoded images, the horizontal pass's rows and the taps live in the
-// decoder's own device buffers, grown stream-ordered (cudaMallocAsync) when a batch needs more; the caching
-// allocator's blocks belong to the compute stream. The trainer calls this from its decode thread
+// decoder's own device buffers, grown when a batch needs more; the caching allocator's blocks belong to the
+// compute stream. nvJPEG's own buffers come from its default allocators (pools that never free were tried,
+// for fear of cudaFree's device-wide wait, and changed nothing measurable: bench/RESULTS.md, fifth session). The trainer calls this from its decode thread
 // (train/decode_feed.h), so a wait in here never holds back a step's launch.
 //
 // test_images_gpu compares it with the CPU reference.
 #include <nvjpeg.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,113 +72,22 @@ struct CudaJpeg {
 };
 
 // Grows b to at least `bytes` (with a quarter more, so that batches of slightly larger images do not grow it
-// again), stream-ordered on the copy stream: the old contents' last users are earlier on that stream, and no
-// device-wide synchronisation holds back the training step (cudaFree would wait for it). Returns 1 when it grew.
-static int jpeg_buffer_reserve(JpegBuffer *b, size_t bytes, cudaStream_t stream) {
-    if (bytes <= b->bytes) return 0;
+// again). cudaFree waits for the whole device; it happens in the first batches only, on the trainer's decode
+// thread, and it also means the buffer exists before nvJPEG's engines write into it (they do not wait in
+// stream order, see cuda_input_decode).
+static void jpeg_buffer_reserve(JpegBuffer *b, size_t bytes) {
+    if (bytes <= b->bytes) return;
     bytes += bytes / 4;
-    if (b->ptr) CUDA_CHECK(cudaFreeAsync(b->ptr, stream));
-    CUDA_CHECK(cudaMallocAsync(&b->ptr, bytes, stream));
+    if (b->ptr) CUDA_CHECK(cudaFree(b->ptr));
+    CUDA_CHECK(cudaMalloc(&b->ptr, bytes));
     b->bytes = bytes;
-    return 1;
-}
-
-// nvJPEG's own buffers (bitstreams in pinned memory, coefficients and planes in device memory) come from two
-// pools that keep every block nvJPEG gives back for its next request: with nvJPEG's default allocators a
-// buffer given back is freed with cudaFree / cudaFreeHost, which waits for the whole device, i.e. for the
-// training step running beside the decode (measured: the loop on device-decoded JPEGs then ran a decode's time
-// slower per step, 53 ms instead of 42). Blocks go back to CUDA only when the decoder is destroyed. The
-// allocator callbacks carry no context, so the pools are the process's (one decoder per backend, one backend
-// per process in amptrain); a mutex guards each.
-typedef struct JpegPoolBlock {
-    void *ptr;
-    size_t bytes;
-    int used;
-} JpegPoolBlock;
-
-typedef struct JpegPool {
-    pthread_mutex_t mutex;
-    int pinned;               // 1: page-locked host memory, 0: device memory
-    JpegPoolBlock *blocks;
-    int count, capacity;
-} JpegPool;
-
-static JpegPool jpeg_device_pool = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0};
-static JpegPool jpeg_pinned_pool = {PTHREAD_MUTEX_INITIALIZER, 1, NULL, 0, 0};
-
-// The smallest free block of at least `bytes`, else a new one; NULL when CUDA has no more.
-static void *jpeg_pool_take(JpegPool *p, size_t bytes) {
-    if (bytes == 0) return NULL;
-    pthread_mutex_lock(&p->mutex);
-    int best = -1;
-    for (int i = 0; i < p->count; i++)
-        if (!p->blocks[i].used && p->blocks[i].bytes >= bytes && (best < 0 || p->blocks[i].bytes < p->blocks[best].bytes))
-            best = i;
-    void *ptr = NULL;
-    if (best >= 0) {
-        p->blocks[best].used = 1;
-        ptr = p->blocks[best].ptr;
-    } else if ((p->pinned ? cudaHostAlloc(&ptr, bytes, cudaHostAllocDefault) : cudaMalloc(&ptr, bytes)) == cudaSuccess) {
-        if (p->count == p->capacity) {
-            p->capacity = p->capacity ? 2 * p->capacity : 16;
-            p->blocks = (JpegPoolBlock *)realloc(p->blocks, (size_t)p->capacity * sizeof *p->blocks);
-            AMP_ASSERT(p->blocks, "nvJPEG pool: out of host memory");
-        }
-        p->blocks[p->count++] = (JpegPoolBlock){ptr, bytes, 1};
-    } else {
-        ptr = NULL;
-    }
-    pthread_mutex_unlock(&p->mutex);
-    return ptr;
-}
-
-static void jpeg_pool_give(JpegPool *p, void *ptr) {
-    if (!ptr) return;
-    pthread_mutex_lock(&p->mutex);
-    int found = 0;
-    for (int i = 0; i < p->count && !found; i++)
-        if (p->blocks[i].ptr == ptr) p->blocks[i].used = 0, found = 1;
-    pthread_mutex_unlock(&p->mutex);
-    AMP_ASSERT(found, "nvJPEG pool: %p given back, but the pool did not hand it out", ptr);
-}
-
-// Gives every block back to CUDA (the decoder's handles are destroyed: nothing uses them, even a block nvJPEG
-// did not give back).
-static void jpeg_pool_release(JpegPool *p) {
-    pthread_mutex_lock(&p->mutex);
-    for (int i = 0; i < p->count; i++)
-        CUDA_CHECK(p->pinned ? cudaFreeHost(p->blocks[i].ptr) : cudaFree(p->blocks[i].ptr));
-    free(p->blocks);
-    p->blocks = NULL, p->count = p->capacity = 0;
-    pthread_mutex_unlock(&p->mutex);
-}
-
-// nvJPEG's allocator callbacks: 0 on success, as cudaMalloc's cudaSuccess.
-static int jpeg_device_malloc(void **ptr, size_t bytes) {
-    *ptr = jpeg_pool_take(&jpeg_device_pool, bytes);
-    return *ptr || bytes == 0 ? 0 : 1;
-}
-static int jpeg_device_free(void *ptr) {
-    jpeg_pool_give(&jpeg_device_pool, ptr);
-    return 0;
-}
-static int jpeg_pinned_malloc(void **ptr, size_t bytes, unsigned int flags) {
-    (void)flags;
-    *ptr = jpeg_pool_take(&jpeg_pinned_pool, bytes);
-    return *ptr || bytes == 0 ? 0 : 1;
-}
-static int jpeg_pinned_free(void *ptr) {
-    jpeg_pool_give(&jpeg_pinned_pool, ptr);
-    return 0;
 }
 
 static CudaJpeg *jpeg_create(void) {
     CudaJpeg *j = (CudaJpeg *)xcalloc(1, sizeof(CudaJpeg));
     CUDA_CHECK(cudaEventCreateWithFlags(&j->resampled, cudaEventDisableTiming));
-    nvjpegDevAllocator_t device = {jpeg_device_malloc, jpeg_device_free};
-    nvjpegPinnedAllocator_t pinned = {jpeg_pinned_malloc, jpeg_pinned_free};
-    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, &device, &pinned, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION,
-                       &j->hardware) == NVJPEG_STATUS_SUCCESS) {
+    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, &j->hardware) ==
+        NVJPEG_STATUS_SUCCESS) {
         NVJPEG_CHECK(nvjpegJpegStateCreate(j->hardware, &j->hardware_state));
         NVJPEG_CHECK(nvjpegJpegStreamCreate(j->hardware, &j->parsed));
     } else {
@@ -199,8 +108,6 @@ void cuda_jpeg_destroy(CudaBackend *cb) {
     for (int i = 0; i < 4; i++)
         if (buffers[i]->ptr) CUDA_CHECK(cudaFree(buffers[i]->ptr));
     CUDA_CHECK(cudaEventDestroy(j->resampled));
-    jpeg_pool_release(&jpeg_device_pool);
-    jpeg_pool_release(&jpeg_pinned_pool);
     free(j);
     cb->jpeg = NULL;
 }
@@ -384,14 +291,13 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     size_t taps_used = 0, row_bytes = 0;
     int most_rows = 0;
     const size_t image_bytes = jpeg_plan(jobs, count, side, plans, &host_taps, &taps_used, &row_bytes, &most_rows);
+    jpeg_buffer_reserve(&j->images, image_bytes);
+    jpeg_buffer_reserve(&j->rows, row_bytes);
+    jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t));
+    jpeg_buffer_reserve(&j->plans, (size_t)count * sizeof *plans);
     // nvJPEG's hardware engines write their output when the call is made, not in stream order (torchcodec
     // found it on H100s, nvJPEG 12.3-13.2): the host waits until the last batch's kernels are done with the
-    // decoded images, and until a buffer grown in stream order exists, before the engines are called.
-    int grew = jpeg_buffer_reserve(&j->images, image_bytes, stream);
-    grew |= jpeg_buffer_reserve(&j->rows, row_bytes, stream);
-    grew |= jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t), stream);
-    grew |= jpeg_buffer_reserve(&j->plans, (size_t)count * sizeof *plans, stream);
-    if (grew) CUDA_CHECK(cudaStreamSynchronize(stream));
+    // decoded images before the engines are called.
     CUDA_CHECK(cudaEventSynchronize(j->resampled));
 
     const double t1 = jpeg_log_enabled() ? metrics_now() : 0;
