@@ -27,8 +27,8 @@
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   profileamp, profilefp32  the same for one of the two
-#   decode    test_images_gpu (CUDA input_decode against the CPU reference), then build/bench_decode on make_jpegs'
-#             folder (input_decode img/s at batch 256, beside the CPU reference on one thread)
+#   decode    test_images_gpu (CUDA input_decode against the CPU reference), then --bench-data data.decode=device on
+#             make_jpegs' folder (decode + augment img/s on the GPU, batch 256)
 #   tvdecode  test_images_pil run by the torch python: amptrain's decoded pixels against torchvision.io.decode_jpeg (CPU)
 #   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
@@ -218,9 +218,10 @@ stage_profileamp() { profile_pair amp -- --amp 1; }
 stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }
 stage_profile() { stage_profileamp && stage_profilefp32; }
 stage_decode() {  # the device decode path: test_images_gpu (nvJPEG + kernels against the CPU reference), then
-                  # build/bench_decode's input_decode rate on make_jpegs' folder, batch 256
+                  # --bench-data with data.decode=device on make_jpegs' folder, batch 256
     AMPTRAIN_REQUIRE_GPU=1 build/test_images_gpu; local rc=$?
-    make_jpegs && build/bench_decode /tmp/jpegs 256 8 && return $rc
+    make_jpegs && build/amptrain configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder data.path=/tmp/jpegs \
+        data.batch_size=256 data.decode=device --bench-data --bench-steps 8 | grep '^{' | tee -a "$BENCH" && return $rc
 }
 stage_tvdecode() {  # test_images_pil with the machine's torch python: decoded pixels against torchvision.io.decode_jpeg
     AMPTRAIN_PIL_PYTHON="$(command -v python3)" build/test_images_pil
