@@ -20,7 +20,6 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "data/bench_data.h"
-#include "data/image_dataset.h"
 #include "data/dataset.h"
 #include "dist/agree.h"
 #include "dist/comm.h"
@@ -286,12 +285,10 @@ static int bench_data(const Config *cfg, Comm *comm, int batches) {
     Dataset *ds = NULL;
     Backend *be = NULL;
     int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &ds, err, sizeof err), err);
-    if (rc == 0 && image_dataset_source(ds) && strcmp(cfg->data.decode, "host") != 0) {
+    if (rc == 0 && !strcmp(cfg->data.decode, "device")) {
         be = select_backend(cfg, comm, err, sizeof err);
         rc = agree_startup(comm, be ? 0 : 1, err);
-        int device = rc == 0 ? dataset_decode_on_device(&cfg->data, be, err, sizeof err) : 0;
-        if (rc == 0) rc = agree_startup(comm, device < 0 ? 2 : 0, err);
-        if (device <= 0 && be) be->destroy(be), be = NULL;
+        if (rc == 0) rc = agree_startup(comm, dataset_decode_on_device(&cfg->data, be, err, sizeof err) < 0 ? 2 : 0, err);
     }
     if (rc == 0) bench_data_run(cfg, ds, be, comm->size, comm->rank, batches, comm->rank == 0 ? stdout : NULL);
     // --bench-data makes no checkpoint.dir: a list walked while it was missing is only said not to be cached.

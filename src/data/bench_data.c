@@ -47,7 +47,7 @@ static double decode_rate(const EncodedSource *src, double *megapixels) {
     return decoded ? decoded / elapsed : 0;
 }
 
-// Decodes batch b into one of two device buffers (slots 0 and 1, as the trainer alternates them) and waits
+// Decodes batch n into device buffer n % BACKEND_INPUT_SLOTS (as the trainer cycles its input slots) and waits
 // until it is there; returns the jobs the decoder refused.
 static int decode_on_device(Backend *be, void *const slots[BACKEND_INPUT_SLOTS], long n, const Batch *b,
                             int side, uint8_t *failed) {

@@ -287,8 +287,7 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
 }
 
 int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *err, size_t err_cap) {
-    int jpeg = !strcmp(data->source, "imagefolder") || !strcmp(data->source, "webdataset");
-    if (!jpeg || !strcmp(data->decode, "host")) return 0;
+    if (strcmp(data->decode, "device") != 0) return 0;  // the config allows device for the JPEG sources only
     if (be->input_decode) return 1;
     snprintf(err, err_cap,
              "data.decode: device, but the %s backend of this build has no JPEG decoder (nvJPEG was not found when "

@@ -98,7 +98,8 @@ void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed
                             uint8_t *img, int32_t *label);
 
 // data.decode for this backend: 1 when be decodes the training JPEGs (Backend.input_decode; the loader
-// makes ImageJobs), 0 when the loader's threads do (host, and every source that is not JPEGs).
+// makes ImageJobs), 0 when the loader's threads do (data.decode host; the config refuses device for a source
+// that is not JPEGs).
 // Returns -1 with one line in err[err_cap] when data.decode is device and be has no decoder.
 int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *err, size_t err_cap);
 
