@@ -145,10 +145,7 @@ float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx)
     return ms / (float)runs;
 }
 
-int cuda_pick_log_enabled(void) {
-    const char *env = getenv("AMPTRAIN_CONV_LOG");
-    return env && strcmp(env, "1") == 0;
-}
+int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }
 
 void *cuda_scratch_get(CudaBackend *cb, size_t bytes) { return cuda_alloc_get(cuda_backend_state(cb)->alloc, bytes); }
 

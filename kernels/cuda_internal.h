@@ -14,6 +14,7 @@ extern "C" {
 #endif
 #include "core/backend.h"
 #include "core/check.h"
+#include "core/log.h"
 #ifdef __cplusplus
 }
 #endif

@@ -265,18 +265,9 @@ static int jpeg_decode_on_host(cudaStream_t stream, const ImageJob *job, unsigne
     return 0;
 }
 
-// AMPTRAIN_DECODE_LOG=1: one line per batch on stderr with the host time of each phase (the planning, the
-// hardware engines' call, libjpeg-turbo's jobs, the rest up to the kernels' launch), to see where a decode
-// beside the training step spends its time.
-static int jpeg_log_enabled(void) {
-    static int enabled = -1;
-    if (enabled < 0) {
-        const char *v = getenv("AMPTRAIN_DECODE_LOG");
-        enabled = v && v[0] == '1';
-    }
-    return enabled;
-}
-
+// AMPTRAIN_DECODE_LOG=1: one line per batch on stderr with the host time of each phase (the wait for the last
+// batch and the planning, the hardware engines' call, libjpeg-turbo's jobs, the rest up to the kernels' launch),
+// to see where a decode beside the training step spends its time.
 void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
                        uint8_t *failed) {
     CudaBackend *cb = cuda_state(be);
@@ -284,7 +275,8 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
     cudaStream_t stream = cb->copy_stream;
-    const double t0 = jpeg_log_enabled() ? metrics_now() : 0;
+    const int log = log_env_flag("AMPTRAIN_DECODE_LOG");
+    const double t0 = log ? metrics_now() : 0;
     cuda_input_slot_claim(cb, slot);
     JpegJobPlan *plans = (JpegJobPlan *)xcalloc((size_t)(count > 0 ? count : 1), sizeof *plans);
     int32_t *host_taps = NULL;
@@ -300,17 +292,17 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     // decoded images before the engines are called.
     CUDA_CHECK(cudaEventSynchronize(j->resampled));
 
-    const double t1 = jpeg_log_enabled() ? metrics_now() : 0;
+    const double t1 = log ? metrics_now() : 0;
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
     jpeg_decode_hardware(j, stream, jobs, count, plans, decoded);
-    const double t2 = jpeg_log_enabled() ? metrics_now() : 0;
+    const double t2 = log ? metrics_now() : 0;
     int on_host = 0;
     for (int i = 0; i < count; i++) {
         on_host += !decoded[i];
         failed[i] = (uint8_t)(!decoded[i] &&
                               jpeg_decode_on_host(stream, &jobs[i], jpeg_destination(j, &jobs[i], &plans[i]).channel[0]) != 0);
     }
-    const double t3 = jpeg_log_enabled() ? metrics_now() : 0;
+    const double t3 = log ? metrics_now() : 0;
 
     if (count > 0) {
         CUDA_CHECK(cudaMemcpyAsync(j->taps.ptr, host_taps, taps_used * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
@@ -329,7 +321,7 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     }
     CUDA_CHECK(cudaEventRecord(j->resampled, stream));
     cuda_input_slot_filled(cb, slot);
-    if (jpeg_log_enabled())
+    if (log)
         fprintf(stderr, "decode: %d jobs (%d on the host): wait and plan %.2f ms, engines %.2f ms, host %.2f ms, "
                         "launch %.2f ms\n", count, on_host, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
                 1e3 * (metrics_now() - t3));

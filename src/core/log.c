@@ -2,6 +2,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int g_rank = 0, g_world = 1;
 
@@ -45,6 +47,11 @@ void log_warn_local(const char *fmt, ...) {
     va_start(args, fmt);
     log_line(stderr, "warning", fmt, args);
     va_end(args);
+}
+
+int log_env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "1") == 0;
 }
 
 void log_error(const char *fmt, ...) {

@@ -12,4 +12,7 @@ void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // 
 void log_warn_local(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  // stderr, the calling rank
 void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  // stderr, every rank
 
+// 1 when the diagnostic log switch `name` (AMPTRAIN_CONV_LOG, AMPTRAIN_DECODE_LOG) is set to 1 in the environment.
+int log_env_flag(const char *name);
+
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "metrics.h"
 
 struct DecodeFeed {
@@ -28,15 +29,10 @@ struct DecodeFeed {
 
 // AMPTRAIN_DECODE_LOG=1: per batch, the thread's time waiting for the loader, in trainer_decode and waiting
 // for the decode to reach the device (the CUDA decoder logs its own phases beside it).
-static int decode_log_enabled(void) {
-    const char *v = getenv("AMPTRAIN_DECODE_LOG");
-    return v && v[0] == '1';
-}
-
 static void *decode_thread(void *arg) {
     DecodeFeed *f = arg;
     Backend *be = f->t->be;
-    const int log = decode_log_enabled();
+    const int log = log_env_flag("AMPTRAIN_DECODE_LOG");
     for (long n = 0;; n++) {
         const int slot = (int)(n % BACKEND_INPUT_SLOTS);
         pthread_mutex_lock(&f->mutex);
