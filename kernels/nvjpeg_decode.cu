@@ -15,12 +15,14 @@
 // Chroma is upsampled with interpolation (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION), as libjpeg-turbo's
 // fancy upsampling does.
 //
-// Streams and memory: everything runs on the copy stream inside input_upload's hand-over (wait for the slot's
-// "consumed", record "uploaded"). The decoded images, the horizontal pass's rows and the taps live in the
-// decoder's own device buffers, grown when a batch needs more; the caching allocator's blocks belong to the
-// compute stream. nvJPEG's own buffers come from its default allocators (pools that never free were tried,
-// for fear of cudaFree's device-wide wait, and changed nothing measurable: bench/RESULTS.md, fifth session). The trainer calls this from its decode thread
-// (train/decode_feed.h), so a wait in here never holds back a step's launch.
+// Streams and memory: the decode (nvJPEG's engines, libjpeg-turbo's uploads, the taps) runs on the decoder's
+// own stream into its own device buffers (the decoded images, the horizontal pass's rows, the taps), grown when
+// a batch needs more; the resampling kernels that write the input slot run on the copy stream inside
+// input_upload's hand-over (wait for the slot's "consumed" and for the decode, record "uploaded"). The caching
+// allocator's blocks belong to the compute stream. nvJPEG's own buffers come from its default allocators
+// (pools that never free were tried, for fear of cudaFree's device-wide wait, and changed nothing measurable:
+// bench/RESULTS.md, fifth session). The trainer calls this from its decode thread (train/decode_feed.h), so a
+// wait in here never holds back a step's launch.
 //
 // test_images_gpu compares it with the CPU reference.
 #include <nvjpeg.h>
@@ -68,6 +70,8 @@ struct CudaJpeg {
     nvjpegJpegStream_t parsed;   // header parsing for the hardware's support check
     int hardware_batch;          // the batch size hardware_state was initialised for (0: none)
     JpegBuffer images, rows, taps, plans;
+    cudaStream_t stream;         // the decode and the uploads into the buffers above (see cuda_input_decode)
+    cudaEvent_t decoded;         // the batch's images, taps and plans are on the device
     cudaEvent_t resampled;       // the last batch's kernels are done with `images` (see cuda_input_decode)
 };
 
@@ -86,6 +90,8 @@ static void jpeg_buffer_reserve(JpegBuffer *b, size_t bytes) {
 static CudaJpeg *jpeg_create(void) {
     CudaJpeg *j = (CudaJpeg *)xcalloc(1, sizeof(CudaJpeg));
     CUDA_CHECK(cudaEventCreateWithFlags(&j->resampled, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&j->decoded, cudaEventDisableTiming));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&j->stream, cudaStreamNonBlocking));
     if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, &j->hardware) ==
         NVJPEG_STATUS_SUCCESS) {
         NVJPEG_CHECK(nvjpegJpegStateCreate(j->hardware, &j->hardware_state));
@@ -108,6 +114,8 @@ void cuda_jpeg_destroy(CudaBackend *cb) {
     for (int i = 0; i < 4; i++)
         if (buffers[i]->ptr) CUDA_CHECK(cudaFree(buffers[i]->ptr));
     CUDA_CHECK(cudaEventDestroy(j->resampled));
+    CUDA_CHECK(cudaEventDestroy(j->decoded));
+    CUDA_CHECK(cudaStreamDestroy(j->stream));
     free(j);
     cb->jpeg = NULL;
 }
@@ -274,10 +282,8 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     CUDA_CHECK(cudaSetDevice(cb->device));  // the trainer's decode thread starts on device 0 whatever the rank's GPU
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
-    cudaStream_t stream = cb->copy_stream;
     const int log = log_env_flag("AMPTRAIN_DECODE_LOG");
     const double t0 = log ? metrics_now() : 0;
-    cuda_input_slot_claim(cb, slot);
     JpegJobPlan *plans = (JpegJobPlan *)xcalloc((size_t)(count > 0 ? count : 1), sizeof *plans);
     int32_t *host_taps = NULL;
     size_t taps_used = 0, row_bytes = 0;
@@ -292,21 +298,30 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     // decoded images before the engines are called.
     CUDA_CHECK(cudaEventSynchronize(j->resampled));
 
+    // The decode fills the decoder's own buffers on its own stream, which waits for nothing: the engines' call
+    // returns only when nvJPEG's work on its stream is done, and on the copy stream that work would queue behind
+    // the slot's "consumed" (the step that last read the slot), up to a whole step (measured: the call took
+    // 47 ms beside the step, 17 alone; bench/RESULTS.md, sixth session). Only the resampling kernels, which
+    // write the slot, wait for it.
     const double t1 = log ? metrics_now() : 0;
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
-    jpeg_decode_hardware(j, stream, jobs, count, plans, decoded);
+    jpeg_decode_hardware(j, j->stream, jobs, count, plans, decoded);
     const double t2 = log ? metrics_now() : 0;
     int on_host = 0;
     for (int i = 0; i < count; i++) {
         on_host += !decoded[i];
         failed[i] = (uint8_t)(!decoded[i] &&
-                              jpeg_decode_on_host(stream, &jobs[i], jpeg_destination(j, &jobs[i], &plans[i]).channel[0]) != 0);
+                              jpeg_decode_on_host(j->stream, &jobs[i], jpeg_destination(j, &jobs[i], &plans[i]).channel[0]) != 0);
     }
     const double t3 = log ? metrics_now() : 0;
 
+    cudaStream_t stream = cb->copy_stream;
+    cuda_input_slot_claim(cb, slot);
     if (count > 0) {
-        CUDA_CHECK(cudaMemcpyAsync(j->taps.ptr, host_taps, taps_used * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
-        CUDA_CHECK(cudaMemcpyAsync(j->plans.ptr, plans, (size_t)count * sizeof *plans, cudaMemcpyHostToDevice, stream));
+        CUDA_CHECK(cudaMemcpyAsync(j->taps.ptr, host_taps, taps_used * sizeof(int32_t), cudaMemcpyHostToDevice, j->stream));
+        CUDA_CHECK(cudaMemcpyAsync(j->plans.ptr, plans, (size_t)count * sizeof *plans, cudaMemcpyHostToDevice, j->stream));
+        CUDA_CHECK(cudaEventRecord(j->decoded, j->stream));
+        CUDA_CHECK(cudaStreamWaitEvent(stream, j->decoded, 0));
         const size_t most_row_bytes = (size_t)most_rows * side * 3, out_bytes = (size_t)side * side * 3;
         const dim3 rows_grid((unsigned)((most_row_bytes + JPEG_RESAMPLE_THREADS - 1) / JPEG_RESAMPLE_THREADS), (unsigned)count);
         const dim3 out_grid((unsigned)((out_bytes + JPEG_RESAMPLE_THREADS - 1) / JPEG_RESAMPLE_THREADS), (unsigned)count);
