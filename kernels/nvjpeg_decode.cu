@@ -298,11 +298,9 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     // decoded images before the engines are called.
     CUDA_CHECK(cudaEventSynchronize(j->resampled));
 
-    // The decode fills the decoder's own buffers on its own stream, which waits for nothing: the engines' call
-    // returns only when nvJPEG's work on its stream is done, and on the copy stream that work would queue behind
-    // the slot's "consumed" (the step that last read the slot), up to a whole step (measured: the call took
-    // 47 ms beside the step, 17 alone; bench/RESULTS.md, sixth session). Only the resampling kernels, which
-    // write the slot, wait for it.
+    // The decode fills the decoder's own buffers on its own stream, which waits for nothing; only the
+    // resampling kernels, which write the slot, wait for the slot's "consumed" on the copy stream. (That alone
+    // did not shorten the engines' call beside the step: bench/RESULTS.md, sixth session.)
     const double t1 = log ? metrics_now() : 0;
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
     jpeg_decode_hardware(j, j->stream, jobs, count, plans, decoded);
