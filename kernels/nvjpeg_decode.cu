@@ -34,7 +34,7 @@
 
 extern "C" {
 #include "data/image_decode.h"
-#include "train/metrics.h"
+#include "core/clock.h"
 #include "data/image_resample.h"
 }
 
@@ -283,7 +283,7 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
     const int log = log_env_flag("AMPTRAIN_DECODE_LOG");
-    const double t0 = log ? metrics_now() : 0;
+    const double t0 = log ? clock_seconds() : 0;
     JpegJobPlan *plans = (JpegJobPlan *)xcalloc((size_t)(count > 0 ? count : 1), sizeof *plans);
     int32_t *host_taps = NULL;
     size_t taps_used = 0, row_bytes = 0;
@@ -301,17 +301,17 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     // The decode fills the decoder's own buffers on its own stream, which waits for nothing; only the
     // resampling kernels, which write the slot, wait for the slot's "consumed" on the copy stream. (That alone
     // did not shorten the engines' call beside the step: bench/RESULTS.md, sixth session.)
-    const double t1 = log ? metrics_now() : 0;
+    const double t1 = log ? clock_seconds() : 0;
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
     jpeg_decode_hardware(j, j->stream, jobs, count, plans, decoded);
-    const double t2 = log ? metrics_now() : 0;
+    const double t2 = log ? clock_seconds() : 0;
     int on_host = 0;
     for (int i = 0; i < count; i++) {
         on_host += !decoded[i];
         failed[i] = (uint8_t)(!decoded[i] &&
                               jpeg_decode_on_host(j->stream, &jobs[i], jpeg_destination(j, &jobs[i], &plans[i]).channel[0]) != 0);
     }
-    const double t3 = log ? metrics_now() : 0;
+    const double t3 = log ? clock_seconds() : 0;
 
     cudaStream_t stream = cb->copy_stream;
     cuda_input_slot_claim(cb, slot);
@@ -337,6 +337,6 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     if (log)
         fprintf(stderr, "decode: %d jobs (%d on the host): wait and plan %.2f ms, engines %.2f ms, host %.2f ms, "
                         "launch %.2f ms\n", count, on_host, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
-                1e3 * (metrics_now() - t3));
+                1e3 * (clock_seconds() - t3));
     free(plans), free(host_taps), free(decoded);
 }

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "cpu/cpu_ops.h"
 #include "cpu/half.h"
 #include "data/image_job_decode.h"
@@ -114,9 +115,7 @@ static void cpu_readback_wait(Backend *be) { (void)be; }
 
 // Everything has run by the time a call returns, so a mark is simply the time now.
 static void cpu_mark_record(Backend *be, int slot) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ((CpuState *)be->impl)->marks[slot] = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    ((CpuState *)be->impl)->marks[slot] = clock_seconds();
 }
 
 static float cpu_mark_elapsed_ms(Backend *be, int from, int to) {

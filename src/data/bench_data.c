@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "image_dataset.h"
 #include "image_decode.h"
 #include "loader.h"
@@ -11,12 +12,6 @@
 
 #define DECODE_SAMPLES 64      // distinct files in the decode-only loop
 #define DECODE_MIN_SECONDS 1.0 // the loop repeats them until at least this long has passed
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // Decodes per second on this thread, over the first samples' bytes (read beforehand, so no I/O is in
 // it); 0 when nothing decodes. *megapixels: the mean size of the decoded images.
@@ -30,7 +25,7 @@ static double decode_rate(const EncodedSource *src, double *megapixels) {
         if (src->read(src, i, &bytes[have], &len[have], &label, err, sizeof err) == 0) have++;
     }
     long decoded = 0;
-    double pixels = 0, start = seconds_now(), elapsed = 0;
+    double pixels = 0, start = clock_seconds(), elapsed = 0;
     while (have > 0 && elapsed < DECODE_MIN_SECONDS) {
         for (int i = 0; i < have; i++) {
             DecodedImage img;
@@ -39,7 +34,7 @@ static double decode_rate(const EncodedSource *src, double *megapixels) {
             pixels += (double)img.width * img.height;
             image_free(&img);
         }
-        elapsed = seconds_now() - start;
+        elapsed = clock_seconds() - start;
         if (decoded == 0) break;
     }
     for (int i = 0; i < have; i++) free(bytes[i]);
@@ -80,13 +75,13 @@ void bench_data_run(const Config *cfg, const Dataset *ds, Backend *decoder, int 
     if (decoder && b) decode_on_device(decoder, slots, 0, b, ds->side, failed);  // and the decoder's buffers
     long images = 0;
     int done = 0;
-    double start = seconds_now();
+    double start = clock_seconds();
     while (done < batches && b && (b = loader_next(l, NULL))) {
         if (decoder) refused += decode_on_device(decoder, slots, done + 1, b, ds->side, failed);
         images += b->count;
         done++;
     }
-    double elapsed = seconds_now() - start;
+    double elapsed = clock_seconds() - start;
     loader_destroy(l);
     for (int k = 0; k < BACKEND_INPUT_SLOTS && decoder; k++) decoder->free(decoder, slots[k]);
     free(failed);

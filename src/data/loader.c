@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../core/check.h"
+#include "core/clock.h"
 #include "image_dataset.h"
 
 #define LOADER_MAX_WORKERS 64
@@ -59,12 +60,6 @@ struct Loader {
     long next;                 // the walk index the caller takes next
     int stop;                  // loader_destroy asked the workers to end
 };
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // Frees the bytes of a slot's jobs (the batch it held was released) and zeroes them.
 static void jobs_release(ImageJob *jobs, int n) {
@@ -220,20 +215,20 @@ const Batch *loader_next(Loader *l, double *waited) {
     long j = l->next;
     LoaderSlot *s = &l->ring[j % l->slots];
     if (!l->threaded) {
-        double start = waited ? now_seconds() : 0;
+        double start = waited ? clock_seconds() : 0;
         int chunks = loader_setup(l, &l->workers[0], j);
         for (int c = 0; c < chunks; c++) loader_produce_chunk(l, j, c);
         l->next++;
-        if (waited) *waited += now_seconds() - start;
+        if (waited) *waited += clock_seconds() - start;
         return &s->batch;
     }
     pthread_mutex_lock(&l->mutex);
     l->next++;  // releases batch j - 1
     pthread_cond_broadcast(&l->changed);
     if (s->ready != j) {
-        double start = waited ? now_seconds() : 0;
+        double start = waited ? clock_seconds() : 0;
         while (s->ready != j) pthread_cond_wait(&l->changed, &l->mutex);
-        if (waited) *waited += now_seconds() - start;
+        if (waited) *waited += clock_seconds() - start;
     }
     pthread_mutex_unlock(&l->mutex);
     return &s->batch;

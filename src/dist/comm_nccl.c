@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "../core/check.h"
+#include "core/clock.h"
 #include "comm.h"
 #include "nccl_check.h"
 #include "watchdog.h"
@@ -47,20 +48,14 @@ typedef struct {
 
 // ---- waiting for a non-blocking communicator ------------------------------------------------------------
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 // res: what an NCCL call on m returned. While it is ncclInProgress, polls the communicator's state until
 // it settles, at most host->timeout_s (then the watchdog's timeout ends the job, naming `what`). Any
 // error ends the job through amp_fatal with the call, file and line.
 static void comm_nccl_settle(NcclComm *m, ncclResult_t res, const char *what, const char *expr, const char *file,
                              int line) {
-    double start = seconds_now(), timeout = m->host->timeout_s;
+    double start = clock_seconds(), timeout = m->host->timeout_s;
     while (res == ncclInProgress) {
-        if (m->watchdog && seconds_now() - start > timeout) watchdog_expire(m->watchdog, what);
+        if (m->watchdog && clock_seconds() - start > timeout) watchdog_expire(m->watchdog, what);
         sched_yield();
         ncclResult_t query = ncclCommGetAsyncError(m->nccl, &res);
         if (query != ncclSuccess) res = query;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "metrics.h"
 
@@ -41,16 +42,16 @@ static void *decode_thread(void *arg) {
         pthread_mutex_unlock(&f->mutex);
         if (stop) break;
         // releases batch n - 1, whose decode (and its jobs' bytes) input_upload_wait below has seen through
-        const double t0 = log ? metrics_now() : 0;
+        const double t0 = log ? clock_seconds() : 0;
         const Batch *b = loader_next(f->loader, NULL);
         if (b) {
-            const double t1 = log ? metrics_now() : 0;
+            const double t1 = log ? clock_seconds() : 0;
             trainer_decode(f->t, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
-            const double t2 = log ? metrics_now() : 0;
+            const double t2 = log ? clock_seconds() : 0;
             be->input_upload_wait(be, slot);
             if (log)
                 fprintf(stderr, "decode thread: batch %ld: loader %.2f ms, decode %.2f ms, to the device %.2f ms\n", n,
-                        1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (metrics_now() - t2));
+                        1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_seconds() - t2));
         }
         pthread_mutex_lock(&f->mutex);
         if (b)
@@ -80,9 +81,9 @@ const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited) {
     f->released = f->taken;  // the batch returned last was staged (its input_release issued) before this call
     pthread_cond_broadcast(&f->changed);
     if (f->decoded == f->taken && !f->ended) {
-        const double start = metrics_now();
+        const double start = clock_seconds();
         while (f->decoded == f->taken && !f->ended) pthread_cond_wait(&f->changed, &f->mutex);
-        if (waited) *waited += metrics_now() - start;
+        if (waited) *waited += clock_seconds() - start;
     }
     const MicroBatch *mb = NULL;
     if (f->decoded > f->taken) {

@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include "core/clock.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -7,18 +9,12 @@
 #include <time.h>
 #include <unistd.h>
 
-double metrics_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps, int append,
                  char *err, size_t err_len) {
     memset(mt, 0, sizeof *mt);
     mt->active = rank == 0;
     mt->total_steps = total_steps;
-    mt->start_time = metrics_now();
+    mt->start_time = clock_seconds();
     mt->path = log->metrics;
     if (!mt->active) return 0;
     mt->bar = strcmp(log->progress, "always") == 0 || (strcmp(log->progress, "auto") == 0 && world_size == 1 && isatty(STDOUT_FILENO));
@@ -107,7 +103,7 @@ void metrics_step(Metrics *mt, const StepRecord *r) {
         record_number(&rec, "memory_mib", r->memory_mib);
         record_write(mt, &rec);
     }
-    double elapsed = metrics_now() - mt->start_time;
+    double elapsed = clock_seconds() - mt->start_time;
     char eta[32];
     format_eta(r->step > 0 ? elapsed / r->step * (mt->total_steps - r->step) : 0, eta, sizeof eta);
     if (mt->bar) {

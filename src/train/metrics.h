@@ -80,7 +80,4 @@ int metrics_failed(const Metrics *mt);
 void metrics_note(Metrics *mt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void metrics_close(Metrics *mt);
 
-// Seconds on a monotonic clock.
-double metrics_now(void);
-
 #endif

@@ -7,6 +7,7 @@
 
 #include "checkpoint.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "dist/agree.h"
 #include "data/loader.h"
@@ -58,7 +59,7 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
 
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
-    t->init_start = metrics_now();
+    t->init_start = clock_seconds();
     t->cfg = cfg, t->be = be, t->comm = comm, t->grad_comm = grad_comm;
     // Each stage ends in an agreement (dist/agree.h): a rank that failed, and every other, return here.
     char err[AGREE_MESSAGE_MAX] = "";
@@ -421,7 +422,7 @@ static void log_step(Trainer *t, int force) {
     Backend *be = t->be;
     be->readback_begin(be, t->readback, t->act.loss, sizeof(float));
     be->readback_begin(be, t->readback + 1, t->scaler.state, sizeof(ScalerState));
-    double now = metrics_now();
+    double now = clock_seconds();
     long steps = t->step - t->last_log_step;
     long global_batch = (long)t->cfg->data.batch_size * t->comm->size * t->cfg->train.accum_steps;
     t->pending_log = (StepRecord){
@@ -502,7 +503,7 @@ static const MicroBatch *loader_micro(void *ctx, int k) {
 
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     const Config *cfg = t->cfg;
-    double start = metrics_now();
+    double start = clock_seconds();
     t->last_log_time = start;
     t->last_log_step = t->step;
     t->first_step = t->step;
@@ -525,7 +526,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         // Start-up ends with the first step (cuDNN's search), or with the second when it captures the graph.
         if (t->startup_s == 0 && t->step - t->first_step >= (t->graphs ? 2 : 1)) {
             t->be->sync(t->be);
-            t->steady_start = metrics_now();
+            t->steady_start = clock_seconds();
             t->startup_s = t->steady_start - t->init_start;
             t->steady_images = t->images_seen;
         }
@@ -542,7 +543,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         if ((stopped = agreed_stop(t, stop)) != 0) break;
     }
     t->be->sync(t->be);  // the last upload has left the loader's buffers, the last step is done
-    double end = metrics_now();
+    double end = clock_seconds();
     decode_feed_stop(feed.decode);
     if (feed.loader) loader_destroy(feed.loader);
     t->train_seconds = end - start;

@@ -98,11 +98,11 @@ typedef struct Trainer {
     int graph_warm;      // an eligible step ran eagerly
     void *graph;
     long graph_steps;    // steps replayed from the graph (for the summary)
-    double init_start;   // metrics_now() when trainer_init began
+    double init_start;   // clock_seconds() when trainer_init began
     long first_step;     // the step this run started at (after a resume, the checkpoint's)
     double startup_s;    // seconds from trainer_init's start to the end of start-up: the first step (cuDNN's
                          // search), or the second when graphs are on (the capture)
-    double steady_start; // metrics_now() at the end of start-up
+    double steady_start; // clock_seconds() at the end of start-up
     long steady_images;  // images_seen then
     double steady_images_per_s;  // images per second after start-up (evaluation and checkpoints included)
 } Trainer;

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "test_util.h"
 #include "train/safetensors.h"
 
@@ -27,12 +28,6 @@
 // with room for a loaded machine.
 #define KILL_BOUND_S 30.0
 #define CHECKPOINT_EVERY 5
-
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 
 // Reads a /proc file of NUL-separated strings (cmdline, environ) into buf; returns its length, 0 if gone.
@@ -137,13 +132,13 @@ START_TEST(killed_rank_ends_the_job_and_the_checkpoint_loads) {
     pid_t job = start_training(dir, log_path);
     // Mid-run: once the first periodic checkpoint is on disk (written by rename, so it is complete).
     int status = 0;
-    double deadline = seconds_now() + 60.0;
+    double deadline = clock_seconds() + 60.0;
     while (access(checkpoint, F_OK) != 0) {
         if (waitpid(job, &status, WNOHANG) == job) {
             print_file(log_path);
             ck_abort_msg("the job ended (status %d) before writing %s", status, checkpoint);
         }
-        if (seconds_now() > deadline) {
+        if (clock_seconds() > deadline) {
             end_leftovers(job, token);
             print_file(log_path);
             ck_abort_msg("no checkpoint after 60 s");
@@ -162,14 +157,14 @@ START_TEST(killed_rank_ends_the_job_and_the_checkpoint_loads) {
     // Rank 1: then rank 0, which writes the checkpoints, is ended by the job's own fault handling
     // (mpiexec's teardown or its collective watchdog), at whatever point it had reached.
     ck_assert_int_eq(kill(pids[victim], SIGKILL), 0);
-    double killed_at = seconds_now();
+    double killed_at = clock_seconds();
 
     int exited = 0;
-    while (!exited && seconds_now() - killed_at < KILL_BOUND_S) {
+    while (!exited && clock_seconds() - killed_at < KILL_BOUND_S) {
         exited = waitpid(job, &status, WNOHANG) == job;
         if (!exited) usleep(20 * 1000);
     }
-    double took = seconds_now() - killed_at;
+    double took = clock_seconds() - killed_at;
     printf("the job ended %.1f s after the kill of rank 1\n", took);
     if (!exited) {
         end_leftovers(job, token);
@@ -252,9 +247,9 @@ static void stop_cleanly(int through_wrapper) {
     char metrics_path[PATH_MAX + 16];
     snprintf(metrics_path, sizeof metrics_path, "%s/m.jsonl", dir);
     int status = 0;
-    double deadline = seconds_now() + 60.0;
+    double deadline = clock_seconds() + 60.0;
     for (struct stat st; stat(metrics_path, &st) != 0 || st.st_size == 0;) {
-        if (waitpid(job, &status, WNOHANG) == job || seconds_now() > deadline) {
+        if (waitpid(job, &status, WNOHANG) == job || clock_seconds() > deadline) {
             end_leftovers(job, made);
             print_file(log_path);
             ck_abort_msg("the job ended (status 0x%x) or did not train within 60 s", status);
@@ -263,7 +258,7 @@ static void stop_cleanly(int through_wrapper) {
     }
     ck_assert_int_eq(kill(job, through_wrapper ? SIGTERM : SIGUSR1), 0);
     int exited = 0;
-    for (double stop_at = seconds_now(); !exited && seconds_now() - stop_at < KILL_BOUND_S;)
+    for (double stop_at = clock_seconds(); !exited && clock_seconds() - stop_at < KILL_BOUND_S;)
         if (!(exited = waitpid(job, &status, WNOHANG) == job)) usleep(20 * 1000);
     if (!exited || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         end_leftovers(exited ? 0 : job, made);
