@@ -214,7 +214,7 @@ static void on_stop_signal(int sig) {
 
 // With data.decode: device, CUDA gets its largest number of hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS
 // 32, set here only when the user has not, before this process makes its CUDA context). Beside a running
-// training step, nvJPEG's hardware engines took ~50 ms for a batch of 256 (12-17 alone) with CUDA's default
+// training step, nvJPEG's hardware engines took ~50 ms for a batch of 256 (11-13 alone) with CUDA's default
 // of 8 queues, whatever the stream and its priority; with 32 the loop on device-decoded JPEGs ran ~12% faster
 // and the loop on synthetic data the same (bench/RESULTS.md, sixth session).
 // Returns 1 when it set the variable (the caller says so once the CUDA backend exists).
