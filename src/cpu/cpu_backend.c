@@ -3,7 +3,6 @@
 // everything runs synchronously, so sync and readback_wait have nothing to wait for.
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/check.h"
 #include "core/clock.h"

@@ -2,7 +2,6 @@
 #include "bench_data.h"
 
 #include <stdlib.h>
-#include <time.h>
 
 #include "core/clock.h"
 #include "image_dataset.h"

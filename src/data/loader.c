@@ -14,11 +14,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "../core/check.h"
-#include "core/clock.h"
+#include "../core/clock.h"
 #include "image_dataset.h"
 
 #define LOADER_MAX_WORKERS 64

@@ -21,10 +21,9 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "../core/check.h"
-#include "core/clock.h"
+#include "../core/clock.h"
 #include "comm.h"
 #include "nccl_check.h"
 #include "watchdog.h"

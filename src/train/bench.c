@@ -9,7 +9,6 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "data/dataset.h"
-#include "metrics.h"
 #include "trainer.h"
 
 static int compare_doubles(const void *a, const void *b) {

@@ -11,7 +11,6 @@
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/log.h"
-#include "metrics.h"
 
 struct DecodeFeed {
     Trainer *t;

@@ -1,13 +1,12 @@
 #include "metrics.h"
 
-#include "core/clock.h"
-
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "core/clock.h"
 
 int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps, int append,
                  char *err, size_t err_len) {
