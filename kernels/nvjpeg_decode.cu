@@ -73,6 +73,7 @@ struct CudaJpeg {
     cudaStream_t stream;         // the decode and the uploads into the buffers above (see cuda_input_decode)
     cudaEvent_t decoded;         // the batch's images, taps and plans are on the device
     cudaEvent_t resampled;       // the last batch's kernels are done with `images` (see cuda_input_decode)
+    int log;                     // AMPTRAIN_DECODE_LOG=1 (see cuda_input_decode)
 };
 
 // Grows b to at least `bytes` (with a quarter more, so that batches of slightly larger images do not grow it
@@ -89,6 +90,7 @@ static void jpeg_buffer_reserve(JpegBuffer *b, size_t bytes) {
 
 static CudaJpeg *jpeg_create(void) {
     CudaJpeg *j = (CudaJpeg *)xcalloc(1, sizeof(CudaJpeg));
+    j->log = log_env_flag("AMPTRAIN_DECODE_LOG");
     CUDA_CHECK(cudaEventCreateWithFlags(&j->resampled, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&j->decoded, cudaEventDisableTiming));
     CUDA_CHECK(cudaStreamCreateWithFlags(&j->stream, cudaStreamNonBlocking));
@@ -282,7 +284,7 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     CUDA_CHECK(cudaSetDevice(cb->device));  // the trainer's decode thread starts on device 0 whatever the rank's GPU
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
-    const int log = log_env_flag("AMPTRAIN_DECODE_LOG");
+    const int log = j->log;
     const double t0 = log ? clock_seconds() : 0;
     JpegJobPlan *plans = (JpegJobPlan *)xcalloc((size_t)(count > 0 ? count : 1), sizeof *plans);
     int32_t *host_taps = NULL;
@@ -307,9 +309,11 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     const double t2 = log ? clock_seconds() : 0;
     int on_host = 0;
     for (int i = 0; i < count; i++) {
-        on_host += !decoded[i];
-        failed[i] = (uint8_t)(!decoded[i] &&
-                              jpeg_decode_on_host(j->stream, &jobs[i], jpeg_destination(j, &jobs[i], &plans[i]).channel[0]) != 0);
+        failed[i] = 0;
+        if (decoded[i]) continue;
+        on_host++;
+        unsigned char *dest = jpeg_destination(j, &jobs[i], &plans[i]).channel[0];
+        failed[i] = (uint8_t)(jpeg_decode_on_host(j->stream, &jobs[i], dest) != 0);
     }
     const double t3 = log ? clock_seconds() : 0;
 
