@@ -33,6 +33,8 @@
 #   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
 #             synthetic data, then the JPEGs decoded on the host
+#   refill    jpegloop's device-decode loop with AMPTRAIN_DECODE_REFILL 1 and 2 (the batches a stalled step waits
+#             for), alternating, twice each, then the synthetic loop once
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -234,17 +236,31 @@ stage_decodelog() {  # where a device decode beside the step spends its time: 30
         log.metrics= checkpoint.dir= checkpoint.every=0 2>"$OUT/decodelog.txt" | grep -E "summary|error"
     grep -E "^decode" "$OUT/decodelog.txt" | tail -24
 }
-stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each linked 8 times: 1.4 epochs in 90
-                    # steps, so epoch ends do not dominate) beside the same loop on synthetic data
+jpegs8() {  # make_jpegs' 2048 files, each linked 8 times into /tmp/jpegs8 (16,384 files: 1.4 epochs in 90 steps)
     make_jpegs || return 1
-    rm -rf /tmp/jpegs8 && mkdir -p /tmp/jpegs8/train
+    [ -d /tmp/jpegs8/train ] && return 0
+    mkdir -p /tmp/jpegs8/train
     for c in /tmp/jpegs/train/c*; do
         mkdir -p "/tmp/jpegs8/train/${c##*/}"
         for k in 0 1 2 3 4 5 6 7; do for f in "$c"/*.jpg; do ln "$f" "/tmp/jpegs8/train/${c##*/}/$k-${f##*/}"; done; done
     done
+}
+stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each linked 8 times: 1.4 epochs in 90
+                    # steps, so epoch ends do not dominate) beside the same loop on synthetic data
+    jpegs8 || return 1
     loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=device
     loop_run 256 1
     loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=host
+}
+stage_refill() {
+    jpegs8 || return 1
+    for rep in 1 2; do
+        for n in 1 2; do
+            echo "refill $n:" >&2
+            AMPTRAIN_DECODE_REFILL=$n loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=device
+        done
+    done
+    loop_run 256 1
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift
