@@ -10,7 +10,9 @@
 // read x and residual, write y; backward: read x and dy, write dx and d_residual). The last lines weight
 // each shape by how often the network has it: the batch-norm time of one training step on each path.
 // Before timing, the three modes run the same inputs and must agree with cuDNN's (relative error under 1e-2
-// on y, dx and d_residual); exit 1 if not. Correctness against the CPU reference is test_gpu_ops' job.
+// on y, dx and d_residual); exit 1 if not. Then the four downsampling block ends of ResNeXt-50 (bn3 with the
+// shortcut's bn): the two layers' calls on auto's pairs against bn_add_bn's fused kernels, which must agree
+// the same way. Correctness against the CPU reference is test_gpu_ops' job.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -115,16 +117,31 @@ static int compare_floats(const void *a, const void *b) {
     return (fa > fb) - (fa < fb);
 }
 
+// What time_phase times: run(ctx, 0) a forward, run(ctx, 1) a backward (after a forward).
+typedef void (*PhaseRun)(void *ctx, int phase);
+
+typedef struct ShapeRun {
+    Backend *be;
+    const BnShape *s;
+    int rows;
+    Buffers *b;
+} ShapeRun;
+
+static void shape_run(void *ctx, int phase) {
+    ShapeRun *r = ctx;
+    if (phase == 0)
+        forward(r->be, r->s, r->rows, r->b);
+    else
+        backward(r->be, r->s, r->rows, r->b);
+}
+
 // Median ms of forward (phase 0) or backward (phase 1) on the path chosen.
-static float time_phase(Backend *be, const BnShape *s, int rows, Buffers *b, int phase) {
+static float time_phase(Backend *be, PhaseRun run, void *ctx, int phase) {
     float ms[TIMED_RUNS];
     for (int r = 0; r < WARMUP_RUNS + TIMED_RUNS; r++) {
-        if (phase == 1) forward(be, s, rows, b);
+        if (phase == 1) run(ctx, 0);
         be->mark_record(be, 0);
-        if (phase == 0)
-            forward(be, s, rows, b);
-        else
-            backward(be, s, rows, b);
+        run(ctx, phase);
         be->mark_record(be, 1);
         const float t = be->mark_elapsed_ms(be, 0, 1);
         if (r >= WARMUP_RUNS) ms[r - WARMUP_RUNS] = t;
@@ -180,6 +197,95 @@ static double modes_agree(Backend *be, const BnShape *s, int rows, Buffers *b) {
     return worst;
 }
 
+// ---- a downsampling block's end: bn3 (+ the shortcut + ReLU) and the shortcut's bn ----------------------
+
+typedef struct BlockEnd {
+    const char *name;
+    int hw, c;
+} BlockEnd;
+
+static const BlockEnd ENDS[] = {
+    {"layer1.0", 56 * 56, 256}, {"layer2.0", 28 * 28, 512}, {"layer3.0", 14 * 14, 1024}, {"layer4.0", 7 * 7, 2048}};
+#define END_COUNT ((int)(sizeof ENDS / sizeof ENDS[0]))
+
+// fused: bn_add_bn under auto (our own fused kernels); else the two calls each way on auto's pairs, bn_b's
+// output in a's res and the residual's gradient in a's dres (the model's calls before bn_add_bn).
+typedef struct EndRun {
+    Backend *be;
+    int rows, c, fused;
+    Buffers *a, *b;
+} EndRun;
+
+static BnArgs end_args(const Buffers *b) {
+    return (BnArgs){b->x, b->gamma, b->beta, b->rmean, b->rvar, b->smean, b->sinv, b->dgamma, b->dbeta};
+}
+
+static void end_run(void *ctx, int phase) {
+    EndRun *r = ctx;
+    Backend *be = r->be;
+    Buffers *a = r->a, *b = r->b;
+    const BnArgs aa = end_args(a), ba = end_args(b);
+    if (phase == 0 && r->fused) {
+        be->bn_add_bn_forward_train(be, r->rows, r->c, DTYPE_F16, &aa, &ba, 1, 0.1f, 1e-5f, a->res, a->y);
+    } else if (phase == 0) {
+        be->bn_forward_train(be, r->rows, r->c, DTYPE_F16, b->x, NULL, 0, b->gamma, b->beta, b->rmean, b->rvar, 0.1f,
+                             1e-5f, b->smean, b->sinv, a->res);
+        be->bn_forward_train(be, r->rows, r->c, DTYPE_F16, a->x, a->res, 1, a->gamma, a->beta, a->rmean, a->rvar, 0.1f,
+                             1e-5f, a->smean, a->sinv, a->y);
+    } else if (r->fused) {
+        be->bn_add_bn_backward(be, r->rows, r->c, DTYPE_F16, &aa, &ba, a->y, a->dy, 1, a->dx, b->dx, 0, a->dres);
+    } else {
+        be->bn_backward(be, r->rows, r->c, DTYPE_F16, a->x, a->y, a->dy, 1, a->gamma, a->smean, a->sinv, a->dx, 0,
+                        a->dgamma, a->dbeta, 0, a->dres);
+        be->bn_backward(be, r->rows, r->c, DTYPE_F16, b->x, NULL, a->dres, 0, b->gamma, b->smean, b->sinv, b->dx, 0,
+                        b->dgamma, b->dbeta, 0, NULL);
+    }
+}
+
+// Times both ways per block end and checks that they agree on y, dx_a and dx_b; returns 1 on a disagreement.
+static int time_block_ends(Backend *gpu, int n) {
+    printf("\ndownsampling block ends (bn3 + residual + ReLU with the shortcut's bn), ms: two calls each way on "
+           "auto's pairs against bn_add_bn's fused kernels\n");
+    printf("%-10s %9s %5s | %-9s %-9s | %-9s %-9s | %s\n", "block", "rows", "c", "fwd two", "fwd fused", "bwd two",
+           "bwd fused", "fused vs two");
+    double step[2] = {0, 0};
+    int failed = 0;
+    for (int i = 0; i < END_COUNT; i++) {
+        const BlockEnd *e = &ENDS[i];
+        const int rows = n * e->hw;
+        const size_t elems = (size_t)rows * e->c;
+        cuda_backend_set_batch_norm(gpu, CUDA_BN_AUTO);
+        gpu->bn_prepare(gpu, rows, e->c, DTYPE_F16, 1, 1);
+        gpu->bn_prepare(gpu, rows, e->c, DTYPE_F16, 0, 0);
+        Buffers a = buffers_make(gpu, elems, e->c), b = buffers_make(gpu, elems, e->c);
+        fill_random(gpu, b.x, elems, 1, 11, -1, 2);
+        float ms[2][2], *out[2][3];
+        for (int fused = 0; fused <= 1; fused++) {
+            EndRun run = {gpu, rows, e->c, fused, &a, &b};
+            fill_random(gpu, a.rmean, e->c, 0, 6, -0.1f, 0.1f);
+            end_run(&run, 0), end_run(&run, 1);
+            out[fused][0] = download_halves(gpu, a.y, elems);
+            out[fused][1] = download_halves(gpu, a.dx, elems);
+            out[fused][2] = download_halves(gpu, b.dx, elems);
+            for (int phase = 0; phase <= 1; phase++) ms[fused][phase] = time_phase(gpu, end_run, &run, phase);
+            step[fused] += ms[fused][0] + ms[fused][1];
+        }
+        double worst = 0;
+        for (int k = 0; k < 3; k++) {
+            const double err = rel_error(out[1][k], out[0][k], elems);
+            if (!(err <= worst)) worst = err;
+            free(out[0][k]), free(out[1][k]);
+        }
+        if (!(worst < 1e-2)) failed = 1;
+        printf("%-10s %9d %5d | %9.4f %9.4f | %9.4f %9.4f | %.2fx, differ by %.1e%s\n", e->name, rows, e->c,
+               ms[0][0], ms[1][0], ms[0][1], ms[1][1], (ms[1][0] + ms[1][1]) / (ms[0][0] + ms[0][1]), worst,
+               worst < 1e-2 ? "" : " FAIL");
+        buffers_free(gpu, &a), buffers_free(gpu, &b);
+    }
+    printf("one step's block ends: two calls %.2f ms, fused %.2f ms\n", step[0], step[1]);
+    return failed;
+}
+
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 256;
     char why[256] = "";
@@ -209,7 +315,8 @@ int main(int argc, char **argv) {
         for (int m = 0; m < MODES; m++) {
             cuda_backend_set_batch_norm(gpu, MODE[m]);
             for (int phase = 0; phase <= 1; phase++) {
-                ms[m][phase] = time_phase(gpu, s, rows, &b, phase);
+                ShapeRun run = {gpu, s, rows, &b};
+                ms[m][phase] = time_phase(gpu, shape_run, &run, phase);
                 step[m][phase] += s->count * ms[m][phase];
             }
         }
@@ -228,6 +335,7 @@ int main(int argc, char **argv) {
         printf("%s %s forward %.2f + backward %.2f = %.2f ms", m ? ";" : "", MODE_NAME[m], step[m][0], step[m][1],
                step[m][0] + step[m][1]);
     printf("\n");
+    failed |= time_block_ends(gpu, n);
     gpu->destroy(gpu);
     if (failed) fprintf(stderr, "bench_batchnorm: the modes disagree (FAIL above)\n");
     return failed;

@@ -253,6 +253,8 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->bn_forward_eval = cuda_bn_forward_eval;
     be->bn_forward_saved = cuda_bn_forward_saved;
     be->bn_backward = cuda_bn_backward;
+    be->bn_add_bn_forward_train = cuda_bn_add_bn_forward_train;
+    be->bn_add_bn_backward = cuda_bn_add_bn_backward;
     be->maxpool_forward = cuda_maxpool_forward;
     be->maxpool_backward = cuda_maxpool_backward;
     be->avgpool_forward = cuda_avgpool_forward;

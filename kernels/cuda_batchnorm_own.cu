@@ -15,6 +15,9 @@
 // does not cancel), lanes merged in a fixed tree; chunks are merged per channel in fp64 in a fixed order.
 // Deterministic on one GPU model (the chunking follows the SM count), no atomics.
 #include "cuda_batchnorm_own.h"
+
+#include <type_traits>
+
 #include "cuda_elem.cuh"
 
 #define BN_REDUCE_THREADS 256
@@ -199,18 +202,33 @@ static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *
     return bits;
 }
 
+// The residual of one pack as bn_apply_pack adds it: as loaded, or (AFFINE_RES) through its own batch norm's
+// affine map, rsc * r + rsh, unrounded.
+template <bool AFFINE_RES, int VEC>
+static __device__ __forceinline__ void bn_residual_pack(float *r, const float *rsc, const float *rsh) {
+    if (AFFINE_RES) {
+#pragma unroll
+        for (int k = 0; k < VEC; k++) r[k] = __fmaf_rn(rsc[k], r[k], rsh[k]);
+    }
+}
+
 // Grid and block as bn_stats_partial_kernel, two rows in flight per thread. mask (nullable): per pack
-// the bits of bn_apply_pack.
-// x, residual (nullable), y (rows, c) T; scale, shift (c) fp32; mask (rows * c / VEC) u8
-template <typename T, int VEC>
+// the bits of bn_apply_pack. AFFINE_RES: the residual is a second batch norm's input (bn_add_bn), mapped
+// by rscale, rshift before the add.
+// x, residual (nullable), y (rows, c) T; scale, shift, rscale, rshift (c) fp32; mask (rows * c / VEC) u8
+template <typename T, int VEC, bool AFFINE_RES>
 __global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows, int c,
-                                int chunk_rows, const float *scale, const float *shift, T *__restrict__ y,
-                                uint8_t *__restrict__ mask) {
+                                int chunk_rows, const float *scale, const float *shift, const float *rscale,
+                                const float *rshift, T *__restrict__ y, uint8_t *__restrict__ mask) {
     const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
     if (pack >= packs_per_row) return;
-    float sc[VEC], sh[VEC];
+    float sc[VEC], sh[VEC], rsc[VEC], rsh[VEC];
     bn_channel_load<VEC>(scale, ch, sc);
     bn_channel_load<VEC>(shift, ch, sh);
+    if (AFFINE_RES) {
+        bn_channel_load<VEC>(rscale, ch, rsc);
+        bn_channel_load<VEC>(rshift, ch, rsh);
+    }
     const int r1 = min(rows, (int)(blockIdx.y + 1) * chunk_rows), step = blockDim.y;
     int r = blockIdx.y * chunk_rows + threadIdx.y;
     for (; r + step < r1; r += 2 * step) {
@@ -224,6 +242,7 @@ __global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ r
         }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
+            bn_residual_pack<AFFINE_RES, VEC>(res[u], rsc, rsh);
             const unsigned bits = bn_apply_pack<T, VEC>(v[u], residual ? res[u] : NULL, relu, sc, sh);
             pack_store<T, VEC>(y + j[u] * VEC, v[u]);
             if (mask) mask[j[u]] = (uint8_t)bits;
@@ -234,6 +253,7 @@ __global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ r
         const size_t j = (size_t)r * packs_per_row + pack;
         pack_load<T, VEC>(x + j * VEC, v);
         if (residual) pack_load<T, VEC>(residual + j * VEC, res);
+        bn_residual_pack<AFFINE_RES, VEC>(res, rsc, rsh);
         const unsigned bits = bn_apply_pack<T, VEC>(v, residual ? res : NULL, relu, sc, sh);
         pack_store<T, VEC>(y + j * VEC, v);
         if (mask) mask[j] = (uint8_t)bits;
@@ -289,29 +309,37 @@ static __device__ __forceinline__ void bn_load_two_rows(const T *x, const T *dy,
     }
 }
 
-// Per chunk of rows (grid and block as bn_stats_partial_kernel): sums of g and g * (x - mean).
-// x, y, dy (rows, c) T; mask (packs) u8; save_mean, a, b (c) fp32 -> part_g, part_gx (chunks, c) fp32
-template <typename T, int VEC>
+// Per chunk of rows (grid and block as bn_stats_partial_kernel): sums of g and g * (x - mean), and with
+// DUAL (bn_add_bn: g also flows into a second batch norm of input x2) of g * (x2 - mean2).
+// x, y, dy, x2 (rows, c) T; mask (packs) u8; save_mean, a, b, mean2 (c) fp32
+//   -> part_g, part_gx, part_gx2 (chunks, c) fp32
+template <typename T, int VEC, bool DUAL>
 __global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__restrict__ y,
                                            const T *__restrict__ dy, int source, const uint8_t *__restrict__ mask,
                                            const float *a, const float *b, int rows, int c, int chunk_rows,
-                                           const float *save_mean, float *part_g, float *part_gx) {
+                                           const float *save_mean, float *part_g, float *part_gx,
+                                           const T *__restrict__ x2, const float *mean2, float *part_gx2) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
     const int pack = blockIdx.x * blockDim.x + threadIdx.x;
     const int packs_per_row = c / VEC, active = pack < packs_per_row, ch = pack * VEC;
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
-    float mean[VEC], av[VEC], bv[VEC], sg[VEC], sgx[VEC];
+    float mean[VEC], m2[VEC], av[VEC], bv[VEC], sg[VEC], sgx[VEC], sgx2[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; k++) sg[k] = sgx[k] = 0.0f;
+    for (int k = 0; k < VEC; k++) sg[k] = sgx[k] = sgx2[k] = 0.0f;
     if (active) {
         bn_channel_load<VEC>(save_mean, ch, mean);
+        if (DUAL) bn_channel_load<VEC>(mean2, ch, m2);
         bn_mask_affine_load<VEC>(source, a, b, ch, av, bv);
         const int step = blockDim.y;
         int r = r0 + threadIdx.y;
         for (; r + step < r1; r += 2 * step) {  // two rows of x and dy in flight per thread
-            float xv[2][VEC], g[2][VEC];
+            float xv[2][VEC], g[2][VEC], x2v[2][VEC];
             size_t j[2];
             bn_load_two_rows<T, VEC>(x, dy, r, step, packs_per_row, pack, j, xv, g);
+            if (DUAL) {
+                pack_load<T, VEC>(x2 + j[0] * VEC, x2v[0]);
+                pack_load<T, VEC>(x2 + j[1] * VEC, x2v[1]);
+            }
 #pragma unroll
             for (int u = 0; u < 2; u++) {
                 bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], av, bv, g[u]);
@@ -319,28 +347,35 @@ __global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__r
                 for (int k = 0; k < VEC; k++) {
                     sg[k] += g[u][k];
                     sgx[k] = __fmaf_rn(g[u][k], xv[u][k] - mean[k], sgx[k]);
+                    if (DUAL) sgx2[k] = __fmaf_rn(g[u][k], x2v[u][k] - m2[k], sgx2[k]);
                 }
             }
         }
         if (r < r1) {
-            float xv[VEC], g[VEC];
+            float xv[VEC], g[VEC], x2v[VEC];
             const size_t j = (size_t)r * packs_per_row + pack;
             pack_load<T, VEC>(x + j * VEC, xv);
             pack_load<T, VEC>(dy + j * VEC, g);
+            if (DUAL) pack_load<T, VEC>(x2 + j * VEC, x2v);
             bn_masked_grad<T, VEC>(source, y, mask, j, xv, av, bv, g);
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 sg[k] += g[k];
                 sgx[k] = __fmaf_rn(g[k], xv[k] - mean[k], sgx[k]);
+                if (DUAL) sgx2[k] = __fmaf_rn(g[k], x2v[k] - m2[k], sgx2[k]);
             }
         }
     }
     bn_block_sum_lanes<VEC>(sg, buf);
     bn_block_sum_lanes<VEC>(sgx, buf);
+    if (DUAL) bn_block_sum_lanes<VEC>(sgx2, buf);
     if (threadIdx.y == 0 && active) {
-        float *pg = part_g + (size_t)blockIdx.y * c + ch, *pgx = part_gx + (size_t)blockIdx.y * c + ch;
+        const size_t at = (size_t)blockIdx.y * c + ch;
 #pragma unroll
-        for (int k = 0; k < VEC; k++) pg[k] = sg[k], pgx[k] = sgx[k];
+        for (int k = 0; k < VEC; k++) {
+            part_g[at + k] = sg[k], part_gx[at + k] = sgx[k];
+            if (DUAL) part_gx2[at + k] = sgx2[k];
+        }
     }
 }
 
@@ -380,27 +415,53 @@ static __device__ __forceinline__ void bn_backward_pack(const float *xv, const f
     }
 }
 
+// With DUAL (bn_add_bn), where plain writes d_residual = g: the second batch norm's dx2 = k_g2 * g -
+// (k_x2 * x2 + k_02), overwritten. Each element of dx2 is written by the thread that read dy there, after
+// reading it, so dx2 may be dy (neither is __restrict__).
+// x2v: the pack of x2 (DUAL only).
+template <bool DUAL, typename T, int VEC>
+static __device__ __forceinline__ void bn_backward_store_second(T *d_residual, T *dx2, size_t j, const float *g,
+                                                                const float *x2v, const float *k_g2,
+                                                                const float *k_x2, const float *k_02) {
+    if (!DUAL) {
+        if (d_residual) pack_store<T, VEC>(d_residual + j * VEC, g);
+        return;
+    }
+    float d2[VEC];
+    bn_backward_pack<VEC>(x2v, g, k_g2, k_x2, k_02, 0, d2);
+    pack_store<T, VEC>(dx2 + j * VEC, d2);
+}
+
 // Grid and block as bn_stats_partial_kernel, two rows in flight per thread: dx (= or +=) as
-// bn_backward_pack; d_residual (nullable) = g.
-// x, y, dy, dx, d_residual (rows, c) T; mask (rows * c / VEC) u8; a, b (c), coef (3, c) fp32
-template <typename T, int VEC>
-__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
-                                         int source, const uint8_t *__restrict__ mask, const float *a,
-                                         const float *b, int rows, int c, int chunk_rows, const float *coef,
-                                         T *__restrict__ dx, int accumulate, T *__restrict__ d_residual) {
+// bn_backward_pack; d_residual (nullable) = g, or with DUAL dx2 as bn_backward_store_second.
+// x, y, dy, dx, d_residual, x2, dx2 (rows, c) T; mask (rows * c / VEC) u8; a, b (c), coef, coef2 (3, c) fp32
+template <typename T, int VEC, bool DUAL>
+__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy, int source,
+                                         const uint8_t *__restrict__ mask, const float *a, const float *b, int rows,
+                                         int c, int chunk_rows, const float *coef, T *__restrict__ dx, int accumulate,
+                                         T *d_residual, const T *__restrict__ x2, const float *coef2, T *dx2) {
     const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
     if (pack >= packs_per_row) return;
-    float k_g[VEC], k_x[VEC], k_0[VEC], av[VEC], bv[VEC];
+    float k_g[VEC], k_x[VEC], k_0[VEC], av[VEC], bv[VEC], k_g2[VEC], k_x2[VEC], k_02[VEC];
     bn_channel_load<VEC>(coef, ch, k_g);
     bn_channel_load<VEC>(coef + c, ch, k_x);
     bn_channel_load<VEC>(coef + 2 * c, ch, k_0);
+    if (DUAL) {
+        bn_channel_load<VEC>(coef2, ch, k_g2);
+        bn_channel_load<VEC>(coef2 + c, ch, k_x2);
+        bn_channel_load<VEC>(coef2 + 2 * c, ch, k_02);
+    }
     bn_mask_affine_load<VEC>(source, a, b, ch, av, bv);
     const int r1 = min(rows, (int)(blockIdx.y + 1) * chunk_rows), step = blockDim.y;
     int r = blockIdx.y * chunk_rows + threadIdx.y;
     for (; r + step < r1; r += 2 * step) {
-        float xv[2][VEC], g[2][VEC], d[2][VEC];
+        float xv[2][VEC], g[2][VEC], d[2][VEC], x2v[2][VEC];
         size_t j[2];
         bn_load_two_rows<T, VEC>(x, dy, r, step, packs_per_row, pack, j, xv, g);
+        if (DUAL) {
+            pack_load<T, VEC>(x2 + j[0] * VEC, x2v[0]);
+            pack_load<T, VEC>(x2 + j[1] * VEC, x2v[1]);
+        }
         if (accumulate) {
             pack_load<T, VEC>(dx + j[0] * VEC, d[0]);
             pack_load<T, VEC>(dx + j[1] * VEC, d[1]);
@@ -410,19 +471,20 @@ __global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__res
             bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], av, bv, g[u]);
             bn_backward_pack<VEC>(xv[u], g[u], k_g, k_x, k_0, accumulate, d[u]);
             pack_store<T, VEC>(dx + j[u] * VEC, d[u]);
-            if (d_residual) pack_store<T, VEC>(d_residual + j[u] * VEC, g[u]);
+            bn_backward_store_second<DUAL, T, VEC>(d_residual, dx2, j[u], g[u], x2v[u], k_g2, k_x2, k_02);
         }
     }
     if (r < r1) {
-        float xv[VEC], g[VEC], d[VEC];
+        float xv[VEC], g[VEC], d[VEC], x2v[VEC];
         const size_t j = (size_t)r * packs_per_row + pack;
         pack_load<T, VEC>(x + j * VEC, xv);
         pack_load<T, VEC>(dy + j * VEC, g);
+        if (DUAL) pack_load<T, VEC>(x2 + j * VEC, x2v);
         if (accumulate) pack_load<T, VEC>(dx + j * VEC, d);
         bn_masked_grad<T, VEC>(source, y, mask, j, xv, av, bv, g);
         bn_backward_pack<VEC>(xv, g, k_g, k_x, k_0, accumulate, d);
         pack_store<T, VEC>(dx + j * VEC, d);
-        if (d_residual) pack_store<T, VEC>(d_residual + j * VEC, g);
+        bn_backward_store_second<DUAL, T, VEC>(d_residual, dx2, j, g, x2v, k_g2, k_x2, k_02);
     }
 }
 
@@ -460,17 +522,52 @@ static size_t bn_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
 size_t bn_own_mask_bytes(int rows, int c) { return (size_t)rows * c / BN_MASK_PACK; }
 
-// y = act(scale * x + shift + residual) over (rows, c) dt; mask (nullable) gets the ReLU bits
+// y = act(scale * x + shift + residual) over (rows, c) dt, the residual mapped by rscale, rshift first when
+// they are given (bn_add_bn); mask (nullable) gets the ReLU bits
 static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
-                     const float *scale, const float *shift, void *y, uint8_t *mask) {
+                     const float *scale, const float *shift, const float *rscale, const float *rshift, void *y,
+                     uint8_t *mask) {
     const int vec = pack_width(dt, c, {x, residual, y});
     const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_APPLY_BLOCKS_PER_SM);
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
-        bn_apply_kernel<T, decltype(pk)::vec><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
-            (const T *)x, (const T *)residual, relu, rows, c, cut.chunk_rows, scale, shift, (T *)y, mask);
+        constexpr int VEC = decltype(pk)::vec;
+        if (rscale)
+            bn_apply_kernel<T, VEC, true><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
+                (const T *)x, (const T *)residual, relu, rows, c, cut.chunk_rows, scale, shift, rscale, rshift,
+                (T *)y, mask);
+        else
+            bn_apply_kernel<T, VEC, false><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
+                (const T *)x, (const T *)residual, relu, rows, c, cut.chunk_rows, scale, shift, NULL, NULL, (T *)y,
+                mask);
     });
     CUDA_CHECK_LAUNCH();
+}
+
+// The bytes of one (chunks, c) fp32 partial-sum table of bn_stats over x.
+static size_t bn_stats_part_bytes(const CudaBackend *cb, int rows, int c, DType dt, const void *x) {
+    const BnRowCut cut = bn_row_cut(cb, rows, c, pack_width(dt, c, {x}), BN_REDUCE_BLOCKS_PER_SM);
+    return bn_align((size_t)cut.chunks * c * sizeof(float));
+}
+
+// A training forward's statistics of x in one read, merged: save_mean, save_invstd, the running statistics,
+// and the affine map scale, shift (c) fp32. part_s, part_q: bn_stats_part_bytes each, workspace.
+static void bn_stats(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *gamma,
+                     const float *beta, float *running_mean, float *running_var, float momentum, float eps,
+                     float *save_mean, float *save_invstd, float *part_s, float *part_q, float *scale,
+                     float *shift) {
+    const int vec = pack_width(dt, c, {x});
+    const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        bn_stats_partial_kernel<T, decltype(pk)::vec>
+            <<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>((const T *)x, rows, c, cut.chunk_rows, part_s, part_q);
+        CUDA_CHECK_LAUNCH();
+        bn_stats_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
+            (const T *)x, part_s, part_q, cut.chunks, rows, c, gamma, beta, running_mean, running_var, momentum, eps,
+            save_mean, save_invstd, scale, shift);
+        CUDA_CHECK_LAUNCH();
+    });
 }
 
 int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
@@ -478,24 +575,30 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
                           float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
                           void *y, uint8_t *mask) {
     if (pack_width(dt, c, {x, residual, y}) != BN_MASK_PACK) mask = NULL;
-    const int vec = pack_width(dt, c, {x});
-    const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
-    const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
+    const size_t part = bn_stats_part_bytes(cb, rows, c, dt, x), cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * part + 2 * cvec);
     float *part_s = (float *)ws, *part_q = (float *)(ws + part);
     float *scale = (float *)(ws + 2 * part), *shift = (float *)(ws + 2 * part + cvec);
-    with_pack(dt, vec, [&](auto pk) {
-        typedef typename decltype(pk)::type T;
-        bn_stats_partial_kernel<T, decltype(pk)::vec>
-            <<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>((const T *)x, rows, c,
-                                                                                    cut.chunk_rows, part_s, part_q);
-        CUDA_CHECK_LAUNCH();
-        bn_stats_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
-            (const T *)x, part_s, part_q, cut.chunks, rows, c, gamma, beta, running_mean, running_var, momentum, eps,
-            save_mean, save_invstd, scale, shift);
-        CUDA_CHECK_LAUNCH();
-    });
-    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y, mask);
+    bn_stats(cb, rows, c, dt, x, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd, part_s,
+             part_q, scale, shift);
+    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, NULL, NULL, y, mask);
+    return mask != NULL;
+}
+
+int bn_own_add_bn_forward_train(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                                int relu, float momentum, float eps, void *y, uint8_t *mask) {
+    if (pack_width(dt, c, {a->x, b->x, y}) != BN_MASK_PACK) mask = NULL;
+    const size_t part_a = bn_stats_part_bytes(cb, rows, c, dt, a->x), part_b = bn_stats_part_bytes(cb, rows, c, dt, b->x);
+    const size_t part = part_a > part_b ? part_a : part_b, cvec = bn_align((size_t)c * sizeof(float));
+    char *ws = (char *)cuda_workspace(cb, 2 * part + 4 * cvec);
+    float *part_s = (float *)ws, *part_q = (float *)(ws + part), *affine = (float *)(ws + 2 * part);
+    float *scale_a = affine, *shift_a = (float *)((char *)affine + cvec);
+    float *scale_b = (float *)((char *)affine + 2 * cvec), *shift_b = (float *)((char *)affine + 3 * cvec);
+    bn_stats(cb, rows, c, dt, a->x, a->gamma, a->beta, a->running_mean, a->running_var, momentum, eps, a->save_mean,
+             a->save_invstd, part_s, part_q, scale_a, shift_a);
+    bn_stats(cb, rows, c, dt, b->x, b->gamma, b->beta, b->running_mean, b->running_var, momentum, eps, b->save_mean,
+             b->save_invstd, part_s, part_q, scale_b, shift_b);
+    bn_apply(cb, rows, c, dt, a->x, b->x, relu, scale_a, shift_a, scale_b, shift_b, y, mask);
     return mask != NULL;
 }
 
@@ -508,7 +611,7 @@ void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void 
     bn_eval_affine_kernel<<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
         c, gamma, beta, running_mean, running_var, eps, scale, shift);
     CUDA_CHECK_LAUNCH();
-    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, y, NULL);
+    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, NULL, NULL, y, NULL);
 }
 
 void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
@@ -519,41 +622,74 @@ void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void
     bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
         c, gamma, beta, save_mean, save_invstd, scale, shift);
     CUDA_CHECK_LAUNCH();
-    bn_apply(cb, rows, c, dt, x, NULL, relu, scale, shift, y, NULL);
+    bn_apply(cb, rows, c, dt, x, NULL, relu, scale, shift, NULL, NULL, y, NULL);
+}
+
+// bn_own_backward, and with second (bn_add_bn) the second batch norm's backward in the same two passes: its
+// sums beside the first's, its dx (dx2) written where d_residual would be.
+static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
+                            BnMaskSource mask_source, const float *beta, const uint8_t *mask, const float *gamma,
+                            const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
+                            void *dbeta, int accumulate_params, void *d_residual, const BnArgs *second, void *dx2) {
+    const void *x2 = second ? second->x : NULL;
+    int vec = pack_width(dt, c, {x, y, dy, dx, d_residual, x2, dx2});
+    if (mask_source == BN_MASK_BITS && vec != BN_MASK_PACK) mask_source = BN_MASK_FROM_Y;  // bits per 8 only
+    if (mask_source != BN_MASK_FROM_Y) vec = pack_width(dt, c, {x, dy, dx, d_residual, x2, dx2});
+    const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
+    const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
+    char *ws = (char *)cuda_workspace(cb, 3 * part + 8 * cvec);
+    float *part_g = (float *)ws, *part_gx = (float *)(ws + part), *part_gx2 = (float *)(ws + 2 * part);
+    float *coef = (float *)(ws + 3 * part), *coef2 = (float *)(ws + 3 * part + 3 * cvec);
+    float *a = (float *)(ws + 3 * part + 6 * cvec), *b = (float *)(ws + 3 * part + 7 * cvec);
+    if (mask_source == BN_MASK_FROM_X) {
+        bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
+            c, gamma, beta, save_mean, save_invstd, a, b);
+        CUDA_CHECK_LAUNCH();
+    }
+    auto launch = [&](auto pk, auto dual) {
+        typedef typename decltype(pk)::type T;
+        constexpr int VEC = decltype(pk)::vec;
+        constexpr bool DUAL = decltype(dual)::value;
+        const dim3 merge_grid(bn_merge_blocks(c)), merge_block(BN_MERGE_CHANNELS, BN_MERGE_LANES);
+        bn_backward_partial_kernel<T, VEC, DUAL><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
+            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, cut.chunk_rows, save_mean,
+            part_g, part_gx, (const T *)x2, DUAL ? second->save_mean : NULL, part_gx2);
+        CUDA_CHECK_LAUNCH();
+        bn_backward_merge_kernel<T><<<merge_grid, merge_block, 0, cb->stream>>>(
+            part_g, part_gx, cut.chunks, rows, c, gamma, save_mean, save_invstd, (T *)dgamma, (T *)dbeta,
+            accumulate_params, coef);
+        CUDA_CHECK_LAUNCH();
+        if (DUAL) {  // the second's dy is g: the same sum of g, its own sum of g * (x2 - mean2)
+            bn_backward_merge_kernel<T><<<merge_grid, merge_block, 0, cb->stream>>>(
+                part_g, part_gx2, cut.chunks, rows, c, second->gamma, second->save_mean, second->save_invstd,
+                (T *)second->dgamma, (T *)second->dbeta, accumulate_params, coef2);
+            CUDA_CHECK_LAUNCH();
+        }
+        const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
+        bn_backward_apply_kernel<T, VEC, DUAL><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
+            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
+            (T *)dx, accumulate, (T *)d_residual, (const T *)x2, coef2, (T *)dx2);
+        CUDA_CHECK_LAUNCH();
+    };
+    with_pack(dt, vec, [&](auto pk) {
+        if (second)
+            launch(pk, std::true_type());
+        else
+            launch(pk, std::false_type());
+    });
 }
 
 void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
                      BnMaskSource mask_source, const float *beta, const uint8_t *mask, const float *gamma,
                      const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
                      void *dbeta, int accumulate_params, void *d_residual) {
-    int vec = pack_width(dt, c, {x, y, dy, dx, d_residual});
-    if (mask_source == BN_MASK_BITS && vec != BN_MASK_PACK) mask_source = BN_MASK_FROM_Y;  // bits per 8 only
-    if (mask_source != BN_MASK_FROM_Y) vec = pack_width(dt, c, {x, dy, dx, d_residual});
-    const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
-    const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
-    char *ws = (char *)cuda_workspace(cb, 2 * part + 5 * cvec);
-    float *part_g = (float *)ws, *part_gx = (float *)(ws + part), *coef = (float *)(ws + 2 * part);
-    float *a = (float *)(ws + 2 * part + 3 * cvec), *b = (float *)(ws + 2 * part + 4 * cvec);
-    if (mask_source == BN_MASK_FROM_X) {
-        bn_saved_affine_kernel<<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
-            c, gamma, beta, save_mean, save_invstd, a, b);
-        CUDA_CHECK_LAUNCH();
-    }
-    with_pack(dt, vec, [&](auto pk) {
-        typedef typename decltype(pk)::type T;
-        constexpr int VEC = decltype(pk)::vec;
-        bn_backward_partial_kernel<T, VEC><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
-            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, cut.chunk_rows, save_mean,
-            part_g, part_gx);
-        CUDA_CHECK_LAUNCH();
-        bn_backward_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
-            part_g, part_gx, cut.chunks, rows, c, gamma, save_mean, save_invstd, (T *)dgamma, (T *)dbeta,
-            accumulate_params, coef);
-        CUDA_CHECK_LAUNCH();
-        const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
-        bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
-            (T *)dx, accumulate, (T *)d_residual);
-        CUDA_CHECK_LAUNCH();
-    });
+    bn_backward_run(cb, rows, c, dt, x, y, dy, mask_source, beta, mask, gamma, save_mean, save_invstd, dx, accumulate,
+                    dgamma, dbeta, accumulate_params, d_residual, NULL, NULL);
+}
+
+void bn_own_add_bn_backward(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                            const void *y, const void *dy, BnMaskSource mask_source, const uint8_t *mask, void *dx_a,
+                            void *dx_b, int accumulate_params) {
+    bn_backward_run(cb, rows, c, dt, a->x, y, dy, mask_source, a->beta, mask, a->gamma, a->save_mean, a->save_invstd,
+                    dx_a, 0, a->dgamma, a->dbeta, accumulate_params, NULL, b, dx_b);
 }

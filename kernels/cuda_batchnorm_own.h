@@ -30,6 +30,12 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
                           float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
                           void *y, uint8_t *mask);
 
+// bn_add_bn's training forward (backend.h): y = act(bn_a(x_a) + bn_b(x_b)); each layer's statistics in one
+// read of its x, then one pass reading both and writing y (bn_b's output is never rounded nor written); mask
+// as above. Returns 1 when it wrote the mask.
+int bn_own_add_bn_forward_train(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                                int relu, float momentum, float eps, void *y, uint8_t *mask);
+
 // y = act(x * scale + shift + residual) with scale, shift from the running (eval) or saved (recompute)
 // statistics: one pass.
 void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
@@ -44,5 +50,11 @@ void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
                      BnMaskSource mask_source, const float *beta, const uint8_t *mask, const float *gamma,
                      const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
                      void *dbeta, int accumulate_params, void *d_residual);
+
+// bn_add_bn's backward: one read of x_a, x_b and dy (and the mask source) for both layers' sums, then one
+// pass writing dx_a and dx_b (which may be dy). mask_source: BN_MASK_BITS (with mask) or BN_MASK_FROM_Y.
+void bn_own_add_bn_backward(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                            const void *y, const void *dy, BnMaskSource mask_source, const uint8_t *mask, void *dx_a,
+                            void *dx_b, int accumulate_params);
 
 #endif

@@ -132,6 +132,10 @@ void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, con
                       int relu, const float *gamma, const float *save_mean, const float *save_invstd,
                       void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
                       void *d_residual);
+void cuda_bn_add_bn_forward_train(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, int relu,
+                                  float momentum, float eps, void *scratch, void *y);
+void cuda_bn_add_bn_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, const void *y,
+                             const void *dy, int relu, void *dx_a, void *dx_b, int accumulate_params, void *scratch);
 void cuda_bn_cache_destroy(CudaBackend *cb);
 
 // ---- cuda_pool.cu -------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ typedef struct BnLayer {
     const float *save_mean;     // the key: this layer's save_mean buffer
     int cudnn;                  // 1: the last training forward of this layer ran on cuDNN
     int backward_cudnn;         // 1: its backward may run on cuDNN (the pair asks for it, cuDNN has what it needs)
+    int add_bn;                 // 1: the last forward was bn_add_bn's fused one, this layer its first (a)
     BnMaskSource own_mask;      // the last forward ran our own path: where its backward finds the mask
     cudnnBatchNormOps_t ops;    // the ops it ran, or cuDNN's name for them after our own forward
     int rows, c;
@@ -248,7 +249,7 @@ static void bn_descs_destroy(BnDescs *d) {
     CUDNN_CHECK(cudnnDestroyActivationDescriptor(d->relu));
 }
 
-static cudnnBatchNormOps_t bn_ops_for(const void *residual, int relu) {
+static cudnnBatchNormOps_t bn_ops_for(int residual, int relu) {
     if (residual) return CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
     return relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
 }
@@ -270,7 +271,7 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
                                   float *save_invstd, void *y) {
     CudaBackend *cb = cuda_state(be);
     const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-    const cudnnBatchNormOps_t ops = bn_ops_for(residual, relu);
+    const cudnnBatchNormOps_t ops = bn_ops_for(residual != NULL, relu);
     BnDescs d;
     bn_descs_create(&d, rows, c, dt);
     cudnnActivationDescriptor_t act = ops == CUDNN_BATCHNORM_OPS_BN ? NULL : d.relu;
@@ -290,6 +291,7 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
             (double)momentum, running_mean, running_var, (double)eps, save_mean, save_invstd, act, ws, ws_bytes,
             layer->reserve, reserve_bytes));
         layer->cudnn = ok;
+        layer->add_bn = 0;
         layer->ops = ops;
         layer->rows = rows;
         layer->c = c;
@@ -305,7 +307,7 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
 // BN, BN_ACTIVATION; cuDNN then recomputes the ReLU mask from x and the saved statistics).
 static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt, const void *residual, int relu) {
     if (residual || !bn_cudnn_may_take(c, dt, residual, relu)) return 0;
-    const cudnnBatchNormOps_t ops = bn_ops_for(residual, relu);
+    const cudnnBatchNormOps_t ops = bn_ops_for(residual != NULL, relu);
     BnDescs d;
     bn_descs_create(&d, rows, c, dt);
     size_t reserve_bytes = 1;
@@ -316,6 +318,30 @@ static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt,
     return ok && reserve_bytes == 0;
 }
 
+// A layer's entry before our own forward runs: no reserve, and room for the ReLU bits where that forward may
+// write them (residual + ReLU in fp16 packs of 8); returns where they go, or NULL.
+static uint8_t *bn_layer_own_start(Backend *be, BnLayer *layer, int rows, int c, DType dt, int residual, int relu) {
+    layer->reserve_bytes = 0;
+    if (!(relu && residual && dt == DTYPE_F16 && c % BN_MASK_PACK == 0)) return NULL;
+    bn_layer_reserve(be, layer, bn_own_mask_bytes(rows, c));
+    return (uint8_t *)layer->reserve;
+}
+
+// A layer's entry after our own forward: where its backward finds the ReLU mask (wrote_mask: the bits).
+static void bn_layer_own_done(BnLayer *layer, int rows, int c, DType dt, int residual, int relu, float eps,
+                              const float *beta, int wrote_mask, int backward_cudnn, int add_bn) {
+    layer->cudnn = 0;
+    layer->backward_cudnn = backward_cudnn;
+    layer->add_bn = add_bn;
+    layer->ops = bn_ops_for(residual, relu);
+    layer->own_mask = !relu ? BN_MASK_NONE : wrote_mask ? BN_MASK_BITS : residual ? BN_MASK_FROM_Y : BN_MASK_FROM_X;
+    layer->rows = rows;
+    layer->c = c;
+    layer->dt = dt;
+    layer->eps = eps;
+    layer->beta = beta;
+}
+
 // Our own path, recording in the layer's entry where its backward finds the ReLU mask, and what cuDNN's
 // backward needs when it may follow (backward_cudnn).
 static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
@@ -324,24 +350,11 @@ static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const v
                                  float *save_invstd, void *y, int backward_cudnn) {
     backward_cudnn = backward_cudnn && bn_cudnn_backward_follows_own(be, rows, c, dt, residual, relu);
     BnLayer *layer = bn_layer_get(be, save_mean);
-    layer->reserve_bytes = 0;
-    uint8_t *mask = NULL;
-    if (relu && residual && dt == DTYPE_F16 && c % BN_MASK_PACK == 0) {
-        bn_layer_reserve(be, layer, bn_own_mask_bytes(rows, c));
-        mask = (uint8_t *)layer->reserve;
-    }
+    uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, residual != NULL, relu);
     const int wrote_mask = bn_own_forward_train(cuda_state(be), rows, c, dt, x, residual, relu, gamma, beta,
                                                 running_mean, running_var, momentum, eps, save_mean, save_invstd,
                                                 y, mask);
-    layer->cudnn = 0;
-    layer->backward_cudnn = backward_cudnn;
-    layer->ops = bn_ops_for(residual, relu);
-    layer->own_mask = !relu ? BN_MASK_NONE : wrote_mask ? BN_MASK_BITS : residual ? BN_MASK_FROM_Y : BN_MASK_FROM_X;
-    layer->rows = rows;
-    layer->c = c;
-    layer->dt = dt;
-    layer->eps = eps;
-    layer->beta = beta;
+    bn_layer_own_done(layer, rows, c, dt, residual != NULL, relu, eps, beta, wrote_mask, backward_cudnn, 0);
 }
 
 // The forward on the pair's forward path (our own where cuDNN declines), leaving in the layer's entry
@@ -370,6 +383,53 @@ void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x
                CUDNN_BN_MIN_EPSILON);
     bn_forward_train_pair(be, bn_pair_for(be, rows, c, dt, residual != NULL, relu), rows, c, dt, x, residual, relu,
                           gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd, y);
+}
+
+// ---- bn_add_bn: a downsampling block's end in one op --------------------------------------------------
+
+// Under cudnn.batch_norm own and auto, bn_add_bn runs on our own fused kernels (two statistics passes, one
+// output pass; bn_b's output never rounded nor written); the other modes make the two layers' calls with
+// the paths those modes name, bn_b's output in scratch.
+static int bn_add_bn_fused(Backend *be) {
+    const int mode = cuda_state(be)->bn_mode;
+    return mode == CUDA_BN_OWN || mode == CUDA_BN_AUTO;
+}
+
+// a, b: x (rows, c) dt, parameters and statistics (c) fp32; scratch, y (rows, c) dt
+void cuda_bn_add_bn_forward_train(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, int relu,
+                                  float momentum, float eps, void *scratch, void *y) {
+    if (!bn_add_bn_fused(be)) {
+        cuda_bn_forward_train(be, rows, c, dt, b->x, NULL, 0, b->gamma, b->beta, b->running_mean, b->running_var,
+                              momentum, eps, b->save_mean, b->save_invstd, scratch);
+        cuda_bn_forward_train(be, rows, c, dt, a->x, scratch, relu, a->gamma, a->beta, a->running_mean,
+                              a->running_var, momentum, eps, a->save_mean, a->save_invstd, y);
+        return;
+    }
+    AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
+    bn_layer_own_done(bn_layer_get(be, b->save_mean), rows, c, dt, 0, 0, eps, b->beta, 0, 0, 0);
+    BnLayer *layer = bn_layer_get(be, a->save_mean);  // after b's: a new entry may move the table
+    uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, 1, relu);
+    const int wrote_mask =
+        bn_own_add_bn_forward_train(cuda_state(be), rows, c, dt, a, b, relu, momentum, eps, y, mask);
+    bn_layer_own_done(layer, rows, c, dt, 1, relu, eps, a->beta, wrote_mask, 0, 1);
+}
+
+// a, b: x (rows, c) dt, gamma and saved statistics (c) fp32, dgamma, dbeta (c) dt; y, dy, dx_a, dx_b (dy or
+// apart), scratch (rows, c) dt
+void cuda_bn_add_bn_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, const void *y,
+                             const void *dy, int relu, void *dx_a, void *dx_b, int accumulate_params, void *scratch) {
+    const BnLayer *layer = bn_layer_lookup(be, a->save_mean);
+    if (!(layer && layer->add_bn && layer->rows == rows && layer->c == c && layer->dt == dt &&
+          (layer->own_mask != BN_MASK_NONE) == (relu != 0))) {
+        // the forward made two calls: so does the backward, each on the path its forward's entry names
+        cuda_bn_backward(be, rows, c, dt, a->x, y, dy, relu, a->gamma, a->save_mean, a->save_invstd, dx_a, 0,
+                         a->dgamma, a->dbeta, accumulate_params, scratch);
+        cuda_bn_backward(be, rows, c, dt, b->x, NULL, scratch, 0, b->gamma, b->save_mean, b->save_invstd, dx_b, 0,
+                         b->dgamma, b->dbeta, accumulate_params, NULL);
+        return;
+    }
+    bn_own_add_bn_backward(cuda_state(be), rows, c, dt, a, b, y, dy, relu ? layer->own_mask : BN_MASK_NONE,
+                           (const uint8_t *)layer->reserve, dx_a, dx_b, accumulate_params);
 }
 
 // ---- inference ----------------------------------------------------------------------------------------

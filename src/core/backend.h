@@ -68,6 +68,16 @@ typedef struct SgdParams {
 #define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin
 #define BACKEND_INPUT_SLOTS 3   // device input slots of the copy stream (input_upload / input_acquire)
 
+// One batch norm of the two that bn_add_bn_* take: its input and parameters. x (rows, c) dt; gamma, beta,
+// running_*, save_* (c) fp32; dgamma, dbeta (c) dt. The forward reads x, gamma, beta and writes the running
+// and saved statistics; the backward reads x, gamma and the saved statistics and writes dgamma, dbeta.
+typedef struct BnArgs {
+    const void *x;
+    const float *gamma, *beta;
+    float *running_mean, *running_var, *save_mean, *save_invstd;
+    void *dgamma, *dbeta;
+} BnArgs;
+
 typedef struct Backend Backend;
 struct Backend {
     const char *name;  // "cpu" or "cuda"
@@ -194,6 +204,21 @@ struct Backend {
                         int relu, const float *gamma, const float *save_mean, const float *save_invstd,
                         void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
                         void *d_residual);
+
+    // The end of a downsampling block, y = act(bn_a(x_a) + bn_b(x_b)), both batch norms in training: what
+    // bn_forward_train of b into scratch followed by bn_forward_train of a with residual = scratch computes,
+    // except that bn_b's output need not be rounded to dt nor written (scratch (rows, c) dt may be left
+    // untouched). y (rows, c) dt. NULL where the backend has no such fused kernels (the CPU): the caller then
+    // makes those two calls itself.
+    void (*bn_add_bn_forward_train)(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                                    int relu, float momentum, float eps, void *scratch, void *y);
+    // Its backward: what bn_backward of a (y, dy; d_residual = scratch) followed by bn_backward of b (dy =
+    // scratch) computes. dx_a, dx_b (rows, c) dt are overwritten; dx_b may be dy itself. Both layers'
+    // dgamma/dbeta honour accumulate_params. scratch (rows, c) dt may be written or left untouched. NULL
+    // where bn_add_bn_forward_train is.
+    void (*bn_add_bn_backward)(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                               const void *y, const void *dy, int relu, void *dx_a, void *dx_b,
+                               int accumulate_params, void *scratch);
 
     // ---- pooling ---------------------------------------------------------------------------------
     // x (n,h,w,c) -> y (n,out_h,out_w,c), max over the window (padding excluded).

@@ -267,6 +267,27 @@ static void bn_fwd(const Pass *p, const BnLayer *bn, int rows, int train, const 
     }
 }
 
+// The tensors of bn's layer for bn_add_bn_*: input x, its parameters, statistics and gradients.
+static BnArgs bn_args(Model *m, const Activations *act, const BnLayer *bn, const void *x) {
+    float *rm = m->running + bn->stats_offset, *sm = act->saved + bn->stats_offset;
+    return (BnArgs){.x = x, .gamma = master_of(m, bn->gamma), .beta = master_of(m, bn->beta), .running_mean = rm,
+                    .running_var = rm + bn->c, .save_mean = sm, .save_invstd = sm + bn->c,
+                    .dgamma = grad_of(m, bn->gamma), .dbeta = grad_of(m, bn->beta)};
+}
+
+// A downsampling block's end in training: y = relu(bn_a(x_a) + bn_b(x_b)), in one op where the backend has
+// it; else bn_b's output goes to b_out and is bn_a's residual.
+static void bn_add_bn_fwd(const Pass *p, const BnLayer *bn_a, const BnLayer *bn_b, int rows, const void *x_a,
+                          const void *x_b, void *b_out, void *y) {
+    if (!p->be->bn_add_bn_forward_train) {
+        bn_fwd(p, bn_b, rows, 1, x_b, NULL, 0, b_out);
+        bn_fwd(p, bn_a, rows, 1, x_a, b_out, 1, y);
+        return;
+    }
+    const BnArgs a = bn_args(p->m, p->act, bn_a, x_a), b = bn_args(p->m, p->act, bn_b, x_b);
+    p->be->bn_add_bn_forward_train(p->be, rows, bn_a->c, p->m->act_dt, &a, &b, 1, 0.1f, 1e-5f, b_out, y);
+}
+
 static PoolShape stem_pool_shape(const Model *m, int n) {
     PoolShape p = {.n = n, .h = m->stem.shape.out_h, .w = m->stem.shape.out_w, .c = m->stem.shape.c_out,
                    .k = 3, .stride = 2, .pad = 1};
@@ -303,13 +324,17 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
         conv_fwd(&p, &bl->conv2, ba->b1, ba->a2);
         bn_fwd(&p, &bl->bn2, rows_of(&bl->conv2, n), train, ba->a2, NULL, 1, ba->b2);
         conv_fwd(&p, &bl->conv3, ba->b2, ba->a3);
-        const void *residual = in;
-        if (bl->has_down) {
-            conv_fwd(&p, &bl->down, in, ba->down_a);
-            bn_fwd(&p, &bl->down_bn, rows_of(&bl->down, n), train, ba->down_a, NULL, 0, ba->down_b);
-            residual = ba->down_b;
+        if (!bl->has_down) {
+            bn_fwd(&p, &bl->bn3, rows_of(&bl->conv3, n), train, ba->a3, in, 1, ba->out);
+            continue;
         }
-        bn_fwd(&p, &bl->bn3, rows_of(&bl->conv3, n), train, ba->a3, residual, 1, ba->out);
+        conv_fwd(&p, &bl->down, in, ba->down_a);
+        if (train) {
+            bn_add_bn_fwd(&p, &bl->bn3, &bl->down_bn, rows_of(&bl->conv3, n), ba->a3, ba->down_a, ba->down_b, ba->out);
+        } else {
+            bn_fwd(&p, &bl->down_bn, rows_of(&bl->down, n), 0, ba->down_a, NULL, 0, ba->down_b);
+            bn_fwd(&p, &bl->bn3, rows_of(&bl->conv3, n), 0, ba->a3, ba->down_b, 1, ba->out);
+        }
     }
     be->avgpool_forward(be, n, m->final_hw, m->fc_in, m->act_dt, act->blocks[m->n_blocks - 1].out, act->pooled);
     be->linear_forward(be, n, m->fc_in, m->cfg.num_classes, m->act_dt, act->pooled, weight_of(m, m->fc_weight),
@@ -358,6 +383,22 @@ static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, c
     notify(c, bn->beta);
 }
 
+// Backward of bn_add_bn_fwd: d(x_a) -> dx_a, d(x_b) -> dx_b (which may be dy); scratch takes the residual's
+// gradient where the backend has no fused op.
+static void bn_add_bn_bwd(BackwardCtx *c, const BnLayer *bn_a, const BnLayer *bn_b, int rows, const void *x_a,
+                          const void *x_b, const void *y, const void *dy, void *dx_a, void *dx_b, void *scratch) {
+    Backend *be = c->p.be;
+    if (!be->bn_add_bn_backward) {
+        bn_bwd(c, bn_a, rows, x_a, y, dy, 1, dx_a, scratch);
+        bn_bwd(c, bn_b, rows, x_b, NULL, scratch, 0, dx_b, NULL);
+        return;
+    }
+    const BnArgs a = bn_args(c->p.m, c->p.act, bn_a, x_a), b = bn_args(c->p.m, c->p.act, bn_b, x_b);
+    be->bn_add_bn_backward(be, rows, bn_a->c, c->p.m->act_dt, &a, &b, y, dy, 1, dx_a, dx_b, c->accumulate, scratch);
+    notify(c, bn_a->gamma), notify(c, bn_a->beta);
+    notify(c, bn_b->gamma), notify(c, bn_b->beta);
+}
+
 // bn's forward output (bn + ReLU, no residual) again into y, from the statistics its forward saved.
 static void bn_recompute(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, void *y) {
     Model *m = c->p.m;
@@ -376,11 +417,12 @@ static void block_backward(BackwardCtx *c, const Block *b, const BlockActs *ba, 
     int n = c->p.n;
     int rows_out = rows_of(&b->conv3, n);
     void *d_in = ba->d_in, *t = ba->d_tmp;
-    // bn3 (+ residual + relu): d_a3 -> t; the residual's gradient -> d_in
-    bn_bwd(c, &b->bn3, rows_out, ba->a3, ba->out, dout, 1, t, d_in);
     if (b->has_down) {
-        bn_bwd(c, &b->down_bn, rows_out, ba->down_a, NULL, d_in, 0, dout, NULL);  // d_down_a -> dout
-        conv_bwd(c, &b->down, in, dout, d_in, 0);                                 // d_in = down's
+        // bn3 + downsample bn (+ relu): d_a3 -> t, d_down_a -> dout (d_in: the residual's gradient, if kept)
+        bn_add_bn_bwd(c, &b->bn3, &b->down_bn, rows_out, ba->a3, ba->down_a, ba->out, dout, t, dout, d_in);
+        conv_bwd(c, &b->down, in, dout, d_in, 0);  // d_in = down's
+    } else {
+        bn_bwd(c, &b->bn3, rows_out, ba->a3, ba->out, dout, 1, t, d_in);  // d_a3 -> t; the residual's -> d_in
     }
     if (recompute) bn_recompute(c, &b->bn2, rows_of(&b->conv2, n), ba->a2, ba->b2);
     conv_bwd(c, &b->conv3, ba->b2, t, dout, 0);                                   // d_b2 -> dout

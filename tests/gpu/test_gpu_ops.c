@@ -497,6 +497,111 @@ START_TEST(test_batchnorm) {
 }
 END_TEST
 
+// bn_add_bn (a downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)) and its backward) against the CPU's
+// two bn_forward_train and two bn_backward calls. Loop index: bit 0 dtype fp16, bit 1 dx_b written over dy;
+// (_i >> 2) % 3 the mode: cuDNN (the two calls on the GPU, bn_b's output in scratch), own and auto (the
+// fused kernels, which must leave scratch untouched); (_i >> 2) / 3 the shape: ResNeXt's, channels in no
+// 16-byte packs, many rows per thread, 2048 channels.
+#define BN_ADD_BN_SHAPES 4
+START_TEST(test_bn_add_bn) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const int alias = (_i >> 1) & 1, mode = (_i >> 2) % 3, shape = (_i >> 2) / 3;
+    static const CudaBnMode modes[3] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_AUTO};
+    static const char *mode_names[3] = {"cuDNN", "own", "auto"};
+    static const int shape_rows[BN_ADD_BN_SHAPES] = {4 * 14 * 14, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
+    static const int shape_c[BN_ADD_BN_SHAPES] = {256, 6, 256, 2048};
+    const int rows = shape_rows[shape], c = shape_c[shape], fused = modes[mode] != CUDA_BN_CUDNN;
+    const size_t nx = (size_t)rows * c;
+    const float momentum = 0.1f, eps = 1e-5f;
+    char what[160], label[96];
+    snprintf(label, sizeof label, "bn_add_bn %s rows %d c %d%s", mode_names[mode], rows, c, alias ? " dx_b=dy" : "");
+    cuda_backend_set_batch_norm(gpu, modes[mode]);
+
+    enum { X, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV, DGAMMA, DBETA, PARTS };
+    static const char *part_names[PARTS] = {"x", "gamma", "beta", "running_mean", "running_var", "save_mean",
+                                            "save_invstd", "dgamma", "dbeta"};
+    Twin t[2][PARTS];
+    for (int l = 0; l < 2; l++) {
+        t[l][X] = twin_random(dt, nx, case_seed(4, _i, 10 * l), -2, 3);
+        t[l][GAMMA] = twin_random(DTYPE_F32, c, case_seed(4, _i, 10 * l + 1), 0.5f, 1.5f);
+        t[l][BETA] = twin_random(DTYPE_F32, c, case_seed(4, _i, 10 * l + 2), -0.5f, 0.5f);
+        t[l][RMEAN] = twin_random(DTYPE_F32, c, case_seed(4, _i, 10 * l + 3), -0.1f, 0.1f);
+        t[l][RVAR] = twin_random(DTYPE_F32, c, case_seed(4, _i, 10 * l + 4), 0.5f, 1.5f);
+        t[l][SMEAN] = twin_output(DTYPE_F32, c), t[l][SINV] = twin_output(DTYPE_F32, c);
+        t[l][DGAMMA] = twin_output(dt, c), t[l][DBETA] = twin_output(dt, c);
+    }
+    BnArgs args[2][2];  // [layer][0 CPU, 1 GPU]
+    for (int l = 0; l < 2; l++)
+        for (int side = 0; side < 2; side++) {
+            void *p[PARTS];
+            for (int k = 0; k < PARTS; k++) p[k] = side ? t[l][k].gpu : t[l][k].cpu;
+            args[l][side] = (BnArgs){p[X], p[GAMMA], p[BETA], p[RMEAN], p[RVAR], p[SMEAN], p[SINV], p[DGAMMA], p[DBETA]};
+        }
+    Twin scratch = twin_output(dt, nx), y = twin_output(dt, nx);
+    const BnArgs *a_c = &args[0][0], *b_c = &args[1][0], *a_g = &args[0][1], *b_g = &args[1][1];
+
+    cpu->bn_forward_train(cpu, rows, c, dt, b_c->x, NULL, 0, b_c->gamma, b_c->beta, b_c->running_mean,
+                          b_c->running_var, momentum, eps, b_c->save_mean, b_c->save_invstd, scratch.cpu);
+    cpu->bn_forward_train(cpu, rows, c, dt, a_c->x, scratch.cpu, 1, a_c->gamma, a_c->beta, a_c->running_mean,
+                          a_c->running_var, momentum, eps, a_c->save_mean, a_c->save_invstd, y.cpu);
+    gpu->bn_add_bn_forward_train(gpu, rows, c, dt, a_g, b_g, 1, momentum, eps, scratch.gpu, y.gpu);
+    snprintf(what, sizeof what, "%s forward y", label);
+    expect_close(what, y);
+    for (int l = 0; l < 2; l++)
+        for (int k = RMEAN; k <= SINV; k++) {
+            snprintf(what, sizeof what, "%s forward %s %s", label, l ? "b" : "a", part_names[k]);
+            expect_close_tol(what, t[l][k], TOL_F32);
+        }
+    float *kept = download(gpu, dt, scratch.gpu, nx);
+    size_t written = 0;
+    for (size_t i = 0; i < nx; i++) written += !isnan(kept[i]);
+    free(kept);
+    if (fused) {  // the fused kernels never write bn_b's output
+        ck_assert_msg(written == 0, "%s: %zu elements of scratch written", label, written);
+    } else {
+        snprintf(what, sizeof what, "%s forward bn_b's output", label);
+        expect_close(what, scratch);
+    }
+
+    // Backward from the CPU's forward results (the GPU keeps its own ReLU bits where it made them).
+    twin_take_cpu(y);
+    for (int l = 0; l < 2; l++) twin_take_cpu(t[l][SMEAN]), twin_take_cpu(t[l][SINV]);
+    Twin dy = twin_random(dt, nx, case_seed(4, _i, 30), -1, 1);
+    Twin dx_a = twin_output(dt, nx), dx_b = twin_output(dt, nx);
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc)
+            for (int l = 0; l < 2; l++)
+                twin_refill_like(t[l][DGAMMA], case_seed(4, _i, 31 + 2 * l)),
+                    twin_refill_like(t[l][DBETA], case_seed(4, _i, 32 + 2 * l));
+        twin_poison(scratch);
+        cpu->bn_backward(cpu, rows, c, dt, a_c->x, y.cpu, dy.cpu, 1, a_c->gamma, a_c->save_mean, a_c->save_invstd,
+                         dx_a.cpu, 0, a_c->dgamma, a_c->dbeta, acc, scratch.cpu);
+        cpu->bn_backward(cpu, rows, c, dt, b_c->x, NULL, scratch.cpu, 0, b_c->gamma, b_c->save_mean, b_c->save_invstd,
+                         dx_b.cpu, 0, b_c->dgamma, b_c->dbeta, acc, NULL);
+        if (alias) {  // dx_b's GPU copy starts as dy and is the op's dy
+            void *host = download_raw(cpu, dy.cpu, nx * dtype_size(dt));
+            gpu->to_device(gpu, dx_b.gpu, host, nx * dtype_size(dt));
+            free(host);
+        }
+        gpu->bn_add_bn_backward(gpu, rows, c, dt, a_g, b_g, y.gpu, alias ? dx_b.gpu : dy.gpu, 1, dx_a.gpu, dx_b.gpu,
+                                acc, scratch.gpu);
+        const char *acc_name = acc ? " accumulate" : "";
+        snprintf(what, sizeof what, "%s backward dx_a%s", label, acc_name);
+        expect_close(what, dx_a);
+        snprintf(what, sizeof what, "%s backward dx_b%s", label, acc_name);
+        expect_close(what, dx_b);
+        for (int l = 0; l < 2; l++)
+            for (int k = DGAMMA; k <= DBETA; k++) {
+                snprintf(what, sizeof what, "%s backward %s %s%s", label, l ? "b" : "a", part_names[k], acc_name);
+                expect_close(what, t[l][k]);
+            }
+    }
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < PARTS; k++) twin_free(t[l][k]);
+    twin_free(scratch), twin_free(y), twin_free(dy), twin_free(dx_a), twin_free(dx_b);
+}
+END_TEST
+
 // ---- pooling ---------------------------------------------------------------------------------------------
 
 // The same bits on both backends, element by element; any two NaNs count as equal (the GPU's fp16
@@ -840,6 +945,7 @@ static Suite *gpu_ops_suite(void) {
         {"input_slots", test_input_slots_hand_over, 1},
         {"conv", test_conv, 2 * CONV_CASES},
         {"batchnorm", test_batchnorm, 8 * BN_MODES * BN_SHAPES},
+        {"bn_add_bn", test_bn_add_bn, 4 * 3 * BN_ADD_BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 4},
         {"linear", test_linear, 4},
