@@ -2,7 +2,7 @@
 // cuDNN's fused kernels against amptrain's own and against the per-shape pair that cudnn.batch_norm auto
 // picks (bn_prepare), through backend.h only.
 //
-//   build/bench_batchnorm [n]      n: the batch (default 256)
+//   build/bench_batchnorm [n] [ends]   n: the batch (default 256); ends: the downsampling block ends only
 //
 // Per distinct layer shape (rows = n*h*w, c, residual add, ReLU) and path: the median of 20 timed calls
 // (after 3 warm-up calls) of bn_forward_train and of bn_backward (each backward queued behind its forward,
@@ -287,7 +287,7 @@ static int time_block_ends(Backend *gpu, int n) {
 }
 
 int main(int argc, char **argv) {
-    const int n = argc > 1 ? atoi(argv[1]) : 256;
+    const int n = argc > 1 ? atoi(argv[1]) : 256, ends_only = argc > 2 && !strcmp(argv[2], "ends");
     char why[256] = "";
     Backend *gpu = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     if (!gpu) {
@@ -301,7 +301,7 @@ int main(int argc, char **argv) {
            "own, auto vs cuDNN");
     double step[MODES][2] = {{0}};  // [mode][phase] ms per training step
     int failed = 0;
-    for (int i = 0; i < SHAPE_COUNT; i++) {
+    for (int i = 0; i < (ends_only ? 0 : SHAPE_COUNT); i++) {
         const BnShape *s = &SHAPES[i];
         const int rows = n * s->hw;
         const size_t elems = (size_t)rows * s->c;

@@ -24,6 +24,8 @@
 #             host and device, then 40 steps of the training loop at batch 256 AMP on that folder with each
 #   bnbench   training batch norm, cuDNN's against amptrain's own and auto's pairs, on every ResNeXt-50 shape
 #             (build/bench_batchnorm), then --bench b256 AMP with cudnn.batch_norm cudnn, own and auto
+#   ends      bn_add_bn (a downsampling block's end in one op) against the CPU (test_gpu_ops' bn_add_bn case only),
+#             then bench_batchnorm's block ends: the two layers' calls on auto's pairs against the fused kernels
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   profileamp, profilefp32  the same for one of the two
@@ -215,6 +217,11 @@ stage_bnbench() {
             cudnn.benchmark=true cudnn.batch_norm=$bn 2>>"$OUT/picks_$bn.txt" | grep '^{' | tee -a "$BENCH"
     done
     torch_bench 1 256 1
+}
+stage_ends() {
+    CK_RUN_CASE=bn_add_bn AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/ends_test.log" 2>&1; local rc=$?
+    grep -E "Checks:|:F:|:E:" "$OUT/ends_test.log"
+    build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
 }
 stage_profileamp() { profile_pair amp -- --amp 1; }
 stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }

@@ -129,6 +129,16 @@ static void twin_take_cpu(Twin t) {
     free(host);
 }
 
+// Gives the CPU copy the GPU copy's values: a backward fed the GPU's forward output and statistics, so the
+// ReLU mask the GPU kept from its forward (cuDNN's reserve, our own bits, or recomputed from x) and the y > 0
+// the CPU reads are the same elements.
+static void twin_take_gpu(Twin t) {
+    const size_t bytes = t.n * dtype_size(t.dt);
+    void *host = download_raw(gpu, t.gpu, bytes);
+    cpu->to_device(cpu, t.cpu, host, bytes);
+    free(host);
+}
+
 // Refills both copies with random values as large (root mean square) as the CPU copy's current ones:
 // the starting point of an accumulating call.
 static void twin_refill_like(Twin t, uint64_t seed) {
@@ -457,8 +467,8 @@ START_TEST(test_batchnorm) {
     snprintf(what, sizeof what, "%s eval y", label);
     expect_close(what, y_eval);
 
-    // Backward from the CPU's forward results, so it is tested on identical inputs.
-    twin_take_cpu(y), twin_take_cpu(smean), twin_take_cpu(sinv);
+    // Backward from the GPU's forward results, so it is tested on identical inputs with the mask the GPU kept.
+    twin_take_gpu(y), twin_take_gpu(smean), twin_take_gpu(sinv);
     // The output again from the saved statistics (a backward that recomputes it; no residual there)
     Twin y_saved = twin_output(dt, nx);
     cpu->bn_forward_saved(cpu, rows, c, dt, x.cpu, relu, gamma.cpu, beta.cpu, smean.cpu, sinv.cpu, y_saved.cpu);
@@ -563,9 +573,9 @@ START_TEST(test_bn_add_bn) {
         expect_close(what, scratch);
     }
 
-    // Backward from the CPU's forward results (the GPU keeps its own ReLU bits where it made them).
-    twin_take_cpu(y);
-    for (int l = 0; l < 2; l++) twin_take_cpu(t[l][SMEAN]), twin_take_cpu(t[l][SINV]);
+    // Backward from the GPU's forward results: the ReLU bits the fused forward kept describe its own y.
+    twin_take_gpu(y);
+    for (int l = 0; l < 2; l++) twin_take_gpu(t[l][SMEAN]), twin_take_gpu(t[l][SINV]);
     Twin dy = twin_random(dt, nx, case_seed(4, _i, 30), -1, 1);
     Twin dx_a = twin_output(dt, nx), dx_b = twin_output(dt, nx);
     for (int acc = 0; acc <= 1; acc++) {
