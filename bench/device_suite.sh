@@ -35,8 +35,6 @@
 #   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
 #             synthetic data, then the JPEGs decoded on the host
-#   refill    jpegloop's device-decode loop with AMPTRAIN_DECODE_REFILL 1 and 2 (the batches a stalled step waits
-#             for), alternating, twice each, then the synthetic loop once
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -258,16 +256,6 @@ stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each lin
     loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=device
     loop_run 256 1
     loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=host
-}
-stage_refill() {
-    jpegs8 || return 1
-    for rep in 1 2; do
-        for n in 1 2; do
-            echo "refill $n:" >&2
-            AMPTRAIN_DECODE_REFILL=$n loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=device
-        done
-    done
-    loop_run 256 1
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift

@@ -12,8 +12,6 @@
 #include "core/clock.h"
 #include "core/log.h"
 
-#define DECODE_REFILL_BATCHES 2
-
 struct DecodeFeed {
     Trainer *t;
     Loader *loader;
@@ -26,7 +24,6 @@ struct DecodeFeed {
     long released;                            // batches whose slot the training thread gave back
     int ended;                                // the loader ran out
     int stop;                                 // decode_feed_stop asked the thread to end
-    int refill;                               // after a stall, batches decoded ahead before the step goes on
     MicroBatch current;
 };
 
@@ -68,26 +65,9 @@ static void *decode_thread(void *arg) {
     return NULL;
 }
 
-// The refill after a stall: DECODE_REFILL_BATCHES, or AMPTRAIN_DECODE_REFILL (1..BACKEND_INPUT_SLOTS) to
-// compare rules. Why 2: a decode that starts while the GPU is busy with a step it overlaps from the start
-// takes about a step (the hardware engines' call, bench/RESULTS.md), so a thread that fell behind by one
-// batch stays behind; waiting for a second batch lets it decode on an idle GPU and get ahead again.
-static int decode_refill_batches(void) {
-    const char *v = getenv("AMPTRAIN_DECODE_REFILL");
-    if (!v || !*v) return DECODE_REFILL_BATCHES;
-    char *end;
-    const long n = strtol(v, &end, 10);
-    if (*end || n < 1 || n > BACKEND_INPUT_SLOTS) {
-        log_error("AMPTRAIN_DECODE_REFILL=%s: give a whole number of batches from 1 to %d", v, BACKEND_INPUT_SLOTS);
-        exit(2);
-    }
-    return (int)n;
-}
-
 DecodeFeed *decode_feed_start(Trainer *t, Loader *loader) {
     DecodeFeed *f = xcalloc(1, sizeof *f);
     f->t = t, f->loader = loader;
-    f->refill = decode_refill_batches();
     AMP_ASSERT(pthread_mutex_init(&f->mutex, NULL) == 0, "decode feed: pthread_mutex_init failed");
     AMP_ASSERT(pthread_cond_init(&f->changed, NULL) == 0, "decode feed: pthread_cond_init failed");
     int rc = pthread_create(&f->thread, NULL, decode_thread, f);
@@ -99,9 +79,9 @@ const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited) {
     pthread_mutex_lock(&f->mutex);
     f->released = f->taken;  // the batch returned last was staged (its input_release issued) before this call
     pthread_cond_broadcast(&f->changed);
-    if (f->decoded == f->taken && !f->ended) {  // a stall: wait until the thread is f->refill batches ahead
+    if (f->decoded == f->taken && !f->ended) {
         const double start = clock_seconds();
-        while (f->decoded < f->taken + f->refill && !f->ended) pthread_cond_wait(&f->changed, &f->mutex);
+        while (f->decoded == f->taken && !f->ended) pthread_cond_wait(&f->changed, &f->mutex);
         if (waited) *waited += clock_seconds() - start;
     }
     const MicroBatch *mb = NULL;

@@ -13,9 +13,6 @@
 // (stage_batch's input_release is issued, so input_decode's wait for "consumed" waits for that release).
 // decode_feed_next releases the slot of the batch it returned before: trainer_step stages every batch
 // before it asks for the next one.
-//
-// Refill: when the training thread finds no decoded batch, it waits until the thread is two batches ahead
-// (decode_feed.c says why), not one; AMPTRAIN_DECODE_REFILL=N sets another count for measuring.
 #ifndef AMPTRAIN_DECODE_FEED_H
 #define AMPTRAIN_DECODE_FEED_H
 
