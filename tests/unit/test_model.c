@@ -399,6 +399,91 @@ START_TEST(test_every_op_of_a_step_was_prepared) {
 }
 END_TEST
 
+// ---- a downsampling block's end as one op ----------------------------------------------------------------
+
+// bn_add_bn as a fused backend runs it, made of the CPU's own calls on private buffers: the scratch it is
+// given is filled with NaN instead (a fused kernel leaves it untouched, so nothing may read it afterwards),
+// and dx_b is written last (it may be dy).
+static struct {
+    int forward_calls, backward_calls, dx_b_was_dy;
+} fused;
+
+static void fill_nan(void *p, DType dt, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (dt == DTYPE_F32)
+            ((float *)p)[i] = NAN;
+        else
+            ((uint16_t *)p)[i] = 0x7e00;  // fp16 NaN
+    }
+}
+
+static void fused_forward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, int relu,
+                          float momentum, float eps, void *scratch, void *y) {
+    const size_t n = (size_t)rows * c;
+    void *out_b = malloc(n * dtype_size(dt));
+    be->bn_forward_train(be, rows, c, dt, b->x, NULL, 0, b->gamma, b->beta, b->running_mean, b->running_var, momentum,
+                         eps, b->save_mean, b->save_invstd, out_b);
+    be->bn_forward_train(be, rows, c, dt, a->x, out_b, relu, a->gamma, a->beta, a->running_mean, a->running_var,
+                         momentum, eps, a->save_mean, a->save_invstd, y);
+    free(out_b);
+    fill_nan(scratch, dt, n);
+    fused.forward_calls++;
+}
+
+static void fused_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, const void *y,
+                           const void *dy, int relu, void *dx_a, void *dx_b, int accumulate_params, void *scratch) {
+    const size_t n = (size_t)rows * c, bytes = n * dtype_size(dt);
+    void *g = malloc(bytes), *d_b = malloc(bytes);
+    be->bn_backward(be, rows, c, dt, a->x, y, dy, relu, a->gamma, a->save_mean, a->save_invstd, dx_a, 0, a->dgamma,
+                    a->dbeta, accumulate_params, g);
+    be->bn_backward(be, rows, c, dt, b->x, NULL, g, 0, b->gamma, b->save_mean, b->save_invstd, d_b, 0, b->dgamma,
+                    b->dbeta, accumulate_params, NULL);
+    memcpy(dx_b, d_b, bytes);
+    free(g), free(d_b);
+    fill_nan(scratch, dt, n);
+    fused.backward_calls++;
+    fused.dx_b_was_dy += dx_b == dy;
+}
+
+static void instrument_fused(Backend *be) {
+    memset(&fused, 0, sizeof fused);
+    be->bn_add_bn_forward_train = fused_forward;
+    be->bn_add_bn_backward = fused_backward;
+}
+
+// The model's step through bn_add_bn against its two calls per direction (the CPU's way): bitwise the same
+// gradients, one fused call each way per downsampling block, and no reader of what a fused op leaves alone.
+static void check_fused_block_ends(const char *const *overrides, int amp, int downsampling_blocks) {
+    Config cfg;
+    tu_config(&cfg, overrides);
+    Model shapes;
+    model_init_shapes(&shapes, &cfg.model, amp);
+    const size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
+    model_free(&shapes, NULL);
+    float loss_two, loss_fused;
+    unsigned char *two = step_gradients(&cfg, amp, 0, 3, &loss_two);
+    unsigned char *one = step_gradients_on(&cfg, amp, 0, 3, &loss_fused, instrument_fused);
+    ck_assert(isfinite(loss_two));
+    ck_assert_float_eq(loss_two, loss_fused);
+    ck_assert_int_eq(fused.forward_calls, downsampling_blocks);
+    ck_assert_int_eq(fused.backward_calls, downsampling_blocks);
+    ck_assert_int_eq(fused.dx_b_was_dy, downsampling_blocks);  // the model's layout today: d_down_a over dout
+    size_t differ = 0;
+    for (size_t i = 0; i < bytes; i++) differ += two[i] != one[i];
+    ck_assert_msg(differ == 0, "%zu of %zu gradient bytes differ (amp %d)", differ, bytes, amp);
+    free(two), free(one);
+}
+
+START_TEST(test_fused_block_ends_change_no_gradient) {
+    const char *uneven[] = {UNEVEN_MODEL, NULL};
+    check_fused_block_ends(uneven, 0, 4);
+    check_fused_block_ends(uneven, 1, 4);
+    const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10",
+                         "model.recompute_bn_blocks=3", NULL};
+    check_fused_block_ends(r50, 1, 4);
+}
+END_TEST
+
 START_TEST(test_buffer_reuse_changes_no_gradient) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
     check_reuse_changes_nothing(uneven, 0);
@@ -419,6 +504,7 @@ int main(void) {
     tcase_add_test(tc, test_buffer_reuse_changes_no_gradient);
     tcase_add_test(tc, test_recomputing_bn_outputs_changes_no_gradient);
     tcase_add_test(tc, test_every_op_of_a_step_was_prepared);
+    tcase_add_test(tc, test_fused_block_ends_change_no_gradient);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 1);
 }
