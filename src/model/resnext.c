@@ -252,6 +252,10 @@ static void conv_fwd(const Pass *p, const ConvLayer *l, const void *x, void *y) 
     p->be->conv_forward(p->be, &s, p->m->act_dt, x, weight_of(p->m, l->weight), y);
 }
 
+// torch.nn.BatchNorm2d's defaults, as torchvision's ResNeXt has them.
+#define BN_MOMENTUM 0.1f
+#define BN_EPS 1e-5f
+
 // y = relu?(bn(x) + residual?) with batch statistics (train) or running statistics (eval).
 static void bn_fwd(const Pass *p, const BnLayer *bn, int rows, int train, const void *x, const void *residual,
                    int relu, void *y) {
@@ -260,10 +264,10 @@ static void bn_fwd(const Pass *p, const BnLayer *bn, int rows, int train, const 
     const float *gamma = master_of(m, bn->gamma), *beta = master_of(m, bn->beta);
     if (train) {
         float *sm = p->act->saved + bn->stats_offset, *si = sm + bn->c;
-        p->be->bn_forward_train(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 0.1f,
-                                1e-5f, sm, si, y);
+        p->be->bn_forward_train(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, BN_MOMENTUM,
+                                BN_EPS, sm, si, y);
     } else {
-        p->be->bn_forward_eval(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, 1e-5f, y);
+        p->be->bn_forward_eval(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, BN_EPS, y);
     }
 }
 
@@ -275,17 +279,17 @@ static BnArgs bn_args(Model *m, const Activations *act, const BnLayer *bn, const
                     .dgamma = grad_of(m, bn->gamma), .dbeta = grad_of(m, bn->beta)};
 }
 
-// A downsampling block's end in training: y = relu(bn_a(x_a) + bn_b(x_b)), in one op where the backend has
+// A downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)), in one op in training where the backend has
 // it; else bn_b's output goes to b_out and is bn_a's residual.
-static void bn_add_bn_fwd(const Pass *p, const BnLayer *bn_a, const BnLayer *bn_b, int rows, const void *x_a,
-                          const void *x_b, void *b_out, void *y) {
-    if (!p->be->bn_add_bn_forward_train) {
-        bn_fwd(p, bn_b, rows, 1, x_b, NULL, 0, b_out);
-        bn_fwd(p, bn_a, rows, 1, x_a, b_out, 1, y);
+static void bn_add_bn_fwd(const Pass *p, const BnLayer *bn_a, const BnLayer *bn_b, int rows, int train,
+                          const void *x_a, const void *x_b, void *b_out, void *y) {
+    if (!train || !p->be->bn_add_bn_forward_train) {
+        bn_fwd(p, bn_b, rows, train, x_b, NULL, 0, b_out);
+        bn_fwd(p, bn_a, rows, train, x_a, b_out, 1, y);
         return;
     }
     const BnArgs a = bn_args(p->m, p->act, bn_a, x_a), b = bn_args(p->m, p->act, bn_b, x_b);
-    p->be->bn_add_bn_forward_train(p->be, rows, bn_a->c, p->m->act_dt, &a, &b, 1, 0.1f, 1e-5f, b_out, y);
+    p->be->bn_add_bn_forward_train(p->be, rows, bn_a->c, p->m->act_dt, &a, &b, 1, BN_MOMENTUM, BN_EPS, b_out, y);
 }
 
 static PoolShape stem_pool_shape(const Model *m, int n) {
@@ -329,12 +333,8 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
             continue;
         }
         conv_fwd(&p, &bl->down, in, ba->down_a);
-        if (train) {
-            bn_add_bn_fwd(&p, &bl->bn3, &bl->down_bn, rows_of(&bl->conv3, n), ba->a3, ba->down_a, ba->down_b, ba->out);
-        } else {
-            bn_fwd(&p, &bl->down_bn, rows_of(&bl->down, n), 0, ba->down_a, NULL, 0, ba->down_b);
-            bn_fwd(&p, &bl->bn3, rows_of(&bl->conv3, n), 0, ba->a3, ba->down_b, 1, ba->out);
-        }
+        bn_add_bn_fwd(&p, &bl->bn3, &bl->down_bn, rows_of(&bl->conv3, n), train, ba->a3, ba->down_a, ba->down_b,
+                      ba->out);
     }
     be->avgpool_forward(be, n, m->final_hw, m->fc_in, m->act_dt, act->blocks[m->n_blocks - 1].out, act->pooled);
     be->linear_forward(be, n, m->fc_in, m->cfg.num_classes, m->act_dt, act->pooled, weight_of(m, m->fc_weight),
