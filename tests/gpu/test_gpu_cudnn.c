@@ -120,6 +120,14 @@ static Twin twin_random(Backend *gpu, DType dt, size_t n, uint64_t seed, float l
     return t;
 }
 
+// The GPU copy's bytes into the CPU copy.
+static void gpu_to_cpu(Backend *gpu, Twin t, size_t bytes) {
+    void *host = malloc(bytes ? bytes : 1);
+    gpu->to_host(gpu, host, t.gpu, bytes);
+    cpu->to_device(cpu, t.cpu, host, bytes);
+    free(host);
+}
+
 static void twin_free(Backend *gpu, Twin t) {
     cpu->free(cpu, t.cpu);
     gpu->free(gpu, t.gpu);
@@ -251,8 +259,10 @@ static const BnCase bn_cases[] = {
 #define BN_CASES (int)(sizeof bn_cases / sizeof bn_cases[0])
 
 // One training step of a layer: forward (y, saved and running statistics), then backward twice, first
-// overwriting (dx, dgamma, dbeta, d_residual poisoned), then accumulating into random values. Each
-// backend's backward uses its own forward's y and statistics, as in training.
+// overwriting (dx, dgamma, dbeta, d_residual poisoned), then accumulating into random values. Both backwards
+// read the GPU forward's y and saved statistics (the CPU's copies are replaced): the ReLU mask the GPU kept
+// from its forward (cuDNN's reserve, our own bits, or recomputed from x) then covers the elements the CPU's
+// y > 0 does, where each side's own y would differ wherever a pre-activation lies within a rounding of zero.
 static void bn_step_check(const BnCase *bc, uint64_t seed, Twin gamma, Twin beta, Twin run_mean, Twin run_var,
                           Twin save_mean, Twin save_invstd) {
     Backend *gpu = gpu_heuristic;
@@ -281,6 +291,9 @@ static void bn_step_check(const BnCase *bc, uint64_t seed, Twin gamma, Twin beta
     expect_close("running_mean", bc->label, f32, TOL_F32, run_mean.gpu, run_mean.cpu, nc, gpu);
     expect_close("running_var (unbiased)", bc->label, f32, TOL_F32, run_var.gpu, run_var.cpu, nc, gpu);
 
+    gpu_to_cpu(gpu, y, n * dtype_size(dt));
+    gpu_to_cpu(gpu, save_mean, nc * sizeof(float));
+    gpu_to_cpu(gpu, save_invstd, nc * sizeof(float));
     for (int accumulate = 0; accumulate <= 1; accumulate++) {
         Twin dy = twin_random(gpu, dt, n, seed + 10 + accumulate, -1.0f, 1.0f);
         Twin dx = twin_random(gpu, dt, n, seed + 12 + accumulate, -1.0f, 1.0f);
