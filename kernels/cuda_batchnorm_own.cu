@@ -522,6 +522,16 @@ static size_t bn_align(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
 size_t bn_own_mask_bytes(int rows, int c) { return (size_t)rows * c / BN_MASK_PACK; }
 
+// Calls launch(std::true_type()) or launch(std::false_type()) as flag says: a kernel's bool template argument
+// from a value known at run time (with_pack does the same for the element type and pack width).
+template <typename F>
+static void with_flag(bool flag, F &&launch) {
+    if (flag)
+        launch(std::true_type());
+    else
+        launch(std::false_type());
+}
+
 // y = act(scale * x + shift + residual) over (rows, c) dt, the residual mapped by rscale, rshift first when
 // they are given (bn_add_bn); mask (nullable) gets the ReLU bits
 static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
@@ -530,16 +540,13 @@ static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
     const int vec = pack_width(dt, c, {x, residual, y});
     const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_APPLY_BLOCKS_PER_SM);
     with_pack(dt, vec, [&](auto pk) {
-        typedef typename decltype(pk)::type T;
-        constexpr int VEC = decltype(pk)::vec;
-        if (rscale)
-            bn_apply_kernel<T, VEC, true><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
-                (const T *)x, (const T *)residual, relu, rows, c, cut.chunk_rows, scale, shift, rscale, rshift,
-                (T *)y, mask);
-        else
-            bn_apply_kernel<T, VEC, false><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
-                (const T *)x, (const T *)residual, relu, rows, c, cut.chunk_rows, scale, shift, NULL, NULL, (T *)y,
-                mask);
+        with_flag(rscale != NULL, [&](auto affine_res) {
+            typedef typename decltype(pk)::type T;
+            bn_apply_kernel<T, decltype(pk)::vec, decltype(affine_res)::value>
+                <<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>((const T *)x, (const T *)residual, relu, rows, c,
+                                                                 cut.chunk_rows, scale, shift, rscale, rshift, (T *)y,
+                                                                 mask);
+        });
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -590,10 +597,10 @@ int bn_own_add_bn_forward_train(CudaBackend *cb, int rows, int c, DType dt, cons
     if (pack_width(dt, c, {a->x, b->x, y}) != BN_MASK_PACK) mask = NULL;
     const size_t part_a = bn_stats_part_bytes(cb, rows, c, dt, a->x), part_b = bn_stats_part_bytes(cb, rows, c, dt, b->x);
     const size_t part = part_a > part_b ? part_a : part_b, cvec = bn_align((size_t)c * sizeof(float));
-    char *ws = (char *)cuda_workspace(cb, 2 * part + 4 * cvec);
-    float *part_s = (float *)ws, *part_q = (float *)(ws + part), *affine = (float *)(ws + 2 * part);
-    float *scale_a = affine, *shift_a = (float *)((char *)affine + cvec);
-    float *scale_b = (float *)((char *)affine + 2 * cvec), *shift_b = (float *)((char *)affine + 3 * cvec);
+    char *ws = (char *)cuda_workspace(cb, 2 * part + 4 * cvec), *affine = ws + 2 * part;
+    float *part_s = (float *)ws, *part_q = (float *)(ws + part);
+    float *scale_a = (float *)affine, *shift_a = (float *)(affine + cvec);
+    float *scale_b = (float *)(affine + 2 * cvec), *shift_b = (float *)(affine + 3 * cvec);
     bn_stats(cb, rows, c, dt, a->x, a->gamma, a->beta, a->running_mean, a->running_var, momentum, eps, a->save_mean,
              a->save_invstd, part_s, part_q, scale_a, shift_a);
     bn_stats(cb, rows, c, dt, b->x, b->gamma, b->beta, b->running_mean, b->running_var, momentum, eps, b->save_mean,
@@ -671,12 +678,7 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
             (T *)dx, accumulate, (T *)d_residual, (const T *)x2, coef2, (T *)dx2);
         CUDA_CHECK_LAUNCH();
     };
-    with_pack(dt, vec, [&](auto pk) {
-        if (second)
-            launch(pk, std::true_type());
-        else
-            launch(pk, std::false_type());
-    });
+    with_pack(dt, vec, [&](auto pk) { with_flag(second != NULL, [&](auto dual) { launch(pk, dual); }); });
 }
 
 void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
