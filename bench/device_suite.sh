@@ -18,6 +18,9 @@
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
 #             TF32 off on both sides
+#   criteria  the training-loop issue's measured criteria in one call: b256 AMP loop, --bench and PyTorch; b70 --bench,
+#             then loop and PyTorch alternating 3 times, torch.compile reduce-overhead; fp32 b256 loop and PyTorch
+#             at the defaults and with TF32 off; the seed stage
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone) with data.decode
@@ -155,6 +158,23 @@ stage_loopfp32() {
         data.batch_size=256 amp.enabled=false cudnn.tf32=false | grep '^{' | tee -a "$BENCH"
     python3 bench/torch_baseline.py --batch 256 --amp 0 --cl 1 --tf32 0 --tag "torch w1 b256 amp0 cl1 tf32off" \
         2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+stage_criteria() {  # the training-loop issue's measured criteria in one call, each row timed (UTC) as it starts:
+                    # b256 AMP loop / --bench / PyTorch; b70 --bench, then the loop and PyTorch alternating 3 times,
+                    # torch.compile reduce-overhead; fp32 b256 loop and PyTorch at the defaults and TF32 off; the seed
+    stamp() { echo "--- $* ($(date -u +%H:%M:%S))"; }
+    stamp b256 amp; loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1
+    stamp b70 amp; amp_bench 1 70 1
+    for rep in 1 2 3; do loop_run 70 1; torch_bench 1 70 1; done
+    stamp b70 compile
+    timeout 240 python3 bench/torch_baseline.py --batch 70 --amp 1 --cl 1 --compile reduce-overhead \
+        --tag "torch w1 b70 amp1 cl1 compile reduce-overhead" 2>/dev/null | grep '^{' | tee -a "$BENCH"
+    stamp b256 fp32; loop_run 256 0; torch_bench 1 256 0
+    loop_run 256 0 cudnn.tf32=false
+    python3 bench/torch_baseline.py --batch 256 --amp 0 --cl 1 --tf32 0 --tag "torch w1 b256 amp0 cl1 tf32off" \
+        2>/dev/null | grep '^{' | tee -a "$BENCH"
+    stamp seed; stage_seed
+    stamp end
 }
 stage_seed() {
     for amp in true false; do

@@ -235,7 +235,11 @@ void model_prepare_ops(const Model *m, Backend *be, int n) {
         prepare_conv(m, be, &b->conv1, n), prepare_bn(m, be, &b->conv1, &b->bn1, n, 0, 1);
         prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
-        if (b->has_down) prepare_conv(m, be, &b->down, n), prepare_bn(m, be, &b->down, &b->down_bn, n, 0, 0);
+        if (!b->has_down) continue;
+        prepare_conv(m, be, &b->down, n);
+        // training runs the shortcut's bn inside bn_add_bn where the backend has it (bn_add_bn_fwd): no shape of
+        // its own to prepare then
+        if (!be->bn_add_bn_forward_train) prepare_bn(m, be, &b->down, &b->down_bn, n, 0, 0);
     }
 }
 
