@@ -432,14 +432,16 @@ static __device__ __forceinline__ void bn_backward_store_second(T *d_residual, T
     pack_store<T, VEC>(dx2 + j * VEC, d2);
 }
 
-// Grid and block as bn_stats_partial_kernel, two rows in flight per thread: dx (= or +=) as
-// bn_backward_pack; d_residual (nullable) = g, or with DUAL dx2 as bn_backward_store_second.
+// The backward's output pass, for its two kernels below (which say what may alias). Grid and block as
+// bn_stats_partial_kernel, two rows in flight per thread: dx (= or +=) as bn_backward_pack; d_residual (nullable)
+// = g, or with DUAL dx2 as bn_backward_store_second.
 // x, y, dy, dx, d_residual, x2, dx2 (rows, c) T; mask (rows * c / VEC) u8; a, b (c), coef, coef2 (3, c) fp32
 template <typename T, int VEC, bool DUAL>
-__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy, int source,
-                                         const uint8_t *__restrict__ mask, const float *a, const float *b, int rows,
-                                         int c, int chunk_rows, const float *coef, T *__restrict__ dx, int accumulate,
-                                         T *d_residual, const T *__restrict__ x2, const float *coef2, T *dx2) {
+static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const T *y, const T *dy, int source,
+                                                              const uint8_t *mask, const float *a, const float *b,
+                                                              int rows, int c, int chunk_rows, const float *coef,
+                                                              T *dx, int accumulate, T *d_residual, const T *x2,
+                                                              const float *coef2, T *dx2) {
     const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
     if (pack >= packs_per_row) return;
     float k_g[VEC], k_x[VEC], k_0[VEC], av[VEC], bv[VEC], k_g2[VEC], k_x2[VEC], k_02[VEC];
@@ -486,6 +488,28 @@ __global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__res
         pack_store<T, VEC>(dx + j * VEC, d);
         bn_backward_store_second<DUAL, T, VEC>(d_residual, dx2, j, g, x2v, k_g2, k_x2, k_02);
     }
+}
+
+// One layer's: no output aliases an input, so every pointer is __restrict__.
+template <typename T, int VEC>
+__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
+                                         int source, const uint8_t *__restrict__ mask, const float *a, const float *b,
+                                         int rows, int c, int chunk_rows, const float *coef, T *__restrict__ dx,
+                                         int accumulate, T *__restrict__ d_residual) {
+    bn_backward_apply_rows<T, VEC, false>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx, accumulate,
+                                          d_residual, NULL, NULL, NULL);
+}
+
+// bn_add_bn's (x2, coef2, dx2: the shortcut's layer): dx2 may be dy (each element written after its read), so
+// neither is __restrict__.
+template <typename T, int VEC>
+__global__ void bn_add_bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy,
+                                                int source, const uint8_t *__restrict__ mask, const float *a,
+                                                const float *b, int rows, int c, int chunk_rows, const float *coef,
+                                                T *__restrict__ dx, int accumulate, const T *__restrict__ x2,
+                                                const float *coef2, T *dx2) {
+    bn_backward_apply_rows<T, VEC, true>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx, accumulate,
+                                         NULL, x2, coef2, dx2);
 }
 
 // ---- launch helpers -----------------------------------------------------------------------------------
@@ -673,9 +697,14 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
             CUDA_CHECK_LAUNCH();
         }
         const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
-        bn_backward_apply_kernel<T, VEC, DUAL><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
-            (T *)dx, accumulate, (T *)d_residual, (const T *)x2, coef2, (T *)dx2);
+        if (DUAL)
+            bn_add_bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
+                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
+                (T *)dx, accumulate, (const T *)x2, coef2, (T *)dx2);
+        else
+            bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
+                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
+                (T *)dx, accumulate, (T *)d_residual);
         CUDA_CHECK_LAUNCH();
     };
     with_pack(dt, vec, [&](auto pk) { with_flag(second != NULL, [&](auto dual) { launch(pk, dual); }); });
