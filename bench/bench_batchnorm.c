@@ -288,6 +288,7 @@ static int time_block_ends(Backend *gpu, int n) {
 
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 256, ends_only = argc > 2 && !strcmp(argv[2], "ends");
+    setvbuf(stdout, NULL, _IOLBF, 0);  // a row as soon as it is timed: a run cut short by a timeout keeps its rows
     char why[256] = "";
     Backend *gpu = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
     if (!gpu) {

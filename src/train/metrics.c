@@ -166,9 +166,11 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
         printf(", val loss %.4f, top-1 and top-5 not finite", r->eval->loss);
     // What start-up holds depends on the backend: the CPU has no algorithm search and no graph.
     const int cuda = strcmp(r->backend, "cuda") == 0;
-    printf("; start-up %.2f s (%s), then %.1f images/s; data wait %.2f ms/step", r->startup_s,
-           cuda ? "model build, kernel choices, graph capture" : "model build", r->steady_images_per_s,
-           r->data_wait_ms);
+    const double rest_s = r->startup_s - r->build_s - r->choices_s;
+    printf("; start-up %.2f s (model build %.2f", r->startup_s, r->build_s);
+    if (cuda) printf(", kernel choices %.2f, buffers, first steps and graph capture %.2f)", r->choices_s, rest_s);
+    else printf(", buffers and first step %.2f)", rest_s);
+    printf(", then %.1f images/s; data wait %.2f ms/step", r->steady_images_per_s, r->data_wait_ms);
     if (cuda) printf(", %ld of %ld steps replayed from the CUDA graph", r->graph_steps, r->steps);
     printf("\n");
     fflush(stdout);
@@ -183,6 +185,8 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     record_number(&rec, "scale", r->scale);
     record_number(&rec, "final_loss", r->final_loss);
     record_number(&rec, "startup_s", r->startup_s);
+    record_number(&rec, "startup_build_s", r->build_s);
+    record_number(&rec, "startup_choices_s", r->choices_s);
     record_number(&rec, "steady_images_per_s", r->steady_images_per_s);
     record_number(&rec, "data_wait_ms", r->data_wait_ms);
     text_add(&rec.body, ",\"graph_steps\":%ld", r->graph_steps);

@@ -44,7 +44,9 @@ typedef struct SummaryRecord {
     double final_loss;   // rank 0's last logged training loss
     const EvalRecord *eval; // NULL: no evaluation ran
     double startup_s;       // trainer_init's start to the end of start-up (build; on CUDA also cuDNN's search
-                            // and the capture)
+                            // and the capture), of which:
+    double build_s;         //   the model build (data opened, weights made)
+    double choices_s;       //   the backend's kernel choices (none on the CPU); the rest: buffers, first steps
     double steady_images_per_s;  // after start-up
     double data_wait_ms;    // per step, waiting for the loader
     long graph_steps;       // steps replayed from the CUDA graph

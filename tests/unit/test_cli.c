@@ -106,8 +106,10 @@ START_TEST(test_short_run_outputs) {
     ck_assert_ptr_nonnull(strstr(out, "images/s"));
     ck_assert_ptr_nonnull(strstr(out, "peak cpu memory"));
     ck_assert_ptr_nonnull(strstr(out, "steps skipped"));
-    // the CPU's start-up is the model build: no cuDNN search, no CUDA graph
-    ck_assert_ptr_nonnull(strstr(out, "s (model build), then "));
+    // the CPU's start-up is the model build and the first step: no cuDNN search, no CUDA graph
+    ck_assert_ptr_nonnull(strstr(out, "s (model build "));
+    ck_assert_ptr_nonnull(strstr(out, ", buffers and first step "));
+    ck_assert_ptr_null(strstr(out, "kernel choices"));
     ck_assert_ptr_null(strstr(out, "cuDNN"));
     ck_assert_ptr_null(strstr(out, "CUDA graph"));
     ck_assert(tu_file_exists("short/last.safetensors"));
@@ -121,6 +123,13 @@ START_TEST(test_short_run_outputs) {
             ck_assert_ptr_nonnull(strstr(line, "\"steps\":4,"));
             ck_assert_ptr_nonnull(strstr(line, "\"backend\":\"cpu\""));
             ck_assert_ptr_nonnull(strstr(line, "\"final_loss\":"));
+            // start-up and its parts: the model build and the kernel choices lie within it
+            const char *st = strstr(line, "\"startup_s\":"), *bu = strstr(line, "\"startup_build_s\":"),
+                       *ch = strstr(line, "\"startup_choices_s\":");
+            ck_assert(st && bu && ch);
+            const double startup = atof(st + 12), build = atof(bu + 18), choices = atof(ch + 20);
+            ck_assert_msg(startup > 0 && build > 0 && choices >= 0 && build + choices <= startup,
+                          "start-up %g s, build %g s, choices %g s", startup, build, choices);
             summaries++;
             continue;
         }
