@@ -1,6 +1,7 @@
 #include "resnext.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "amp/autocast.h"
 #include "activations.h"
 #include "core/check.h"
+#include "core/clock.h"
 #include "core/rng.h"
 
 // ---- building the shapes and the registry (torchvision order) ----------------------------------------
@@ -155,7 +157,8 @@ static void init_host_weights(const Model *m, float *master, uint64_t seed) {
     }
 }
 
-void model_alloc(Model *m, Backend *be, uint64_t seed) {
+// The parameters' backend memory, gradients zeroed; returns a zeroed host buffer for upload_params.
+static float *alloc_params(Model *m, Backend *be) {
     size_t np = m->params.padded_numel;
     size_t dts = dtype_size(m->act_dt);
     m->master = be->alloc(be, np * sizeof(float));
@@ -163,10 +166,12 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     m->grads = be->alloc(be, np * dts);
     be->zero(be, m->grads, np * dts);  // the alignment gaps are never written by backward
     m->running = be->alloc(be, m->stats_numel * sizeof(float));
+    return xcalloc(np > m->stats_numel ? np : m->stats_numel, sizeof(float));
+}
 
-    float *host = xcalloc(np > m->stats_numel ? np : m->stats_numel, sizeof(float));
-    init_host_weights(m, host, seed);
-    be->to_device(be, m->master, host, np * sizeof(float));
+// host (alloc_params' buffer, freed here): the master weights -> the backend; running statistics 0 and 1.
+static void upload_params(Model *m, Backend *be, float *host) {
+    be->to_device(be, m->master, host, m->params.padded_numel * sizeof(float));
     // running_mean 0, running_var 1
     memset(host, 0, m->stats_numel * sizeof(float));
     for (int i = 0; i < m->n_bn; i++) {
@@ -176,6 +181,39 @@ void model_alloc(Model *m, Backend *be, uint64_t seed) {
     be->to_device(be, m->running, host, m->stats_numel * sizeof(float));
     free(host);
     model_refresh_compute(m, be);
+}
+
+void model_alloc(Model *m, Backend *be, uint64_t seed) {
+    float *host = alloc_params(m, be);
+    init_host_weights(m, host, seed);
+    upload_params(m, be, host);
+}
+
+// init_host_weights on a thread of its own.
+typedef struct WeightDraw {
+    const Model *m;
+    float *host;
+    uint64_t seed;
+} WeightDraw;
+
+static void *draw_weights(void *arg) {
+    const WeightDraw *d = arg;
+    init_host_weights(d->m, d->host, d->seed);
+    return NULL;
+}
+
+double model_alloc_and_prepare(Model *m, Backend *be, uint64_t seed, int n) {
+    WeightDraw draw = {m, alloc_params(m, be), seed};
+    pthread_t thread;
+    int rc = pthread_create(&thread, NULL, draw_weights, &draw);
+    AMP_ASSERT(rc == 0, "model: pthread_create failed: %s", strerror(rc));
+    const double start = clock_seconds();
+    model_prepare_ops(m, be, n);  // reads the shapes only; the thread reads them too and writes draw.host
+    const double choices_s = clock_seconds() - start;
+    rc = pthread_join(thread, NULL);
+    AMP_ASSERT(rc == 0, "model: pthread_join failed: %s", strerror(rc));
+    upload_params(m, be, draw.host);
+    return choices_s;
 }
 
 void model_free(Model *m, Backend *be) {

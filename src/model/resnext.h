@@ -84,6 +84,9 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int amp);
 // Allocates the parameters and initialises them like torchvision (kaiming normal fan_out for convs,
 // BN weight 1 bias 0, nn.Linear's default for fc) from `seed`.
 void model_alloc(Model *m, Backend *be, uint64_t seed);
+// model_alloc and model_prepare_ops(m, be, n) at once: the host draws the weights on a thread of its own while
+// the backend chooses its kernels (the same weights as model_alloc's). Returns the seconds the choices took.
+double model_alloc_and_prepare(Model *m, Backend *be, uint64_t seed, int n);
 void model_free(Model *m, Backend *be);
 
 // Lets the backend choose every convolution's algorithms and every training batch norm's kernels for batch n

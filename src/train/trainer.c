@@ -82,11 +82,8 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     int native = be->graph_begin != NULL && be->graph_log == NULL;
     t->graphs = be->graph_begin != NULL &&
                 (!strcmp(cfg->train.cuda_graph, "on") || (!strcmp(cfg->train.cuda_graph, "auto") && native));
-    model_alloc(&t->model, be, (uint64_t)cfg->train.seed);
-    const double choices_start = clock_seconds();
-    t->build_s = choices_start - t->init_start;
-    model_prepare_ops(&t->model, be, cfg->data.batch_size);
-    t->choices_s = clock_seconds() - choices_start;
+    t->choices_s = model_alloc_and_prepare(&t->model, be, (uint64_t)cfg->train.seed, cfg->data.batch_size);
+    t->build_s = clock_seconds() - t->init_start - t->choices_s;  // the weights' draw beside the choices too
     activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
     t->affine = pixel_affine_of(&t->train_set->norm);
     size_t image_bytes = (size_t)cfg->data.batch_size * dataset_image_bytes(t->train_set);

@@ -99,7 +99,8 @@ typedef struct Trainer {
     void *graph;
     long graph_steps;    // steps replayed from the graph (for the summary)
     double init_start;   // clock_seconds() when trainer_init began
-    double build_s;      // trainer_init's start to its kernel choices: data opened, shapes, weights made
+    double build_s;      // trainer_init's start to the model's upload but for the kernel choices: data opened,
+                         // shapes, the weights drawn (beside the choices) and uploaded
     double choices_s;    // model_prepare_ops: the backend's kernel choices (cuDNN's search, batch-norm pairs)
     long first_step;     // the step this run started at (after a resume, the checkpoint's)
     double startup_s;    // seconds from trainer_init's start to the end of start-up: the first step (cuDNN's

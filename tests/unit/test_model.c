@@ -217,8 +217,7 @@ static unsigned char *step_gradients_on(const Config *cfg, int amp, int no_reuse
     model_init_shapes(&m, &cfg->model, amp);
     Backend *be = cpu_backend_create();
     if (instrument) instrument(be);
-    model_alloc(&m, be, 11);
-    model_prepare_ops(&m, be, n);
+    model_alloc_and_prepare(&m, be, 11, n);  // as trainer_init
     activations_alloc(&act, &m, be, n);
     size_t image = (size_t)cfg->model.image_size * cfg->model.image_size * 3;
     uint8_t *images = be->alloc(be, (size_t)n * image);
@@ -388,6 +387,41 @@ static void check_step_was_prepared(const char *const *overrides, int amp) {
     ck_assert_int_gt(prepared.bn_calls, 0);
 }
 
+// model_alloc_and_prepare draws the weights on a thread beside the kernel choices: the same weights and
+// running statistics as model_alloc's, bitwise, and the same shapes prepared as model_prepare_ops names.
+START_TEST(test_weights_drawn_beside_the_choices_are_model_allocs) {
+    const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
+    Config cfg;
+    tu_config(&cfg, r50);
+    Backend *be = cpu_backend_create();
+    instrument_prepared(be);
+    Model apart, beside;
+    model_init_shapes(&apart, &cfg.model, 1);
+    model_init_shapes(&beside, &cfg.model, 1);
+    model_alloc(&apart, be, 5);
+    model_prepare_ops(&apart, be, 3);
+    const int convs = prepared.convs, bns = prepared.bns;
+    ck_assert_int_gt(convs, 0);
+    prepared.convs = prepared.bns = 0;
+    const double choices_s = model_alloc_and_prepare(&beside, be, 5, 3);
+    ck_assert(choices_s >= 0);
+    ck_assert_int_eq(prepared.convs, convs);
+    ck_assert_int_eq(prepared.bns, bns);
+    const size_t np = apart.params.padded_numel;
+    ck_assert_uint_eq(beside.params.padded_numel, np);
+    ck_assert_mem_eq(beside.master, apart.master, np * sizeof(float));
+    ck_assert_mem_eq(beside.compute, apart.compute, np * dtype_size(apart.act_dt));
+    ck_assert_mem_eq(beside.running, apart.running, apart.stats_numel * sizeof(float));
+    // a seed of its own draws other weights (the comparison above can fail)
+    Model other;
+    model_init_shapes(&other, &cfg.model, 1);
+    model_alloc_and_prepare(&other, be, 6, 3);
+    ck_assert(memcmp(other.master, apart.master, np * sizeof(float)) != 0);
+    model_free(&other, be), model_free(&beside, be), model_free(&apart, be);
+    be->destroy(be);
+}
+END_TEST
+
 START_TEST(test_every_op_of_a_step_was_prepared) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
     check_step_was_prepared(uneven, 1);
@@ -504,6 +538,7 @@ int main(void) {
     tcase_add_test(tc, test_buffer_reuse_changes_no_gradient);
     tcase_add_test(tc, test_recomputing_bn_outputs_changes_no_gradient);
     tcase_add_test(tc, test_every_op_of_a_step_was_prepared);
+    tcase_add_test(tc, test_weights_drawn_beside_the_choices_are_model_allocs);
     tcase_add_test(tc, test_fused_block_ends_change_no_gradient);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 1);
