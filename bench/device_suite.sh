@@ -20,7 +20,7 @@
 #             TF32 off on both sides
 #   criteria  the training-loop issue's measured criteria in one call: b256 AMP loop, --bench and PyTorch; b70 --bench,
 #             then loop and PyTorch alternating 3 times, torch.compile reduce-overhead; fp32 b256 loop and PyTorch
-#             at the defaults and with TF32 off; the seed stage
+#             at the defaults and with TF32 off; the seed stage; then bench/criteria.py checks the bars on them
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone) with data.decode
@@ -175,12 +175,17 @@ stage_criteria() {  # the training-loop issue's measured criteria in one call, e
         2>/dev/null | grep '^{' | tee -a "$BENCH"
     stamp seed; stage_seed
     stamp end
+    python3 bench/criteria.py "$BENCH"
 }
-stage_seed() {
-    for amp in true false; do
-        build/amptrain configs/seed_resnext50.yaml amp.enabled=$amp log.metrics= checkpoint.dir= 2>&1 | grep summary
+stage_seed() {  # rows to $BENCH: amptrain's (the loop's seconds, the seconds after the model build, which the
+                # seed's script's clock matches, and the peak) and the seed's script's
+    for amp in 1 0; do
+        local m="$OUT/seed_amp$amp.jsonl"
+        build/amptrain configs/seed_resnext50.yaml amp.enabled=$([ $amp = 1 ] && echo true || echo false) \
+            log.metrics="$m" checkpoint.dir= 2>&1 | grep summary
+        python3 bench/criteria.py --seed-row "$m" $amp | tee -a "$BENCH"
     done
-    python3 bench/seed_torch.py 2>&1 | tail -4
+    python3 bench/seed_torch.py 2>/dev/null | grep '^{' | tee -a "$BENCH"
 }
 stage_fmnist() {
     python3 tools/fashion-mnist /tmp/fmnist --idx .fmnist >"$OUT/fmnist-convert.log" 2>&1 || return 1

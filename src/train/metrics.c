@@ -187,6 +187,7 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     record_number(&rec, "startup_s", r->startup_s);
     record_number(&rec, "startup_build_s", r->build_s);
     record_number(&rec, "startup_choices_s", r->choices_s);
+    record_number(&rec, "total_s", r->total_s);
     record_number(&rec, "steady_images_per_s", r->steady_images_per_s);
     record_number(&rec, "data_wait_ms", r->data_wait_ms);
     text_add(&rec.body, ",\"graph_steps\":%ld", r->graph_steps);

@@ -47,6 +47,7 @@ typedef struct SummaryRecord {
                             // and the capture), of which:
     double build_s;         //   the model build (data opened, weights made)
     double choices_s;       //   the backend's kernel choices (none on the CPU); the rest: buffers, first steps
+    double total_s;         // trainer_init's start to the loop's end (seconds counts from the loop's start)
     double steady_images_per_s;  // after start-up
     double data_wait_ms;    // per step, waiting for the loader
     long graph_steps;       // steps replayed from the CUDA graph

@@ -547,6 +547,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     decode_feed_stop(feed.decode);
     if (feed.loader) loader_destroy(feed.loader);
     t->train_seconds = end - start;
+    t->total_seconds = end - t->init_start;
     if (t->startup_s > 0 && end > t->steady_start)
         t->steady_images_per_s = (double)(t->images_seen - t->steady_images) / (end - t->steady_start);
     if (t->step > t->first_step && t->step != t->last_log_step) log_step(t, 1);

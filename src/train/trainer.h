@@ -73,6 +73,7 @@ typedef struct Trainer {
     EvalRecord last_eval;
     int has_eval;
     double train_seconds;
+    double total_seconds;  // trainer_init's start to the loop's end: start-up and training
     long images_seen;   // global samples trained on by this run
     double data_wait_s; // seconds the step loop waited for the loader since the last log record
     double data_wait_total_s;  // ... over the whole run
