@@ -13,8 +13,10 @@
 #include "core/log.h"
 
 struct DecodeFeed {
-    Trainer *t;
+    Backend *be;
     Loader *loader;
+    DecodeBatchFn decode;
+    void *decode_ctx;
     pthread_t thread;
     pthread_mutex_t mutex;
     pthread_cond_t changed;                   // broadcast on every counter change
@@ -27,11 +29,11 @@ struct DecodeFeed {
     MicroBatch current;
 };
 
-// AMPTRAIN_DECODE_LOG=1: per batch, the thread's time waiting for the loader, in trainer_decode and waiting
+// AMPTRAIN_DECODE_LOG=1: per batch, the thread's time waiting for the loader, in the decode call and waiting
 // for the decode to reach the device (the CUDA decoder logs its own phases beside it).
 static void *decode_thread(void *arg) {
     DecodeFeed *f = arg;
-    Backend *be = f->t->be;
+    Backend *be = f->be;
     const int log = log_env_flag("AMPTRAIN_DECODE_LOG");
     for (long n = 0;; n++) {
         const int slot = (int)(n % BACKEND_INPUT_SLOTS);
@@ -45,7 +47,7 @@ static void *decode_thread(void *arg) {
         const Batch *b = loader_next(f->loader, NULL);
         if (b) {
             const double t1 = log ? clock_seconds() : 0;
-            trainer_decode(f->t, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
+            f->decode(f->decode_ctx, slot, b);
             const double t2 = log ? clock_seconds() : 0;
             be->input_upload_wait(be, slot);
             if (log)
@@ -65,9 +67,9 @@ static void *decode_thread(void *arg) {
     return NULL;
 }
 
-DecodeFeed *decode_feed_start(Trainer *t, Loader *loader) {
+DecodeFeed *decode_feed_start(Backend *be, Loader *loader, DecodeBatchFn decode, void *ctx) {
     DecodeFeed *f = xcalloc(1, sizeof *f);
-    f->t = t, f->loader = loader;
+    f->be = be, f->loader = loader, f->decode = decode, f->decode_ctx = ctx;
     AMP_ASSERT(pthread_mutex_init(&f->mutex, NULL) == 0, "decode feed: pthread_mutex_init failed");
     AMP_ASSERT(pthread_cond_init(&f->changed, NULL) == 0, "decode feed: pthread_cond_init failed");
     int rc = pthread_create(&f->thread, NULL, decode_thread, f);

@@ -1,7 +1,7 @@
 // decode_feed.h - the training loop's batches when the backend decodes the JPEGs (data.decode on the device):
 // a thread of its own takes the loader's ImageJob batches and has the backend decode each into an input slot
-// (trainer_decode: the refused jobs replaced on the host, the labels uploaded), up to BACKEND_INPUT_SLOTS
-// batches ahead of the step that reads them.
+// (the caller's DecodeBatchFn: trainer_decode, which replaces the refused jobs on the host and uploads the
+// labels), up to BACKEND_INPUT_SLOTS batches ahead of the step that reads them.
 //
 // Why a thread: input_decode returns only once it knows which jobs failed, and a decoder may synchronise the
 // device on the way (nvJPEG grows its buffers with cudaFree/cudaFreeHost); on the training thread either
@@ -16,13 +16,18 @@
 #ifndef AMPTRAIN_DECODE_FEED_H
 #define AMPTRAIN_DECODE_FEED_H
 
+#include "core/backend.h"
 #include "data/loader.h"
-#include "trainer.h"
+#include "micro_batch.h"
 
 typedef struct DecodeFeed DecodeFeed;
 
-// Starts the thread over loader (LOADER_JOBS, owned by the caller, which destroys it after decode_feed_stop).
-DecodeFeed *decode_feed_start(Trainer *t, Loader *loader);
+// Has the backend decode batch b's jobs into input slot `slot` (called on the feed's thread).
+typedef void (*DecodeBatchFn)(void *ctx, int slot, const Batch *b);
+
+// Starts the thread over loader (LOADER_JOBS, owned by the caller, which destroys it after decode_feed_stop);
+// decode(ctx, ...) fills be's input slots.
+DecodeFeed *decode_feed_start(Backend *be, Loader *loader, DecodeBatchFn decode, void *ctx);
 
 // The next micro-batch, decoded into its slot (uploaded = 1), or NULL after the last one. Adds the seconds it
 // waited for the thread to *waited.

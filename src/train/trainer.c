@@ -475,6 +475,11 @@ typedef struct LoaderFeed {
     MicroBatch current;
 } LoaderFeed;
 
+// decode_feed's DecodeBatchFn: trainer_decode on one of the loader's batches.
+static void decode_loader_batch(void *trainer, int slot, const Batch *b) {
+    trainer_decode(trainer, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
+}
+
 static void feed_advance(LoaderFeed *f) {
     if (f->decode) return;  // the decode thread works ahead by itself
     if (f->ahead) f->t->be->input_upload_wait(f->t->be, f->ahead_slot);
@@ -514,7 +519,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
                                     cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
                                     t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
         if (t->device_decode)
-            feed.decode = decode_feed_start(t, feed.loader);
+            feed.decode = decode_feed_start(t->be, feed.loader, decode_loader_batch, t);
         else
             feed_advance(&feed);
     }
