@@ -95,6 +95,15 @@ torch_bench() {  # world batch amp
     else torchrun --standalone --nproc_per_node="$world" bench/torch_baseline.py --batch "$batch" --amp "$amp" --cl 1 --tag "$tag"
     fi 2>/dev/null | grep '^{' | tee -a "$BENCH"
 }
+torch_compile70() {  # torch.compile reduce-overhead (CUDA graphs) at batch 70, AMP: the issue's other b70 bar;
+                     # its compilation bounded to 4 minutes
+    timeout 240 python3 bench/torch_baseline.py --batch 70 --amp 1 --cl 1 --compile reduce-overhead \
+        --tag "torch w1 b70 amp1 cl1 compile reduce-overhead" 2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+torch_tf32off256() {  # PyTorch eager fp32 at batch 256 with TF32 off everywhere
+    python3 bench/torch_baseline.py --batch 256 --amp 0 --cl 1 --tf32 0 --tag "torch w1 b256 amp0 cl1 tf32off" \
+        2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
 bench_pairs() {  # world batch: amptrain and torch, AMP then fp32
     amp_bench "$1" "$2" 1; torch_bench "$1" "$2" 1
     amp_bench "$1" "$2" 0; torch_bench "$1" "$2" 0
@@ -138,8 +147,7 @@ stage_loop() {
         loop_run 70 1; amp_bench 1 70 1; torch_bench 1 70 1
     done
     # the training-loop issue holds b70 above torch.compile's reduce-overhead mode (CUDA graphs) too
-    python3 bench/torch_baseline.py --batch 70 --amp 1 --cl 1 --compile reduce-overhead \
-        --tag "torch w1 b70 amp1 cl1 compile reduce-overhead" 2>/dev/null | grep '^{' | tee -a "$BENCH"
+    torch_compile70
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
                      # beside torch twice and --bench (no torch.compile)
@@ -156,8 +164,7 @@ stage_loopfp32() {
     loop_run 256 0 cudnn.tf32=false
     build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp0 tf32off" \
         data.batch_size=256 amp.enabled=false cudnn.tf32=false | grep '^{' | tee -a "$BENCH"
-    python3 bench/torch_baseline.py --batch 256 --amp 0 --cl 1 --tf32 0 --tag "torch w1 b256 amp0 cl1 tf32off" \
-        2>/dev/null | grep '^{' | tee -a "$BENCH"
+    torch_tf32off256
 }
 stage_criteria() {  # the training-loop issue's measured criteria in one call, each row timed (UTC) as it starts:
                     # b256 AMP loop / --bench / PyTorch; b70 --bench, then the loop and PyTorch alternating 3 times,
@@ -167,12 +174,10 @@ stage_criteria() {  # the training-loop issue's measured criteria in one call, e
     stamp b70 amp; amp_bench 1 70 1
     for rep in 1 2 3; do loop_run 70 1; torch_bench 1 70 1; done
     stamp b70 compile
-    timeout 240 python3 bench/torch_baseline.py --batch 70 --amp 1 --cl 1 --compile reduce-overhead \
-        --tag "torch w1 b70 amp1 cl1 compile reduce-overhead" 2>/dev/null | grep '^{' | tee -a "$BENCH"
+    torch_compile70
     stamp b256 fp32; loop_run 256 0; torch_bench 1 256 0
     loop_run 256 0 cudnn.tf32=false
-    python3 bench/torch_baseline.py --batch 256 --amp 0 --cl 1 --tf32 0 --tag "torch w1 b256 amp0 cl1 tf32off" \
-        2>/dev/null | grep '^{' | tee -a "$BENCH"
+    torch_tf32off256
     stamp seed; stage_seed
     stamp end
     python3 bench/criteria.py "$BENCH"

@@ -259,6 +259,10 @@ static void prepare_conv(const Model *m, Backend *be, const ConvLayer *l, int n)
     be->conv_prepare(be, &s, m->act_dt);
 }
 
+// 1: training runs a downsampling block's end (bn3, the shortcut's bn, the add and ReLU) as the backend's one
+// op, bn_add_bn (backend.h: its backward is there whenever its forward is); 0: as two batch-norm calls.
+static int block_ends_fused(const Backend *be) { return be->bn_add_bn_forward_train != NULL; }
+
 // The batch norm after convolution l (bn_fwd's call in training).
 static void prepare_bn(const Model *m, Backend *be, const ConvLayer *l, const BnLayer *bn, int n, int residual,
                        int relu) {
@@ -275,9 +279,8 @@ void model_prepare_ops(const Model *m, Backend *be, int n) {
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
         if (!b->has_down) continue;
         prepare_conv(m, be, &b->down, n);
-        // training runs the shortcut's bn inside bn_add_bn where the backend has it (bn_add_bn_fwd): no shape of
-        // its own to prepare then
-        if (!be->bn_add_bn_forward_train) prepare_bn(m, be, &b->down, &b->down_bn, n, 0, 0);
+        // inside bn_add_bn the shortcut's bn has no training call of its own to prepare
+        if (!block_ends_fused(be)) prepare_bn(m, be, &b->down, &b->down_bn, n, 0, 0);
     }
 }
 
@@ -325,7 +328,7 @@ static BnArgs bn_args(Model *m, const Activations *act, const BnLayer *bn, const
 // it; else bn_b's output goes to b_out and is bn_a's residual.
 static void bn_add_bn_fwd(const Pass *p, const BnLayer *bn_a, const BnLayer *bn_b, int rows, int train,
                           const void *x_a, const void *x_b, void *b_out, void *y) {
-    if (!train || !p->be->bn_add_bn_forward_train) {
+    if (!train || !block_ends_fused(p->be)) {
         bn_fwd(p, bn_b, rows, train, x_b, NULL, 0, b_out);
         bn_fwd(p, bn_a, rows, train, x_a, b_out, 1, y);
         return;
@@ -430,7 +433,7 @@ static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, c
 static void bn_add_bn_bwd(BackwardCtx *c, const BnLayer *bn_a, const BnLayer *bn_b, int rows, const void *x_a,
                           const void *x_b, const void *y, const void *dy, void *dx_a, void *dx_b, void *scratch) {
     Backend *be = c->p.be;
-    if (!be->bn_add_bn_backward) {
+    if (!block_ends_fused(be)) {
         bn_bwd(c, bn_a, rows, x_a, y, dy, 1, dx_a, scratch);
         bn_bwd(c, bn_b, rows, x_b, NULL, scratch, 0, dx_b, NULL);
         return;
