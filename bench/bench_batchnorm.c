@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "kernels/cuda_backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 #define WARMUP_RUNS 3
 #define TIMED_RUNS 20

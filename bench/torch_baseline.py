@@ -17,7 +17,7 @@ p.add_argument("--tag", default="")
 p.add_argument("--tf32", type=int, default=-1, help="0: no TF32 anywhere (cuDNN and matmuls); -1: PyTorch's defaults")
 p.add_argument("--compile", default="", help="torch.compile mode: default, reduce-overhead, max-autotune")
 p.add_argument("--profile", default="", help="after the timed steps, one more step under torch.profiler; its GPU "
-               "kernels (name, calls, total ms) go to this CSV file, the format bench/kernel_profile.py writes")
+               "kernels (name, calls, total ms) go to this CSV file, the format dev/kernel_profile.py writes")
 a = p.parse_args()
 
 ddp = "RANK" in os.environ

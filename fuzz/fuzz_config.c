@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/config.h"
-#include "fuzz_input.h"
+#include "config/config.h"
+#include "fuzz/fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static FILE *sink;

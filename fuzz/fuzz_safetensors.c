@@ -4,8 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "fuzz_input.h"
-#include "train/safetensors.h"
+#include "fuzz/fuzz_input.h"
+#include "checkpoint/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_input_write("input.safetensors", data, size);

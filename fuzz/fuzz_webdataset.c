@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "data/webdataset.h"
-#include "fuzz_input.h"
+#include "data/sources/webdataset.h"
+#include "fuzz/fuzz_input.h"
 
 enum { FUZZ_CLASSES = 1000 };
 

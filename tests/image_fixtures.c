@@ -1,5 +1,5 @@
 // image_fixtures.c - see image_fixtures.h.
-#include "image_fixtures.h"
+#include "tests/image_fixtures.h"
 
 #include <check.h>
 #include <math.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <turbojpeg.h>
 
-#include "test_util.h"
+#include "tests/test_util.h"
 
 uint8_t *fx_pattern(int w, int h, int channels, int seed) {
     uint8_t *p = malloc((size_t)w * h * channels);

@@ -1,10 +1,10 @@
-#include "test_util.h"
+#include "tests/test_util.h"
 
 #include <check.h>
 
 #include "core/check.h"
-#include "core/config.h"
-#include "train/safetensors.h"
+#include "config/config.h"
+#include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 
 #include <dirent.h>

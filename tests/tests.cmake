@@ -21,7 +21,6 @@ function(amptrain_add_check_test label src)
     target_sources(${name} PRIVATE tests/image_fixtures.c)
   endif()
   target_link_libraries(${name} PRIVATE amptrain_lib PkgConfig::CHECK)
-  target_include_directories(${name} PRIVATE tests)
   set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
   target_compile_definitions(${name} PRIVATE
     AMPTRAIN_BIN="$<TARGET_FILE:amptrain>"

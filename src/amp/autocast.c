@@ -1,4 +1,4 @@
-#include "autocast.h"
+#include "amp/autocast.h"
 
 static const struct {
     const char *name;

@@ -1,4 +1,4 @@
-#include "scaler.h"
+#include "amp/scaler.h"
 
 #include <stddef.h>
 

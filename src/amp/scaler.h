@@ -7,7 +7,7 @@
 #define AMPTRAIN_SCALER_H
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 
 typedef struct LossScaler {
     ScalerState *state;  // device memory: scale, growth_count, found_inf, skipped_total

@@ -1,6 +1,6 @@
 // backend.h - the one interface between the model/trainer and the hardware.
 //
-// Two implementations: the CPU reference (src/cpu/, plain C loops, always built, tested in CI) and CUDA
+// Two implementations: the CPU reference (kernels/cpu/, plain C loops, always built, tested in CI) and CUDA
 // (kernels/, cuDNN + cuBLAS + custom kernels). The model, AMP logic, distributed logic and trainer call
 // only through a Backend and never know which one runs.
 //
@@ -24,9 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtype.h"
-#include "image_job.h"
-#include "pixels.h"
+#include "core/dtype.h"
+#include "core/image_job.h"
+#include "core/pixels.h"
 
 // A 2-D convolution, NHWC. out_h = (h + 2*pad - kh) / stride + 1 (same for w).
 typedef struct ConvShape {
@@ -128,7 +128,7 @@ struct Backend {
     //                  too (a device decoder falls back to it); its rows are then undefined: the caller puts a
     //                  replacement there with input_upload. failed[] is complete on return.
     //                  The jobs' bytes must stay untouched until input_upload_wait(slot). NULL where the
-    //                  backend has no decoder (CUDA built without nvJPEG: kernels/nvjpeg_decode.cu).
+    //                  backend has no decoder (CUDA built without nvJPEG: kernels/cuda/nvjpeg_decode.cu).
     void (*input_decode)(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
                          uint8_t *failed);
     void (*input_upload_wait)(Backend *be, int slot);
@@ -270,7 +270,7 @@ struct Backend {
     void *impl;  // the implementation's private state
 };
 
-// The CPU reference backend (src/cpu/). Always available.
+// The CPU reference backend (kernels/cpu/). Always available.
 Backend *cpu_backend_create(void);
 
 // The CUDA backend (kernels/). Returns NULL with a reason in `why` when built without CUDA or when no

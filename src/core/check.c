@@ -1,11 +1,11 @@
-#include "check.h"
+#include "core/check.h"
 
 #include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "core/log.h"
 
 static void (*abort_hook)(int exit_code);
 

@@ -1,5 +1,5 @@
 // clock.c - see clock.h.
-#include "clock.h"
+#include "core/clock.h"
 
 #include <time.h>
 

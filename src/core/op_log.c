@@ -1,9 +1,9 @@
-#include "op_log.h"
+#include "core/op_log.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "check.h"
+#include "core/check.h"
 
 typedef struct OpEntry {
     OpReplayFn fn;

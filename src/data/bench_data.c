@@ -1,13 +1,13 @@
 // bench_data.c - the input pipeline's throughput (see bench_data.h). Timings go to stdout, never to tests.
-#include "bench_data.h"
+#include "data/bench_data.h"
 
 #include <stdlib.h>
 
 #include "core/clock.h"
-#include "image_dataset.h"
-#include "image_decode.h"
-#include "loader.h"
-#include "sampler.h"
+#include "data/sources/image_dataset.h"
+#include "image/image_decode.h"
+#include "data/loader.h"
+#include "data/sampler.h"
 
 #define DECODE_SAMPLES 64      // distinct files in the decode-only loop
 #define DECODE_MIN_SECONDS 1.0 // the loop repeats them until at least this long has passed

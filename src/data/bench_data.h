@@ -11,8 +11,8 @@
 
 #include <stdio.h>
 
-#include "../core/config.h"
-#include "dataset.h"
+#include "config/config.h"
+#include "data/dataset.h"
 
 // Measures over ds (the training split of cfg), as rank `rank` of `world`, and writes one JSON line to
 // out (NULL: measure only, for the ranks that do not print). decoder: the backend that decodes (NULL: the

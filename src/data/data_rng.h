@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "../core/rng.h"
+#include "core/rng.h"
 
 // Purposes keep the uses of one seed apart (a shuffle never reuses a crop's numbers).
 enum {

@@ -19,11 +19,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../core/backend.h"
-#include "../core/config.h"
-#include "../core/image_job.h"
-#include "../core/pixels.h"
-#include "data_rng.h"
+#include "core/backend.h"
+#include "config/config.h"
+#include "core/image_job.h"
+#include "core/pixels.h"
+#include "data/data_rng.h"
 
 // CIFAR-10 per-channel statistics of the training set on [0,1] pixels (R, G, B), the usual constants.
 #define CIFAR10_MEAN_R 0.4914f

@@ -9,16 +9,16 @@
 // and loader_destroy waits for at most one chunk per worker.
 // Ownership: the mutex guards the counters; a slot's indices and numbers belong to the worker setting
 // it up until it publishes; a chunk's rows to the worker that took it; a ready slot to the caller.
-#include "loader.h"
+#include "data/loader.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "../core/check.h"
-#include "../core/clock.h"
-#include "image_dataset.h"
+#include "core/check.h"
+#include "core/clock.h"
+#include "data/sources/image_dataset.h"
 
 #define LOADER_MAX_WORKERS 64
 #define LOADER_CHUNK 8  // samples per task: a few milliseconds of JPEG decoding

@@ -17,9 +17,9 @@
 
 #include <stdint.h>
 
-#include "../core/backend.h"
-#include "dataset.h"
-#include "sampler.h"
+#include "core/backend.h"
+#include "data/dataset.h"
+#include "data/sampler.h"
 
 typedef enum LoaderOutput {
     LOADER_PIXELS,      // Batch.images

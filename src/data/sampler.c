@@ -1,11 +1,11 @@
 // sampler.c - the epoch shuffle and the order rule of sampler.h.
-#include "sampler.h"
+#include "data/sampler.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/check.h"
-#include "data_rng.h"
+#include "core/check.h"
+#include "data/data_rng.h"
 
 void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accum, int drop_last, long seed) {
     AMP_ASSERT(size > 0 && batch > 0 && accum > 0, "sampler: size %d, batch %d, accum %d must be positive",

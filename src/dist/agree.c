@@ -1,11 +1,11 @@
-#include "agree.h"
+#include "dist/agree.h"
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/check.h"
+#include "core/check.h"
 
 int agree_startup(Comm *c, int rc, const char *message) {
     // The lowest failing rank r contributes size - r, the largest value: a MAX finds it (exact in a float

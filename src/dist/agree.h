@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "comm.h"
+#include "dist/comm.h"
 
 #define AGREE_MESSAGE_MAX 1024
 

@@ -4,18 +4,18 @@
 // The launcher, not a flag, decides: under mpirun/srun the launcher's environment variables are set and
 // MPI starts; without them amptrain is one process and makes no MPI call at all (so a build with MPI
 // still runs where no MPI runtime is configured).
-#include "comm.h"
+#include "dist/comm.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "../core/check.h"
-#include "../core/op_log.h"
-#include "dist.h"
+#include "core/check.h"
+#include "core/op_log.h"
+#include "dist/dist.h"
 #ifdef AMPTRAIN_HAVE_MPI
-#include "comm_mpi.h"
+#include "dist/comm_mpi.h"
 #endif
 
 // ---- the single-process communicator: every collective over one rank is the identity ---------------

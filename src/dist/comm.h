@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "../core/dtype.h"
+#include "core/dtype.h"
 
 typedef struct Comm Comm;
 struct Comm {

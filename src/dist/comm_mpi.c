@@ -3,16 +3,16 @@
 // Also the bootstrap for NCCL: rank 0's NCCL unique id travels through this communicator's broadcast.
 // Every blocking call is bracketed by the watchdog (watchdog.h), so a dead or stalled peer ends the job
 // after dist.timeout_s instead of hanging it.
-#include "comm_mpi.h"
+#include "dist/comm_mpi.h"
 
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../core/check.h"
-#include "../core/log.h"
-#include "mpi_check.h"
-#include "watchdog.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "dist/mpi_check.h"
+#include "dist/watchdog.h"
 
 typedef struct {
     MPI_Comm world;  // a duplicate of MPI_COMM_WORLD, so amptrain's messages never match anyone else's

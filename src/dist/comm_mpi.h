@@ -3,7 +3,7 @@
 #ifndef AMPTRAIN_COMM_MPI_H
 #define AMPTRAIN_COMM_MPI_H
 
-#include "comm.h"
+#include "dist/comm.h"
 
 // MPI_Init_thread, error handler, abort hook, log rank; returns the communicator over host buffers.
 Comm *comm_mpi_create(int *argc, char ***argv, double timeout_s);

@@ -22,11 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../core/check.h"
-#include "../core/clock.h"
-#include "comm.h"
-#include "nccl_check.h"
-#include "watchdog.h"
+#include "core/check.h"
+#include "core/clock.h"
+#include "dist/comm.h"
+#include "dist/nccl_check.h"
+#include "dist/watchdog.h"
 
 // What a [started] callback tells the watchdog: which collective is now in flight.
 typedef struct NcclMark {

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "comm.h"
+#include "dist/comm.h"
 
 // Exit status of a rank whose collective waited longer than dist.timeout_s (a peer died or stalled).
 #define COMM_EXIT_TIMEOUT 3

@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "../core/check.h"
+#include "core/check.h"
 
 #define CUDA_CHECK(expr)                                                                           \
     do {                                                                                           \

@@ -4,7 +4,7 @@
 // calls MPI), and the main thread is exactly the one stuck inside MPI (or blocked on a stream that an
 // NCCL kernel holds). _exit from the helper is legal at any thread level, and mpirun reacts to a rank
 // ending without MPI_Finalize by killing the others.
-#include "watchdog.h"
+#include "dist/watchdog.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,9 +15,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../core/check.h"
-#include "../core/log.h"
-#include "dist.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "dist/dist.h"
 
 struct Watchdog {
     double timeout_s;

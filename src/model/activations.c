@@ -1,9 +1,9 @@
-#include "activations.h"
+#include "model/activations.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
+#include "model/arena.h"
 #include "core/check.h"
 
 // Elements per image at a layer's input and output (the model's shapes are per image: n = 1).

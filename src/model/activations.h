@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "core/backend.h"
-#include "resnext.h"
+#include "model/resnext.h"
 
 // Block i's buffers, (n, h, w, c) in act_dt. Shapes as the Block's layers say.
 typedef struct BlockActs {

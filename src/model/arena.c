@@ -1,5 +1,5 @@
 // arena.c - offsets inside one allocation (arena.h).
-#include "arena.h"
+#include "model/arena.h"
 
 static size_t align_up(size_t v) { return (v + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN; }
 

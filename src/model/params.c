@@ -1,4 +1,4 @@
-#include "params.h"
+#include "model/params.h"
 
 #include <stdlib.h>
 #include <string.h>

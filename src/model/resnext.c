@@ -1,4 +1,4 @@
-#include "resnext.h"
+#include "model/resnext.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "amp/autocast.h"
-#include "activations.h"
+#include "model/activations.h"
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/rng.h"

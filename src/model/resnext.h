@@ -15,9 +15,9 @@
 #include <stdint.h>
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "core/pixels.h"
-#include "params.h"
+#include "model/params.h"
 
 typedef struct ConvLayer {
     ConvShape shape;  // n = max batch; the op runs with the actual batch

@@ -1,4 +1,4 @@
-#include "bench.h"
+#include "train/bench.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -9,7 +9,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "data/dataset.h"
-#include "trainer.h"
+#include "train/trainer.h"
 
 static int compare_doubles(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;

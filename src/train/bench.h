@@ -8,7 +8,7 @@
 #define AMPTRAIN_BENCH_H
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "dist/comm.h"
 
 typedef struct BenchOptions {

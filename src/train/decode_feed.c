@@ -1,7 +1,7 @@
 // decode_feed.c - the decode thread and its hand-over with the training thread (see decode_feed.h).
 // Ownership: the mutex guards the counters and ready[]; a slot belongs to the thread from the moment its
 // previous batch is released until the batch decoded into it is published, then to the training thread.
-#include "decode_feed.h"
+#include "train/decode_feed.h"
 
 #include <pthread.h>
 #include <stdio.h>

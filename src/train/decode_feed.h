@@ -18,7 +18,7 @@
 
 #include "core/backend.h"
 #include "data/loader.h"
-#include "micro_batch.h"
+#include "train/micro_batch.h"
 
 typedef struct DecodeFeed DecodeFeed;
 

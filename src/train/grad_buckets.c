@@ -1,4 +1,4 @@
-#include "grad_buckets.h"
+#include "train/grad_buckets.h"
 
 #include <stdlib.h>
 

@@ -1,4 +1,4 @@
-#include "lr_schedule.h"
+#include "train/lr_schedule.h"
 
 #include <math.h>
 #include <string.h>

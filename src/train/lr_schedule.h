@@ -3,7 +3,7 @@
 #ifndef AMPTRAIN_LR_SCHEDULE_H
 #define AMPTRAIN_LR_SCHEDULE_H
 
-#include "core/config.h"
+#include "config/config.h"
 
 // The base lr after `train.lr_scaling` (global_batch = ranks * per-rank batch * accum_steps).
 double lr_base(const TrainConfig *t, int global_batch);

@@ -1,4 +1,4 @@
-#include "metrics.h"
+#include "train/metrics.h"
 
 #include <errno.h>
 #include <math.h>

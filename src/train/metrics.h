@@ -5,7 +5,7 @@
 
 #include <stdio.h>
 
-#include "core/config.h"
+#include "config/config.h"
 
 typedef struct StepRecord {
     long step;           // optimizer steps done (1-based after the first step)

@@ -1,4 +1,4 @@
-#include "optimizer.h"
+#include "train/optimizer.h"
 
 void sgd_init(Sgd *opt, Backend *be, const Model *m, const TrainConfig *t) {
     size_t bytes = m->params.padded_numel * sizeof(float);

@@ -9,7 +9,7 @@
 
 #include "amp/scaler.h"
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "model/resnext.h"
 
 typedef struct Sgd {

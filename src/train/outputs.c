@@ -1,4 +1,4 @@
-#include "outputs.h"
+#include "train/outputs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "safetensors.h"
+#include "checkpoint/safetensors.h"
 
 // The file save_checkpoint writes in checkpoint.dir (trainer.c); its temp file is the longest name.
 #define CHECKPOINT_FILE "last.safetensors"

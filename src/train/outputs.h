@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#include "core/config.h"
+#include "config/config.h"
 
 // mkdir -p of `dir`; 0, or -1 with errno set (ENOTDIR when it exists but is no folder). *created (may be
 // NULL): the length of the prefix of `dir` that names the topmost folder this call created, 0 if none.

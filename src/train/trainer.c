@@ -1,19 +1,19 @@
-#include "trainer.h"
+#include "train/trainer.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "dist/agree.h"
 #include "data/loader.h"
-#include "decode_feed.h"
-#include "lr_schedule.h"
-#include "outputs.h"
+#include "train/decode_feed.h"
+#include "train/lr_schedule.h"
+#include "train/outputs.h"
 
 // ---- set-up ---------------------------------------------------------------------------------------
 

@@ -18,16 +18,16 @@
 
 #include "amp/scaler.h"
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "dist/comm.h"
-#include "grad_buckets.h"
-#include "metrics.h"
-#include "micro_batch.h"
+#include "train/grad_buckets.h"
+#include "train/metrics.h"
+#include "train/micro_batch.h"
 #include "model/activations.h"
 #include "model/resnext.h"
-#include "optimizer.h"
+#include "train/optimizer.h"
 
 
 typedef struct Trainer {

@@ -1,5 +1,5 @@
-// test_gpu_cudnn.c - the CUDA backend's convolutions and batch norms (kernels/cudnn_conv.cu,
-// kernels/cudnn_batchnorm.cu) against the CPU reference backend, through the Backend interface.
+// test_gpu_cudnn.c - the CUDA backend's convolutions and batch norms (kernels/cuda/cudnn_conv.cu,
+// kernels/cuda/cudnn_batchnorm.cu) against the CPU reference backend, through the Backend interface.
 //
 // Every case draws fresh random inputs (the seed comes from the clock and is printed, so a failure can be
 // replayed with AMPTRAIN_TEST_SEED=<seed>), rounds them to the case's dtype once on the host, and gives
@@ -19,8 +19,8 @@
 #include <time.h>
 
 #include "core/backend.h"
-#include "kernels/cuda_backend.h"
-#include "test_util.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/test_util.h"
 
 static Backend *cpu;
 static Backend *gpu_heuristic;  // cudnn.benchmark off: cuDNN's heuristics pick the algorithms

@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "core/backend.h"
-#include "kernels/cuda_backend.h"
-#include "test_util.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/test_util.h"
 
 static Backend *cpu, *gpu;
 static uint64_t base_seed;

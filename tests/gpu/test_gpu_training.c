@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "dist/dist.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 #include "train/trainer.h"
 
 typedef struct Side {

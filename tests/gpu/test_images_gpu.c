@@ -16,9 +16,9 @@
 
 #include "core/backend.h"
 #include "data/data_rng.h"
-#include "data/image_transform.h"
-#include "image_fixtures.h"
-#include "test_util.h"
+#include "image/image_transform.h"
+#include "tests/image_fixtures.h"
+#include "tests/test_util.h"
 
 static Backend *cpu, *gpu;
 

@@ -5,7 +5,7 @@
 // Needs two GPUs and a build with NCCL: `mpiexec -np 2` of this binary's "nccl_stopped" scenario, one
 // rank per GPU. Without a GPU it exits 77 (skipped), or fails under AMPTRAIN_REQUIRE_GPU=1; with one GPU
 // it is skipped (NCCL refuses two ranks on one device). Run it on its own, not under mpiexec:
-//     AMPTRAIN_REQUIRE_GPU=1 build/test_nccl_faults        (bench/device_suite.sh dp2, two GPUs)
+//     AMPTRAIN_REQUIRE_GPU=1 build/test_nccl_faults        (dev/device_suite.sh dp2, two GPUs)
 // The scenario's expected error lines are kept and shown only inside a failing assertion.
 #include <check.h>
 #include <signal.h>
@@ -16,8 +16,8 @@
 #include "core/backend.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
-#include "kernels/cuda_backend.h"
-#include "test_util.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/test_util.h"
 
 #define TIMEOUT_S 3.0
 

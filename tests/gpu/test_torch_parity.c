@@ -18,11 +18,11 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "dist/dist.h"
-#include "test_util.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "tests/test_util.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 
 static const char *parity_path;
@@ -193,7 +193,7 @@ int main(void) {
     if (probe) probe->destroy(probe);
     parity_path = getenv("AMPTRAIN_PARITY_FILE");
     if (!parity_path) {
-        printf("test_torch_parity: skipped: AMPTRAIN_PARITY_FILE is not set (bench/device_suite.sh parity "
+        printf("test_torch_parity: skipped: AMPTRAIN_PARITY_FILE is not set (dev/device_suite.sh parity "
                "makes it with tests/parity/export_torchvision.py on a machine with torch)\n");
         return TU_SKIP_EXIT;
     }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_criteria.sh AMPTRAIN - bench/criteria.py, which checks the training-loop issue's bars on one device
+# test_criteria.sh AMPTRAIN - dev/criteria.py, which checks the training-loop issue's bars on one device
 # call's rows: its seed row from a real (CPU, tiny) run's metrics file; every bar passing on rows that meet
 # them (exit 0); a bar whose numbers miss it (exit 1, that bar named FAIL, the others still PASS); too few
 # repeats, a line that is not JSON and a missing file (exit 2, saying which).
@@ -7,7 +7,7 @@ set -euo pipefail
 
 source "$(dirname "$0")/lib.sh"
 take_amptrain "$0" "$@"
-criteria="$repo/bench/criteria.py"
+criteria="$repo/dev/criteria.py"
 out="$scratch/out"
 rm -rf "$out"
 mkdir -p "$out"
@@ -27,7 +27,7 @@ assert 0 < row["after_build_s"] <= row["total_s"], row
 assert abs(row["loop_s"] - summary["seconds"]) < 2e-3 and abs(row["peak_mib"] - summary["peak_mib"]) < 0.1, row
 PY
 
-# Rows shaped as bench/device_suite.sh criteria writes them; numbers that meet every bar.
+# Rows shaped as dev/device_suite.sh criteria writes them; numbers that meet every bar.
 rows() {  # compile70 torch70-repeats
     cat <<EOF
 {"tag": "amptrain loop b256 amp1", "img_s_median": 6122.6, "peak_mem_MiB": 13986.5}

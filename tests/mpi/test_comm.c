@@ -15,7 +15,7 @@
 #include "core/clock.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 
 static Comm *comm;
 

@@ -21,7 +21,7 @@
 
 #include "dist/comm.h"
 #include "dist/dist.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 
 
 // ---- the program under test ------------------------------------------------------------------------

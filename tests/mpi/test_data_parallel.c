@@ -20,13 +20,13 @@
 #include "amp/scaler.h"
 #include "core/backend.h"
 #include "core/check.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
-#include "kernels/cuda_backend.h"
-#include "test_util.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/test_util.h"
 #include "train/trainer.h"
 
 static Comm *comm, *grad_comm;  // host communicator; the one that sums gradients (NCCL on GPUs)

@@ -19,8 +19,8 @@
 #include <unistd.h>
 
 #include "core/clock.h"
-#include "test_util.h"
-#include "train/safetensors.h"
+#include "tests/test_util.h"
+#include "checkpoint/safetensors.h"
 
 
 // Seconds from the kill within which the job must be over: dist.timeout_s (5) plus mpiexec's teardown,

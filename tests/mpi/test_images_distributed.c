@@ -23,13 +23,13 @@
 
 #include "core/backend.h"
 #include "core/check.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "data/dataset.h"
-#include "data/image_dataset.h"
+#include "data/sources/image_dataset.h"
 #include "data/sampler.h"
 #include "dist/comm.h"
-#include "image_fixtures.h"
-#include "test_util.h"
+#include "tests/image_fixtures.h"
+#include "tests/test_util.h"
 #include "train/trainer.h"
 
 static Comm *comm;

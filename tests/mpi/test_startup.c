@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda_backend.h"
-#include "test_util.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "tests/test_util.h"
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 // A large dist.timeout_s: a rank left waiting would hit the `timeout` of the job (exit 124), never a

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_util.h"
-#include "train/safetensors.h"
+#include "tests/test_util.h"
+#include "checkpoint/safetensors.h"
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 // tiny.yaml's model on 256 samples: 8 steps of 32 per epoch, train.epochs 3.

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "test_util.h"
+#include "tests/test_util.h"
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 #define SEED AMPTRAIN_SOURCE_DIR "/configs/seed_resnext50.yaml"

@@ -10,8 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/config.h"
-#include "test_util.h"
+#include "config/config.h"
+#include "tests/test_util.h"
 
 #define SHIPPED(name) AMPTRAIN_SOURCE_DIR "/configs/" name
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "cpu/half.h"
-#include "test_util.h"
+#include "kernels/cpu/half.h"
+#include "tests/test_util.h"
 
 static Backend *be;
 

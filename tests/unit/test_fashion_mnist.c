@@ -13,10 +13,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "data/dataset.h"
-#include "data/image_decode.h"
-#include "test_util.h"
+#include "image/image_decode.h"
+#include "tests/test_util.h"
 
 #define PYTHON "/usr/bin/python3"
 #define IDX_DIR "/usr/share/datasets/fashion-mnist"

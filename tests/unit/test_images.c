@@ -18,18 +18,18 @@
 #include <turbojpeg.h>
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "data/data_rng.h"
 #include "data/dataset.h"
-#include "data/image_dataset.h"
-#include "data/image_decode.h"
-#include "data/image_decode_region.h"
-#include "data/image_transform.h"
+#include "data/sources/image_dataset.h"
+#include "image/image_decode.h"
+#include "image/image_decode_region.h"
+#include "image/image_transform.h"
 #include "data/loader.h"
 #include "data/sampler.h"
-#include "image_fixtures.h"
-#include "test_util.h"
-#include "train/safetensors.h"
+#include "tests/image_fixtures.h"
+#include "tests/test_util.h"
+#include "checkpoint/safetensors.h"
 
 // ---- decode ----------------------------------------------------------------------------------------
 

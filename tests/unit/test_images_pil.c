@@ -13,10 +13,10 @@
 #include <turbojpeg.h>
 
 #include "data/data_rng.h"
-#include "data/image_decode.h"
-#include "data/image_transform.h"
-#include "image_fixtures.h"
-#include "test_util.h"
+#include "image/image_decode.h"
+#include "image/image_transform.h"
+#include "tests/image_fixtures.h"
+#include "tests/test_util.h"
 
 // The python that runs pil_reference.py.
 static const char *python(void) {

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/config.h"
-#include "test_util.h"
+#include "config/config.h"
+#include "tests/test_util.h"
 #include "train/lr_schedule.h"
 
 static TrainConfig train_config(const char *schedule, int warmup) {

@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "dist/dist.h"
-#include "test_util.h"
-#include "train/safetensors.h"
+#include "tests/test_util.h"
+#include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"

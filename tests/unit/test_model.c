@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "model/activations.h"
 #include "model/arena.h"
 #include "model/resnext.h"
-#include "test_util.h"
+#include "tests/test_util.h"
 
 // Several blocks per stage, identity and downsample shortcuts, a downsample whose output is larger than
 // its block's input.

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "test_util.h"
+#include "tests/test_util.h"
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 #define TINY_CPU TINY " backend.device=cpu data.prefetch=0 log.progress=never"

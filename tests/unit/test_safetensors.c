@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "test_util.h"
-#include "train/safetensors.h"
+#include "tests/test_util.h"
+#include "checkpoint/safetensors.h"
 
 static char err[1024];
 

@@ -8,12 +8,12 @@
 #include <sys/stat.h>
 
 #include "core/backend.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "dist/dist.h"
 #include "model/resnext.h"
-#include "test_util.h"
-#include "train/checkpoint.h"
-#include "train/safetensors.h"
+#include "tests/test_util.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 
 // ---- helpers ---------------------------------------------------------------------------------------

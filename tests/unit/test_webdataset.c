@@ -1,4 +1,4 @@
-// test_webdataset.c - src/data/webdataset.c: the tar shard index and the sample reader, without decoding.
+// test_webdataset.c - src/data/sources/webdataset.c: the tar shard index and the sample reader, without decoding.
 //
 // The shards are written by independent writers: tools/pack-shards (Python's tarfile, from an ImageFolder
 // this file makes), Python's tarfile in its three formats (ustar with the prefix field, GNU long names,
@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "data/webdataset.h"
-#include "test_util.h"
+#include "data/sources/webdataset.h"
+#include "tests/test_util.h"
 
 // Byte j of a fixture member of n bytes with this salt (the same rule as mktar.py's "@n,salt").
 static uint8_t content_byte(long j, long salt) { return (uint8_t)((j * 31 + salt) % 251); }

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/yaml_tree.h"
-#include "test_util.h"
+#include "config/yaml_tree.h"
+#include "tests/test_util.h"
 
 static char err[512];
 

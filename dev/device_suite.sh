@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# device_suite.sh STAGES... - build on the GPU machine and run the named stages; logs go to $OUT.
+#   build     cmake + build for sm_90 (needs the build dependencies under .devdeps/)
+#   gputests  the gpu ctest label with AMPTRAIN_REQUIRE_GPU=1 (a missing GPU fails instead of skipping)
+#   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
+#   diag      per-step loss/scale/skips of a short ResNeXt-50 AMP run, 1 and 2 ranks
+#   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL), including its model cut
+#             into dozens of buckets; then test_nccl_faults (a SIGSTOPped rank ends the job in time)
+#   bench1    amptrain --bench vs torch_baseline.py on one GPU, batch 256, AMP and fp32
+#   bench2    the same on two GPUs, batch 256 each (mpirun / torchrun)
+#   bench70   bench1 at batch 70
+#   bench70x2 bench2 at batch 70 per GPU
+#   benchws   AMP batch 256 with cudnn.workspace_mb 1024, 512, 256 and 128, torch beside
+#   loop      the training loop a user runs (data made on the host by the loader, uploaded every step),
+#             batch 256 and 70, AMP, each beside --bench and torch_baseline.py, in 3 alternating repeats;
+#             then torch.compile reduce-overhead at batch 70
+#   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
+#   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
+#   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
+#             TF32 off on both sides
+#   criteria  the training-loop issue's measured criteria in one call: b256 AMP loop, --bench and PyTorch; b70 --bench,
+#             then loop and PyTorch alternating 3 times, torch.compile reduce-overhead; fp32 b256 loop and PyTorch
+#             at the defaults and with TF32 off; the seed stage; then dev/criteria.py checks the bars on them
+#   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
+#   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
+#   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone) with data.decode
+#             host and device, then 40 steps of the training loop at batch 256 AMP on that folder with each
+#   bnbench   training batch norm, cuDNN's against amptrain's own and auto's pairs, on every ResNeXt-50 shape
+#             (build/bench_batchnorm), then --bench b256 AMP with cudnn.batch_norm cudnn, own and auto
+#   ends      bn_add_bn (a downsampling block's end in one op) against the CPU (test_gpu_ops' bn_add_bn case only),
+#             then bench_batchnorm's block ends: the two layers' calls on auto's pairs against the fused kernels
+#   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
+#             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
+#   profileamp, profilefp32  the same for one of the two
+#   decode    test_images_gpu (CUDA input_decode against the CPU reference), then --bench-data data.decode=device on
+#             make_jpegs' folder (decode + augment img/s on the GPU, batch 256)
+#   tvdecode  test_images_pil run by the torch python: amptrain's decoded pixels against torchvision.io.decode_jpeg (CPU)
+#   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
+#   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
+#             synthetic data, then the JPEGs decoded on the host
+#   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
+#   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
+# Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
+# The JPEG stages (fmnist, jpegs, jpegloop) need libjpeg-turbo in the bundle: bash dev/devdeps-add-jpeg.sh .devdeps
+# (the build stage prints whether CMake found it).
+set -u
+source .devdeps/env.sh
+export NCCL_NVLS_ENABLE=0
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+BENCH="$OUT/bench.jsonl"
+declare -A result
+
+stage_build() {
+    cmake -S . -B build -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/cmake.log" 2>&1 && grep 'amptrain:' "$OUT/cmake.log" &&
+        cmake --build build -j 32 >"$OUT/build.log" 2>&1
+}
+stage_gputests() {
+    AMPTRAIN_REQUIRE_GPU=1 ctest --test-dir build -L gpu -V >"$OUT/gputests.log" 2>&1
+    local rc=$?
+    grep -E "Checks:|parity|loss cpu|relative difference|tests passed|Failed|skipped" "$OUT/gputests.log" | tail -30
+    return $rc
+}
+stage_parity() {
+    mkdir -p /tmp/parity && python3 tests/parity/export_torchvision.py /tmp/parity/export.safetensors &&
+        (cd /tmp/parity && AMPTRAIN_REQUIRE_GPU=1 AMPTRAIN_PARITY_FILE=/tmp/parity/export.safetensors \
+            "$OLDPWD/build/test_torch_parity")
+    local rc=$?
+    # the test binary works in its scratch folder (tests write nowhere else): its checkpoint is there
+    python3 tests/parity/check_checkpoint.py build/test-scratch/test_torch_parity/parity_cpu.safetensors \
+        --expect /tmp/parity/export.safetensors &&
+        return $rc
+}
+stage_diag() {  # per-step loss / scale / skips of a short ResNeXt-50 AMP run on 1 and 2 ranks
+    local args=(configs/resnext50_32x4d_imagenet.yaml data.batch_size=64 data.train_size=2048 data.val_size=0
+                train.steps=12 log.every=1 log.progress=never checkpoint.dir= checkpoint.every=0 log.metrics=
+                train.warmup_steps=0)
+    build/amptrain "${args[@]}" 2>&1 | grep -E "^step|summary"
+    mpirun -np 2 build/amptrain "${args[@]}" 2>&1 | grep -E "^step|summary|error"
+}
+stage_dp2() {
+    AMPTRAIN_TEST_BACKEND=cuda CK_FORK=no mpirun -np 2 build/test_data_parallel &&
+        AMPTRAIN_REQUIRE_GPU=1 build/test_nccl_faults  # starts its own mpirun -np 2; not under mpirun
+}
+amp_bench() {  # world batch amp
+    local world=$1 batch=$2 amp=$3 tag="amptrain w$1 b$2 amp$3"
+    local cmd=(build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "$tag"
+               data.batch_size="$batch" amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" cudnn.benchmark=true)
+    if [ "$world" = 1 ]; then "${cmd[@]}" | grep '^{' | tee -a "$BENCH"
+    else mpirun -np "$world" "${cmd[@]}" | grep '^{' | tee -a "$BENCH"; fi
+}
+torch_bench() {  # world batch amp
+    local world=$1 batch=$2 amp=$3 tag="torch w$1 b$2 amp$3 cl1"
+    if [ "$world" = 1 ]; then python3 bench/torch_baseline.py --batch "$batch" --amp "$amp" --cl 1 --tag "$tag"
+    else torchrun --standalone --nproc_per_node="$world" bench/torch_baseline.py --batch "$batch" --amp "$amp" --cl 1 --tag "$tag"
+    fi 2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+torch_compile70() {  # torch.compile reduce-overhead (CUDA graphs) at batch 70, AMP: the issue's other b70 bar;
+                     # its compilation bounded to 4 minutes
+    timeout 240 python3 bench/torch_baseline.py --batch 70 --amp 1 --cl 1 --compile reduce-overhead \
+        --tag "torch w1 b70 amp1 cl1 compile reduce-overhead" 2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+torch_tf32off256() {  # PyTorch eager fp32 at batch 256 with TF32 off everywhere
+    python3 bench/torch_baseline.py --batch 256 --amp 0 --cl 1 --tf32 0 --tag "torch w1 b256 amp0 cl1 tf32off" \
+        2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+bench_pairs() {  # world batch: amptrain and torch, AMP then fp32
+    amp_bench "$1" "$2" 1; torch_bench "$1" "$2" 1
+    amp_bench "$1" "$2" 0; torch_bench "$1" "$2" 0
+}
+stage_bench1() { bench_pairs 1 256; }
+stage_bench2() { bench_pairs 2 256; }
+stage_bench70() { bench_pairs 1 70; }
+stage_bench70x2() { bench_pairs 2 70; }
+stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024 ... 128 MiB, torch beside
+    for ws in 1024 512 256 128; do
+        build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp1 ws$ws" \
+            data.batch_size=256 cudnn.benchmark=true cudnn.workspace_mb=$ws | grep '^{' | tee -a "$BENCH"
+    done
+    torch_bench 1 256 1
+}
+loop_run() {  # batch amp(1|0) extra-overrides... : one JSON line from the loop's steady-state metrics
+    local batch=$1 amp=$2; shift 2
+    local m="$OUT/loop_b${batch}_amp${amp}_$RANDOM.jsonl"
+    # The config's synthetic data: 100 batches, no evaluation. An image source (a data.source override) has
+    # the size of its files, and amptrain refuses sizes for it.
+    local sizes=(data.train_size=$((batch * 100)) data.val_size=0)
+    case " $* " in *" data.source="*) sizes=() ;; esac
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml data.batch_size="$batch" "${sizes[@]}" \
+        train.steps=90 log.every=10 log.progress=never log.metrics="$m" checkpoint.dir= checkpoint.every=0 \
+        amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" "$@" 2>&1 | grep -E "summary|error" >&2
+    python3 - "$m" "$batch" "$amp" "$*" <<'PY' | tee -a "$BENCH"
+import json, statistics, sys
+recs = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r and "images_per_s" in r]
+steady = [r for r in recs if r["step"] >= 40]
+ips = [r["images_per_s"] for r in steady]
+print(json.dumps({"tag": f"amptrain loop b{sys.argv[2]} amp{sys.argv[3]} {sys.argv[4]}".strip(), "impl": "amptrain-loop",
+                  "img_s_median": round(statistics.median(ips), 1), "img_s_min": round(min(ips), 1),
+                  "img_s_max": round(max(ips), 1),
+                  "data_wait_ms": round(statistics.median(r["data_wait_ms"] for r in steady), 3),
+                  "peak_mem_MiB": steady[-1]["memory_mib"]}))
+PY
+}
+stage_loop() {
+    for rep in 1 2 3; do
+        loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1
+        loop_run 70 1; amp_bench 1 70 1; torch_bench 1 70 1
+    done
+    # the training-loop issue holds b70 above torch.compile's reduce-overhead mode (CUDA graphs) too
+    torch_compile70
+}
+stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
+                     # beside torch twice and --bench (no torch.compile)
+    loop_run 256 1; torch_bench 1 256 1; loop_run 256 1; amp_bench 1 256 1
+    loop_run 70 1; torch_bench 1 70 1; loop_run 70 1; torch_bench 1 70 1; amp_bench 1 70 1
+}
+stage_loop1() {  # the --bench run also logs its convolution picks (AMPTRAIN_CONV_LOG) to $OUT/convlog_amp_b256.txt
+    loop_run 256 1
+    (export AMPTRAIN_CONV_LOG=1; amp_bench 1 256 1 2>"$OUT/convlog_amp_b256.txt")
+    torch_bench 1 256 1
+}
+stage_loopfp32() {
+    loop_run 256 0; amp_bench 1 256 0; torch_bench 1 256 0
+    loop_run 256 0 cudnn.tf32=false
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-tag "amptrain w1 b256 amp0 tf32off" \
+        data.batch_size=256 amp.enabled=false cudnn.tf32=false | grep '^{' | tee -a "$BENCH"
+    torch_tf32off256
+}
+stage_criteria() {  # the training-loop issue's measured criteria in one call, each row timed (UTC) as it starts:
+                    # b256 AMP loop / --bench / PyTorch; b70 --bench, then the loop and PyTorch alternating 3 times,
+                    # torch.compile reduce-overhead; fp32 b256 loop and PyTorch at the defaults and TF32 off; the seed
+    stamp() { echo "--- $* ($(date -u +%H:%M:%S))"; }
+    stamp b256 amp; loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1
+    stamp b70 amp; amp_bench 1 70 1
+    for rep in 1 2 3; do loop_run 70 1; torch_bench 1 70 1; done
+    stamp b70 compile
+    torch_compile70
+    stamp b256 fp32; loop_run 256 0; torch_bench 1 256 0
+    loop_run 256 0 cudnn.tf32=false
+    torch_tf32off256
+    stamp seed; stage_seed
+    stamp end
+    python3 dev/criteria.py "$BENCH"
+}
+stage_seed() {  # rows to $BENCH: amptrain's (the loop's seconds, the seconds after the model build, which the
+                # seed's script's clock matches, and the peak) and the seed's script's
+    for amp in 1 0; do
+        local m="$OUT/seed_amp$amp.jsonl"
+        build/amptrain configs/seed_resnext50.yaml amp.enabled=$([ $amp = 1 ] && echo true || echo false) \
+            log.metrics="$m" checkpoint.dir= 2>&1 | grep summary
+        python3 dev/criteria.py --seed-row "$m" $amp | tee -a "$BENCH"
+    done
+    python3 bench/seed_torch.py 2>/dev/null | grep '^{' | tee -a "$BENCH"
+}
+stage_fmnist() {
+    python3 tools/fashion-mnist /tmp/fmnist --idx .fmnist >"$OUT/fmnist-convert.log" 2>&1 || return 1
+    build/amptrain configs/fashion_mnist.yaml data.path=/tmp/fmnist log.metrics="$OUT/fmnist.jsonl" \
+        checkpoint.dir= checkpoint.every=0 log.progress=never 2>&1 | grep -E "^eval|summary|error"
+}
+make_jpegs() {  # 2048 photo-like 500x375 quality-90 JPEGs in /tmp/jpegs (ImageFolder, 8 classes)
+    [ -d /tmp/jpegs/train ] && return 0
+    python3 - <<'PY'
+import numpy as np, os
+from PIL import Image
+rng = np.random.default_rng(0)
+for i in range(2048):
+    d = f"/tmp/jpegs/train/c{i % 8}"; os.makedirs(d, exist_ok=True)
+    low = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)      # smooth structure, then texture
+    img = np.asarray(Image.fromarray(low).resize((500, 375), Image.BICUBIC), dtype=np.int16)
+    img = np.clip(img + rng.normal(0, 12, img.shape), 0, 255).astype(np.uint8)
+    Image.fromarray(img).save(f"{d}/{i:05d}.jpg", quality=90)
+PY
+}
+stage_jpegs() {  # --bench-data with the decode on the host's threads and on the GPU, then a short loop of each
+    make_jpegs || return 1
+    du -sh /tmp/jpegs
+    local img=(configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder data.path=/tmp/jpegs data.batch_size=256)
+    for decode in host device; do
+        build/amptrain "${img[@]}" data.decode=$decode --bench-data --bench-steps 16 | grep '^{' | tee -a "$BENCH"
+    done
+    for decode in host device; do
+        build/amptrain "${img[@]}" data.decode=$decode train.steps=40 log.every=10 log.progress=never \
+            log.metrics="$OUT/jpeg_loop_$decode.jsonl" checkpoint.dir= checkpoint.every=0 2>&1 | grep -E "summary|error"
+        grep '"step":40' "$OUT/jpeg_loop_$decode.jsonl"
+    done
+}
+profile_pair() {  # name amptrain-overrides... -- torch-flags...
+    local name=$1; shift
+    local ours=() theirs=()
+    while [ "$1" != "--" ]; do ours+=("$1"); shift; done; shift; theirs=("$@")
+    ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        --print-units base build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-profile \
+        --bench-warmup 3 --bench-steps 1 data.batch_size=256 train.cuda_graph=off "${ours[@]}" \
+        >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err"
+    python3 bench/torch_baseline.py --batch 256 --cl 1 --warmup 3 --steps 1 --profile "$OUT/profile_torch_$name.csv" \
+        "${theirs[@]}" | grep '^{'
+    python3 dev/kernel_profile.py "$OUT/ncu_$name.csv" "$OUT/profile_amptrain_$name.csv" \
+        "$OUT/profile_torch_$name.csv"
+}
+stage_bnbench() {
+    build/bench_batchnorm 256 | tee "$OUT/bnbench.txt"; [ "${PIPESTATUS[0]}" = 0 ] || return 1
+    for bn in cudnn own auto; do  # auto's picks (AMPTRAIN_CONV_LOG) go to $OUT/picks_auto.txt
+        AMPTRAIN_CONV_LOG=$([ $bn = auto ] && echo 1 || echo 0) build/amptrain configs/resnext50_32x4d_imagenet.yaml \
+            --bench --bench-tag "amptrain w1 b256 amp true bn $bn" data.batch_size=256 amp.enabled=true \
+            cudnn.benchmark=true cudnn.batch_norm=$bn 2>>"$OUT/picks_$bn.txt" | grep '^{' | tee -a "$BENCH"
+    done
+    torch_bench 1 256 1
+}
+stage_ends() {
+    CK_RUN_CASE=bn_add_bn AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/ends_test.log" 2>&1; local rc=$?
+    grep -E "Checks:|:F:|:E:" "$OUT/ends_test.log"
+    build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
+}
+stage_profileamp() { profile_pair amp -- --amp 1; }
+stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }
+stage_profile() { stage_profileamp && stage_profilefp32; }
+stage_decode() {  # the device decode path: test_images_gpu (nvJPEG + kernels against the CPU reference), then
+                  # --bench-data with data.decode=device on make_jpegs' folder, batch 256
+    AMPTRAIN_REQUIRE_GPU=1 build/test_images_gpu; local rc=$?
+    make_jpegs && build/amptrain configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder data.path=/tmp/jpegs \
+        data.batch_size=256 data.decode=device --bench-data --bench-steps 8 | grep '^{' | tee -a "$BENCH" && return $rc
+}
+stage_tvdecode() {  # test_images_pil with the machine's torch python: decoded pixels against torchvision.io.decode_jpeg
+    AMPTRAIN_PIL_PYTHON="$(command -v python3)" build/test_images_pil
+}
+stage_decodelog() {  # where a device decode beside the step spends its time: 30 steps at b256 AMP on make_jpegs'
+                     # folder with AMPTRAIN_DECODE_LOG=1; the last 24 lines (decode thread and decoder phases)
+    make_jpegs || return 1
+    AMPTRAIN_DECODE_LOG=1 build/amptrain configs/resnext50_32x4d_imagenet.yaml data.source=imagefolder \
+        data.path=/tmp/jpegs data.decode=device data.batch_size=256 train.steps=30 log.progress=never \
+        log.metrics= checkpoint.dir= checkpoint.every=0 2>"$OUT/decodelog.txt" | grep -E "summary|error"
+    grep -E "^decode" "$OUT/decodelog.txt" | tail -24
+}
+jpegs8() {  # make_jpegs' 2048 files, each linked 8 times into /tmp/jpegs8 (16,384 files: 1.4 epochs in 90 steps)
+    make_jpegs || return 1
+    [ -d /tmp/jpegs8/train ] && return 0
+    mkdir -p /tmp/jpegs8/train
+    for c in /tmp/jpegs/train/c*; do
+        mkdir -p "/tmp/jpegs8/train/${c##*/}"
+        for k in 0 1 2 3 4 5 6 7; do for f in "$c"/*.jpg; do ln "$f" "/tmp/jpegs8/train/${c##*/}/$k-${f##*/}"; done; done
+    done
+}
+stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each linked 8 times: 1.4 epochs in 90
+                    # steps, so epoch ends do not dominate) beside the same loop on synthetic data
+    jpegs8 || return 1
+    loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=device
+    loop_run 256 1
+    loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=host
+}
+scaling_run() {  # out-folder extra-flags...
+    local out=$1; shift
+    python3 launch/scaling --config configs/resnext50_32x4d_imagenet.yaml --gpus 1,2 --precisions amp,fp32 \
+        --batch 256 --steps 30 --warmup 8 --torch-baseline bench/torch_baseline.py --out "$out" "$@" \
+        -- cudnn.benchmark=true cudnn.tf32=true && cat "$out/scaling.md"
+}
+stage_scaling() { scaling_run "$OUT/scaling"; }
+stage_scalingnet() { scaling_run "$OUT/scaling-net" --simulate-network; }
+
+nvidia-smi -L
+for s in "$@"; do
+    echo "=== $s ($(date -u +%H:%M:%S))"
+    if "stage_$s"; then result[$s]=pass; else result[$s]=FAIL; fi
+done
+echo "=== summary"
+for s in "$@"; do echo "$s: ${result[$s]}"; done

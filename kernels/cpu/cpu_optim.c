@@ -1,0 +1,39 @@
+// cpu_optim.c - the AMP step on the CPU: overflow check, fused unscale + SGD, GradScaler update.
+#include <math.h>
+
+#include "amp/update_rules.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/half.h"
+
+void cpu_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, float *flag) {
+    (void)be;
+    int bad = 0;
+    if (dt == DTYPE_F16) {
+        const half *g = grad;
+        for (size_t i = 0; i < n && !bad; i++) bad = half_bits_nonfinite(half_bits(g[i]));
+    } else {
+        const float *g = grad;
+        for (size_t i = 0; i < n && !bad; i++) bad = !isfinite(g[i]);
+    }
+    // Only ever raised here: the caller zeroes the flag once per step and checks several buffers.
+    if (bad) *flag = 1.0f;
+}
+
+void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
+                  void *copy, const SgdParams *p, const float *lr, const ScalerState *state) {
+    (void)be;
+    // A skipped step writes nothing, so master, momentum and the fp16 copy stay bitwise as they were.
+    if (state->found_inf != 0.0f) return;
+    const float inv_scale = 1.0f / state->scale;
+    half *copy16 = copy;
+    for (size_t i = 0; i < n; i++) {
+        sgd_update_rule(dtype_load(grad, grad_dt, i), inv_scale, *lr, p, &master[i], &mom[i]);
+        if (copy16) copy16[i] = half_from_float(master[i]);
+    }
+}
+
+void cpu_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
+                       int dynamic) {
+    (void)be;
+    scaler_update_rule(state, growth, backoff, interval, dynamic);
+}

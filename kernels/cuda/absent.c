@@ -1,0 +1,43 @@
+// Linked instead of kernels/ when the build has no CUDA: the CUDA backend reports why it is missing.
+#include <stdio.h>
+
+#include "core/backend.h"
+#include "kernels/cuda/cuda_backend.h"
+
+Backend *cuda_backend_create(int device, int cudnn_benchmark, int conv_tf32, int matmul_tf32, char *why,
+                             size_t why_len) {
+    (void)device, (void)cudnn_benchmark, (void)conv_tf32, (void)matmul_tf32;
+    snprintf(why, why_len, "amptrain was built without CUDA (cmake found no nvcc/cuDNN/cuBLAS)");
+    return NULL;
+}
+
+int cuda_visible_device_count(void) { return 0; }
+
+void *cuda_backend_stream(Backend *be) {
+    (void)be;
+    return NULL;
+}
+
+void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) {
+    (void)be, (void)bytes;
+}
+
+void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode) {
+    (void)be, (void)mode;
+}
+
+int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction) {
+    (void)be, (void)s, (void)dt, (void)direction;
+    return -1;
+}
+
+int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn, int *backward_cudnn) {
+    (void)be, (void)save_mean, (void)forward_cudnn, (void)backward_cudnn;
+    return 0;
+}
+
+int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu, int *forward_cudnn,
+                                  int *backward_cudnn) {
+    (void)be, (void)rows, (void)c, (void)dt, (void)residual, (void)relu, (void)forward_cudnn, (void)backward_cudnn;
+    return 0;
+}

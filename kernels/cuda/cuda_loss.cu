@@ -1,0 +1,88 @@
+// cuda_loss.cu - softmax cross-entropy and its backward seed, in fp32 whatever the logits' dtype.
+//
+// One block per row computes the row's max, log-sum-exp, loss and dlogits. The mean over rows is a
+// second, one-block kernel that sums the per-row losses in a fixed tree: the loss is bitwise the same
+// on every run (no atomics).
+#include "kernels/cuda/cuda_elem.cuh"
+#include "kernels/cuda/cuda_internal.h"
+
+#define XENT_THREADS 256  // a multiple of 32; classes (1000) spread over a block's threads
+#define XENT_WARPS (XENT_THREADS / 32)
+
+
+// Reductions over a block of XENT_THREADS threads; every thread gets the result. `scratch` holds one
+// float per warp and is reused, hence the barrier before the warps write into it.
+static __device__ float block_max(float v, float *scratch) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+    __syncthreads();
+    float m = scratch[0];
+    for (int i = 1; i < XENT_WARPS; i++) m = fmaxf(m, scratch[i]);
+    return m;
+}
+
+static __device__ float block_sum(float v, float *scratch) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    __syncthreads();
+    if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < XENT_WARPS; i++) s += scratch[i];
+    return s;
+}
+
+// Row r of logits (n,classes) T: row_loss[r] = logsumexp(z) - z[label];
+// dlogits[r] = (softmax(z) - onehot(label)) * (*scale or 1) * seed_factor, in T.
+template <typename T>
+__global__ void xent_row_kernel(int classes, const T *logits, const int32_t *labels, float *row_loss,
+                                T *dlogits, const float *scale, float seed_factor) {
+    __shared__ float scratch[XENT_WARPS];
+    const size_t base = (size_t)blockIdx.x * classes;
+    const T *z = logits + base;
+    const int label = labels[blockIdx.x];
+
+    float zmax = -INFINITY;
+    for (int k = threadIdx.x; k < classes; k += XENT_THREADS) zmax = fmaxf(zmax, to_f32(z[k]));
+    zmax = block_max(zmax, scratch);
+    float sum = 0.0f;
+    for (int k = threadIdx.x; k < classes; k += XENT_THREADS) sum += expf(to_f32(z[k]) - zmax);
+    sum = block_sum(sum, scratch);
+    const float log_sum = logf(sum);
+    if (threadIdx.x == 0) row_loss[blockIdx.x] = log_sum - (to_f32(z[label]) - zmax);
+
+    // The seed carries the loss scale, so fp16 gradients downstream stay clear of underflow.
+    const float seed = (scale ? *scale : 1.0f) * seed_factor;
+    for (int k = threadIdx.x; k < classes; k += XENT_THREADS) {
+        const float p = expf(to_f32(z[k]) - zmax - log_sum);
+        from_f32(&dlogits[base + k], (p - (k == label ? 1.0f : 0.0f)) * seed);
+    }
+}
+
+// *loss_out = mean of row_loss (n), one block, fixed summation order.
+__global__ void xent_mean_kernel(int n, const float *row_loss, float *loss_out) {
+    __shared__ float scratch[XENT_WARPS];
+    float sum = 0.0f;
+    for (int r = threadIdx.x; r < n; r += XENT_THREADS) sum += row_loss[r];
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0) *loss_out = sum / (float)n;
+}
+
+void cuda_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const void *logits,
+                       const int32_t *labels, float *loss_out, void *dlogits, const float *scale,
+                       float seed_factor) {
+    if (n == 0) return;
+    cudaStream_t stream = cuda_state(be)->stream;
+    // Freed right after the launches: the allocator reuses it only for work queued behind them.
+    float *row_loss = (float *)be->alloc(be, (size_t)n * sizeof(float));  // (n) fp32
+    if (logits_dt == DTYPE_F16)
+        xent_row_kernel<__half><<<n, XENT_THREADS, 0, stream>>>(classes, (const __half *)logits, labels, row_loss,
+                                                                 (__half *)dlogits, scale, seed_factor);
+    else
+        xent_row_kernel<float><<<n, XENT_THREADS, 0, stream>>>(classes, (const float *)logits, labels, row_loss,
+                                                                (float *)dlogits, scale, seed_factor);
+    CUDA_CHECK_LAUNCH();
+    xent_mean_kernel<<<1, XENT_THREADS, 0, stream>>>(n, row_loss, loss_out);
+    CUDA_CHECK_LAUNCH();
+    be->free(be, row_loss);
+}

@@ -1,0 +1,198 @@
+// cuda_optim.cu - the AMP end of the step on the device: the inf/NaN check over gradient buffers, the
+// fused unscale + SGD update of fp32 masters (writing the fp16 copies), GradScaler's one-thread update,
+// and fp32 <-> fp16 casts.
+//
+// These kernels are pure memory traffic (the SGD step moves 20 bytes per parameter: fp16 grad in, fp32
+// master and momentum in and out, fp16 copy out), so each thread moves 16-byte vectors through a
+// grid-stride loop. Buffers may start anywhere in a flat gradient buffer: a few leading elements are
+// handled one at a time until the pointers reach a vector boundary, and the rest of the tail likewise.
+// The SGD arithmetic uses explicit _rn intrinsics so nvcc cannot fuse it into FMAs: the result then
+// matches the CPU reference (kernels/cpu/cpu_optim.c) to the last bit.
+#include "kernels/cuda/cuda_elem.cuh"
+#include "kernels/cuda/cuda_internal.h"
+#include "amp/update_rules.h"
+
+#define OPTIM_THREADS 256
+#define OPTIM_MAX_BLOCKS 1056  // 8 blocks of 256 threads on each of the H200's 132 SMs
+
+// How n elements split between vector and scalar work: elements [head, head + nvec * vec) go as
+// vectors; the `rest` others (the head and the tail) one at a time.
+typedef struct VecSplit {
+    size_t head, nvec, rest;
+} VecSplit;
+
+// One pointer taking part in a vectorised loop: its address and element size.
+typedef struct VecOperand {
+    const void *ptr;
+    size_t elem;
+} VecOperand;
+
+// The head is chosen so the first operand is vector-aligned; if the others are not aligned at the
+// same element (different offsets into their buffers), everything goes the scalar way.
+static VecSplit vec_split(size_t n, int vec, const VecOperand *ops, int count) {
+    VecSplit sp = {n, 0, n};
+    const size_t span0 = (size_t)vec * ops[0].elem;
+    const uintptr_t addr0 = (uintptr_t)ops[0].ptr;
+    if (addr0 % ops[0].elem != 0) return sp;
+    size_t head = ((span0 - addr0 % span0) % span0) / ops[0].elem;
+    if (head >= n) return sp;
+    for (int k = 1; k < count; k++) {
+        if (!ops[k].ptr) continue;
+        if (((uintptr_t)ops[k].ptr + head * ops[k].elem) % ((size_t)vec * ops[k].elem) != 0) return sp;
+    }
+    sp.head = head;
+    sp.nvec = (n - head) / vec;
+    sp.rest = n - sp.nvec * vec;
+    return sp;
+}
+
+static unsigned optim_blocks(size_t work) {
+    size_t b = (work + OPTIM_THREADS - 1) / OPTIM_THREADS;
+    if (b < 1) b = 1;
+    if (b > OPTIM_MAX_BLOCKS) b = OPTIM_MAX_BLOCKS;
+    return (unsigned)b;
+}
+
+// Index of the r-th scalar element: the head first, then the tail after the vector body.
+static __device__ __forceinline__ size_t scalar_index(size_t r, VecSplit sp, int vec) {
+    return r < sp.head ? r : r + sp.nvec * vec;
+}
+
+// ---- nonfinite_check ---------------------------------------------------------------------------------
+
+// grad (n) T -> *flag = 1 if any element is inf or NaN. Threads that see one store the same value, so
+// the race is harmless; nobody ever stores 0.
+template <typename T>
+__global__ void nonfinite_check_kernel(const T *grad, VecSplit sp, float *flag) {
+    constexpr int VEC = 16 / sizeof(T);
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    bool bad = false;
+    for (size_t v = tid; v < sp.nvec; v += stride) {
+        const ElemPack<T, VEC> pk = *(const ElemPack<T, VEC> *)(grad + sp.head + v * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) bad |= !isfinite(to_f32(pk.e[j]));
+    }
+    for (size_t r = tid; r < sp.rest; r += stride) bad |= !isfinite(to_f32(grad[scalar_index(r, sp, VEC)]));
+    if (bad) *flag = 1.0f;
+}
+
+void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, float *flag) {
+    if (n == 0) return;
+    cudaStream_t stream = cuda_state(be)->stream;
+    const int vec = (int)(16 / dtype_size(dt));
+    const VecOperand ops[1] = {{grad, dtype_size(dt)}};
+    const VecSplit sp = vec_split(n, vec, ops, 1);
+    const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
+    if (dt == DTYPE_F16)
+        nonfinite_check_kernel<__half><<<blocks, OPTIM_THREADS, 0, stream>>>((const __half *)grad, sp, flag);
+    else
+        nonfinite_check_kernel<float><<<blocks, OPTIM_THREADS, 0, stream>>>((const float *)grad, sp, flag);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- sgd_step ------------------------------------------------------------------------------------------
+
+#define SGD_VEC 4  // 16 bytes of fp32 master and momentum, 8 (or 16) bytes of gradient, 8 of fp16 copy
+
+// grad (n) G; master, mom (n) fp32; copy (n) fp16 or NULL. Skipped as a whole when the agreed verdict in
+// state->found_inf is set, so a skipped step leaves every buffer bitwise as it was.
+template <typename G>
+__global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, __half *copy,
+                                SgdParams p, const float *lr_ptr, const ScalerState *state) {
+    if (state->found_inf != 0.0f) return;
+    const float lr = *lr_ptr;
+    // 1/S once, then a multiply, as GradScaler.unscale_ does (exact for S = 2^k).
+    const float inv_scale = __fdiv_rn(1.0f, state->scale);
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t v = tid; v < sp.nvec; v += stride) {
+        const size_t i = sp.head + v * SGD_VEC;
+        const ElemPack<G, SGD_VEC> g = *(const ElemPack<G, SGD_VEC> *)(grad + i);
+        ElemPack<float, SGD_VEC> w = *(const ElemPack<float, SGD_VEC> *)(master + i);
+        ElemPack<float, SGD_VEC> m = *(const ElemPack<float, SGD_VEC> *)(mom + i);
+#pragma unroll
+        for (int j = 0; j < SGD_VEC; j++) sgd_update_rule(to_f32(g.e[j]), inv_scale, lr, &p, &w.e[j], &m.e[j]);
+        *(ElemPack<float, SGD_VEC> *)(master + i) = w;
+        *(ElemPack<float, SGD_VEC> *)(mom + i) = m;
+        if (copy) {
+            ElemPack<__half, SGD_VEC> c;
+#pragma unroll
+            for (int j = 0; j < SGD_VEC; j++) c.e[j] = __float2half_rn(w.e[j]);
+            *(ElemPack<__half, SGD_VEC> *)(copy + i) = c;
+        }
+    }
+    for (size_t r = tid; r < sp.rest; r += stride) {
+        const size_t i = scalar_index(r, sp, SGD_VEC);
+        sgd_update_rule(to_f32(grad[i]), inv_scale, lr, &p, &master[i], &mom[i]);
+        if (copy) copy[i] = __float2half_rn(master[i]);
+    }
+}
+
+void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
+                   void *copy, const SgdParams *p, const float *lr, const ScalerState *state) {
+    if (n == 0) return;
+    cudaStream_t stream = cuda_state(be)->stream;
+    const VecOperand ops[4] = {{master, 4}, {mom, 4}, {grad, dtype_size(grad_dt)}, {copy, 2}};
+    const VecSplit sp = vec_split(n, SGD_VEC, ops, 4);
+    const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
+    if (grad_dt == DTYPE_F16)
+        sgd_step_kernel<__half><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const __half *)grad, master, mom,
+                                                                       (__half *)copy, *p, lr, state);
+    else
+        sgd_step_kernel<float><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const float *)grad, master, mom,
+                                                                      (__half *)copy, *p, lr, state);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- scaler_update -------------------------------------------------------------------------------------
+
+// GradScaler's rule on the device, one thread (src/amp/update_rules.h, as the CPU backend).
+__global__ void scaler_update_kernel(ScalerState *state, float growth, float backoff, int interval, int dynamic) {
+    scaler_update_rule(state, growth, backoff, interval, dynamic);
+}
+
+void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval, int dynamic) {
+    scaler_update_kernel<<<1, 1, 0, cuda_state(be)->stream>>>(state, growth, backoff, interval, dynamic);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- cast ------------------------------------------------------------------------------------------------
+
+#define CAST_VEC 4
+
+// src (n) S -> dst (n) D; fp32 -> fp16 rounds to nearest even and overflows to inf (__float2half_rn).
+template <typename S, typename D>
+__global__ void cast_kernel(VecSplit sp, const S *src, D *dst) {
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t v = tid; v < sp.nvec; v += stride) {
+        const size_t i = sp.head + v * CAST_VEC;
+        const ElemPack<S, CAST_VEC> in = *(const ElemPack<S, CAST_VEC> *)(src + i);
+        ElemPack<D, CAST_VEC> out;
+#pragma unroll
+        for (int j = 0; j < CAST_VEC; j++) from_f32(&out.e[j], to_f32(in.e[j]));
+        *(ElemPack<D, CAST_VEC> *)(dst + i) = out;
+    }
+    for (size_t r = tid; r < sp.rest; r += stride) {
+        const size_t i = scalar_index(r, sp, CAST_VEC);
+        from_f32(&dst[i], to_f32(src[i]));
+    }
+}
+
+void cuda_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n) {
+    if (n == 0) return;
+    cudaStream_t stream = cuda_state(be)->stream;
+    if (dst_dt == src_dt) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * dtype_size(dst_dt), cudaMemcpyDeviceToDevice, stream));
+        return;
+    }
+    const VecOperand ops[2] = {{src, dtype_size(src_dt)}, {dst, dtype_size(dst_dt)}};
+    const VecSplit sp = vec_split(n, CAST_VEC, ops, 2);
+    const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
+    if (src_dt == DTYPE_F32)
+        cast_kernel<float, __half><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const float *)src, (__half *)dst);
+    else
+        cast_kernel<__half, float><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const __half *)src, (float *)dst);
+    CUDA_CHECK_LAUNCH();
+}

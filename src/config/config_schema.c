@@ -1,0 +1,279 @@
+// config_schema.c - every configuration key in one table, and the typo suggestions drawn from it.
+//
+// Ranges here are the single source of truth for "out of range" errors and for docs/config.md.
+// Rules that tie two keys together (presets, cifar10's fixed shape) live in config.c.
+#include "config/config_schema.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "config/config.h"
+
+#define AT(field) offsetof(Config, field), 0
+#define AT_STR(field) offsetof(Config, field), sizeof(((Config *)0)->field)
+
+// Ranges: ANY accepts every double, NONE marks keys that are not numbers; the rest are intervals.
+#define ANY -INFINITY, INFINITY, 0, 0
+#define AT_LEAST(v) (v), INFINITY, 0, 1
+#define ABOVE(v) (v), INFINITY, 1, 1
+#define BETWEEN(a, b) (a), (b), 0, 0
+#define CLOSED_OPEN(a, b) (a), (b), 0, 1
+#define OPEN_CLOSED(a, b) (a), (b), 1, 0
+#define OPEN(a, b) (a), (b), 1, 1
+#define NONE 0, 0, 0, 0
+
+const ConfigKey config_keys[] = {
+    // ---- model ----
+    {"model", "arch", CK_ENUM, AT_STR(model.arch), NONE,
+     {"resnext50_32x4d", "resnext101_32x4d", "resnext101_32x8d", "custom"},
+     "torchvision preset (fixes layers, cardinality, base_width, planes) or custom"},
+    {"model", "layers", CK_INT_LIST, AT(model.layers), BETWEEN(1, 64), {0},
+     "bottleneck blocks in each of the 4 stages (custom only)"},
+    {"model", "cardinality", CK_INT, AT(model.cardinality), BETWEEN(1, 1024), {0},
+     "groups of the 3x3 convolution (custom only)"},
+    {"model", "base_width", CK_INT, AT(model.base_width), BETWEEN(1, 1024), {0},
+     "torchvision's width_per_group (custom only)"},
+    {"model", "planes", CK_INT, AT(model.planes), BETWEEN(1, 1024), {0},
+     "stage-1 planes and stem width, doubled each stage (custom only)"},
+    {"model", "num_classes", CK_INT, AT(model.num_classes), BETWEEN(2, 100000), {0},
+     "classifier outputs"},
+    {"model", "image_size", CK_INT, AT(model.image_size), BETWEEN(32, 1024), {0},
+     "square input side in pixels (5 stride-2 stages need at least 32)"},
+    {"model", "recompute_bn_blocks", CK_INT, AT(model.recompute_bn_blocks), BETWEEN(0, 256), {0},
+     "the first N blocks keep no bn1/bn2+ReLU output; backward recomputes it from the saved statistics "
+     "(less memory, one elementwise pass each; N above the block count: all)"},
+    // ---- data ----
+    {"data", "source", CK_ENUM, AT_STR(data.source), NONE,
+     {"synthetic", "learnable", "cifar10", "imagefolder", "webdataset"},
+     "synthetic: random noise; learnable: class-dependent patterns a model can fit; cifar10: files; "
+     "imagefolder, webdataset: JPEGs in class folders or tar shards"},
+    {"data", "path", CK_STRING, AT_STR(data.path), NONE, {0},
+     "cifar10: folder with data_batch_1..5.bin and test_batch.bin; imagefolder: the root with train/ and "
+     "val/ class folders; webdataset: the folder of train-*.tar and val-*.tar shards"},
+    {"data", "train_size", CK_INT, AT(data.train_size), AT_LEAST(1), {0},
+     "synthetic/learnable: training samples per epoch"},
+    {"data", "val_size", CK_INT, AT(data.val_size), AT_LEAST(0), {0},
+     "synthetic/learnable: validation samples (0: no evaluation)"},
+    {"data", "batch_size", CK_INT, AT(data.batch_size), AT_LEAST(1), {0},
+     "samples per rank per micro-batch"},
+    {"data", "augment", CK_BOOL, AT(data.augment), NONE, {0},
+     "cifar10: random crop (pad 4) and horizontal flip; imagefolder/webdataset: RandomResizedCrop and "
+     "horizontal flip (false: the validation transform)"},
+    {"data", "mean", CK_FLOAT3, AT(data.mean), BETWEEN(0, 1), {0},
+     "imagefolder/webdataset: per-channel mean (R, G, B) of torchvision's Normalize on [0, 1] pixels"},
+    {"data", "crop_scale_min", CK_FLOAT, AT(data.crop_scale_min), OPEN_CLOSED(0, 1), {0},
+     "imagefolder/webdataset with augment: RandomResizedCrop's smallest area fraction (torchvision: 0.08)"},
+    {"data", "crop_scale_max", CK_FLOAT, AT(data.crop_scale_max), OPEN_CLOSED(0, 1), {0},
+     "imagefolder/webdataset with augment: RandomResizedCrop's largest area fraction (torchvision: 1)"},
+    {"data", "std", CK_FLOAT3, AT(data.std), ABOVE(0), {0},
+     "imagefolder/webdataset: per-channel standard deviation (R, G, B) of the same Normalize"},
+    {"data", "decode", CK_ENUM, AT_STR(data.decode), NONE, {"host", "device"},
+     "imagefolder/webdataset: where training JPEGs are decoded, cropped and flipped. host: libjpeg-turbo on "
+     "the loader's threads; device: the backend's decoder on a thread of its own (CUDA: nvJPEG and kernels, "
+     "when the build has nvJPEG; CPU: the reference decoder), the loader's threads only read files. "
+     "Validation always decodes on the host"},
+    {"data", "prefetch", CK_INT, AT(data.prefetch), BETWEEN(0, 64), {0},
+     "batches prepared ahead by the loader's workers (0: synchronous, on the training thread)"},
+    {"data", "workers", CK_INT, AT(data.workers), BETWEEN(0, 64), {0},
+     "loader threads (0: auto, the host's cores shared by the ranks on it, one left to each rank); all of "
+     "them assemble one batch at a time, a few samples each"},
+    {"data", "drop_last", CK_BOOL, AT(data.drop_last), NONE, {0},
+     "skip each epoch's partial last step (needed when it would leave a rank one image and the last "
+     "stage is 1x1)"},
+    // ---- train ----
+    {"train", "epochs", CK_INT, AT(train.epochs), AT_LEAST(1), {0}, "passes over the training set"},
+    {"train", "steps", CK_INT, AT(train.steps), AT_LEAST(0), {0},
+     "stop after this many optimizer steps (0: run all epochs)"},
+    {"train", "lr", CK_FLOAT, AT(train.lr), ABOVE(0), {0}, "peak learning rate (before lr_scaling)"},
+    {"train", "momentum", CK_FLOAT, AT(train.momentum), CLOSED_OPEN(0, 1), {0}, "SGD momentum"},
+    {"train", "weight_decay", CK_FLOAT, AT(train.weight_decay), AT_LEAST(0), {0},
+     "L2 penalty added to every gradient (PyTorch SGD's weight_decay)"},
+    {"train", "nesterov", CK_BOOL, AT(train.nesterov), NONE, {0},
+     "Nesterov momentum (needs momentum > 0)"},
+    {"train", "schedule", CK_ENUM, AT_STR(train.schedule), NONE, {"constant", "step", "cosine"},
+     "learning-rate schedule after warm-up"},
+    {"train", "warmup_steps", CK_INT, AT(train.warmup_steps), AT_LEAST(0), {0},
+     "linear warm-up from 0 to lr over this many steps"},
+    {"train", "step_every", CK_INT, AT(train.step_every), AT_LEAST(1), {0},
+     "schedule step: multiply lr by step_gamma every this many epochs"},
+    {"train", "step_gamma", CK_FLOAT, AT(train.step_gamma), OPEN_CLOSED(0, 1), {0},
+     "schedule step: the factor"},
+    {"train", "min_lr", CK_FLOAT, AT(train.min_lr), AT_LEAST(0), {0},
+     "schedule cosine: the floor (at most lr)"},
+    {"train", "seed", CK_LONG, AT(train.seed), AT_LEAST(0), {0},
+     "seeds weights, data and shuffling"},
+    {"train", "accum_steps", CK_INT, AT(train.accum_steps), BETWEEN(1, 1024), {0},
+     "micro-batches per optimizer step"},
+    {"train", "lr_scaling", CK_ENUM, AT_STR(train.lr_scaling), NONE, {"none", "linear"},
+     "linear: lr *= global batch / 256 (global batch = batch_size x ranks x accum_steps)"},
+    {"train", "cuda_graph", CK_ENUM, AT_STR(train.cuda_graph), NONE, {"auto", "on", "off"},
+     "capture the training step once as a CUDA graph and replay it (auto: on with the CUDA backend; on with "
+     "the CPU backend: its op-log emulation, for tests; steps with a partial batch, accumulation or a debug "
+     "injection run as plain launches)"},
+    // ---- amp ----
+    {"amp", "enabled", CK_BOOL, AT(amp.enabled), NONE, {0},
+     "mixed precision (fp16 compute, fp32 masters); false: everything fp32"},
+    {"amp", "dynamic", CK_BOOL, AT(amp.dynamic), NONE, {0},
+     "dynamic loss scaling; false: static scale = init_scale"},
+    {"amp", "init_scale", CK_FLOAT, AT(amp.init_scale), ABOVE(0), {0}, "initial loss scale"},
+    {"amp", "growth_factor", CK_FLOAT, AT(amp.growth_factor), ABOVE(1), {0},
+     "scale multiplier after growth_interval clean steps"},
+    {"amp", "backoff_factor", CK_FLOAT, AT(amp.backoff_factor), OPEN(0, 1), {0},
+     "scale multiplier after a step with inf/NaN gradients"},
+    {"amp", "growth_interval", CK_INT, AT(amp.growth_interval), AT_LEAST(1), {0},
+     "clean steps in a row before the scale grows"},
+    // ---- log ----
+    {"log", "every", CK_INT, AT(log.every), AT_LEAST(1), {0}, "steps between log lines and metrics records"},
+    {"log", "metrics", CK_STRING, AT_STR(log.metrics), NONE, {0},
+     "JSON-lines metrics file (\"\": none)"},
+    {"log", "progress", CK_ENUM, AT_STR(log.progress), NONE, {"auto", "always", "never"},
+     "progress bar (auto: when stdout is a terminal)"},
+    // ---- checkpoint ----
+    {"checkpoint", "dir", CK_STRING, AT_STR(checkpoint.dir), NONE, {0},
+     "folder for checkpoints (\"\": none)"},
+    {"checkpoint", "every", CK_INT, AT(checkpoint.every), AT_LEAST(0), {0},
+     "steps between checkpoints (0: only at the end)"},
+    {"checkpoint", "resume", CK_STRING, AT_STR(checkpoint.resume), NONE, {0},
+     "checkpoint file to resume from (\"\": fresh start)"},
+    // ---- dist ----
+    {"dist", "bucket_mb", CK_FLOAT, AT(dist.bucket_mb), ABOVE(0), {0}, "gradient bucket size in MiB"},
+    {"dist", "first_bucket_mb", CK_FLOAT, AT(dist.first_bucket_mb), ABOVE(0), {0},
+     "first (last-layer) bucket in MiB, small so communication starts early"},
+    {"dist", "timeout_s", CK_FLOAT, AT(dist.timeout_s), ABOVE(0), {0},
+     "a rank silent this many seconds ends the job"},
+    // ---- backend ----
+    {"backend", "device", CK_ENUM, AT_STR(backend.device), NONE, {"auto", "cpu", "cuda"},
+     "auto: cuda when built with CUDA and a GPU is present, else cpu"},
+    // ---- cudnn ----
+    {"cudnn", "benchmark", CK_BOOL, AT(cudnn.benchmark), NONE, {0},
+     "timed convolution algorithm search once per shape"},
+    {"cudnn", "tf32", CK_BOOL, AT(cudnn.tf32), NONE, {0},
+     "fp32 convolutions may use TF32 tensor cores (PyTorch's default: on)"},
+    {"cudnn", "matmul_tf32", CK_BOOL, AT(cudnn.matmul_tf32), NONE, {0},
+     "the fp32 classifier matmul may use TF32 (PyTorch's default: off)"},
+    {"cudnn", "workspace_mb", CK_INT, AT(cudnn.workspace_mb), BETWEEN(0, 65536), {0},
+     "largest convolution workspace (MiB) an algorithm may use (default 512 with AMP, 4096 without): "
+     "less memory, maybe slower layers"},
+    {"cudnn", "batch_norm", CK_ENUM, AT_STR(cudnn.batch_norm), NONE, {"auto", "cudnn", "own"},
+     "training batch norm per layer shape on the fastest forward/backward pair of cuDNN's and amptrain's "
+     "kernels timed at start-up (auto; with cudnn.benchmark, else as cudnn), on cuDNN's fused NHWC kernels "
+     "where cuDNN takes the call, or on amptrain's own (inference and recomputation always run amptrain's own)"},
+    // ---- debug ----
+    {"debug", "inject_step", CK_INT, AT(debug.inject_step), AT_LEAST(-1), {0},
+     "step at which gradients are poisoned (-1: never)"},
+    {"debug", "inject_rank", CK_INT, AT(debug.inject_rank), AT_LEAST(-1), {0},
+     "rank that poisons its local gradients (-1: every rank)"},
+    {"debug", "inject_value", CK_FLOAT, AT(debug.inject_value), ANY, {0},
+     "value written into the first gradient element (.inf, .nan, 40000, ...)"},
+};
+const size_t config_key_count = sizeof config_keys / sizeof config_keys[0];
+_Static_assert(sizeof config_keys / sizeof config_keys[0] <= CONFIG_MAX_KEYS,
+               "raise CONFIG_MAX_KEYS in config_schema.h");
+
+const char *const config_sections[] = {"model", "data",    "train",   "amp",   "log",
+                                       "checkpoint", "dist", "backend", "cudnn", "debug"};
+const size_t config_section_count = sizeof config_sections / sizeof config_sections[0];
+
+// Names other trainers (PyTorch, torchvision, DDP, Horovod) use for our keys: a user who writes
+// `learning_rate` or misspells it gets pointed to train.lr, which plain edit distance would miss.
+static const struct {
+    const char *alias, *section, *key;
+} key_aliases[] = {
+    {"learning_rate", "train", "lr"},       {"base_lr", "train", "lr"},
+    {"wd", "train", "weight_decay"},        {"lr_schedule", "train", "schedule"},
+    {"scheduler", "train", "schedule"},     {"num_epochs", "train", "epochs"},
+    {"max_steps", "train", "steps"},        {"warmup", "train", "warmup_steps"},
+    {"warmup_iters", "train", "warmup_steps"},
+    {"gradient_accumulation_steps", "train", "accum_steps"},
+    {"batch", "data", "batch_size"},        {"dataset", "data", "source"},
+    {"groups", "model", "cardinality"},     {"width_per_group", "model", "base_width"},
+    {"classes", "model", "num_classes"},    {"fp16", "amp", "enabled"},
+    {"loss_scale", "amp", "init_scale"},    {"log_interval", "log", "every"},
+    {"output_dir", "checkpoint", "dir"},    {"bucket_cap_mb", "dist", "bucket_mb"},
+};
+
+const ConfigKey *config_schema_find(const char *section, const char *key) {
+    for (size_t i = 0; i < config_key_count; i++) {
+        if (strcmp(config_keys[i].section, section) == 0 && strcmp(config_keys[i].key, key) == 0)
+            return &config_keys[i];
+    }
+    return NULL;
+}
+
+int config_schema_has_section(const char *section) {
+    for (size_t i = 0; i < config_section_count; i++) {
+        if (strcmp(config_sections[i], section) == 0) return 1;
+    }
+    return 0;
+}
+
+// Optimal-string-alignment distance: insertions, deletions, substitutions and adjacent swaps cost 1.
+// Names longer than the buffer are too far from every key to matter and get a large distance.
+static size_t edit_distance(const char *a, const char *b) {
+    enum { MAX_NAME = 64 };
+    size_t n = strlen(a), m = strlen(b);
+    if (n >= MAX_NAME || m >= MAX_NAME) return MAX_NAME;
+    size_t d[MAX_NAME + 1][MAX_NAME + 1];
+    for (size_t i = 0; i <= n; i++) d[i][0] = i;
+    for (size_t j = 0; j <= m; j++) d[0][j] = j;
+    for (size_t i = 1; i <= n; i++) {
+        for (size_t j = 1; j <= m; j++) {
+            size_t best = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1 < best) best = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < best) best = d[i][j - 1] + 1;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    }
+    return d[n][m];
+}
+
+// A key written under the wrong section (train.batch_size) is a likely mistake, but a near-exact
+// key in the right section is likelier still: the section mismatch costs this much.
+#define WRONG_SECTION_COST 2
+
+static size_t key_distance(const char *section, const char *key, const char *row_section,
+                           const char *row_key) {
+    size_t d = edit_distance(key, row_key);
+    if (!section || strcmp(section, row_section) != 0) d += WRONG_SECTION_COST;
+    return d;
+}
+
+// How far a name may be from a known one and still be called a typo of it.
+static size_t typo_budget(const char *name) {
+    size_t third = strlen(name) / 3;
+    return third > 2 ? third : 2;
+}
+
+const char *config_schema_suggest(const char *section, const char *key, char *out, size_t out_len) {
+    size_t best = (size_t)-1;
+    const char *best_section = NULL, *best_key = NULL;
+    const char *word = key ? key : section;
+    for (size_t i = 0; i < config_key_count; i++) {
+        const ConfigKey *row = &config_keys[i];
+        // A lone section name may be a key written one level too high (`lr:` at the top).
+        size_t d = key ? key_distance(section, key, row->section, row->key)
+                       : edit_distance(section, row->key) + WRONG_SECTION_COST;
+        if (d < best) best = d, best_section = row->section, best_key = row->key;
+    }
+    for (size_t i = 0; i < sizeof key_aliases / sizeof key_aliases[0]; i++) {
+        size_t d = key ? key_distance(section, key, key_aliases[i].section, key_aliases[i].alias)
+                       : edit_distance(section, key_aliases[i].alias) + WRONG_SECTION_COST;
+        if (d < best) best = d, best_section = key_aliases[i].section, best_key = key_aliases[i].key;
+    }
+    if (!key) {
+        for (size_t i = 0; i < config_section_count; i++) {
+            size_t d = edit_distance(section, config_sections[i]);
+            if (d < best) best = d, best_section = config_sections[i], best_key = NULL;
+        }
+    }
+    if (!best_section || best > typo_budget(word)) return NULL;
+    if (best_key)
+        snprintf(out, out_len, "%s.%s", best_section, best_key);
+    else
+        snprintf(out, out_len, "%s", best_section);
+    return out;
+}
