@@ -317,15 +317,16 @@ static void print_summary(Trainer *t, const Config *cfg) {
     Backend *be = t->be;
     ScalerState st = scaler_read(&t->scaler, be);
     long run_steps = t->step - t->first_step;
-    metrics_summary(&t->metrics, &(SummaryRecord){
+    metrics_summary(&t->log.metrics, &(SummaryRecord){
         .steps = t->step, .epoch = trainer_last_epoch(t), .world = t->comm->size, .amp = cfg->amp.enabled,
         .seconds = t->train_seconds, .images_per_s = t->train_seconds > 0 ? t->images_seen / t->train_seconds : 0,
         .backend = be->name, .peak_mib = be->peak_bytes(be) / 1048576.0, .skipped_total = st.skipped_total,
-        .scale = st.scale, .final_loss = t->last_loss, .eval = t->has_eval ? &t->last_eval : NULL,
-        .startup_s = t->startup_s, .build_s = t->build_s, .choices_s = t->choices_s, .total_s = t->total_seconds,
+        .scale = st.scale, .final_loss = t->log.last_loss, .eval = t->eval.has_last ? &t->eval.last : NULL,
+        .startup_s = t->times.startup_s, .build_s = t->times.build_s, .choices_s = t->times.choices_s,
+        .total_s = t->total_seconds,
         .steady_images_per_s = t->steady_images_per_s,
-        .data_wait_ms = run_steps > 0 ? 1e3 * t->data_wait_total_s / run_steps : 0,
-        .graph_steps = t->graph_steps});
+        .data_wait_ms = run_steps > 0 ? 1e3 * t->log.data_wait_total_s / run_steps : 0,
+        .graph_steps = t->graph.replayed});
 }
 
 // The backend and the gradient communicator, agreed over ranks, then the benchmark or the training.

@@ -32,8 +32,6 @@ void op_log_replay(const OpLog *log) {
     for (size_t i = 0; i < log->count; i++) log->entries[i].fn(log->entries[i].args);
 }
 
-size_t op_log_length(const OpLog *log) { return log->count; }
-
 void op_log_free(OpLog *log) {
     if (!log) return;
     for (size_t i = 0; i < log->count; i++) free(log->entries[i].args);

@@ -19,7 +19,6 @@ OpLog *op_log_create(void);
 void op_log_append(OpLog *log, OpReplayFn fn, const void *args, size_t bytes);
 // Calls every entry in order with its copy of the arguments.
 void op_log_replay(const OpLog *log);
-size_t op_log_length(const OpLog *log);
 void op_log_free(OpLog *log);
 
 #endif

@@ -68,7 +68,7 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int amp) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     m->amp = amp;
-    m->act_dt = autocast_dtype(OP_CONV, amp, DTYPE_F32);
+    m->act_dt = autocast_dtype(OP_CONV, amp);
     for (int s = 0; s < 4; s++) m->n_blocks += cfg->layers[s];
     m->blocks = xcalloc((size_t)m->n_blocks, sizeof *m->blocks);
     m->bn_list = xcalloc((size_t)(1 + 4 * m->n_blocks), sizeof *m->bn_list);
@@ -389,7 +389,7 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
 void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, const float *scale,
                 float seed_factor) {
     check_batch(act, b);
-    DType logits_dt = autocast_dtype(OP_LINEAR, m->amp, m->act_dt);
+    DType logits_dt = autocast_dtype(OP_LINEAR, m->amp);
     be->softmax_xent(be, b->n, m->cfg.num_classes, logits_dt, act->logits, b->labels, act->loss, act->dlogits,
                      scale, seed_factor);
 }

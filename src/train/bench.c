@@ -67,7 +67,7 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
     double *times = xcalloc(4 * (size_t)opt->steps, sizeof(double));
     double *compute = times + opt->steps, *comm_ms = compute + opt->steps, *optim = comm_ms + opt->steps;
     // With graphs the step is one launch, so there are no phases to split: they are reported as null.
-    t.timed = !t.graphs;
+    t.timed = !t.graph.enabled;
     for (int i = 0; i < opt->warmup + opt->steps; i++) {
         be->sync(be);
         double t0 = clock_seconds();
@@ -100,7 +100,7 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
                "\"amp\": %d, \"channels_last\": 1, \"cuda_graph\": %d, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
                "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, %s, \"loss\": %s, "
                "\"scale\": %g, \"skipped\": %d}\n",
-               tag, be->name, comm->size, b, cfg.amp.enabled, t.graph != NULL, median * 1e3, b / median,
+               tag, be->name, comm->size, b, cfg.amp.enabled, t.graph.exec != NULL, median * 1e3, b / median,
                (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, phases, loss_text, st.scale,
                st.skipped_total);
         fflush(stdout);

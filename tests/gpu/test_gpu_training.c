@@ -93,7 +93,7 @@ static void compare_training(int amp, double weight_tol, double loss_tol) {
         }
         if (amp) resync(&g, &c);
     }
-    ck_assert_int_ge(g.t.graph_steps, 8);
+    ck_assert_int_ge(g.t.graph.replayed, 8);
     ScalerState sc = scaler_read(&c.t.scaler, c.be), sg = scaler_read(&g.t.scaler, g.be);
     ck_assert_float_eq(sc.scale, sg.scale);
     ck_assert_int_eq(sc.skipped_total, sg.skipped_total);
@@ -133,11 +133,11 @@ static void compare_graph_to_launches(int amp) {
                       "step %d: scaler differs", step);
         free(w_on), free(w_off);
     }
-    ck_assert_int_ge(on.t.graph_steps, 9);  // steps 0 (warm-up) and 6 (injection) ran as launches
-    ck_assert_int_eq(off.t.graph_steps, 0);
+    ck_assert_int_ge(on.t.graph.replayed, 9);  // steps 0 (warm-up) and 6 (injection) ran as launches
+    ck_assert_int_eq(off.t.graph.replayed, 0);
     ck_assert_int_eq(scaler_read(&on.t.scaler, on.be).skipped_total, 1);
     printf("%s: 12 steps bitwise equal with and without the graph (%ld replayed)\n", amp ? "amp" : "fp32",
-           on.t.graph_steps);
+           on.t.graph.replayed);
     side_stop(&on);
     side_stop(&off);
 }

@@ -277,7 +277,7 @@ static void check_device_decode(const char *source) {
     trainer_start(&host, &host_cfg);
     ck_assert_int_eq(trainer_run(&host, NULL), 0);
     trainer_start(&device, &device_cfg);
-    ck_assert(device.device_decode && !host.device_decode);
+    ck_assert(device.input.device_decode && !host.input.device_decode);
     ck_assert_int_eq(trainer_run(&device, NULL), 0);
     ck_assert_int_eq(device.step, 7);
     ck_assert_msg(tu_on_every_rank(comm, state_digest(&device) == state_digest(&host)),

@@ -245,8 +245,8 @@ START_TEST(test_tiny_model_learns) {
     run_start(&r, ov);
     EvalRecord before = trainer_evaluate(&r.t);
     ck_assert_int_eq(trainer_run(&r.t, NULL), 0);
-    ck_assert_int_eq(r.t.has_eval, 1);
-    EvalRecord after = r.t.last_eval;
+    ck_assert_int_eq(r.t.eval.has_last, 1);
+    EvalRecord after = r.t.eval.last;
     ck_assert_msg(before.loss > 2.0, "initial validation loss %g", before.loss);
     ck_assert_msg(after.loss < 0.5 * before.loss, "validation loss %g -> %g", before.loss, after.loss);
     ck_assert_msg(after.top1 > 0.6, "top-1 %g", after.top1);

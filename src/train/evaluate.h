@@ -1,0 +1,26 @@
+// evaluate.h - validation: loss, top-1 and top-5 over the whole validation split, every rank taking the
+// samples rank, rank + world, ..., with batch-norm running statistics averaged over ranks first.
+#ifndef AMPTRAIN_EVALUATE_H
+#define AMPTRAIN_EVALUATE_H
+
+#include "core/backend.h"
+#include "data/dataset.h"
+#include "dist/comm.h"
+#include "model/activations.h"
+#include "model/resnext.h"
+#include "train/metrics.h"
+
+typedef struct Evaluator {
+    Dataset *val_set;   // NULL: no validation split
+    EvalRecord last;    // the latest evaluation of the run ...
+    int has_last;       // ... once one ran
+} Evaluator;
+
+// Averages BN running statistics across ranks (before evaluation and checkpoints).
+void evaluate_sync_bn_stats(Model *m, Backend *be, Comm *comm);
+// The record of (epoch, step): the model in evaluation mode over ev's val_set in batches of
+// act->max_batch, summed over ranks (only epoch and step without a val_set).
+EvalRecord evaluate_run(const Evaluator *ev, Model *m, Activations *act, Backend *be, Comm *comm, int epoch,
+                        long step);
+
+#endif

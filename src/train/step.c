@@ -1,0 +1,132 @@
+// step.c - one optimizer step (step.h): eager, or captured once and replayed as a graph.
+#include "train/step.h"
+
+#include "train/lr_schedule.h"
+#include "train/trainer.h"
+
+// The timing marks of a timed step on the compute stream (mark_record slots): the phases lie between them.
+enum StepMark { MARK_STEP_START, MARK_GRADS_DONE, MARK_VERDICT_DONE, MARK_STEP_END };
+
+static GradInjection injection_for(const Trainer *t) {
+    const DebugConfig *d = &t->cfg->debug;
+    GradInjection inj = {0};
+    if (d->inject_step == t->step && (d->inject_rank < 0 || d->inject_rank == t->comm->rank)) {
+        inj.active = 1;
+        inj.value = d->inject_value;
+    }
+    return inj;
+}
+
+// Forward, loss and backward of one micro-batch; on the last one the bucket sums go out as backward
+// produces them.
+static void micro_step(Trainer *t, const ModelBatch *b, int step_total, int last, int accumulate,
+                       GradInjection inj) {
+    Backend *be = t->be;
+    Model *m = &t->model;
+    buckets_begin(&t->buckets, last, inj);
+    model_forward(m, &t->act, be, b, 1);
+    // Seed S / (samples of the whole step): after the sum over ranks (and micro-steps) the gradient is
+    // S x the gradient of the global-batch mean loss.
+    model_loss(m, &t->act, be, b, &t->scaler.state->scale, 1.0f / (float)step_total);
+    model_backward(m, &t->act, be, b, accumulate, buckets_on_grad_ready, &t->buckets);
+}
+
+// After the gradients: the agreed verdict (local check of the reduced buffer, MAX over ranks, all on the
+// device; the compute stream first waits, device-side, for the sums in flight), then SGD and the scaler.
+static void finish_step(Trainer *t) {
+    Backend *be = t->be;
+    Model *m = &t->model;
+    buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
+    t->grad_comm->wait(t->grad_comm);
+    float *found_inf = &t->scaler.state->found_inf;
+    be->nonfinite_check(be, m->act_dt, m->grads, m->params.padded_numel, found_inf);
+    t->grad_comm->allreduce_max_flag(t->grad_comm, found_inf);
+    t->grad_comm->wait(t->grad_comm);
+    if (t->timed) be->mark_record(be, MARK_VERDICT_DONE);
+    sgd_step(&t->opt, be, m, &t->scaler);
+    scaler_update(&t->scaler, be);
+}
+
+// The whole step of one full micro-batch, the same sequence whether it runs or is being captured.
+static void whole_step(Trainer *t, const ModelBatch *b, int step_total) {
+    scaler_begin_step(&t->scaler, t->be);
+    micro_step(t, b, step_total, 1, 0, (GradInjection){0});
+    finish_step(t);
+}
+
+// A step can replay the graph when every rank runs the same full step: the global batch is full (the
+// seed S / step_total is baked in), one micro-batch, no injection anywhere, no timing marks.
+static int graph_eligible(const Trainer *t, const MicroBatch *mb, int n_micro) {
+    const Sampler *s = &t->sampler;
+    return t->graph.enabled && n_micro == 1 && !t->timed && t->cfg->debug.inject_step != t->step &&
+           mb->count == t->act.max_batch && mb->step_total == s->batch * s->world * s->accum;
+}
+
+// An eligible step: the first runs as launches (cuDNN's search, workspaces), the second is captured (an op
+// log takes the communicator's sums in their place), and from then on the graph is replayed.
+static void graph_step(Trainer *t, const ModelBatch *b, int step_total) {
+    Backend *be = t->be;
+    StepGraph *g = &t->graph;
+    if (!g->warm) {
+        whole_step(t, b, step_total);
+        g->warm = 1;
+        return;
+    }
+    if (!g->exec) {
+        be->graph_begin(be);
+        struct OpLog *log = be->graph_log ? be->graph_log(be) : NULL;
+        if (log) comm_record_into(t->grad_comm, log);
+        whole_step(t, b, step_total);
+        if (log) comm_record_into(t->grad_comm, NULL);
+        g->exec = be->graph_end(be);
+    }
+    be->graph_launch(be, g->exec);
+    g->replayed++;
+}
+
+void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
+    Backend *be = t->be;
+    Model *m = &t->model;
+    sgd_set_lr(&t->opt, be, (float)lr_at(&t->cfg->train, t->base_lr, (int)t->step, t->steps_per_epoch,
+                                         (int)t->total_steps));
+    const MicroBatch *first = next(ctx, 0);
+    if (graph_eligible(t, first, n_micro)) {
+        ModelBatch b = input_stage(&t->input, &t->act, first);
+        graph_step(t, &b, first->step_total);
+        m->num_batches_tracked++;
+        t->step++;
+        return;
+    }
+    int wrote_grads = 0;
+    if (t->timed) be->mark_record(be, MARK_STEP_START);
+    scaler_begin_step(&t->scaler, be);
+    for (int k = 0; k < n_micro; k++) {
+        const MicroBatch *mb = k == 0 ? first : next(ctx, k);
+        if (mb->count == 0) {
+            buckets_begin(&t->buckets, k == n_micro - 1, injection_for(t));
+            continue;
+        }
+        ModelBatch b = input_stage(&t->input, &t->act, mb);
+        micro_step(t, &b, mb->step_total, k == n_micro - 1, wrote_grads, injection_for(t));
+        m->num_batches_tracked++;
+        wrote_grads = 1;
+    }
+    if (t->timed) be->mark_record(be, MARK_GRADS_DONE);
+    if (!wrote_grads) be->zero(be, m->grads, m->params.padded_numel * dtype_size(m->act_dt));
+    finish_step(t);
+    if (t->timed) be->mark_record(be, MARK_STEP_END);
+    t->step++;
+}
+
+StepPhases trainer_step_phases(Trainer *t) {
+    Backend *be = t->be;
+    return (StepPhases){.compute_ms = be->mark_elapsed_ms(be, MARK_STEP_START, MARK_GRADS_DONE),
+                        .exposed_comm_ms = be->mark_elapsed_ms(be, MARK_GRADS_DONE, MARK_VERDICT_DONE),
+                        .optimizer_ms = be->mark_elapsed_ms(be, MARK_VERDICT_DONE, MARK_STEP_END)};
+}
+
+static const MicroBatch *array_micro(void *ctx, int k) { return (const MicroBatch *)ctx + k; }
+
+void trainer_step_array(Trainer *t, const MicroBatch *micro, int n_micro) {
+    trainer_step(t, array_micro, (void *)micro, n_micro);
+}

@@ -1,0 +1,42 @@
+// step.h - the training step contract (DESIGN.md), its CUDA graph and its phase timings.
+//
+// One optimizer step, per rank, with S the loss scale on the device:
+//   1. A micro-batches (train.accum_steps) from the loader, this rank's shard of the global batch
+//   2. forward under autocast
+//   3. backward seeded with S / (samples of the whole step over all ranks)
+//   4. on the last micro-step, each gradient bucket is summed across ranks as soon as it is complete
+//   5. one pass over the reduced buffer sets the local inf/NaN flag
+//   6. MAX-allreduce of the flag: every rank holds the same verdict
+//   7. SGD step or skip (device-side, reads the verdict)
+//   8. GradScaler's update of S (device-side)
+// Nothing waits for the host inside the step; loss and scale come back asynchronously for logging.
+#ifndef AMPTRAIN_STEP_H
+#define AMPTRAIN_STEP_H
+
+#include "train/micro_batch.h"
+
+// The captured step (train.cuda_graph). Steps with a full global batch, one micro-batch and no debug
+// injection replay it; the first such step runs eagerly (cuDNN's algorithm search, workspaces), the second
+// is captured.
+typedef struct StepGraph {
+    int enabled;    // the backend can capture and train.cuda_graph allows it
+    int warm;       // an eligible step ran eagerly
+    void *exec;     // the backend's graph, NULL until captured
+    long replayed;  // steps replayed from it (for the summary)
+} StepGraph;
+
+// Phase split of a timed step for the benchmark: compute = forward + backward, exposed_comm = waiting for
+// gradient sums + the verdict, optimizer = SGD and the scaler.
+typedef struct StepPhases {
+    float compute_ms, exposed_comm_ms, optimizer_ms;
+} StepPhases;
+
+struct Trainer;
+// One optimizer step over n_micro micro-batches, fetched in order from next(ctx, k).
+void trainer_step(struct Trainer *t, MicroBatchFn next, void *ctx, int n_micro);
+// The same over an array of micro-batches (tests, the benchmark).
+void trainer_step_array(struct Trainer *t, const MicroBatch *micro, int n_micro);
+// The phases of the last step (waits for it); requires t->timed = 1 before that step.
+StepPhases trainer_step_phases(struct Trainer *t);
+
+#endif
