@@ -1,8 +1,6 @@
 #include "train/trainer.h"
 
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
@@ -129,7 +127,7 @@ void trainer_free(Trainer *t) {
     memset(t, 0, sizeof *t);
 }
 
-// ---- evaluation -----------------------------------------------------------------------------------
+// ---- position and evaluation --------------------------------------------------------------------
 
 int trainer_last_epoch(const Trainer *t) {
     // After an epoch's last step the position has already moved to (epoch + 1, 0).
