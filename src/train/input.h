@@ -31,8 +31,9 @@ typedef struct TrainerInput {
     uint8_t *slot_images[BACKEND_INPUT_SLOTS];   // (batch, side, side, 3) u8, backend memory
     int32_t *slot_labels[BACKEND_INPUT_SLOTS];   // (batch), backend memory
     uint8_t *decode_failed;                       // (batch) the backend's verdicts of one input_decode
-    uint8_t *repair_images[BACKEND_INPUT_SLOTS];  // (batch, side, side, 3) u8 pinned, made at a slot's first
-    int32_t *repair_labels[BACKEND_INPUT_SLOTS];  // refused job, or NULL; (batch)
+    // A slot's pinned host rows and labels for refused jobs' replacements, made at its first (else NULL).
+    uint8_t *repair_images[BACKEND_INPUT_SLOTS];  // (batch, side, side, 3) u8
+    int32_t *repair_labels[BACKEND_INPUT_SLOTS];  // (batch)
 } TrainerInput;
 
 // Allocates the slots (backend memory) for batches of `batch` samples of set.
