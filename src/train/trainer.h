@@ -1,4 +1,4 @@
-// trainer.h - the training step contract (DESIGN.md) and the loop around it.
+// trainer.h - the training step contract (docs/design.md) and the loop around it.
 //
 // One optimizer step, per rank, with S the loss scale on the device:
 //   1. A micro-batches (train.accum_steps) from the loader, this rank's shard of the global batch
