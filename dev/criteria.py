@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""criteria.py BENCH_JSONL - the training-loop issue's measured bars, checked on the rows one device call wrote
+"""criteria.py BENCH_JSONL - the training loop's targets ("bars"), checked on the rows one device call wrote
 (`bash dev/device_suite.sh criteria` appends them to $OUT/bench.jsonl and runs this on it).
 criteria.py --seed-row METRICS_JSONL AMP(1|0) - prints amptrain's row for the seed bars from the metrics file
 of a configs/seed_resnext50.yaml run: the loop's seconds, the seconds after the model build (the seed's script

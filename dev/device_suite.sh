@@ -18,9 +18,10 @@
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
 #             TF32 off on both sides
-#   criteria  the training-loop issue's measured criteria in one call: b256 AMP loop, --bench and PyTorch; b70 --bench,
-#             then loop and PyTorch alternating 3 times, torch.compile reduce-overhead; fp32 b256 loop and PyTorch
-#             at the defaults and with TF32 off; the seed stage; then dev/criteria.py checks the bars on them
+#   criteria  the training loop's performance targets in one call: b256 AMP loop, --bench and PyTorch;
+#             b70 --bench, then loop and PyTorch alternating 3 times, torch.compile reduce-overhead; fp32 b256
+#             loop and PyTorch at the defaults and with TF32 off; the seed stage; then dev/criteria.py checks
+#             the targets on them
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone) with data.decode
@@ -95,7 +96,7 @@ torch_bench() {  # world batch amp
     else torchrun --standalone --nproc_per_node="$world" bench/torch_baseline.py --batch "$batch" --amp "$amp" --cl 1 --tag "$tag"
     fi 2>/dev/null | grep '^{' | tee -a "$BENCH"
 }
-torch_compile70() {  # torch.compile reduce-overhead (CUDA graphs) at batch 70, AMP: the issue's other b70 bar;
+torch_compile70() {  # torch.compile reduce-overhead (CUDA graphs) at batch 70, AMP: the other b70 target;
                      # its compilation bounded to 4 minutes
     timeout 240 python3 bench/torch_baseline.py --batch 70 --amp 1 --cl 1 --compile reduce-overhead \
         --tag "torch w1 b70 amp1 cl1 compile reduce-overhead" 2>/dev/null | grep '^{' | tee -a "$BENCH"
@@ -146,7 +147,7 @@ stage_loop() {
         loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1
         loop_run 70 1; amp_bench 1 70 1; torch_bench 1 70 1
     done
-    # the training-loop issue holds b70 above torch.compile's reduce-overhead mode (CUDA graphs) too
+    # the b70 loop is held above torch.compile's reduce-overhead mode (CUDA graphs) too
     torch_compile70
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
@@ -166,7 +167,7 @@ stage_loopfp32() {
         data.batch_size=256 amp.enabled=false cudnn.tf32=false | grep '^{' | tee -a "$BENCH"
     torch_tf32off256
 }
-stage_criteria() {  # the training-loop issue's measured criteria in one call, each row timed (UTC) as it starts:
+stage_criteria() {  # the training loop's performance targets in one call, each row timed (UTC) as it starts:
                     # b256 AMP loop / --bench / PyTorch; b70 --bench, then the loop and PyTorch alternating 3 times,
                     # torch.compile reduce-overhead; fp32 b256 loop and PyTorch at the defaults and TF32 off; the seed
     stamp() { echo "--- $* ($(date -u +%H:%M:%S))"; }

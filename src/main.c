@@ -216,7 +216,7 @@ static void on_stop_signal(int sig) {
 // 32, set here only when the user has not, before this process makes its CUDA context). Beside a running
 // training step, nvJPEG's hardware engines took ~50 ms for a batch of 256 (11-13 alone) with CUDA's default
 // of 8 queues, whatever the stream and its priority; with 32 the loop on device-decoded JPEGs ran ~12% faster
-// and the loop on synthetic data the same (bench/RESULTS.md, sixth session).
+// and the loop on synthetic data the same (bench/log/2026-12-02.md).
 // Returns 1 when it set the variable (the caller says so once the CUDA backend exists).
 static int widen_cuda_queues_for_device_decode(const Config *cfg) {
     if (strcmp(cfg->data.decode, "device") != 0 || getenv("CUDA_DEVICE_MAX_CONNECTIONS")) return 0;

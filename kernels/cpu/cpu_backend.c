@@ -131,7 +131,7 @@ static void cpu_input_upload(Backend *be, int slot, void *dst, const void *host_
 }
 static void cpu_input_slot_noop(Backend *be, int slot) { (void)be, (void)slot; }
 
-// The reference decoder, one job after another (data/image_job_decode.h).
+// The reference decoder, one job after another (image/image_job_decode.h).
 static void cpu_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
                              uint8_t *failed) {
     (void)be, (void)slot;

@@ -145,7 +145,7 @@ void cuda_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void
 void cuda_avgpool_forward(Backend *be, int n, int hw, int c, DType dt, const void *x, void *y);
 void cuda_avgpool_backward(Backend *be, int n, int hw, int c, DType dt, const void *dy, void *dx);
 
-// ---- cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu, cuda_cast.cu ----------------------------
+// ---- cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu (SGD, the scaler, casts) ----------------
 void cuda_linear_forward(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,
                          const void *b, void *y);
 void cuda_linear_backward(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,

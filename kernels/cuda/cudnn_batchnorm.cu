@@ -15,7 +15,7 @@
 // resultSaveInvVariance is 1/sqrt(var + eps) = save_invstd; dBnScale/dBnBias are fp32, so they land in
 // fp32 scratch and a small kernel stores them in dt, honouring accumulate_params.
 //
-// Reserve space (decision (b) of the design): the Ex forward leaves state for the Ex backward of the
+// Reserve space: the Ex forward leaves state for the Ex backward of the
 // same layer, and bn_backward has no argument for it. On cuDNN 9.19 / H200 (NHWC) plain BN and
 // BN_ACTIVATION ask for 0 bytes, BN_ADD_ACTIVATION for its ReLU bit mask (rows * c / 8 bytes, rounded up). A per-backend table keyed by the layer's save_mean pointer (unique per layer in the model) keeps
 // each layer's reserve space, the ops its forward ran and its beta (cuDNN's BN_ACTIVATION backward
@@ -28,9 +28,9 @@
 // our own forward's saved mean and invstd where its ops need no reserve space (plain BN and BN_ACTIVATION,
 // which recompute the mask from x); its add+ReLU backward needs the ReLU bit mask its own forward left in
 // the reserve space, so an add+ReLU layer never runs our forward with cuDNN's backward (on cuDNN 9.14 /
-// H200 a start-up probe of commit ba406b3 found our bit mask and that reserve differing, in size or bytes,
-// on every shape tested). With cudnn.batch_norm auto, cuda_bn_prepare times the pairs a shape allows
-// before the step's memory exists and keeps the fastest per shape in the same cache.
+// H200 our bit mask and that reserve differed, in size or bytes, on every shape tested). With
+// cudnn.batch_norm auto, cuda_bn_prepare times the pairs a shape allows before the step's memory exists and
+// keeps the fastest per shape in the same cache.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

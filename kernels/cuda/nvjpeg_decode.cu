@@ -1,15 +1,15 @@
 // nvjpeg_decode.cu - Backend.input_decode on CUDA (backend.h): every ImageJob's JPEG (core/image_job.h)
 // decoded by nvJPEG to interleaved RGB in device memory, then its geometry applied by two resampling kernels
 // with Pillow's fixed-point taps. The taps come from the CPU resampler's own code (image_resample_taps), so
-// given the same decoded pixels the bytes are the CPU reference's (data/image_job_decode.h); what differs is
+// given the same decoded pixels the bytes are the CPU reference's (image/image_job_decode.h); what differs is
 // the decoder's rounding against libjpeg-turbo's.
 //
 // Decoders, per job:
 // - nvJPEG's hardware engines, one batched call for every job they take (nvjpegDecodeBatchedSupported: baseline
 //   JPEGs; progressive ones are refused), when the GPU has them (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE));
 // - libjpeg-turbo on the host (image_decode: the CPU reference's pixels, CMYK and progressive included),
-//   uploaded, for the rest and for a hardware batch that failed. (nvJPEG's default backend was the middle way
-//   until the device measured it 2 off libjpeg-turbo on a progressive 4:2:2 file, where the issue allows 1.)
+//   uploaded, for the rest and for a hardware batch that failed. (nvJPEG's default backend is not used: on an
+//   H200 it decoded a progressive 4:2:2 file 2 off libjpeg-turbo, where test_images_gpu allows 1.)
 // A job neither decodes is reported in failed[] (libjpeg-turbo refuses it: corrupt or truncated data), and the
 // caller puts a replacement in its rows.
 // Chroma is upsampled with interpolation (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION), as libjpeg-turbo's
@@ -20,8 +20,8 @@
 // a batch needs more; the resampling kernels that write the input slot run on the copy stream inside
 // input_upload's hand-over (wait for the slot's "consumed" and for the decode, record "uploaded"). The caching
 // allocator's blocks belong to the compute stream. nvJPEG's own buffers come from its default allocators
-// (pools that never free were tried, for fear of cudaFree's device-wide wait, and changed nothing measurable:
-// bench/RESULTS.md, fifth session). The trainer calls this from its decode thread (train/decode_feed.h), so a
+// (pools that never free, against cudaFree's device-wide wait, measured no difference on an H200:
+// bench/log/2026-12-02.md). The trainer calls this from its decode thread (train/decode_feed.h), so a
 // wait in here never holds back a step's launch.
 //
 // test_images_gpu compares it with the CPU reference.
@@ -302,7 +302,7 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
 
     // The decode fills the decoder's own buffers on its own stream, which waits for nothing; only the
     // resampling kernels, which write the slot, wait for the slot's "consumed" on the copy stream. (That alone
-    // did not shorten the engines' call beside the step: bench/RESULTS.md, sixth session.)
+    // does not shorten the engines' call beside the step: bench/log/2026-12-02.md.)
     const double t1 = log ? clock_seconds() : 0;
     uint8_t *decoded = (uint8_t *)xcalloc((size_t)(count > 0 ? count : 1), 1);
     jpeg_decode_hardware(j, j->stream, jobs, count, plans, decoded);

@@ -123,7 +123,7 @@ struct Backend {
     void (*input_upload)(Backend *be, int slot, void *dst, const void *host_src, size_t bytes);
     //   input_decode   like input_upload, but makes dst (count, side, side, 3) u8 raw bytes by decoding count
     //                  ImageJobs (core/image_job.h: host memory) and applying their geometry; bitwise the CPU
-    //                  reference (data/image_job_decode.h) on the CPU, within the decoder's rounding elsewhere.
+    //                  reference (image/image_job_decode.h) on the CPU, within the decoder's rounding elsewhere.
     //                  failed[i] = 1 for a job it could not decode, only where the CPU reference refuses it
     //                  too (a device decoder falls back to it); its rows are then undefined: the caller puts a
     //                  replacement there with input_upload. failed[] is complete on return.

@@ -1,7 +1,7 @@
 // image_job.h - one encoded image and the geometry that turns it into a (side, side, 3) u8 training input,
 // for a backend that decodes (backend.h input_decode): the source rectangle `box` resized to (out_w, out_h)
 // with Pillow's antialiased BILINEAR, of which the window `win` (side x side) is kept, mirrored left-right
-// when `mirror`. Both of torchvision's ImageNet transforms take this form (data/image_transform.h):
+// when `mirror`. Both of torchvision's ImageNet transforms take this form (image/image_transform.h):
 //   train: box = RandomResizedCrop's box, out = (side, side), win = all of it, mirror = the flip's coin
 //   val:   box = the whole image, out = Resize(round(side * 256 / 224)) of the shorter side,
 //          win = CenterCrop(side), mirror = 0

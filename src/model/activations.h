@@ -6,7 +6,7 @@
 // evaluation and the captured CUDA graph all use the same one, so the graph's addresses hold for the run.
 //
 // Ownership by stream (CUDA): only the compute stream touches an Activations' memory, in step order, so
-// the arena needs no events. Uploads on the copy stream land in the trainer's input slots (input_stage.h),
+// the arena needs no events. Uploads on the copy stream land in the trainer's input slots (train/trainer.h),
 // never here; the compute stream copies a slot into `images` at the start of a step. The communicator's
 // stream touches only the Model's gradient buffer.
 //

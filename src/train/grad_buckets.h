@@ -1,5 +1,5 @@
 // grad_buckets.h - the flat gradient buffer cut into buckets that are summed across ranks as soon as
-// backward has produced them (DESIGN.md step 4).
+// backward has produced them (docs/design.md, "Data parallel").
 //
 // Buckets are ranges of the flat buffer at parameter boundaries, in backward order: the first one small
 // (dist.first_bucket_mb, like DDP's 1 MB) so communication starts early, the rest dist.bucket_mb. Each

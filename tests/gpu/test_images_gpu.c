@@ -1,8 +1,8 @@
 // test_images_gpu.c - Backend.input_decode on CUDA (nvJPEG + the resampling kernels) against the CPU
-// reference (data/image_job_decode.h) on the same ImageJobs. Reports skipped without a GPU or when the build
+// reference (image/image_job_decode.h) on the same ImageJobs. Reports skipped without a GPU or when the build
 // has no nvJPEG (CMake's "amptrain: nvJPEG ..." line says which).
 //
-// Bounds: the decoded pixels are nvJPEG's, not libjpeg-turbo's; the issue asks that decoded pixels equal
+// Bounds: the decoded pixels are nvJPEG's, not libjpeg-turbo's; amptrain promises decoded pixels equal to
 // libjpeg-turbo's (torchvision's CPU decode) within 1 per channel, checked here through a geometry that copies
 // a window of the image unchanged (a resize to the same size has one tap of weight 1). Through the training
 // and validation transforms the two passes' roundings may each add 1 more: at most 3 per channel, and a mean

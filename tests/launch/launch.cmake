@@ -3,7 +3,7 @@
 #                      refusal of GPU counts the machine cannot serve
 #   test_compare_amp   launch/compare-amp configs/tiny.yaml (shortened): both rows, the CSV, the PNG
 #   test_plot_metrics  launch/plot-metrics over two runs, and its refusals
-#   test_criteria      dev/criteria.py (the device suite's check of the training-loop issue's bars) on rows
+#   test_criteria      dev/criteria.py (the device suite's check of the training loop's targets) on rows
 #                      that meet them, miss one, lack repeats or are not JSON; its seed row from a real run
 #   test_install       cmake --install into the scratch folder, then the installed amptrain and scripts
 # Included from tests/tests.cmake:  include(tests/launch/launch.cmake)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_criteria.sh AMPTRAIN - dev/criteria.py, which checks the training-loop issue's bars on one device
+# test_criteria.sh AMPTRAIN - dev/criteria.py, which checks the training loop's targets (bars) on one device
 # call's rows: its seed row from a real (CPU, tiny) run's metrics file; every bar passing on rows that meet
 # them (exit 0); a bar whose numbers miss it (exit 1, that bar named FAIL, the others still PASS); too few
 # repeats, a line that is not JSON and a missing file (exit 2, saying which).

@@ -1,4 +1,4 @@
-// test_data_parallel.c - the distributed invariants of DESIGN.md on the CPU backend, under mpiexec with
+// test_data_parallel.c - the distributed invariants of docs/design.md on the CPU backend, under mpiexec with
 // 1, 2 and 3 ranks: bitwise-identical master weights, momentum and scaler state on every rank after
 // every step; a skipped step (inf on one rank, or an overflow that only the fp16 sum makes) is skipped
 // everywhere and halves the scale; W ranks with batch b equal one rank with batch b and W accumulation

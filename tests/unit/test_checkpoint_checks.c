@@ -2,7 +2,7 @@
 // exit 2, with one line naming the tensor or the metadata key: non-finite weights, momentum or BN
 // statistics, a negative variance, a loss scale that is no positive normal fp32 number, negative or
 // inconsistent counters, a non-positive world/batch/accumulation. A resume with another batch size
-// trains to the end of train.epochs (it used to run the loader dry).
+// trains to the end of train.epochs without running the loader dry.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -135,7 +135,7 @@ START_TEST(resume_with_another_batch_size_ends_with_the_epochs) {
 END_TEST
 
 // A refused resume touches no output: the metrics file of the run it would continue keeps its records
-// (it used to be emptied before the loader failed).
+// (none is emptied before the checks are done).
 START_TEST(refused_resume_keeps_the_metrics_file) {
     make_good_checkpoint();
     copy_changed("epoch5.safetensors", &(BadCheckpoint){.meta = {"epoch", "5", "step", "80"}});

@@ -1,11 +1,11 @@
 // test_images_pil.c - amptrain's decode and resizes against Pillow itself (what torchvision's PIL path
 // runs): tests/unit/pil_reference.py reads the same JPEGs and amptrain's outputs and reports the largest
-// difference per job. Decoded pixels must agree within +-1 (the bar against decode_jpeg; the same
+// difference per job. Decoded pixels must agree within +-1 (amptrain's bound against decode_jpeg; the same
 // libjpeg-turbo gives 0), the Resize+CenterCrop and RandomResizedCrop resizes exactly (Pillow's
 // arithmetic, re-done). Where that python has torchvision (the GPU machine's: AMPTRAIN_PIL_PYTHON picks the
 // interpreter, /usr/bin/python3 by default), decoded pixels are also held within +-1 of
-// torchvision.io.decode_jpeg's, the issue's own reference. Without python3 and Pillow the suite exits 77, which
-// ctest reports as Skipped.
+// torchvision.io.decode_jpeg's, the reference torchvision users train on. Without python3 and Pillow the
+// suite exits 77, which ctest reports as Skipped.
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -127,7 +127,7 @@ START_TEST(nan_values_are_null_with_the_reason) {
 }
 END_TEST
 
-// NaN compares false both ways, so a NaN row of logits used to rank its label first: 100% top-1 on a
+// NaN compares false both ways, so a naive ranking would put a NaN row's label first: 100% top-1 on a
 // model of NaN weights. Every row is a miss.
 START_TEST(nan_logits_are_misses) {
     Config cfg;

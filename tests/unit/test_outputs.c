@@ -62,7 +62,7 @@ static void run_long_name(const char *key, int length, int code, const char *sai
     ck_assert_int_eq(system("rm -rf long"), 0);
 }
 
-// A 497-character folder name (more than a file name may hold) used to train the whole run first.
+// A 497-character folder name (more than a file name may hold) fails at start, not after the whole run.
 START_TEST(name_too_long_fails_at_start) {
     ck_assert_int_eq(system("rm -rf long"), 0);
     run_long_name("checkpoint.dir", 497, 2, "checkpoint.dir: cannot create the folder 'long/ddd");
