@@ -1,4 +1,4 @@
-// step.h - the training step contract (DESIGN.md), its CUDA graph and its phase timings.
+// step.h - the training step contract (docs/design.md), its CUDA graph and its phase timings.
 //
 // One optimizer step, per rank, with S the loss scale on the device:
 //   1. A micro-batches (train.accum_steps) from the loader, this rank's shard of the global batch
