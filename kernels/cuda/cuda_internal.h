@@ -14,11 +14,11 @@
 extern "C" {
 #endif
 #include "core/backend.h"
-#include "core/check.h"
 #include "core/log.h"
 #ifdef __cplusplus
 }
 #endif
+#include "core/check.h"
 #include "core/cuda_check.h"
 
 // One check macro per library (CUDA_CHECK: core/cuda_check.h): name the failing expression, file and

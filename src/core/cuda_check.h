@@ -6,13 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
 #include "core/check.h"
-#ifdef __cplusplus
-}
-#endif
 
 #define CUDA_CHECK(expr)                                                                           \
     do {                                                                                           \
