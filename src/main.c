@@ -216,7 +216,7 @@ static void on_stop_signal(int sig) {
 // largest number of hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS 32, unless the user set it). Beside a
 // running training step, nvJPEG's hardware engines took ~50 ms for a batch of 256 (11-13 alone) with CUDA's
 // default of 8 queues, whatever the stream and its priority; with 32 the loop on device-decoded JPEGs ran
-// ~12% faster and the loop on synthetic data the same (bench/RESULTS.md, sixth session). cudnn.batch_norm
+// ~12% faster and the loop on synthetic data the same (bench/RESULTS.md, 2026-12-02 07:11 UTC). cudnn.batch_norm
 // auto times, as the convolutions' search does: without cudnn.benchmark a run repeats bitwise.
 static CudaOptions cuda_options_from_config(const Config *cfg) {
     const char *bn = cfg->cudnn.batch_norm;
