@@ -21,6 +21,7 @@
 
 #include "core/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
 
 #define WARMUP_RUNS 3
 #define TIMED_RUNS 20
@@ -290,7 +291,7 @@ int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 256, ends_only = argc > 2 && !strcmp(argv[2], "ends");
     setvbuf(stdout, NULL, _IOLBF, 0);  // a row as soon as it is timed: a run cut short by a timeout keeps its rows
     char why[256] = "";
-    Backend *gpu = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    Backend *gpu = cuda_backend_create(0, NULL, why, sizeof why);
     if (!gpu) {
         fprintf(stderr, "bench_batchnorm: no CUDA backend: %s\n", why);
         return 1;

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "kernels/cuda/cuda_backend.h"
 
 #define WARMUP_RUNS 5
 #define TIMED_RUNS 50
@@ -110,7 +111,7 @@ static void time_backward(Backend *gpu, PoolShape s) {
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 256;
     char why[256] = "";
-    Backend *gpu = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    Backend *gpu = cuda_backend_create(0, NULL, why, sizeof why);
     if (!gpu) {
         fprintf(stderr, "bench_maxpool: no CUDA backend: %s\n", why);
         return 1;

@@ -212,15 +212,24 @@ static void on_stop_signal(int sig) {
     stop_requested = 1;
 }
 
-// With data.decode: device, CUDA gets its largest number of hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS
-// 32, set here only when the user has not, before this process makes its CUDA context). Beside a running
-// training step, nvJPEG's hardware engines took ~50 ms for a batch of 256 (11-13 alone) with CUDA's default
-// of 8 queues, whatever the stream and its priority; with 32 the loop on device-decoded JPEGs ran ~12% faster
-// and the loop on synthetic data the same (bench/log/2026-12-02.md).
-// Returns 1 when it set the variable (the caller says so once the CUDA backend exists).
-static int widen_cuda_queues_for_device_decode(const Config *cfg) {
-    if (strcmp(cfg->data.decode, "device") != 0 || getenv("CUDA_DEVICE_MAX_CONNECTIONS")) return 0;
-    return setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0) == 0;
+// The CUDA backend's options from the config's cudnn section. With data.decode: device, CUDA gets its
+// largest number of hardware work queues (CUDA_DEVICE_MAX_CONNECTIONS 32, unless the user set it). Beside a
+// running training step, nvJPEG's hardware engines took ~50 ms for a batch of 256 (11-13 alone) with CUDA's
+// default of 8 queues, whatever the stream and its priority; with 32 the loop on device-decoded JPEGs ran
+// ~12% faster and the loop on synthetic data the same (bench/log/2026-12-02.md). cudnn.batch_norm
+// auto times, as the convolutions' search does: without cudnn.benchmark a run repeats bitwise.
+static CudaOptions cuda_options_from_config(const Config *cfg) {
+    const char *bn = cfg->cudnn.batch_norm;
+    CudaOptions o = cuda_options_default();
+    o.cudnn_benchmark = cfg->cudnn.benchmark;
+    o.conv_tf32 = cfg->cudnn.tf32;
+    o.matmul_tf32 = cfg->cudnn.matmul_tf32;
+    o.conv_workspace_cap = (size_t)cfg->cudnn.workspace_mb << 20;
+    o.batch_norm = !strcmp(bn, "own")                               ? CUDA_BN_OWN
+                   : !strcmp(bn, "auto") && cfg->cudnn.benchmark ? CUDA_BN_AUTO
+                                                                   : CUDA_BN_CUDNN;
+    o.device_max_connections = !strcmp(cfg->data.decode, "device") ? 32 : 0;
+    return o;
 }
 
 // Picks this rank's backend, or returns NULL with why set. Every rank makes the same collective calls
@@ -228,27 +237,15 @@ static int widen_cuda_queues_for_device_decode(const Config *cfg) {
 static Backend *select_backend(const Config *cfg, Comm *comm, char *why, size_t cap) {
     const char *want = cfg->backend.device;
     if (!strcmp(want, "cpu")) return cpu_backend_create();
-    const int widened = widen_cuda_queues_for_device_decode(cfg);
     int gpus = cuda_visible_device_count();
     float any_gpu = gpus > 0;
     comm->allreduce_max_flag(comm, &any_gpu);
     char reason[512] = "no CUDA device is visible";
     if (any_gpu != 0) {
         if (comm_check_local_gpus(comm, gpus, why, cap) != 0) return NULL;
-        Backend *be = cuda_backend_create(comm->local_rank, cfg->cudnn.benchmark, cfg->cudnn.tf32,
-                                          cfg->cudnn.matmul_tf32, reason, sizeof reason);
-        if (be) {
-            if (widened)
-                log_info("data.decode is device: CUDA_DEVICE_MAX_CONNECTIONS=32 (CUDA's most hardware queues; "
-                         "nvJPEG's engines wait behind the training step with the default 8)");
-            cuda_backend_set_workspace_cap(be, (size_t)cfg->cudnn.workspace_mb << 20);
-            // auto times, as the convolutions' search does: without cudnn.benchmark a run repeats bitwise.
-            const char *bn = cfg->cudnn.batch_norm;
-            cuda_backend_set_batch_norm(be, !strcmp(bn, "own")                               ? CUDA_BN_OWN
-                                            : !strcmp(bn, "auto") && cfg->cudnn.benchmark ? CUDA_BN_AUTO
-                                                                                            : CUDA_BN_CUDNN);
-            return be;
-        }
+        const CudaOptions opts = cuda_options_from_config(cfg);
+        Backend *be = cuda_backend_create(comm->local_rank, &opts, reason, sizeof reason);
+        if (be) return be;
     }
     if (!strcmp(want, "cuda")) {
         snprintf(why, cap, "backend.device is cuda but the CUDA backend is unavailable: %s", reason);

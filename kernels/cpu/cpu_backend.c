@@ -141,8 +141,8 @@ static void cpu_input_decode(Backend *be, int slot, void *dst, int count, int si
         failed[i] = (uint8_t)(image_job_decode(&jobs[i], side, (uint8_t *)dst + (size_t)i * bytes, err, sizeof err) != 0);
 }
 
-static void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src,
-                                const PixelAffine *affine, DType dst_dt, void *dst) {
+void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src, const PixelAffine *affine,
+                         DType dst_dt, void *dst) {
     (void)be;
     for (size_t p = 0; p < pixels; p++)
         for (int ch = 0; ch < 3; ch++) {
@@ -156,7 +156,7 @@ static void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const 
 
 // ---- casts -----------------------------------------------------------------------------------------
 
-static void cpu_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n) {
+void cpu_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n) {
     if (dst_dt == src_dt) {
         cpu_copy(be, dst, src, n * dtype_size(dst_dt));
     } else if (dst_dt == DTYPE_F16) {
@@ -183,59 +183,36 @@ Backend *cpu_backend_create(void) {
     be->impl = xcalloc(1, sizeof(CpuState));
     be->name = "cpu";
 
+    // The ops core/backend_ops.def marks LIST for the CPU (cpu_ops.h).
+#define CPU_FILL_LIST(op) be->op = cpu_##op;
+#define CPU_FILL_OWN(op)
+#define CPU_FILL_NONE(op)
+#define BACKEND_OP(ret, op, cpu, cuda, graph, params) CPU_FILL_##cpu(op)
+#include "core/backend_ops.def"
+#undef BACKEND_OP
+
+    // The ops core/backend_ops.def marks OWN for the CPU.
     be->alloc = cpu_alloc;
     be->free = cpu_free;
     be->zero = cpu_zero;
     be->to_device = cpu_copy;
     be->to_host = cpu_copy;
     be->copy = cpu_copy;
+    be->upload_async = cpu_copy;
     be->sync = cpu_sync;
     be->peak_bytes = cpu_peak_bytes;
     be->current_bytes = cpu_current_bytes;
     be->host_alloc = cpu_host_alloc;
     be->host_free = cpu_host_free;
     be->readback_begin = cpu_copy;
-    be->upload_async = cpu_copy;
     be->readback_wait = cpu_readback_wait;
     be->mark_record = cpu_mark_record;
     be->mark_elapsed_ms = cpu_mark_elapsed_ms;
-
     be->input_upload = cpu_input_upload;
     be->input_decode = cpu_input_decode;
     be->input_upload_wait = cpu_input_slot_noop;
     be->input_acquire = cpu_input_slot_noop;
     be->input_release = cpu_input_slot_noop;
-    be->input_normalize = cpu_input_normalize;
-    be->graph_begin = cpu_graph_begin;
-    be->graph_end = cpu_graph_end;
-    be->graph_launch = cpu_graph_launch;
-    be->graph_destroy = cpu_graph_destroy;
-    be->graph_log = cpu_graph_log;
-    be->cast = cpu_cast;
-
-    be->conv_forward = cpu_conv_forward;
-    be->conv_backward_data = cpu_conv_backward_data;
-    be->conv_backward_filter = cpu_conv_backward_filter;
-
-    be->bn_forward_train = cpu_bn_forward_train;
-    be->bn_forward_eval = cpu_bn_forward_eval;
-    be->bn_forward_saved = cpu_bn_forward_saved;
-    be->bn_backward = cpu_bn_backward;
-
-    be->maxpool_forward = cpu_maxpool_forward;
-    be->maxpool_backward = cpu_maxpool_backward;
-    be->avgpool_forward = cpu_avgpool_forward;
-    be->avgpool_backward = cpu_avgpool_backward;
-
-    be->linear_forward = cpu_linear_forward;
-    be->linear_backward = cpu_linear_backward;
-
-    be->softmax_xent = cpu_softmax_xent;
-
-    be->nonfinite_check = cpu_nonfinite_check;
-    be->sgd_step = cpu_sgd_step;
-    be->scaler_update = cpu_scaler_update;
-
     be->destroy = cpu_destroy;
     return be;
 }

@@ -1,12 +1,13 @@
-// Linked instead of kernels/ when the build has no CUDA: the CUDA backend reports why it is missing.
+// absent.c - linked instead of kernels/cuda/*.cu when the build has no CUDA: cuda_backend.h and cuda_diag.h,
+// the constructor refusing with the reason.
 #include <stdio.h>
 
 #include "core/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
 
-Backend *cuda_backend_create(int device, int cudnn_benchmark, int conv_tf32, int matmul_tf32, char *why,
-                             size_t why_len) {
-    (void)device, (void)cudnn_benchmark, (void)conv_tf32, (void)matmul_tf32;
+Backend *cuda_backend_create(int device, const CudaOptions *opts, char *why, size_t why_len) {
+    (void)device, (void)opts;
     snprintf(why, why_len, "amptrain was built without CUDA (cmake found no nvcc/cuDNN/cuBLAS)");
     return NULL;
 }
@@ -16,10 +17,6 @@ int cuda_visible_device_count(void) { return 0; }
 void *cuda_backend_stream(Backend *be) {
     (void)be;
     return NULL;
-}
-
-void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) {
-    (void)be, (void)bytes;
 }
 
 void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode) {

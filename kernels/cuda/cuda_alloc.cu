@@ -209,4 +209,3 @@ void cuda_alloc_graph_destroyed(CudaAllocator *a) {
 
 size_t cuda_alloc_current_bytes(const CudaAllocator *a) { return a->current; }
 size_t cuda_alloc_peak_bytes(const CudaAllocator *a) { return a->peak; }
-size_t cuda_alloc_reserved_bytes(const CudaAllocator *a) { return a->reserved; }

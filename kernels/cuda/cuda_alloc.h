@@ -36,7 +36,5 @@ void cuda_alloc_graph_destroyed(CudaAllocator *a);
 // and the high-water mark of that number, like torch.cuda.max_memory_allocated.
 size_t cuda_alloc_current_bytes(const CudaAllocator *a);
 size_t cuda_alloc_peak_bytes(const CudaAllocator *a);
-// Bytes obtained from cudaMalloc (held + cached), like torch.cuda.memory_reserved.
-size_t cuda_alloc_reserved_bytes(const CudaAllocator *a);
 
 #endif

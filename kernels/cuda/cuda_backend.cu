@@ -6,15 +6,14 @@
 // (cuda_input.cu); only to_device, to_host, sync, readback_wait and input_upload_wait make the host wait.
 #include <stdio.h>
 #include <stdlib.h>
-
-// cuda_internal.h first: it includes backend.h with C linkage, which cuda_backend.h relies on.
 #include <string.h>
 
 #include <cuda_profiler_api.h>
 
-#include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cuda_alloc.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
+#include "kernels/cuda/cuda_internal.h"
 
 // cuBLAS keeps its own fixed workspace: the shared one can move when cuDNN grows it, and cuBLAS
 // remembers the pointer it was given. 32 MiB is what NVIDIA recommends for Hopper.
@@ -26,7 +25,6 @@ typedef struct CudaBackendState {
     CudaBackend cb;
     Backend be;
     CudaAllocator *alloc;
-    void *cublas_workspace;  // CUBLAS_WORKSPACE_BYTES, from the allocator
 } CudaBackendState;
 
 static CudaBackendState *cuda_backend_state(CudaBackend *cb) { return (CudaBackendState *)cb; }
@@ -102,7 +100,6 @@ static void cuda_be_readback_begin(Backend *be, void *host_dst, const void *src,
 
 static void cuda_be_readback_wait(Backend *be) { CUDA_CHECK(cudaEventSynchronize(cuda_state(be)->readback_done)); }
 
-extern "C" void cuda_backend_set_workspace_cap(Backend *be, size_t bytes) { cuda_state(be)->conv_workspace_cap = bytes; }
 extern "C" void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode) { cuda_state(be)->bn_mode = mode; }
 
 static void cuda_be_mark_record(Backend *be, int slot) {
@@ -214,6 +211,20 @@ static void cuda_be_destroy(Backend *be) {
 
 static void cuda_backend_fill_ops(Backend *be) {
     be->name = "cuda";
+    // The ops core/backend_ops.def marks LIST or NVJPEG for CUDA (cuda_internal.h).
+#define CUDA_FILL_LIST(op) be->op = cuda_##op;
+#ifdef AMPTRAIN_HAVE_NVJPEG
+#define CUDA_FILL_NVJPEG CUDA_FILL_LIST
+#else
+#define CUDA_FILL_NVJPEG(op)
+#endif
+#define CUDA_FILL_OWN(op)
+#define CUDA_FILL_NONE(op)
+#define BACKEND_OP(ret, op, cpu, cuda, graph, params) CUDA_FILL_##cuda(op)
+#include "core/backend_ops.def"
+#undef BACKEND_OP
+
+    // The ops core/backend_ops.def marks OWN for CUDA: this file's.
     be->alloc = cuda_be_alloc;
     be->free = cuda_be_free;
     be->zero = cuda_be_zero;
@@ -223,7 +234,6 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->upload_async = cuda_be_upload_async;
     be->sync = cuda_be_sync;
     be->peak_bytes = cuda_be_peak_bytes;
-    be->profiler_window = cuda_be_profiler_window;
     be->current_bytes = cuda_be_current_bytes;
     be->host_alloc = cuda_be_host_alloc;
     be->host_free = cuda_be_host_free;
@@ -231,45 +241,26 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->readback_wait = cuda_be_readback_wait;
     be->mark_record = cuda_be_mark_record;
     be->mark_elapsed_ms = cuda_be_mark_elapsed_ms;
-    be->input_upload = cuda_input_upload;
-#ifdef AMPTRAIN_HAVE_NVJPEG
-    be->input_decode = cuda_input_decode;
-#endif
-    be->input_upload_wait = cuda_input_upload_wait;
-    be->input_acquire = cuda_input_acquire;
-    be->input_release = cuda_input_release;
+    be->profiler_window = cuda_be_profiler_window;
     be->graph_begin = cuda_be_graph_begin;
     be->graph_end = cuda_be_graph_end;
     be->graph_launch = cuda_be_graph_launch;
     be->graph_destroy = cuda_be_graph_destroy;
-    be->input_normalize = cuda_input_normalize;
-    be->cast = cuda_cast;
-    be->conv_prepare = cuda_conv_prepare;
-    be->conv_forward = cuda_conv_forward;
-    be->conv_backward_data = cuda_conv_backward_data;
-    be->conv_backward_filter = cuda_conv_backward_filter;
-    be->bn_forward_train = cuda_bn_forward_train;
-    be->bn_prepare = cuda_bn_prepare;
-    be->bn_forward_eval = cuda_bn_forward_eval;
-    be->bn_forward_saved = cuda_bn_forward_saved;
-    be->bn_backward = cuda_bn_backward;
-    be->bn_add_bn_forward_train = cuda_bn_add_bn_forward_train;
-    be->bn_add_bn_backward = cuda_bn_add_bn_backward;
-    be->maxpool_forward = cuda_maxpool_forward;
-    be->maxpool_backward = cuda_maxpool_backward;
-    be->avgpool_forward = cuda_avgpool_forward;
-    be->avgpool_backward = cuda_avgpool_backward;
-    be->linear_forward = cuda_linear_forward;
-    be->linear_backward = cuda_linear_backward;
-    be->softmax_xent = cuda_softmax_xent;
-    be->nonfinite_check = cuda_nonfinite_check;
-    be->sgd_step = cuda_sgd_step;
-    be->scaler_update = cuda_scaler_update;
     be->destroy = cuda_be_destroy;
 }
 
-extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int conv_tf32, int matmul_tf32,
-                                        char *why, size_t why_len) {
+// CUDA_DEVICE_MAX_CONNECTIONS=connections unless the environment sets it, before this process makes its
+// CUDA context (which reads it). Returns 1 when it set it.
+static int cuda_widen_queues(int connections) {
+    if (connections <= 0 || getenv("CUDA_DEVICE_MAX_CONNECTIONS")) return 0;
+    char value[16];
+    snprintf(value, sizeof value, "%d", connections);
+    return setenv("CUDA_DEVICE_MAX_CONNECTIONS", value, 0) == 0;
+}
+
+extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, char *why, size_t why_len) {
+    const CudaOptions o = opts ? *opts : cuda_options_default();
+    const int widened = cuda_widen_queues(o.device_max_connections);
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess) {
@@ -293,11 +284,11 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int con
     CudaBackendState *st = (CudaBackendState *)xcalloc(1, sizeof(CudaBackendState));
     CudaBackend *cb = &st->cb;
     cb->device = device;
-    cb->cudnn_benchmark = cudnn_benchmark;
-    cb->allow_tf32 = conv_tf32;
-    cb->matmul_tf32 = matmul_tf32;
-    cb->conv_workspace_cap = (size_t)512 << 20;  // cudnn.workspace_mb's AMP default
-    cb->bn_mode = CUDA_BN_CUDNN;
+    cb->cudnn_benchmark = o.cudnn_benchmark;
+    cb->allow_tf32 = o.conv_tf32;
+    cb->matmul_tf32 = o.matmul_tf32;
+    cb->conv_workspace_cap = o.conv_workspace_cap;
+    cb->bn_mode = o.batch_norm;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device));
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).
@@ -318,15 +309,19 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int con
 
     CUBLAS_CHECK(cublasCreate(&cb->cublas));
     CUBLAS_CHECK(cublasSetStream(cb->cublas, cb->stream));
-    st->cublas_workspace = cuda_alloc_get(st->alloc, CUBLAS_WORKSPACE_BYTES);
-    CUBLAS_CHECK(cublasSetWorkspace(cb->cublas, st->cublas_workspace, CUBLAS_WORKSPACE_BYTES));
+    // The allocator frees the block with everything else at destroy.
+    CUBLAS_CHECK(cublasSetWorkspace(cb->cublas, cuda_alloc_get(st->alloc, CUBLAS_WORKSPACE_BYTES),
+                                    CUBLAS_WORKSPACE_BYTES));
     // fp16 GEMMs use tensor cores under either mode; this only decides whether fp32 GEMMs may drop
     // to TF32 (cuda_linear.cu also picks the compute type from matmul_tf32).
-    CUBLAS_CHECK(cublasSetMathMode(cb->cublas, matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(cublasSetMathMode(cb->cublas, o.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 
     Backend *be = &st->be;
     cuda_backend_fill_ops(be);
     be->impl = cb;
+    if (widened)
+        log_info("CUDA_DEVICE_MAX_CONNECTIONS=%d (CUDA's hardware work queues; nvJPEG's engines wait behind the "
+                 "training step with the default 8)", o.device_max_connections);
     return be;
 }
 

@@ -1,19 +1,17 @@
-// cuda_backend.h - what the host code outside kernels/ may ask of the CUDA backend beyond backend.h:
-// the compute stream, for the NCCL communicator to chain its own stream to with events.
+// cuda_backend.h - the CUDA backend's constructor and its options, and what host code outside kernels/cuda
+// may ask of it beyond core/backend.h: how many GPUs are visible, and its compute stream (for the NCCL
+// communicator to chain its own stream to with events). Plain C, no CUDA header: kernels/cuda/absent.c
+// implements it in a build without CUDA.
 #ifndef AMPTRAIN_CUDA_BACKEND_H
 #define AMPTRAIN_CUDA_BACKEND_H
 
-#include "core/backend.h"
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "core/backend.h"
 
-// The backend's cudaStream_t, as void* so C files need no CUDA headers.
-void *cuda_backend_stream(Backend *be);
-// The largest workspace a convolution algorithm may use (default 512 MiB): a smaller cap trades the
-// fastest algorithms of a few layers for memory (cudnn.workspace_mb).
-void cuda_backend_set_workspace_cap(Backend *be, size_t bytes);
 // Whose kernels run training batch norm (cudnn.batch_norm); inference and recomputation always run our own.
 // A pair names the forward's kernels, then the backward's; a backward runs on cuDNN only where cuDNN took
 // the call and has what it needs from the forward (cudnn_batchnorm.cu), else on our own.
@@ -25,21 +23,35 @@ typedef enum CudaBnMode {
                                // on an add+ReLU shape (cuDNN's backward needs its own forward's reserve)
     CUDA_BN_CUDNN_OWN,         // cuDNN's forward, our own backward: likewise
 } CudaBnMode;
-void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode);
-// Whether a convolution direction (0 forward, 1 backward data, 2 backward filter) of shape s in dt runs as
-// one cuBLAS GEMM (1x1 stride-1 ungrouped shapes, cuda_conv_gemm.cu) rather than on cuDNN; -1 when that
-// direction's route is not chosen yet. For tests and diagnostics.
-int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction);
-// For tests and diagnostics: the paths of the last training forward of the batch-norm layer whose save_mean
-// buffer is save_mean (1 cuDNN, 0 our own), and the path its backward takes when dx is overwritten; 0 when
-// no forward of that layer ran.
-int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn, int *backward_cudnn);
-// For tests and diagnostics: the pair cudnn.batch_norm auto chose for this shape (bn_prepare); 0 when the shape
-// was not prepared under auto.
-int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu, int *forward_cudnn,
-                                  int *backward_cudnn);
+
+// The backend's settings, fixed when it is made (the config's cudnn section; data.decode).
+typedef struct CudaOptions {
+    int cudnn_benchmark;         // cudnn.benchmark: cuDNN's timed algorithm search, once per shape
+    int conv_tf32;               // fp32 convolutions may use TF32 (cudnn.tf32)
+    int matmul_tf32;             // the fp32 classifier matmul may use TF32 (cudnn.matmul_tf32)
+    size_t conv_workspace_cap;   // bytes: the largest workspace a convolution algorithm may use
+                                 // (cudnn.workspace_mb); a smaller cap trades the fastest algorithms of a
+                                 // few layers for memory
+    CudaBnMode batch_norm;       // cudnn.batch_norm
+    int device_max_connections;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS (CUDA's hardware work queues, 8 by
+                                 // default, 32 at most) for this process unless the environment sets it;
+                                 // set before the backend makes its CUDA context; 0 leaves it alone
+} CudaOptions;
+
+// cudnn.benchmark and TF32 off, a 512 MiB workspace cap (cudnn.workspace_mb's AMP default), cuDNN's batch
+// norm, CUDA's own number of hardware queues.
+static inline CudaOptions cuda_options_default(void) {
+    const CudaOptions o = {0, 0, 0, (size_t)512 << 20, CUDA_BN_CUDNN, 0};
+    return o;
+}
+
+// The CUDA backend on device ordinal `device`, with opts (NULL: cuda_options_default()). Returns NULL with
+// a reason in `why` when built without CUDA or when no usable GPU exists.
+Backend *cuda_backend_create(int device, const CudaOptions *opts, char *why, size_t why_len);
 // Number of CUDA devices visible to this process (CUDA_VISIBLE_DEVICES respected); 0 when none.
 int cuda_visible_device_count(void);
+// The backend's cudaStream_t, as void* so C files need no CUDA headers.
+void *cuda_backend_stream(Backend *be);
 
 #ifdef __cplusplus
 }

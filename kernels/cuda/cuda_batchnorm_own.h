@@ -23,14 +23,14 @@ typedef enum BnMaskSource {
 size_t bn_own_mask_bytes(int rows, int c);
 
 // Training forward: statistics in one read of x, then y = act(gamma * xhat + beta + residual) in one
-// pass; mask (nullable, bn_own_mask_bytes) receives the ReLU bits. Buffers as backend.h's bn_forward_train.
+// pass; mask (nullable, bn_own_mask_bytes) receives the ReLU bits. Buffers as backend_ops.def's bn_forward_train.
 // Returns 1 when it wrote the mask.
 int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
                           int relu, const float *gamma, const float *beta, float *running_mean,
                           float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
                           void *y, uint8_t *mask);
 
-// bn_add_bn's training forward (backend.h): y = act(bn_a(x_a) + bn_b(x_b)); each layer's statistics in one
+// bn_add_bn's training forward (backend_ops.def): y = act(bn_a(x_a) + bn_b(x_b)); each layer's statistics in one
 // read of its x, then one pass reading both and writing y (bn_b's output is never rounded nor written); mask
 // as above. Returns 1 when it wrote the mask.
 int bn_own_add_bn_forward_train(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,

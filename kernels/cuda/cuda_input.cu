@@ -1,7 +1,7 @@
 // cuda_input.cu - input batches: the copy stream's slots and the batch's first op (normalisation).
 //
 // A batch crosses PCIe as raw bytes on the copy stream while the step before it runs; events hand each
-// device slot between the streams (backend.h, "input batches on the copy stream"):
+// device slot between the streams (core/backend_ops.def, "input batches on the copy stream"):
 //   copy:    wait consumed[slot] -> memcpy H2D -> record uploaded[slot]
 //   compute: wait uploaded[slot] -> read the slot (a device copy into the step's static input) ->
 //            record consumed[slot]

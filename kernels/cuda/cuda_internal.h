@@ -1,6 +1,7 @@
 // cuda_internal.h - what the CUDA backend's files share: the backend state, the check macros, the
-// caching allocator and the per-op entry points each kernels/*.cu file exports to cuda_backend.cu.
-// Included only by kernels/ (CUDA C, compiled by nvcc); the rest of amptrain sees src/core/backend.h.
+// caching allocator and the per-op entry points each kernels/cuda/*.cu file exports to cuda_backend.cu.
+// Included only by kernels/cuda (CUDA C, compiled by nvcc); the rest of amptrain sees src/core/backend.h
+// and kernels/cuda/cuda_backend.h.
 #ifndef AMPTRAIN_CUDA_INTERNAL_H
 #define AMPTRAIN_CUDA_INTERNAL_H
 
@@ -13,18 +14,15 @@
 extern "C" {
 #endif
 #include "core/backend.h"
-#include "core/check.h"
 #include "core/log.h"
 #ifdef __cplusplus
 }
 #endif
+#include "core/check.h"
+#include "core/cuda_check.h"
 
-// One check macro per library: name the failing expression, file and line, then end the job.
-#define CUDA_CHECK(expr)                                                                            \
-    do {                                                                                            \
-        cudaError_t err_ = (expr);                                                                  \
-        if (err_ != cudaSuccess) amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(err_)); \
-    } while (0)
+// One check macro per library (CUDA_CHECK: core/cuda_check.h): name the failing expression, file and
+// line, then end the job.
 #define CUDNN_CHECK(expr)                                                                           \
     do {                                                                                            \
         cudnnStatus_t st_ = (expr);                                                                 \
@@ -87,13 +85,20 @@ float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx)
 // pairs) are printed to stderr as they are made.
 int cuda_pick_log_enabled(void);
 
+// ---- the ops core/backend_ops.def marks LIST (or NVJPEG) for CUDA: cuda_<op> ----------------------------
+// cudnn_conv.cu (the convolutions, conv_prepare), cudnn_batchnorm.cu (the batch norms, bn_prepare),
+// cuda_pool.cu, cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu (nonfinite_check, sgd_step,
+// scaler_update, cast), cuda_input.cu (the input slots, input_normalize) and nvjpeg_decode.cu
+// (input_decode; built only when CMake finds nvJPEG: AMPTRAIN_HAVE_NVJPEG).
+#define CUDA_DECLARE_LIST(ret, op, params) ret cuda_##op(Backend *be BACKEND_PARAMS(params));
+#define CUDA_DECLARE_NVJPEG CUDA_DECLARE_LIST
+#define CUDA_DECLARE_OWN(ret, op, params)
+#define CUDA_DECLARE_NONE(ret, op, params)
+#define BACKEND_OP(ret, op, cpu, cuda, graph, params) CUDA_DECLARE_##cuda(ret, op, params)
+#include "core/backend_ops.def"
+#undef BACKEND_OP
+
 // ---- cudnn_conv.cu ------------------------------------------------------------------------------
-void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt);
-void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
-void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
-                             void *dx, int accumulate);
-void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy,
-                               void *dw, int accumulate);
 void cuda_conv_cache_destroy(CudaBackend *cb);
 
 // C (m,n) = op(A) op(B) + beta C on the backend's cuBLAS handle and stream, all column-major in dt
@@ -117,64 +122,14 @@ void conv_gemm_backward_data(CudaBackend *cb, const ConvShape *s, DType dt, cons
 void conv_gemm_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
                                void *dw, int accumulate);
 
-// ---- cudnn_batchnorm.cu -------------------------------------------------------------------------
-void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
-                           int relu, const float *gamma, const float *beta, float *running_mean,
-                           float *running_var, float momentum, float eps, float *save_mean,
-                           float *save_invstd, void *y);
-void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int relu);
-void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
-                           const float *beta, const float *save_mean, const float *save_invstd, void *y);
-void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
-                          int relu, const float *gamma, const float *beta, const float *running_mean,
-                          const float *running_var, float eps, void *y);
-void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
-                      int relu, const float *gamma, const float *save_mean, const float *save_invstd,
-                      void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
-                      void *d_residual);
-void cuda_bn_add_bn_forward_train(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, int relu,
-                                  float momentum, float eps, void *scratch, void *y);
-void cuda_bn_add_bn_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, const void *y,
-                             const void *dy, int relu, void *dx_a, void *dx_b, int accumulate_params, void *scratch);
+// ---- cudnn_batchnorm.cu, nvjpeg_decode.cu: their state's end ----------------------------------------
 void cuda_bn_cache_destroy(CudaBackend *cb);
-
-// ---- cuda_pool.cu -------------------------------------------------------------------------------
-void cuda_maxpool_forward(Backend *be, const PoolShape *s, DType dt, const void *x, void *y);
-void cuda_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void *x, const void *y,
-                           const void *dy, void *dx);
-void cuda_avgpool_forward(Backend *be, int n, int hw, int c, DType dt, const void *x, void *y);
-void cuda_avgpool_backward(Backend *be, int n, int hw, int c, DType dt, const void *dy, void *dx);
-
-// ---- cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu (SGD, the scaler, casts) ----------------
-void cuda_linear_forward(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,
-                         const void *b, void *y);
-void cuda_linear_backward(Backend *be, int n, int in, int out, DType dt, const void *x, const void *w,
-                          const void *dy, void *dx, void *dw, void *db, int accumulate);
-void cuda_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const void *logits,
-                       const int32_t *labels, float *loss_out, void *dlogits, const float *scale,
-                       float seed_factor);
-void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, float *flag);
-void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
-                   void *copy, const SgdParams *p, const float *lr, const ScalerState *state);
-void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
-                        int dynamic);
-void cuda_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n);
-
-// ---- nvjpeg_decode.cu (built only when CMake finds nvJPEG: AMPTRAIN_HAVE_NVJPEG) --------------------
-void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
-                       uint8_t *failed);
 void cuda_jpeg_destroy(CudaBackend *cb);
 
 // ---- cuda_input.cu ------------------------------------------------------------------------------
-// The copy stream's side of a slot's hand-over (backend.h): claim waits for the slot's last release, filled
-// records "uploaded" after the work that wrote it (input_upload, input_decode).
+// The copy stream's side of a slot's hand-over (backend_ops.def): claim waits for the slot's last release,
+// filled records "uploaded" after the work that wrote it (input_upload, input_decode).
 void cuda_input_slot_claim(CudaBackend *cb, int slot);
 void cuda_input_slot_filled(CudaBackend *cb, int slot);
-void cuda_input_upload(Backend *be, int slot, void *dst, const void *host_src, size_t bytes);
-void cuda_input_upload_wait(Backend *be, int slot);
-void cuda_input_acquire(Backend *be, int slot);
-void cuda_input_release(Backend *be, int slot);
-void cuda_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src, const PixelAffine *affine,
-                          DType dst_dt, void *dst);
 
 #endif

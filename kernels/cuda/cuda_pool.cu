@@ -81,7 +81,7 @@ __global__ void maxpool_forward_kernel(PoolShape s, const T *x, T *y) {
 #define POOL_NO_ROUTE 255  // a window where no x equals y (y is NaN): its gradient goes nowhere
 
 // y (n,out_h,out_w,c) -> route (n,out_h,out_w,c) uint8: the first window position, in row-major order,
-// whose x equals y (the tie rule of backend.h).
+// whose x equals y (the tie rule of core/backend_ops.def).
 template <typename T, int VEC>
 __global__ void maxpool_route_kernel(PoolShape s, const T *x, const T *y, unsigned char *route) {
     const int cv_count = s.c / VEC;

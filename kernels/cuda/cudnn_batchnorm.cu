@@ -1,7 +1,7 @@
 // cudnn_batchnorm.cu - batch norm over NHWC rows (rows = n*h*w, c channels) fused with the residual add
 // and ReLU that end a ResNeXt block: y = act(gamma * (x - mean) * invstd + beta + residual).
 //
-// Two paths, same semantics (backend.h); which one trains is the backend's choice (cudnn.batch_norm), made
+// Two paths, same semantics (core/backend_ops.def); which one trains is the backend's choice (cudnn.batch_norm), made
 // per call for the forward and per layer for the backward (CudaBnMode, cuda_backend.h):
 // - cuDNN's fused NHWC kernels (cudnnBatchNormalization{ForwardTraining,Backward}Ex, SPATIAL_PERSISTENT,
 //   ops BN / BN_ACTIVATION / BN_ADD_ACTIVATION) for training whenever cuDNN takes the combination:
@@ -10,7 +10,7 @@
 //   dx accumulation, a backward whose forward did not run on cuDNN), for inference and recomputation,
 //   and for all training when chosen: 16-byte packs, one read of x for the statistics, one fused pass.
 //
-// cuDNN semantics checked against backend.h: exponentialAverageFactor is torch's momentum; the running
+// cuDNN semantics checked against backend_ops.def: exponentialAverageFactor is torch's momentum; the running
 // variance is updated with the unbiased batch variance (as torch, which calls these same functions);
 // resultSaveInvVariance is 1/sqrt(var + eps) = save_invstd; dBnScale/dBnBias are fp32, so they land in
 // fp32 scratch and a small kernel stores them in dt, honouring accumulate_params.
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
 #include "kernels/cuda/cuda_batchnorm_own.h"
 #include "kernels/cuda/cuda_internal.h"
 
@@ -443,7 +443,7 @@ void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x,
                         y);
 }
 
-// bn_forward_train's y again from its saved statistics: one memory-bound pass (backend.h).
+// bn_forward_train's y again from its saved statistics: one memory-bound pass (backend_ops.def).
 void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
                            const float *beta, const float *save_mean, const float *save_invstd, void *y) {
     bn_own_forward_saved(cuda_state(be), rows, c, dt, x, relu, gamma, beta, save_mean, save_invstd, y);

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
 #include "kernels/cuda/cuda_internal.h"
 
 // How many candidates to ask cuDNN for in one heuristic query or timed search.

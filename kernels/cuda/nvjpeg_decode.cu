@@ -1,4 +1,4 @@
-// nvjpeg_decode.cu - Backend.input_decode on CUDA (backend.h): every ImageJob's JPEG (core/image_job.h)
+// nvjpeg_decode.cu - Backend.input_decode on CUDA (core/backend_ops.def): every ImageJob's JPEG (core/image_job.h)
 // decoded by nvJPEG to interleaved RGB in device memory, then its geometry applied by two resampling kernels
 // with Pillow's fixed-point taps. The taps come from the CPU resampler's own code (image_resample_taps), so
 // given the same decoded pixels the bytes are the CPU reference's (image/image_job_decode.h); what differs is

@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // Ends the job. Never returns. exit code 1 (runtime failure), see src/main.c for the exit-code table.
 void amp_fatal(const char *file, int line, const char *fmt, ...)
     __attribute__((noreturn, format(printf, 3, 4)));
@@ -32,5 +36,9 @@ FILE *amp_fopen_checked(const char *path, const char *mode, const char *file, in
 // Allocation that never returns NULL (calloc: zeroed, valgrind-quiet).
 void *amp_calloc_checked(size_t count, size_t size, const char *file, int line);
 #define xcalloc(count, size) amp_calloc_checked((count), (size), __FILE__, __LINE__)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,5 +1,5 @@
 // image_job.h - one encoded image and the geometry that turns it into a (side, side, 3) u8 training input,
-// for a backend that decodes (backend.h input_decode): the source rectangle `box` resized to (out_w, out_h)
+// for a backend that decodes (backend_ops.def input_decode): the source rectangle `box` resized to (out_w, out_h)
 // with Pillow's antialiased BILINEAR, of which the window `win` (side x side) is kept, mirrored left-right
 // when `mirror`. Both of torchvision's ImageNet transforms take this form (image/image_transform.h):
 //   train: box = RandomResizedCrop's box, out = (side, side), win = all of it, mirror = the flip's coin

@@ -86,7 +86,7 @@ void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng
 void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
                        int32_t *labels);
 
-// dataset_get_batch for a backend that decodes (backend.h input_decode), image sources only: the same
+// dataset_get_batch for a backend that decodes (backend_ops.def input_decode), image sources only: the same
 // samples as ImageJobs (image_dataset_job: encoded bytes and the transform's geometry, nothing decoded), with
 // the same per-sample numbers, so decoding job k gives sample indices[k]'s pixels bitwise on the CPU. Each
 // jobs[k].bytes is malloc'd (the caller frees it).

@@ -1,19 +1,12 @@
-// nccl_check.h - NCCL_CHECK and CUDA_CHECK for comm_nccl.c: name the failing expression, file and line
-// with the library's own reason, then end the job through amp_fatal (MPI_Abort under mpirun).
+// nccl_check.h - NCCL_CHECK for comm_nccl.c: names the failing expression, file and line with NCCL's own
+// reason, then ends the job through amp_fatal (MPI_Abort under mpirun). CUDA_CHECK is core/cuda_check.h's.
 #ifndef AMPTRAIN_NCCL_CHECK_H
 #define AMPTRAIN_NCCL_CHECK_H
 
-#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include "core/check.h"
-
-#define CUDA_CHECK(expr)                                                                           \
-    do {                                                                                           \
-        cudaError_t cuda_err_ = (expr);                                                            \
-        if (cuda_err_ != cudaSuccess)                                                              \
-            amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(cuda_err_));         \
-    } while (0)
+#include "core/cuda_check.h"
 
 // ncclGetLastError adds NCCL's detail (which peer, which transport) to the generic result string.
 #define NCCL_CHECK(expr)                                                                           \

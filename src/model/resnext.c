@@ -260,7 +260,7 @@ static void prepare_conv(const Model *m, Backend *be, const ConvLayer *l, int n)
 }
 
 // 1: training runs a downsampling block's end (bn3, the shortcut's bn, the add and ReLU) as the backend's one
-// op, bn_add_bn (backend.h: its backward is there whenever its forward is); 0: as two batch-norm calls.
+// op, bn_add_bn (backend_ops.def: its backward is there whenever its forward is); 0: as two batch-norm calls.
 static int block_ends_fused(const Backend *be) { return be->bn_add_bn_forward_train != NULL; }
 
 // The batch norm after convolution l (bn_fwd's call in training).

@@ -90,7 +90,7 @@ double model_alloc_and_prepare(Model *m, Backend *be, uint64_t seed, int n);
 void model_free(Model *m, Backend *be);
 
 // Lets the backend choose every convolution's algorithms and every training batch norm's kernels for batch n
-// now (backend.h conv_prepare, bn_prepare), before the step's buffers exist; call it before activations_alloc.
+// now (backend_ops.def conv_prepare, bn_prepare), before the step's buffers exist; call it before activations_alloc.
 // Nothing to do on the CPU.
 void model_prepare_ops(const Model *m, Backend *be, int n);
 

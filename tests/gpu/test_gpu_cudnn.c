@@ -20,6 +20,7 @@
 
 #include "core/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
 #include "tests/test_util.h"
 
 static Backend *cpu;
@@ -379,11 +380,13 @@ static uint64_t seed_from_env_or_clock(void) {
 
 int main(void) {
     char why[256] = "";
-    gpu_heuristic = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    gpu_heuristic = cuda_backend_create(0, NULL, why, sizeof why);
     if (!gpu_heuristic) {
         return tu_skip_gpu("test_gpu_cudnn", why);
     }
-    gpu_benchmark = cuda_backend_create(0, 1, 0, 0, why, sizeof why);
+    CudaOptions benchmark = cuda_options_default();
+    benchmark.cudnn_benchmark = 1;
+    gpu_benchmark = cuda_backend_create(0, &benchmark, why, sizeof why);
     if (!gpu_benchmark) {
         fprintf(stderr, "test_gpu_cudnn: a second CUDA backend (cudnn.benchmark on) failed: %s\n", why);
         return EXIT_FAILURE;

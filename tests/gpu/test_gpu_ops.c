@@ -23,6 +23,7 @@
 
 #include "core/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
 #include "tests/test_util.h"
 
 static Backend *cpu, *gpu;
@@ -983,7 +984,9 @@ static Suite *gpu_ops_suite(void) {
 
 int main(void) {
     char why[256] = "";
-    gpu = cuda_backend_create(0, 1, 0, 0, why, sizeof why);  // cudnn.benchmark on, TF32 off
+    CudaOptions opts = cuda_options_default();  // TF32 off
+    opts.cudnn_benchmark = 1;
+    gpu = cuda_backend_create(0, &opts, why, sizeof why);
     if (!gpu) {
         return tu_skip_gpu("test_gpu_ops", why);
     }

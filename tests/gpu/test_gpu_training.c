@@ -10,6 +10,7 @@
 #include "core/backend.h"
 #include "config/config.h"
 #include "dist/dist.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "tests/test_util.h"
 #include "train/trainer.h"
 
@@ -69,7 +70,7 @@ static void resync(Side *gpu_side, Side *cpu_side) {
 // batches, the first eager, the rest replayed from the CUDA graph.
 static void compare_training(int amp, double weight_tol, double loss_tol) {
     char why[256];
-    Backend *gpu = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    Backend *gpu = cuda_backend_create(0, NULL, why, sizeof why);
     ck_assert_msg(gpu != NULL, "%s", why);
     Side c, g;
     side_start(&c, cpu_backend_create(), amp);
@@ -117,8 +118,8 @@ END_TEST
 static void compare_graph_to_launches(int amp) {
     char why[256];
     Side on, off;
-    side_start_graph(&on, cuda_backend_create(0, 0, 0, 0, why, sizeof why), amp, "train.cuda_graph=on");
-    side_start_graph(&off, cuda_backend_create(0, 0, 0, 0, why, sizeof why), amp, "train.cuda_graph=off");
+    side_start_graph(&on, cuda_backend_create(0, NULL, why, sizeof why), amp, "train.cuda_graph=on");
+    side_start_graph(&off, cuda_backend_create(0, NULL, why, sizeof why), amp, "train.cuda_graph=off");
     on.cfg.debug.inject_step = off.cfg.debug.inject_step = 6;
     size_t n = on.t.model.params.padded_numel;
     for (int step = 0; step < 12; step++) {
@@ -150,7 +151,7 @@ END_TEST
 
 int main(void) {
     char why[256];
-    Backend *probe = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    Backend *probe = cuda_backend_create(0, NULL, why, sizeof why);
     if (!probe) return tu_skip_gpu("test_gpu_training", why);
     probe->destroy(probe);
     Suite *s = suite_create("gpu_training");

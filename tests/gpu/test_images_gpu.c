@@ -17,6 +17,7 @@
 #include "core/backend.h"
 #include "data/data_rng.h"
 #include "image/image_transform.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "tests/image_fixtures.h"
 #include "tests/test_util.h"
 
@@ -142,7 +143,7 @@ END_TEST
 
 int main(void) {
     char why[256];
-    gpu = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    gpu = cuda_backend_create(0, NULL, why, sizeof why);
     if (!gpu) return tu_skip_gpu("test_images_gpu", why);
     if (!gpu->input_decode) {
         printf("test_images_gpu: skipped: this build has no nvJPEG (CMake found none), so no input_decode on CUDA\n");

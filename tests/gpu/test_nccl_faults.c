@@ -31,7 +31,7 @@
 static int scenario_nccl_stopped(int argc, char **argv) {
     Comm *host = comm_init(&argc, &argv, TIMEOUT_S);
     char why[256];
-    Backend *be = cuda_backend_create(host->local_rank, 0, 0, 0, why, sizeof why);
+    Backend *be = cuda_backend_create(host->local_rank, NULL, why, sizeof why);
     if (!be) {
         fprintf(stderr, "rank %d: %s\n", host->rank, why);
         return 1;

@@ -20,6 +20,7 @@
 #include "core/backend.h"
 #include "config/config.h"
 #include "dist/dist.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "tests/test_util.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
@@ -164,7 +165,7 @@ END_TEST
 
 static Backend *gpu_or_skip(void) {
     char why[256];
-    Backend *be = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    Backend *be = cuda_backend_create(0, NULL, why, sizeof why);
     ck_assert_msg(be != NULL, "CUDA backend unavailable: %s", why);
     return be;
 }
@@ -187,7 +188,7 @@ int main(void) {
     // The GPU first: on the device machine (AMPTRAIN_REQUIRE_GPU=1) a missing GPU fails the suite, even
     // though its CPU case could run.
     char why[256];
-    Backend *probe = cuda_backend_create(0, 0, 0, 0, why, sizeof why);
+    Backend *probe = cuda_backend_create(0, NULL, why, sizeof why);
     if (!probe && tu_gpu_required()) return tu_skip_gpu("test_torch_parity", why);
     int have_gpu = probe != NULL;
     if (probe) probe->destroy(probe);

@@ -553,7 +553,7 @@ static void backend_start(void) {
         return;
     }
     char why[256];
-    be = cuda_backend_create(comm->local_rank, 0, 0, 0, why, sizeof why);
+    be = cuda_backend_create(comm->local_rank, NULL, why, sizeof why);
     if (!be) amp_fatal(__FILE__, __LINE__, "AMPTRAIN_TEST_BACKEND=cuda but: %s", why);
     if (comm->size > 1) grad_comm = comm_nccl_create(comm, cuda_backend_stream(be));
     if (!grad_comm) amp_fatal(__FILE__, __LINE__, "AMPTRAIN_TEST_BACKEND=cuda needs NCCL with several ranks");

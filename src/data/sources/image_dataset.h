@@ -41,7 +41,7 @@ typedef struct EncodedSource {
 // never stops the run. side: output images are (side, side, 3) u8.
 Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm);
 
-// For a backend that decodes (backend.h input_decode): sample `index` as an ImageJob (core/image_job.h),
+// For a backend that decodes (backend_ops.def input_decode): sample `index` as an ImageJob (core/image_job.h),
 // its encoded bytes malloc'd into job->bytes (the caller frees them), its size from the header and its
 // transform's geometry, drawn from rng exactly as `get` draws it (rng: as dataset_get's, used only with
 // augmentation), so image_job_decode makes bitwise `get`'s pixels of it. Nothing is decoded: a sample whose

@@ -1,0 +1,31 @@
+// cuda_diag.h - for tests and benchmarks: the CUDA backend's choices, asked for or read back on a backend
+// already made (kernels/cuda/absent.c implements it too, in a build without CUDA).
+#ifndef AMPTRAIN_CUDA_DIAG_H
+#define AMPTRAIN_CUDA_DIAG_H
+
+#include "kernels/cuda/cuda_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Switches whose kernels train batch norm from here on (CudaOptions.batch_norm at creation).
+void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode);
+// Whether a convolution direction (0 forward, 1 backward data, 2 backward filter) of shape s in dt runs as
+// one cuBLAS GEMM (1x1 stride-1 ungrouped shapes, cuda_conv_gemm.cu) rather than on cuDNN; -1 when that
+// direction's route is not chosen yet.
+int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction);
+// The paths of the last training forward of the batch-norm layer whose save_mean buffer is save_mean (1
+// cuDNN, 0 our own), and the path its backward takes when dx is overwritten; 0 when no forward of that layer
+// ran.
+int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn, int *backward_cudnn);
+// The pair cudnn.batch_norm auto chose for this shape (bn_prepare); 0 when the shape was not prepared under
+// auto.
+int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu, int *forward_cudnn,
+                                  int *backward_cudnn);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
