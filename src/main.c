@@ -234,8 +234,9 @@ static Backend *select_backend(const Config *cfg, Comm *comm, char *why, size_t 
     comm->allreduce_max_flag(comm, &any_gpu);
     char reason[512] = "no CUDA device is visible";
     if (any_gpu != 0) {
-        if (comm_check_local_gpus(comm, gpus, why, cap) != 0) return NULL;
-        Backend *be = cuda_backend_create(comm->local_rank, cfg->cudnn.benchmark, cfg->cudnn.tf32,
+        int device = -1;
+        if (comm_check_local_gpus(comm, gpus, cuda_device_identity, &device, why, cap) != 0) return NULL;
+        Backend *be = cuda_backend_create(device, cfg->cudnn.benchmark, cfg->cudnn.tf32,
                                           cfg->cudnn.matmul_tf32, reason, sizeof reason);
         if (be) {
             if (widened)

@@ -340,3 +340,14 @@ extern "C" int cuda_visible_device_count(void) {
     }
     return count;
 }
+
+extern "C" int cuda_device_identity(int device, unsigned char uuid[16], char *pci, size_t pci_len) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    memcpy(uuid, prop.uuid.bytes, 16);
+    snprintf(pci, pci_len, "%04x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+    return 0;
+}

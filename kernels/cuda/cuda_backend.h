@@ -40,6 +40,9 @@ int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int re
                                   int *backward_cudnn);
 // Number of CUDA devices visible to this process (CUDA_VISIBLE_DEVICES respected); 0 when none.
 int cuda_visible_device_count(void);
+// Which physical device visible device `device` is: its UUID (16 bytes; a MIG instance has its own) and PCI
+// address ("0000:3b:00.0", pci_len bytes). 0 on success, -1 when the device cannot be queried.
+int cuda_device_identity(int device, unsigned char uuid[16], char *pci, size_t pci_len);
 
 #ifdef __cplusplus
 }

@@ -516,7 +516,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     LoaderFeed feed = {.t = t, .ahead_slot = BACKEND_INPUT_SLOTS - 1};
     if (t->step < t->total_steps) {
         feed.loader = loader_create(t->train_set, &t->sampler, t->device_decode ? LOADER_JOBS : LOADER_PIXELS,
-                                    cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
+                                    cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_cpus, t->comm->local_size),
                                     t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
         if (t->device_decode)
             feed.decode = decode_feed_start(t->be, feed.loader, decode_loader_batch, t);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/backend.h"
 #include "dist/comm.h"
@@ -69,9 +70,13 @@ START_TEST(stopped_peer_ends_the_job_within_the_timeout) {
     tu_run_scenario(&run, 2, "-x NCCL_NVLS_ENABLE=0", "nccl_stopped");
     int left = tu_end_scenario_leftovers("nccl_stopped");
     ck_assert_msg(run.status == COMM_EXIT_TIMEOUT, "exit status %d:\n%s", run.status, run.output);
-    ck_assert_msg(strstr(run.output, "[rank 0] error: collective NCCL allreduce_sum (step 5) waited 3.0 s for "
-                                     "other ranks (dist.timeout_s); a peer rank died or stalled; aborting") != NULL,
-                  "%s", run.output);
+    char host[256] = "?", want[1024];
+    gethostname(host, sizeof host - 1);
+    snprintf(want, sizeof want,
+             "[rank 0] error: collective NCCL allreduce_sum (step 5) on rank 0 (host %s) waited 3.0 s for rank 1 "
+             "(host %s) (dist.timeout_s); a peer rank died or stalled; aborting",
+             host, host);
+    ck_assert_msg(strstr(run.output, want) != NULL, "wanted: %s\n%s", want, run.output);
     ck_assert_msg(!strstr(run.output, "completed with a stopped peer"), "%s", run.output);
     // The timeout, then the job's end (abort, mpirun's teardown of the stopped rank) well before `timeout 120`.
     ck_assert_msg(run.seconds >= TIMEOUT_S && run.seconds < 60.0, "took %.1f s:\n%s", run.seconds, run.output);
