@@ -1,6 +1,8 @@
 # The launch/ scripts and the install, tested on the CPU backend, each in its own scratch folder:
 #   test_scaling       the scaling workflow end to end (mpirun with 1 and 2 ranks, oversubscribed) and its
-#                      refusal of GPU counts the machine cannot serve
+#                      refusal of rank counts the machine cannot serve
+#   test_signals       amptrain-mpirun's process group sent SIGTERM (exit 0, checkpoint), scaling sent
+#                      SIGTERM (exit 143, no process left)
 #   test_compare_amp   launch/compare-amp configs/tiny.yaml (shortened): both rows, the CSV, the PNG
 #   test_plot_metrics  launch/plot-metrics over two runs, and its refusals
 #   test_criteria      dev/criteria.py (the device suite's check of the training-loop issue's bars) on rows
@@ -47,5 +49,6 @@ amptrain_add_launch_test(test_plot_metrics $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_criteria $<TARGET_FILE:amptrain>)
 if(HAVE_MPI)
   amptrain_add_launch_test(test_scaling $<TARGET_FILE:amptrain>)
+  amptrain_add_launch_test(test_signals $<TARGET_FILE:amptrain>)
   amptrain_add_launch_test(test_install ${CMAKE_COMMAND} ${CMAKE_BINARY_DIR})
 endif()
