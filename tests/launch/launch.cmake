@@ -7,6 +7,8 @@
 #   test_plot_metrics  launch/plot-metrics over two runs, and its refusals
 #   test_criteria      dev/criteria.py (the device suite's check of the training-loop issue's bars) on rows
 #                      that meet them, miss one, lack repeats or are not JSON; its seed row from a real run
+#   test_sbatch        launch/amptrain.sbatch under stand-ins for srun, mpirun and scontrol: SIGUSR1 passed to
+#                      the step, requeue after a clean stop only, the srun/mpirun command lines, usage errors
 #   test_install       cmake --install into the scratch folder, then the installed amptrain and scripts
 # Included from tests/tests.cmake:  include(tests/launch/launch.cmake)
 #
@@ -47,6 +49,7 @@ endfunction()
 amptrain_add_launch_test(test_compare_amp $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_plot_metrics $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_criteria $<TARGET_FILE:amptrain>)
+amptrain_add_launch_test(test_sbatch)
 if(HAVE_MPI)
   amptrain_add_launch_test(test_scaling $<TARGET_FILE:amptrain>)
   amptrain_add_launch_test(test_signals $<TARGET_FILE:amptrain>)
