@@ -17,7 +17,9 @@ import signal
 import subprocess
 import sys
 
-MPL_MISSING = "matplotlib is not installed (Debian: apt-get install python3-matplotlib)"
+import amptrain_python
+
+MPL_MISSING = amptrain_python.missing("matplotlib", "python3-matplotlib")
 
 # One color per (implementation, precision), the same in every picture.
 COLORS = {("amptrain", "amp"): "tab:blue", ("amptrain", "fp32"): "tab:red",

@@ -9,6 +9,8 @@
 #                      that meet them, miss one, lack repeats or are not JSON; its seed row from a real run
 #   test_sbatch        launch/amptrain.sbatch under stand-ins for srun, mpirun and scontrol: SIGUSR1 passed to
 #                      the step, requeue after a clean stop only, the srun/mpirun command lines, usage errors
+#   test_python        AMPTRAIN_PYTHON chooses the scripts' interpreter; a missing module names it; bad
+#                      arguments to every launch/ and tools/ script: exit 2, no traceback, nothing written
 #   test_install       cmake --install into the scratch folder, then the installed amptrain and scripts
 # Included from tests/tests.cmake:  include(tests/launch/launch.cmake)
 #
@@ -50,6 +52,7 @@ amptrain_add_launch_test(test_compare_amp $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_plot_metrics $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_criteria $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_sbatch)
+amptrain_add_launch_test(test_python $<TARGET_FILE:amptrain>)
 if(HAVE_MPI)
   amptrain_add_launch_test(test_scaling $<TARGET_FILE:amptrain>)
   amptrain_add_launch_test(test_signals $<TARGET_FILE:amptrain>)
