@@ -124,7 +124,7 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
                    AMPTRAIN_VERSION,
 #ifdef AMPTRAIN_HAVE_CUDA
-                   ", cuda",
+                   ", cuda (architectures " AMPTRAIN_CUDA_ARCHITECTURES ")",
 #else
                    "",
 #endif

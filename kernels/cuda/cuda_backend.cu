@@ -268,6 +268,28 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->destroy = cuda_be_destroy;
 }
 
+// Launched never: whether the build holds machine code or PTX this device can run (every kernel is
+// compiled for the same architectures as this one).
+static __global__ void cuda_arch_probe(void) {}
+
+// 0 when the device can run this build's kernels; otherwise why (a build for other architectures would
+// fail at its first kernel launch, after the model and data are set up).
+static int cuda_check_architecture(int device, char *why, size_t why_len) {
+    cudaFuncAttributes attr;
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, cuda_arch_probe);
+    if (err == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    int major = 0, minor = 0;
+    (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    (void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    snprintf(why, why_len,
+             "this amptrain has no kernels for GPU %d's architecture sm_%d%d (built for %s): rebuild with "
+             "-DCMAKE_CUDA_ARCHITECTURES=%d%d (cudaFuncGetAttributes: %s)",
+             device, major, minor, AMPTRAIN_CUDA_ARCHITECTURES, major, minor, cudaGetErrorString(err));
+    return -1;
+}
+
 extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int conv_tf32, int matmul_tf32,
                                         char *why, size_t why_len) {
     int count = 0;
@@ -289,6 +311,7 @@ extern "C" Backend *cuda_backend_create(int device, int cudnn_benchmark, int con
         snprintf(why, why_len, "CUDA device %d requested but only %d visible", device, count);
         return NULL;
     }
+    if (cuda_check_architecture(device, why, why_len) != 0) return NULL;
 
     CudaBackendState *st = (CudaBackendState *)xcalloc(1, sizeof(CudaBackendState));
     CudaBackend *cb = &st->cb;

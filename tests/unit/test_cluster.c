@@ -1,5 +1,5 @@
 // test_cluster.c - what a cluster launch depends on, on the CPU: the rule that picks a rank's GPU (srun
-// --gpus-per-task=1 gives every rank one GPU of its own), the refusal of Slurm tasks that are not one MPI
+// --gpus-per-task=1 gives every rank one GPU of its own), the architectures --version names, the refusal of Slurm tasks that are not one MPI
 // job (exit 2, nothing written), and the CPUs the loader's threads are sized from (affinity mask and
 // cgroup CPU quota, not the host's online count).
 #define _GNU_SOURCE  // sched_setaffinity
@@ -50,6 +50,20 @@ START_TEST(single_rank_passes_the_gpu_check) {
     ck_assert_int_ne(comm_check_local_gpus(c, 0, NULL, &device, why, sizeof why), 0);
     ck_assert_msg(strstr(why, "1 ranks on host ") && strstr(why, "only 0 visible GPUs"), "%s", why);
     c->destroy(c);
+}
+END_TEST
+
+// --version names the CUDA architectures the build holds code for (CMake's list: native's compute
+// capabilities, or the default from sm_75 to sm_90 with sm_90's PTX, or -DCMAKE_CUDA_ARCHITECTURES).
+START_TEST(version_names_the_cuda_architectures) {
+    ck_assert_int_eq(tu_run_cli("--version", out, sizeof out), 0);
+#ifdef AMPTRAIN_HAVE_CUDA
+    ck_assert_msg(strstr(out, "cuda (architectures " AMPTRAIN_CUDA_ARCHITECTURES ")") != NULL, "%s", out);
+    ck_assert_msg(strlen(AMPTRAIN_CUDA_ARCHITECTURES) > 0 && !strchr(AMPTRAIN_CUDA_ARCHITECTURES, ';'), "%s",
+                  AMPTRAIN_CUDA_ARCHITECTURES);
+#else
+    ck_assert_msg(strstr(out, "architectures") == NULL, "%s", out);
+#endif
 }
 END_TEST
 
@@ -201,6 +215,7 @@ static Suite *cluster_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, local_rank_takes_its_own_gpu);
     tcase_add_test(tc, single_rank_passes_the_gpu_check);
+    tcase_add_test(tc, version_names_the_cuda_architectures);
     tcase_add_test(tc, slurm_task_count_from_the_environment);
     tcase_add_test(tc, unwired_slurm_tasks_are_refused);
     tcase_add_test(tc, cpu_count_of_a_mask_and_its_quota);
