@@ -34,10 +34,7 @@ for script in "${scripts[@]}"; do
     [[ $(cat "$out/logged-python.calls" 2>/dev/null) == "$repo/$script" ]] \
         || fail "$script did not run once under AMPTRAIN_PYTHON: $(cat "$out/logged-python.calls" 2>/dev/null)"
 done
-set +e
-AMPTRAIN_PYTHON="$out/no-such-python" "$repo/launch/plot-metrics" --help >"$out/bad-python.out" 2>&1
-rc=$?
-set -e
+status env AMPTRAIN_PYTHON="$out/no-such-python" "$repo/launch/plot-metrics" --help >"$out/bad-python.out" 2>&1
 ((rc == 2)) || fail "AMPTRAIN_PYTHON naming nothing gave exit $rc, expected 2"
 grep -q "AMPTRAIN_PYTHON=$out/no-such-python is not an executable" "$out/bad-python.out" \
     || fail "no word about the bad AMPTRAIN_PYTHON: $(cat "$out/bad-python.out")"
@@ -45,11 +42,8 @@ grep -q "AMPTRAIN_PYTHON=$out/no-such-python is not an executable" "$out/bad-pyt
 echo "== 2. a missing module names the interpreter"
 "$amptrain" "$repo/configs/tiny.yaml" data.train_size=64 data.val_size=0 train.epochs=1 log.every=1 checkpoint.dir= \
     log.metrics="$out/run/metrics.jsonl" >"$out/run.log" 2>&1 || fail "amptrain exited with $?; see $out/run.log"
-set +e
-PYTHONPATH=$(no_matplotlib_path) AMPTRAIN_PYTHON=$PYTHON "$repo/launch/plot-metrics" "$out/run/metrics.jsonl" \
+status env PYTHONPATH=$(no_matplotlib_path) AMPTRAIN_PYTHON=$PYTHON "$repo/launch/plot-metrics" "$out/run/metrics.jsonl" \
     >"$out/no-mpl.out" 2>&1
-rc=$?
-set -e
 cat "$out/no-mpl.out"
 ((rc == 1)) || fail "plot-metrics without matplotlib exited with $rc, expected 1"
 grep -qF "matplotlib is not installed for $python_exe (AMPTRAIN_PYTHON=" "$out/no-mpl.out" \
@@ -66,11 +60,8 @@ for prefix in ("train", "t10k"):
 PY
 mkdir -p "$out/no-pil/PIL"
 echo 'raise ImportError("Pillow hidden by the test")' >"$out/no-pil/PIL/__init__.py"
-set +e
-PYTHONPATH="$out/no-pil" "$PYTHON" "$repo/tools/fashion-mnist" "$out/fmnist" --idx "$out/idx" \
+status env PYTHONPATH="$out/no-pil" "$PYTHON" "$repo/tools/fashion-mnist" "$out/fmnist" --idx "$out/idx" \
     >"$out/no-pil.out" 2>&1
-rc=$?
-set -e
 cat "$out/no-pil.out"
 ((rc == 1)) || fail "fashion-mnist without Pillow exited with $rc, expected 1"
 grep -qF "Pillow is not installed for $python_exe (AMPTRAIN_PYTHON=" "$out/no-pil.out" \
@@ -100,11 +91,8 @@ bad=(
     "tools/pack-shards $repo/tests $out/w"
 )
 for args in "${bad[@]}"; do
-    set +e
     # shellcheck disable=SC2086 # the arguments are words
-    "$PYTHON" "$repo"/$args >"$out/bad.out" 2>&1
-    rc=$?
-    set -e
+    status "$PYTHON" "$repo"/$args >"$out/bad.out" 2>&1
     ((rc == 2)) || fail "$args: exit $rc, expected 2: $(cat "$out/bad.out")"
     ! grep -q Traceback "$out/bad.out" || fail "$args: a traceback: $(cat "$out/bad.out")"
     [[ ! -e $out/w && ! -e $out/w.png && ! -e $out/w.partial ]] || fail "$args: wrote its output"

@@ -65,10 +65,7 @@ batch() {
 }
 
 finish() { # finish: waits for the script; its exit code in $rc
-    set +e
-    wait "$job"
-    rc=$?
-    set -e
+    status wait "$job"
     cat "$out/batch.log"
 }
 
@@ -109,10 +106,7 @@ mapfile -t args <"$out/mpirun.args"
 
 echo "== 4. usage errors"
 for bad in "" "--bench"; do
-    set +e
-    env PATH="$out/bin:$PATH" bash "$sbatch" $bad >"$out/usage.log" 2>&1
-    rc=$?
-    set -e
+    status env PATH="$out/bin:$PATH" bash "$sbatch" $bad >"$out/usage.log" 2>&1
     ((rc == 2)) && grep -q '^usage: ' "$out/usage.log" || fail "'$bad' gave exit $rc: $(cat "$out/usage.log")"
 done
 [[ ! -e $out/srun.args ]] || fail "srun ran on a usage error"

@@ -38,10 +38,7 @@ setsid "$repo/launch/amptrain-mpirun" --cpu --np 2 --amptrain "$amptrain" "$repo
 leader=$!
 wait_for "$out/mpirun.log" '^step 2/' 120
 kill -TERM -- "-$leader"
-set +e
-wait "$leader"
-rc=$?
-set -e
+status wait "$leader"
 cat "$out/mpirun.log"
 ((rc == 0)) || fail "amptrain-mpirun exited $rc after SIGTERM to its group, expected 0"
 grep -q '^stopped by signal after step ' "$out/mpirun.log" || fail "the run did not stop on the signal"
@@ -59,10 +56,7 @@ for ((i = 0; i < 600; i++)); do
 done
 sleep 2
 kill -TERM "$driver"
-set +e
-wait "$driver"
-rc=$?
-set -e
+status wait "$driver"
 cat "$out/scaling.log"
 ((rc == 143)) || fail "launch/scaling exited $rc after SIGTERM, expected 143"
 mark="--bench-steps 100000 --bench-warmup 1 --bench-tag weak-amp-n2"
