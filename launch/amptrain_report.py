@@ -17,7 +17,9 @@ import signal
 import subprocess
 import sys
 
-MPL_MISSING = "matplotlib is not installed (Debian: apt-get install python3-matplotlib)"
+import amptrain_python
+
+MPL_MISSING = amptrain_python.missing("matplotlib", "python3-matplotlib")
 
 # One color per (implementation, precision), the same in every picture.
 COLORS = {("amptrain", "amp"): "tab:blue", ("amptrain", "fp32"): "tab:red",
@@ -28,16 +30,47 @@ class UsageError(Exception):
     """Bad arguments or input files: the script prints the message and exits with code 2."""
 
 
+class Stopped(BaseException):
+    """SIGTERM or SIGHUP arrived (SIGINT arrives as KeyboardInterrupt): the run in progress is stopped and the
+    script exits with 128 + the signal's number."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
 def run_main(prog, main):
-    """sys.exit(main(sys.argv[1:])), with a UsageError as one line on stderr and exit code 2."""
+    """sys.exit(main(sys.argv[1:])), with a UsageError as one line on stderr and exit code 2, an OSError as one
+    line and exit code 1, and SIGTERM, SIGHUP or SIGINT ending the command in progress (run_logged) first."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _raise_stopped)
     try:
         sys.exit(main(sys.argv[1:]))
     except UsageError as e:
         print(f"{prog}: {e}", file=sys.stderr)
         print(f"{prog}: see {prog} --help", file=sys.stderr)
         sys.exit(2)
+    except OSError as e:
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"{prog}: {where}{e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
+    except Stopped as e:
+        print(f"{prog}: stopped by signal {e.signum}", file=sys.stderr)
+        sys.exit(128 + e.signum)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def make_dirs(path, flag="--out"):
+    """os.makedirs(path) with a UsageError naming the flag when it cannot be made."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"{flag} {path}: cannot make the folder: {e.strerror}")
 
 
 # ---- the binary and its config -----------------------------------------------------------------------------
@@ -85,11 +118,46 @@ def amptrain_config(amptrain, config, overrides):
 # ---- running -----------------------------------------------------------------------------------------------
 
 
+def _session_processes(sid):
+    """Pids of the processes in session sid (Linux /proc; field 6 of /proc/PID/stat)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 4 and int(fields[3]) == sid:
+            pids.append(int(entry))
+    return pids
+
+
+def stop_session(proc, grace=15):
+    """Stops proc, started with start_new_session=True, and every process of its session: SIGTERM to its
+    process group (launch/amptrain-mpirun passes it to mpirun as SIGUSR1: the ranks finish their step and
+    exit), then after `grace` seconds SIGKILL to every process left in the session (mpirun and the ranks
+    run in process groups of their own, which a signal to proc's group does not reach)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    for pid in _session_processes(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    proc.wait()
+
+
 def run_logged(cmd, env, log_path, timeout):
     """Runs cmd with stdout and stderr together into log_path (after a '$ command' line); returns
-    (output, exit code), the code being "timeout" or "not started" when it did not finish."""
+    (output, exit code), the code being "timeout" or "not started" when it did not finish. Stopped
+    (SIGTERM, SIGHUP) or SIGINT while it runs stops it and its session (stop_session), then propagates."""
     try:
-        # its own session, so that a timeout stops it and every process it started (mpirun's ranks)
+        # its own session, so that a timeout or a stop ends it and every process it started (mpirun's ranks)
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
     except OSError as e:
@@ -99,21 +167,23 @@ def run_logged(cmd, env, log_path, timeout):
             output, _ = proc.communicate(timeout=timeout)
             rc = proc.returncode
         except subprocess.TimeoutExpired:
-            for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, None)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    proc.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            stop_session(proc)
             output, _ = proc.communicate()
             rc = "timeout"
+        except BaseException:
+            # a second signal must not cut the clean-up short
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+            stop_session(proc, grace=30)
+            output, _ = proc.communicate()
+            _write_log(log_path, cmd, output)
+            raise
+    _write_log(log_path, cmd, output)
+    return output, rc
+
+
+def _write_log(log_path, cmd, output):
     with open(log_path, "w") as f:
         f.write(f"$ {shlex.join(cmd)}\n{output}")
-    return output, rc
 
 
 def error_lines(output, keep=3):

@@ -124,7 +124,7 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
                    AMPTRAIN_VERSION,
 #ifdef AMPTRAIN_HAVE_CUDA
-                   ", cuda",
+                   ", cuda (architectures " AMPTRAIN_CUDA_ARCHITECTURES ")",
 #else
                    "",
 #endif
@@ -242,9 +242,10 @@ static Backend *select_backend(const Config *cfg, Comm *comm, char *why, size_t 
     comm->allreduce_max_flag(comm, &any_gpu);
     char reason[512] = "no CUDA device is visible";
     if (any_gpu != 0) {
-        if (comm_check_local_gpus(comm, gpus, why, cap) != 0) return NULL;
+        int device = -1;
+        if (comm_check_local_gpus(comm, gpus, cuda_device_identity, &device, why, cap) != 0) return NULL;
         const CudaOptions opts = cuda_options_from_config(cfg);
-        Backend *be = cuda_backend_create(comm->local_rank, &opts, reason, sizeof reason);
+        Backend *be = cuda_backend_create(device, &opts, reason, sizeof reason);
         if (be) return be;
     }
     if (!strcmp(want, "cuda")) {

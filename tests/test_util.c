@@ -156,6 +156,15 @@ void tu_run_scenario(TuRun *run, int ranks, const char *mpiexec_args, const char
     printf("%s (np %d): exit %d after %.1f s\n", scenario, ranks, run->status, run->seconds);
 }
 
+void tu_timeout_line(char *buf, size_t n, const char *what, long step, double seconds) {
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(buf, n,
+             "[rank 0] error: collective %s (step %ld) on rank 0 (host %s) waited %.1f s for rank 1 (host %s) "
+             "(dist.timeout_s); a peer rank died or stalled; aborting",
+             what, step, host, seconds, host);
+}
+
 int tu_end_scenario_leftovers(const char *scenario) {
     const char *self = tu_self_path();
     size_t self_len = strlen(self);

@@ -76,6 +76,10 @@ typedef struct TuRun {
 // mpiexec_args (may be "") go to mpiexec before -np. Prints one line: scenario, status, seconds.
 void tu_run_scenario(TuRun *run, int ranks, const char *mpiexec_args, const char *scenario);
 
+// The line rank 0 of a two-rank job on this host prints when collective `what` of step `step` timed out
+// after `seconds` (src/dist/watchdog.c): it names both ranks and their host.
+void tu_timeout_line(char *buf, size_t n, const char *what, long step, double seconds);
+
 // Kills (SIGKILL) the processes still running `SELF scenario` - ranks the job should have ended - and
 // returns how many there were.
 int tu_end_scenario_leftovers(const char *scenario);

@@ -14,6 +14,11 @@ Backend *cuda_backend_create(int device, const CudaOptions *opts, char *why, siz
 
 int cuda_visible_device_count(void) { return 0; }
 
+int cuda_device_identity(int device, unsigned char uuid[16], char *pci, size_t pci_len) {
+    (void)device, (void)uuid, (void)pci, (void)pci_len;
+    return -1;
+}
+
 void *cuda_backend_stream(Backend *be) {
     (void)be;
     return NULL;

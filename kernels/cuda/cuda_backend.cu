@@ -258,6 +258,28 @@ static int cuda_widen_queues(int connections) {
     return setenv("CUDA_DEVICE_MAX_CONNECTIONS", value, 0) == 0;
 }
 
+// Launched never: whether the build holds machine code or PTX this device can run (every kernel is
+// compiled for the same architectures as this one).
+static __global__ void cuda_arch_probe(void) {}
+
+// 0 when the device can run this build's kernels; otherwise why (a build for other architectures would
+// fail at its first kernel launch, after the model and data are set up).
+static int cuda_check_architecture(int device, char *why, size_t why_len) {
+    cudaFuncAttributes attr;
+    cudaError_t err = cudaSetDevice(device);
+    if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, cuda_arch_probe);
+    if (err == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    int major = 0, minor = 0;
+    (void)cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    (void)cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    snprintf(why, why_len,
+             "this amptrain has no kernels for GPU %d's architecture sm_%d%d (built for %s): rebuild with "
+             "-DCMAKE_CUDA_ARCHITECTURES=%d%d (cudaFuncGetAttributes: %s)",
+             device, major, minor, AMPTRAIN_CUDA_ARCHITECTURES, major, minor, cudaGetErrorString(err));
+    return -1;
+}
+
 extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, char *why, size_t why_len) {
     const CudaOptions o = opts ? *opts : cuda_options_default();
     const int widened = cuda_widen_queues(o.device_max_connections);
@@ -280,6 +302,7 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
         snprintf(why, why_len, "CUDA device %d requested but only %d visible", device, count);
         return NULL;
     }
+    if (cuda_check_architecture(device, why, why_len) != 0) return NULL;
 
     CudaBackendState *st = (CudaBackendState *)xcalloc(1, sizeof(CudaBackendState));
     CudaBackend *cb = &st->cb;
@@ -334,4 +357,15 @@ extern "C" int cuda_visible_device_count(void) {
         return 0;
     }
     return count;
+}
+
+extern "C" int cuda_device_identity(int device, unsigned char uuid[16], char *pci, size_t pci_len) {
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    memcpy(uuid, prop.uuid.bytes, 16);
+    snprintf(pci, pci_len, "%04x:%02x:%02x.0", prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
+    return 0;
 }

@@ -52,6 +52,9 @@ Backend *cuda_backend_create(int device, const CudaOptions *opts, char *why, siz
 int cuda_visible_device_count(void);
 // The backend's cudaStream_t, as void* so C files need no CUDA headers.
 void *cuda_backend_stream(Backend *be);
+// Which physical device visible device `device` is: its UUID (16 bytes; a MIG instance has its own) and PCI
+// address ("0000:3b:00.0", pci_len bytes). 0 on success, -1 when the device cannot be queried.
+int cuda_device_identity(int device, unsigned char uuid[16], char *pci, size_t pci_len);
 
 #ifdef __cplusplus
 }

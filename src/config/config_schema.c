@@ -76,7 +76,7 @@ const ConfigKey config_keys[] = {
     {"data", "prefetch", CK_INT, AT(data.prefetch), BETWEEN(0, 64), {0},
      "batches prepared ahead by the loader's workers (0: synchronous, on the training thread)"},
     {"data", "workers", CK_INT, AT(data.workers), BETWEEN(0, 64), {0},
-     "loader threads (0: auto, the host's cores shared by the ranks on it, one left to each rank); all of "
+     "loader threads (0: auto, the CPUs the ranks of a host may use, shared by them, one left to each rank); all of "
      "them assemble one batch at a time, a few samples each"},
     {"data", "drop_last", CK_BOOL, AT(data.drop_last), NONE, {0},
      "skip each epoch's partial last step (needed when it would leave a rank one image and the last "

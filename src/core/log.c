@@ -12,6 +12,8 @@ void log_set_rank(int rank, int world_size) {
     g_world = world_size;
 }
 
+int log_rank(void) { return g_rank; }
+
 // One formatted line, written with one call, so lines of several ranks on a shared stream do not
 // interleave mid-line.
 static void log_line(FILE *stream, const char *level, const char *fmt, va_list args) {

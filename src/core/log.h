@@ -5,6 +5,7 @@
 
 // Called once by src/dist after start-up; before that, the process counts as rank 0 of 1.
 void log_set_rank(int rank, int world_size);
+int log_rank(void);  // this process's rank (0 before log_set_rank)
 
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stdout, rank 0
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stderr, rank 0

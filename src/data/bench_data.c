@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/clock.h"
+#include "core/cpus.h"
 #include "data/sources/image_dataset.h"
 #include "image/image_decode.h"
 #include "data/loader.h"
@@ -55,7 +56,7 @@ static int decode_on_device(Backend *be, void *const slots[BACKEND_INPUT_SLOTS],
 void bench_data_run(const Config *cfg, const Dataset *ds, Backend *decoder, int world, int rank, int batches,
                     FILE *out) {
     // the same threads the training loop would get on this host with one rank
-    int threads = cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(1);
+    int threads = cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(cpus_usable(), 1);
     Sampler s;
     sampler_init(&s, ds->size, cfg->data.batch_size, world, rank, 1, cfg->data.drop_last, cfg->train.seed);
     int per_epoch = sampler_steps_per_epoch(&s);

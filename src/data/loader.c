@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/check.h"
 #include "core/clock.h"
@@ -233,10 +232,9 @@ const Batch *loader_next(Loader *l, double *waited) {
     return &s->batch;
 }
 
-int loader_auto_workers(int local_ranks) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    long share = cores / (local_ranks > 0 ? local_ranks : 1) - 1;
-    return share < 1 ? 1 : share > LOADER_MAX_WORKERS ? LOADER_MAX_WORKERS : (int)share;
+int loader_auto_workers(int local_cpus, int local_ranks) {
+    int share = local_cpus / (local_ranks > 0 ? local_ranks : 1) - 1;
+    return share < 1 ? 1 : share > LOADER_MAX_WORKERS ? LOADER_MAX_WORKERS : share;
 }
 
 void loader_destroy(Loader *l) {

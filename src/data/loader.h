@@ -53,9 +53,10 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
 // Adds the seconds this call waited for a worker to *waited (when not NULL).
 const Batch *loader_next(Loader *l, double *waited);
 
-// data.workers = 0: the host's cores shared by the ranks on it, one of each share left to its training
-// thread; at least 1.
-int loader_auto_workers(int local_ranks);
+// data.workers = 0: local_cpus, the CPUs the local_ranks ranks of this host may use together (Comm.local_cpus:
+// their affinity masks and cgroup quota, not the host's online count), shared out, one of each share left
+// to its rank's training thread; at least 1.
+int loader_auto_workers(int local_cpus, int local_ranks);
 
 // Stops and joins the threads (also mid-epoch), frees the buffers.
 void loader_destroy(Loader *l);

@@ -17,6 +17,8 @@ struct Comm {
     const char *name;  // "single", "mpi", "nccl"
     int rank, size;    // in the world
     int local_rank, local_size;  // on this host (shared-memory split of the world)
+    int local_cpus;    // CPUs the ranks on this host may use together: their affinity masks ORed, capped by
+                       // the cgroup quota (core/cpus.h); what data.workers=0 shares out
     double timeout_s;  // dist.timeout_s: how long a collective may wait for peers (<= 0: for ever)
 
     // buf[i] = sum over ranks of buf[i]; n elements of dt. fp16 sums accumulate pairwise in fp32 and

@@ -8,9 +8,13 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "core/check.h"
+#include "core/cpus.h"
 #include "core/log.h"
+#include "dist/dist.h"
 #include "dist/mpi_check.h"
 #include "dist/watchdog.h"
 
@@ -134,13 +138,48 @@ static void comm_mpi_destroy(Comm *c) {
 
 // ---- start-up ------------------------------------------------------------------------------------------
 
-// Ranks that share memory with this one, i.e. the ranks on this host: they pick GPUs by local rank.
-static void comm_mpi_local_ranks(MPI_Comm world, int rank, int *local_rank, int *local_size) {
+// Ranks that share memory with this one, i.e. the ranks on this host: they pick GPUs by local rank, and
+// share out the CPUs their affinity masks hold together (one mask each when srun binds every task to its
+// own CPUs, the same mask for all under mpirun --bind-to none).
+static void comm_mpi_local_ranks(MPI_Comm world, int rank, Comm *c) {
     MPI_Comm local;
     MPI_CHECK(MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local));
-    MPI_CHECK(MPI_Comm_rank(local, local_rank));
-    MPI_CHECK(MPI_Comm_size(local, local_size));
+    MPI_CHECK(MPI_Comm_rank(local, &c->local_rank));
+    MPI_CHECK(MPI_Comm_size(local, &c->local_size));
+    unsigned char cpus[CPUS_MASK_BYTES];
+    cpus_affinity_bits(cpus);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, cpus, CPUS_MASK_BYTES, MPI_BYTE, MPI_BOR, local));
+    c->local_cpus = cpus_count(cpus, cpus_quota_limit());
     MPI_CHECK(MPI_Comm_free(&local));
+}
+
+// Every rank's host name, for the collective-timeout message's "waited for ...": the one peer of a job of
+// two by rank and host, beyond that how many and their hosts (the first few).
+static void comm_mpi_note_peers(MPI_Comm world, int rank, int size) {
+    enum { HOST = 64, LISTED = 4 };
+    char *hosts = xcalloc((size_t)size, HOST);
+    gethostname(hosts + (size_t)rank * HOST, HOST - 1);
+    MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hosts, HOST, MPI_CHAR, world));
+    char text[COMM_PEERS_MAX];
+    if (size == 2) {
+        snprintf(text, sizeof text, "rank %d (host %s)", 1 - rank, hosts + (size_t)(1 - rank) * HOST);
+    } else {
+        // the distinct hosts of the other ranks, the first LISTED of them (then "...")
+        const char *distinct[LISTED + 1];
+        int found = 0;
+        for (int r = 0; r < size && found <= LISTED; r++) {
+            const char *h = hosts + (size_t)r * HOST;
+            int seen = r == rank;
+            for (int i = 0; i < found && !seen; i++) seen = !strcmp(h, distinct[i]);
+            if (!seen) distinct[found++] = h;
+        }
+        int n = snprintf(text, sizeof text, "the other %d ranks (host%s", size - 1, found > 1 ? "s" : "");
+        for (int i = 0; i < found && n < (int)sizeof text; i++)
+            n += snprintf(text + n, sizeof text - (size_t)n, "%s%s", i ? ", " : " ", i < LISTED ? distinct[i] : "...");
+        if (n < (int)sizeof text) snprintf(text + n, sizeof text - (size_t)n, ")");
+    }
+    comm_note_peers(text);
+    free(hosts);
 }
 
 Comm *comm_mpi_create(int *argc, char ***argv, double timeout_s) {
@@ -170,7 +209,8 @@ Comm *comm_mpi_create(int *argc, char ***argv, double timeout_s) {
     m->watchdog = watchdog_start(timeout_s, NULL);
     watchdog_enter(m->watchdog, "start-up");
     MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &m->world));  // inherits the error handler
-    comm_mpi_local_ranks(m->world, c->rank, &c->local_rank, &c->local_size);
+    comm_mpi_local_ranks(m->world, c->rank, c);
+    if (c->size > 1) comm_mpi_note_peers(m->world, c->rank, c->size);
     watchdog_leave(m->watchdog);
     MPI_CHECK(MPI_Op_create(comm_mpi_fp16_sum, 1, &m->fp16_sum));
 

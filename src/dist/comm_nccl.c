@@ -187,7 +187,7 @@ Comm *comm_nccl_create(Comm *host, void *compute_stream) {
     Comm *c = xcalloc(1, sizeof *c);
     c->name = "nccl";
     c->rank = host->rank, c->size = host->size;
-    c->local_rank = host->local_rank, c->local_size = host->local_size;
+    c->local_rank = host->local_rank, c->local_size = host->local_size, c->local_cpus = host->local_cpus;
     c->timeout_s = host->timeout_s;
     c->allreduce_sum = comm_nccl_allreduce_sum;
     c->allreduce_max_flag = comm_nccl_allreduce_max_flag;

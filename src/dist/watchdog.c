@@ -21,6 +21,7 @@
 
 struct Watchdog {
     double timeout_s;
+    char self[320];  // "rank 3 (host gpu7)": which rank of the job's log gave up
     WatchdogHooks hooks;
     int64_t timeout_ns, poll_ns;
     // CLOCK_MONOTONIC time at which the current collective began; 0 while none is in flight.
@@ -88,16 +89,16 @@ void watchdog_expire(Watchdog *w, const char *what) {
     AMP_ASSERT(w, "watchdog_expire without a watchdog");
     char where[64];
     watchdog_where(where, sizeof where);
-    log_error("collective %s (%s) waited %.1f s for other ranks (dist.timeout_s); a peer rank died or stalled; "
+    log_error("collective %s (%s) on %s waited %.1f s for %s (dist.timeout_s); a peer rank died or stalled; "
               "aborting",
-              what ? what : "(unknown)", where, w->timeout_s);
+              what ? what : "(unknown)", where, w->self, w->timeout_s, comm_noted_peers());
     watchdog_end(w);
 }
 
 static void watchdog_fail(Watchdog *w, const char *what, const char *why) {
     char where[64];
     watchdog_where(where, sizeof where);
-    log_error("collective %s (%s) failed: %s; aborting", what ? what : "(none in flight)", where, why);
+    log_error("collective %s (%s) on %s failed: %s; aborting", what ? what : "(none in flight)", where, w->self, why);
     watchdog_end(w);
 }
 
@@ -128,6 +129,9 @@ Watchdog *watchdog_start(double timeout_s, const WatchdogHooks *hooks) {
     if (!(timeout_s > 0)) return NULL;
     Watchdog *w = xcalloc(1, sizeof *w);
     w->timeout_s = timeout_s;
+    char host[256] = "?";
+    gethostname(host, sizeof host - 1);
+    snprintf(w->self, sizeof w->self, "rank %d (host %s)", log_rank(), host);
     if (hooks) w->hooks = *hooks;
     w->timeout_ns = (int64_t)(timeout_s * 1e9);
     int64_t poll = w->timeout_ns / 8;

@@ -6,8 +6,8 @@
 // blocking call, the NCCL one from host callbacks on its stream when the collective starts and ends on
 // the device. A helper thread that makes no MPI call itself wakes a few times per timeout; if the
 // current collective began more than timeout_s ago, or the communicator's probe reports a failure of its
-// own (NCCL's asynchronous error), it prints one line naming the collective and the training step
-// (comm_note_step), runs the communicator's abort (ncclCommAbort, bounded in time) and _exit()s with
+// own (NCCL's asynchronous error), it prints one line naming the collective, the training step
+// (comm_note_step), this rank and its host, and the ranks it waited for (comm_note_peers), runs the communicator's abort (ncclCommAbort, bounded in time) and _exit()s with
 // COMM_EXIT_TIMEOUT. mpirun sees a rank end without MPI_Finalize and terminates the rest of the job
 // (a stopped rank included: it is sent SIGCONT before SIGTERM), so nothing hangs.
 //

@@ -226,7 +226,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     InputFeed feed = {0};
     if (t->step < t->total_steps) {
         loader = loader_create(t->train_set, &t->sampler, t->input.device_decode ? LOADER_JOBS : LOADER_PIXELS,
-                               cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
+                               cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_cpus, t->comm->local_size),
                                t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
         input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s);
     }

@@ -1,10 +1,16 @@
 # The launch/ scripts and the install, tested on the CPU backend, each in its own scratch folder:
 #   test_scaling       the scaling workflow end to end (mpirun with 1 and 2 ranks, oversubscribed) and its
-#                      refusal of GPU counts the machine cannot serve
+#                      refusal of rank counts the machine cannot serve
+#   test_signals       amptrain-mpirun's process group sent SIGTERM (exit 0, checkpoint), scaling sent
+#                      SIGTERM (exit 143, no process left)
 #   test_compare_amp   launch/compare-amp configs/tiny.yaml (shortened): both rows, the CSV, the PNG
 #   test_plot_metrics  launch/plot-metrics over two runs, and its refusals
 #   test_criteria      dev/criteria.py (the device suite's check of the training loop's targets) on rows
 #                      that meet them, miss one, lack repeats or are not JSON; its seed row from a real run
+#   test_sbatch        launch/amptrain.sbatch under stand-ins for srun, mpirun and scontrol: SIGUSR1 passed to
+#                      the step, requeue after a clean stop only, the srun/mpirun command lines, usage errors
+#   test_python        AMPTRAIN_PYTHON chooses the scripts' interpreter; a missing module names it; bad
+#                      arguments to every launch/ and tools/ script: exit 2, no traceback, nothing written
 #   test_install       cmake --install into the scratch folder, then the installed amptrain and scripts
 # Included from tests/tests.cmake:  include(tests/launch/launch.cmake)
 #
@@ -45,7 +51,10 @@ endfunction()
 amptrain_add_launch_test(test_compare_amp $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_plot_metrics $<TARGET_FILE:amptrain>)
 amptrain_add_launch_test(test_criteria $<TARGET_FILE:amptrain>)
+amptrain_add_launch_test(test_sbatch)
+amptrain_add_launch_test(test_python $<TARGET_FILE:amptrain>)
 if(HAVE_MPI)
   amptrain_add_launch_test(test_scaling $<TARGET_FILE:amptrain>)
+  amptrain_add_launch_test(test_signals $<TARGET_FILE:amptrain>)
   amptrain_add_launch_test(test_install ${CMAKE_COMMAND} ${CMAKE_BINARY_DIR})
 endif()

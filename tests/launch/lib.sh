@@ -22,6 +22,12 @@ fail() {
     exit 1
 }
 
+# status CMD ARGS...: runs the command; its exit code in $rc, a failure not ending the test (set -e).
+status() {
+    rc=0
+    "$@" || rc=$?
+}
+
 has_matplotlib() {
     "$PYTHON" -c "import matplotlib" 2>/dev/null
 }

@@ -3,8 +3,9 @@
 #   launch/scaling --cpu --config configs/tiny.yaml --ranks 1,2 --precisions amp,fp32 --steps 3 --warmup 1
 # must write a CSV with 4 data rows of positive images/s, a markdown table and a PNG (or, when $PYTHON has
 # no matplotlib, say so); with matplotlib hidden it must still write the CSV and table and say why there is
-# no PNG; and asking for 64 GPUs without --cpu must be refused with exit code 2 and a message, before
-# anything runs. Run in a scratch folder (the working directory).
+# no PNG; and asking for 64 GPUs without --cpu, more than 256 ranks, more than 2 CPU ranks per usable CPU
+# (taskset too) or a timeout of 0 must be refused with exit code 2 and a message, before anything runs.
+# Run in a scratch folder (the working directory).
 set -euo pipefail
 
 source "$(dirname "$0")/lib.sh"
@@ -74,5 +75,35 @@ echo "$msg"
 grep -q '64' <<<"$msg" || fail "the refusal does not name the 64 GPUs asked for"
 grep -qi 'gpu' <<<"$msg" || fail "the refusal does not explain itself"
 [[ ! -e $out/refused ]] || fail "a refused run must not create its output folder"
+
+echo "== 4. rank counts past 256, or past 2 per usable CPU with --cpu, and a bad --timeout are refused"
+cpus=$("$PYTHON" -c 'import os; print(len(os.sched_getaffinity(0)))')
+refuse() { # refuse WHAT TEXT ARGS...: exit 2, TEXT in the message, no output folder, no Python traceback
+    local what=$1 text=$2
+    shift 2
+    set +e
+    msg=$("$PYTHON" "$scaling" --config "$repo/configs/tiny.yaml" --amptrain "$amptrain" --out "$out/refused" "$@" 2>&1)
+    rc=$?
+    set -e
+    echo "$msg"
+    ((rc == 2)) || fail "$what gave exit code $rc, expected 2"
+    grep -q -- "$text" <<<"$msg" || fail "$what: the refusal does not say '$text'"
+    ! grep -q Traceback <<<"$msg" || fail "$what: a Python traceback"
+    [[ ! -e $out/refused ]] || fail "$what: a refused run must not create its output folder"
+}
+refuse "--cpu --ranks 1,257" "at most 256 ranks" --cpu --ranks 1,257
+refuse "--gpus 300" "at most 256 ranks" --gpus 300
+refuse "--cpu --ranks $((2 * cpus + 1))" "may use $cpus CPU" --cpu --ranks $((2 * cpus + 1))
+refuse "--timeout 0" "--timeout must be a positive" --cpu --ranks 1 --timeout 0
+# taskset narrows the CPUs: 3 ranks on 1 CPU are too many
+if command -v taskset >/dev/null; then
+    set +e
+    msg=$(taskset -c 0 "$PYTHON" "$scaling" --cpu --config "$repo/configs/tiny.yaml" --ranks 3 --amptrain "$amptrain" \
+        --out "$out/refused" 2>&1)
+    rc=$?
+    set -e
+    echo "$msg"
+    ((rc == 2)) && grep -q "may use 1 CPU" <<<"$msg" || fail "taskset -c 0 with --ranks 3: exit $rc"
+fi
 
 echo "PASS"

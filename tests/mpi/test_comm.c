@@ -1,6 +1,6 @@
 // test_comm.c - the MPI communicator under mpiexec with 1, 2 and 3 ranks: exact fp32 and fp16 sums
 // (fp16 overflowing to inf only in the sum, like a fp16 add), bitwise-identical results on every rank,
-// the MAX verdict, broadcast from any root, barrier, and the ranks-per-GPU start-up check.
+// the MAX verdict, broadcast from any root, barrier, the ranks-per-GPU start-up check and the host's CPUs.
 //
 // Every rank runs every test in the same order (CK_FORK=no), so the collectives match up. The comm runs
 // with a 120 s watchdog: if a failed assertion ever desynchronised the ranks, the job ends instead of
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/cpus.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
 #include "tests/test_util.h"
@@ -145,16 +146,25 @@ START_TEST(barrier_waits_for_the_last_rank) {
 }
 END_TEST
 
+// With as many GPUs as ranks (or more) local rank r takes GPU r; a rank that sees exactly one takes it
+// (srun --gpus-per-task=1); with none, or between 2 and local_size - 1, the host is refused.
 START_TEST(local_gpu_check_refuses_more_ranks_than_gpus) {
     char why[512] = "";
-    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size, why, sizeof why), 0);
-    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size + 3, why, sizeof why), 0);
+    int device = -2;
+    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size, NULL, &device, why, sizeof why), 0);
+    ck_assert_int_eq(device, comm->local_rank);
+    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size + 3, NULL, &device, why, sizeof why), 0);
+    ck_assert_int_eq(device, comm->local_rank);
+    ck_assert_int_eq(comm_check_local_gpus(comm, 1, NULL, &device, why, sizeof why), 0);
+    ck_assert_int_eq(device, 0);
 
-    ck_assert_int_ne(comm_check_local_gpus(comm, comm->local_size - 1, why, sizeof why), 0);
+    int short_by = comm->local_size >= 3 ? comm->local_size - 1 : 0;
+    ck_assert_int_ne(comm_check_local_gpus(comm, short_by, NULL, &device, why, sizeof why), 0);
+    ck_assert_int_eq(device, -1);
     char want[128];
     snprintf(want, sizeof want, "%d ranks on host ", comm->local_size);
     ck_assert_msg(strstr(why, want) != NULL, "%s", why);
-    snprintf(want, sizeof want, "but only %d visible GPUs (CUDA_VISIBLE_DEVICES", comm->local_size - 1);
+    snprintf(want, sizeof want, "but only %d visible GPUs (CUDA_VISIBLE_DEVICES", short_by);
     ck_assert_msg(strstr(why, want) != NULL, "%s", why);
 }
 END_TEST
@@ -163,12 +173,45 @@ END_TEST
 START_TEST(local_gpu_check_is_agreed_on_every_rank) {
     if (comm->size < 2) return;
     char why[512] = "";
-    int visible = comm->rank == 0 ? comm->local_size - 1 : comm->local_size;
-    ck_assert_int_ne(comm_check_local_gpus(comm, visible, why, sizeof why), 0);
+    int device = -2;
+    int visible = comm->rank == 0 ? 0 : comm->local_size;
+    ck_assert_int_ne(comm_check_local_gpus(comm, visible, NULL, &device, why, sizeof why), 0);
     if (comm->rank == 0)
         ck_assert_msg(strstr(why, "visible GPUs (CUDA_VISIBLE_DEVICES") != NULL, "%s", why);
     else
         ck_assert_msg(strstr(why, "another host runs more ranks than it has visible GPUs"), "%s", why);
+}
+END_TEST
+
+// A stand-in for cuda_device_identity: visible device d of this host is the physical GPU d.
+static int fake_identity(int device, unsigned char uuid[16], char *pci, size_t pci_len) {
+    memset(uuid, 0, 16);
+    uuid[0] = (unsigned char)device;
+    snprintf(pci, pci_len, "0000:%02x:00.0", device);
+    return 0;
+}
+
+// Every rank sees one GPU and it is the same one (all ranks run on this host): refused on every rank,
+// naming two ranks and the device; one GPU each (local rank r on GPU r) passes.
+START_TEST(local_gpu_check_refuses_ranks_sharing_a_gpu) {
+    if (comm->size < 2) return;
+    char why[512] = "";
+    int device = -2;
+    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size, fake_identity, &device, why, sizeof why), 0);
+    ck_assert_int_eq(device, comm->local_rank);
+    ck_assert_int_ne(comm_check_local_gpus(comm, 1, fake_identity, &device, why, sizeof why), 0);
+    ck_assert_msg(strstr(why, " on host ") && strstr(why, "both use the GPU at 0000:00:00.0"), "%s", why);
+    char want[64];
+    // each rank names itself and the lowest other rank on its GPU: rank 0 pairs with 1, the others with 0
+    snprintf(want, sizeof want, "ranks 0 and %d", comm->rank == 0 ? 1 : comm->rank);
+    ck_assert_msg(strstr(why, want) != NULL, "wanted '%s': %s", want, why);
+}
+END_TEST
+
+// The host's ranks share the CPUs of their masks together: at least this rank's own, at most the host's.
+START_TEST(local_cpus_hold_every_rank_mask) {
+    ck_assert_int_ge(comm->local_cpus, cpus_usable());
+    ck_assert_int_le(comm->local_cpus, (int)sysconf(_SC_NPROCESSORS_ONLN));
 }
 END_TEST
 
@@ -185,6 +228,8 @@ static Suite *comm_suite(void) {
     tcase_add_test(tc, barrier_waits_for_the_last_rank);
     tcase_add_test(tc, local_gpu_check_refuses_more_ranks_than_gpus);
     tcase_add_test(tc, local_gpu_check_is_agreed_on_every_rank);
+    tcase_add_test(tc, local_gpu_check_refuses_ranks_sharing_a_gpu);
+    tcase_add_test(tc, local_cpus_hold_every_rank_mask);
     suite_add_tcase(s, tc);
     return s;
 }
