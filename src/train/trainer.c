@@ -29,16 +29,22 @@ static long total_steps_of(const Config *cfg, int steps_per_epoch) {
 static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
     const Sampler *s = &t->sampler;
     long global = (long)s->batch * s->world * s->accum;
+    if (t->steps_per_epoch == 0 && s->repeats > 1) {
+        snprintf(err, cap, "data.repeated_aug: an epoch of repeated augmentation reads floor(%d / 256) x 256 = %d "
+                 "samples (torchvision's RASampler), %s", s->size, s->epoch_size,
+                 s->epoch_size ? "less than one global batch" : "none: the dataset needs at least 256 samples");
+        return 2;
+    }
     if (t->steps_per_epoch == 0) {
         snprintf(err, cap, "data.drop_last: an epoch of %d samples is shorter than one global batch "
                  "(data.batch_size %d x %d ranks x train.accum_steps %d = %ld), so no step would run",
-                 s->size, s->batch, s->world, s->accum, global);
+                 s->epoch_size, s->batch, s->world, s->accum, global);
         return 2;
     }
     if (t->model.final_hw > 1) return 0;
     if (s->batch == 1) {
         snprintf(err, cap, "data.batch_size 1: batch norm in training needs two values per channel and the last "
-                 "stage is 1x1 at model.image_size %d; use data.batch_size 2 or more", t->cfg->model.image_size);
+                 "stage is 1x1 at model.image_size %d; use data.batch_size 2 or more", t->model.cfg.image_size);
         return 2;
     }
     if (t->total_steps < t->steps_per_epoch) return 0;  // the run ends before the epoch's last step
@@ -50,8 +56,8 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
                          "%d ends in a step that gives rank %d one image, and batch norm in training needs two "
                          "values per channel (the last stage is 1x1 at model.image_size %d): set "
                          "data.drop_last: true (each epoch then skips its last %ld samples), or change data.batch_size",
-                         s->size, s->batch, s->world, s->accum, r, t->cfg->model.image_size,
-                         s->size - (long)last * global);
+                         s->epoch_size, s->batch, s->world, s->accum, r, t->model.cfg.image_size,
+                         s->epoch_size - (long)last * global);
                 return 2;
             }
     return 0;
@@ -71,11 +77,14 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
         log_info("training JPEGs decoded by the %s backend (data.decode %s)", be->name, cfg->data.decode);
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
                  cfg->train.accum_steps, cfg->data.drop_last, cfg->train.seed);
+    sampler_set_repeats(&t->sampler, cfg->data.repeated_aug);
     t->steps_per_epoch = sampler_steps_per_epoch(&t->sampler);
     t->total_steps = total_steps_of(cfg, t->steps_per_epoch);
     t->base_lr = lr_base(&cfg->train, cfg->data.batch_size * comm->size * cfg->train.accum_steps);
 
-    model_init_shapes(&t->model, &cfg->model, cfg->amp.enabled);
+    ModelConfig at_train_side = cfg->model;
+    at_train_side.image_size = t->train_set->side;
+    model_init_shapes(&t->model, &at_train_side, cfg->amp.enabled);
     if ((rc = agree_startup(comm, check_epoch_split(t, err, sizeof err), err)) != 0) return rc;
     // auto: graphs where the backend captures natively (CUDA); on: also the CPU's op-log emulation
     // (cpu_graph.c), which runs the same path for the tests.
@@ -84,7 +93,13 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
                 (!strcmp(cfg->train.cuda_graph, "on") || (!strcmp(cfg->train.cuda_graph, "auto") && native));
     t->choices_s = model_alloc_and_prepare(&t->model, be, (uint64_t)cfg->train.seed, cfg->data.batch_size);
     t->build_s = clock_seconds() - t->init_start - t->choices_s;  // the weights' draw beside the choices too
+    t->eval_at_own_side = t->val_set && t->val_set->side != t->train_set->side;
+    if (t->eval_at_own_side) {
+        model_view_at_side(&t->eval_model, &t->model, t->val_set->side);
+        t->act.reserve_bytes = activations_arena_bytes(&t->eval_model, cfg->data.batch_size);
+    }
     activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
+    if (t->eval_at_own_side) activations_share(&t->eval_act, &t->eval_model, cfg->data.batch_size, &t->act);
     t->affine = pixel_affine_of(&t->train_set->norm);
     size_t image_bytes = (size_t)cfg->data.batch_size * dataset_image_bytes(t->train_set);
     for (int s = 0; s < BACKEND_INPUT_SLOTS; s++) {
@@ -126,6 +141,7 @@ void trainer_free(Trainer *t) {
         if (t->repair_labels[s]) t->be->host_free(t->be, t->repair_labels[s]);
     }
     free(t->decode_failed);
+    if (t->eval_at_own_side) activations_free(&t->eval_act, t->be), model_view_free(&t->eval_model);
     if (t->act.arena) activations_free(&t->act, t->be);
     if (t->readback) t->be->host_free(t->be, t->readback);
     buckets_free(&t->buckets);
@@ -358,9 +374,10 @@ EvalRecord trainer_evaluate(Trainer *t) {
     EvalRecord r = {.epoch = trainer_last_epoch(t), .step = t->step};
     if (!t->val_set) return r;
     trainer_sync_bn_stats(t);
-    Model *m = &t->model;
+    Model *m = t->eval_at_own_side ? &t->eval_model : &t->model;
+    Activations *act = t->eval_at_own_side ? &t->eval_act : &t->act;
     Backend *be = t->be;
-    int b = t->act.max_batch, classes = m->cfg.num_classes, world = t->comm->size;
+    int b = act->max_batch, classes = m->cfg.num_classes, world = t->comm->size;
     size_t image_bytes = dataset_image_bytes(t->val_set);
     uint8_t *images = xcalloc((size_t)b * image_bytes, 1);
     int32_t *labels = xcalloc((size_t)b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
@@ -372,15 +389,15 @@ EvalRecord trainer_evaluate(Trainer *t) {
         int count = 0;
         for (; count < b && first < t->val_set->size; first += world) indices[count++] = first;
         dataset_get_batch(t->val_set, indices, count, 0, images, labels);
-        be->to_device(be, t->act.images, images, (size_t)count * image_bytes);
-        be->to_device(be, t->act.labels, labels, (size_t)count * sizeof(int32_t));
-        ModelBatch batch = {.images = t->act.images, .images_dt = DTYPE_U8, .affine = affine,
-                            .labels = t->act.labels, .n = count};
-        model_forward(m, &t->act, be, &batch, 0);
-        model_loss(m, &t->act, be, &batch, NULL, 0.0f);
+        be->to_device(be, act->images, images, (size_t)count * image_bytes);
+        be->to_device(be, act->labels, labels, (size_t)count * sizeof(int32_t));
+        ModelBatch batch = {.images = act->images, .images_dt = DTYPE_U8, .affine = affine,
+                            .labels = act->labels, .n = count};
+        model_forward(m, act, be, &batch, 0);
+        model_loss(m, act, be, &batch, NULL, 0.0f);
         float loss;
-        be->to_host(be, &loss, t->act.loss, sizeof loss);
-        be->cast(be, logits_f32, DTYPE_F32, t->act.logits, m->act_dt, (size_t)count * classes);
+        be->to_host(be, &loss, act->loss, sizeof loss);
+        be->cast(be, logits_f32, DTYPE_F32, act->logits, m->act_dt, (size_t)count * classes);
         be->to_host(be, logits_host, logits_f32, (size_t)count * classes * sizeof(float));
         sums[0] += (double)loss * count;
         for (int i = 0; i < count; i++) count_hits(logits_host + (size_t)i * classes, classes, labels[i], &sums[1], &sums[2]);

@@ -35,8 +35,13 @@ typedef struct Trainer {
     Backend *be;
     Comm *comm;        // host-side communicator (MPI or single): control, eval sums, BN stats
     Comm *grad_comm;   // the one that sums gradients in backend memory (NCCL on GPUs, else == comm)
-    Model model;
+    Model model;       // at the training images' side
     Activations act;   // this rank's per-step buffers at data.batch_size
+    // Evaluation at a side of its own (data.val_crop unlike data.train_crop): a view of the model at that side
+    // and its buffers in act's arena, which is made large enough for both; eval_at_own_side 0: model and act.
+    int eval_at_own_side;
+    Model eval_model;
+    Activations eval_act;
     PixelAffine affine;  // the training set's normalisation of raw bytes
     LossScaler scaler;
     Sgd opt;

@@ -5,7 +5,7 @@ Each manifest line is a job; each output line is "LINE_NO MAX_ABS_DIFF" between 
 bytes amptrain wrote, and for a decode, when torchvision is installed, a third number: the same against
 torchvision.io.decode_jpeg (CPU, mode RGB):
   decode JPEG OURS W H            Image.open(JPEG).convert("RGB") vs OURS (raw RGB, W x H)
-  val RAW W H SIDE OURS           torchvision Resize(round(SIDE*256/224)) + CenterCrop(SIDE) on a PIL image
+  val RAW W H RESIZE SIDE OURS    torchvision Resize(RESIZE) + CenterCrop(SIDE) on a PIL image
   crop RAW W H TOP LEFT CH CW SIDE OURS   torchvision resized_crop(TOP, LEFT, CH, CW, SIDE) on a PIL image
   ta OP BIN SIGN MAGNITUDE FILTER RAW W H OURS
                                   TrivialAugmentWide's op OP (torchvision's name) with MAGNITUDE on RAW, by
@@ -53,8 +53,7 @@ def raw(path, w, h):
     return Image.frombytes("RGB", (w, h), open(path, "rb").read())
 
 
-def val(img, side):
-    s = round(side * 256 / 224)
+def val(img, s, side):
     w, h = img.size
     short, long = (w, h) if w <= h else (h, w)
     new_short, new_long = s, int(s * long / short)
@@ -156,7 +155,7 @@ def main():
                 print(n, d, t)
                 continue
         elif f[0] == "val":
-            d = max_diff(val(raw(f[1], int(f[2]), int(f[3])), int(f[4])), f[5])
+            d = max_diff(val(raw(f[1], int(f[2]), int(f[3])), int(f[4]), int(f[5])), f[6])
         else:
             img = raw(f[1], int(f[2]), int(f[3]))
             top, left, ch, cw, side = map(int, f[4:9])

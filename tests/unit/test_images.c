@@ -489,7 +489,7 @@ START_TEST(val_transform_matches_formula_within_one) {
             uint8_t *rgb = pattern ? fx_noise(W, H, k) : fx_pattern(W, H, 3, (int)k);
             DecodedImage img = image_of(rgb, W, H);
             uint8_t *out = malloc((size_t)side * side * 3);
-            image_transform_val(&img, side, out);
+            image_transform_val(&img, image_val_resize(side), side, out);
             int d = ref_max_diff(&img, (CropBox){0, 0, H, W}, out_w, out_h, win, out, 0);
             ck_assert_msg(d <= 1, "%dx%d -> %d (%s): off by %d", W, H, side, pattern ? "noise" : "pattern", d);
             free(out);

@@ -144,13 +144,14 @@ START_TEST(decode_and_resize_match_pillow) {
         write_raw(raw, img.rgb, (size_t)img.width * img.height * 3);
         fprintf(manifest, "decode %s %s %d %d\n", path, raw, img.width, img.height);
         jobs++;
-        const int sides[] = {224, 32};
-        for (int s = 0; s < 2; s++) {
+        // torchvision's default Resize for 224 and 32, and its V2 recipes' 232 for 224
+        const int sides[] = {224, 32, 224}, resizes[] = {image_val_resize(224), image_val_resize(32), 232};
+        for (int s = 0; s < 3; s++) {
             uint8_t *o = malloc((size_t)sides[s] * sides[s] * 3);
-            image_transform_val(&img, sides[s], o);
-            snprintf(out, sizeof out, "pil_%s_val%d.rgb", f->name, sides[s]);
+            image_transform_val(&img, resizes[s], sides[s], o);
+            snprintf(out, sizeof out, "pil_%s_val%d_%d.rgb", f->name, resizes[s], sides[s]);
             write_raw(out, o, (size_t)sides[s] * sides[s] * 3);
-            fprintf(manifest, "val %s %d %d %d %s\n", raw, img.width, img.height, sides[s], out);
+            fprintf(manifest, "val %s %d %d %d %d %s\n", raw, img.width, img.height, resizes[s], sides[s], out);
             jobs++;
             free(o);
         }
