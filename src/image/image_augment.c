@@ -293,6 +293,7 @@ static void lut_op(uint8_t *img, size_t pixels, AugmentOp op, double magnitude) 
         (op == AUGMENT_AUTOCONTRAST ? autocontrast_luts : equalize_luts)(hist, lut);
     } else {
         int bits = (int)magnitude;  // ImageOps.posterize: i & ~(2^(8-bits) - 1)
+        AMP_ASSERT(op != AUGMENT_POSTERIZE || (bits >= 0 && bits <= 8), "augment: posterize to %d bits", bits);
         for (int i = 0; i < 256; i++)
             lut[0][i] = (uint8_t)(op == AUGMENT_POSTERIZE ? i & ~((1 << (8 - bits)) - 1)
                                                           : (i < magnitude ? i : 255 - i));  // ImageOps.solarize
