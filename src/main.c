@@ -186,16 +186,23 @@ static int parse_args(int argc, char **argv, Cli *cli) {
 }
 
 static void print_dry_run(const Config *cfg) {
-    Model m;
-    model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
-    double acts = (double)activations_arena_bytes(&m, cfg->data.batch_size);
+    Model m, eval;
+    ModelConfig at_train_side = cfg->model;
+    at_train_side.image_size = cfg->data.train_crop;
+    model_init_shapes(&m, &at_train_side, cfg->amp.enabled);
+    // evaluation at data.val_crop lays its own buffers out in the same arena (trainer.h)
+    model_view_at_side(&eval, &m, cfg->data.val_crop);
+    size_t train_bytes = activations_arena_bytes(&m, cfg->data.batch_size);
+    size_t eval_bytes = activations_arena_bytes(&eval, cfg->data.batch_size);
+    model_view_free(&eval);
+    double acts = (double)(train_bytes > eval_bytes ? train_bytes : eval_bytes);
     // fp32 master and momentum, gradients in the compute dtype, and under AMP the fp16 compute copy
     double weights = (double)m.params.padded_numel * (8 + dtype_size(m.act_dt) * (cfg->amp.enabled ? 2 : 1));
     printf("model        %s: layers [%d,%d,%d,%d], cardinality %d, base width %d, planes %d, %d classes, "
-           "%dx%d input\n",
+           "%dx%d input (evaluation %dx%d)\n",
            cfg->model.arch, cfg->model.layers[0], cfg->model.layers[1], cfg->model.layers[2], cfg->model.layers[3],
            cfg->model.cardinality, cfg->model.base_width, cfg->model.planes, cfg->model.num_classes,
-           cfg->model.image_size, cfg->model.image_size);
+           cfg->data.train_crop, cfg->data.train_crop, cfg->data.val_crop, cfg->data.val_crop);
     printf("parameters   %zu (%d tensors)\n", m.params.numel, m.params.count);
     printf("multiply-adds per image  %.3f G\n", model_macs_per_image(&m) / 1e9);
     printf("precision    %s\n", cfg->amp.enabled ? "AMP: fp16 activations and compute weights, fp32 masters"

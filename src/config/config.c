@@ -65,6 +65,13 @@ void config_defaults(Config *cfg) {
     d->crop_scale_min = 0.08;  // torchvision's RandomResizedCrop(scale=(0.08, 1.0))
     d->crop_scale_max = 1.0;
     memcpy(d->std, imagenet_std, sizeof d->std);
+    // the sides model.image_size 32 gives; resolve_sides derives the unwritten ones from the final image_size
+    d->train_crop = d->val_crop = m->image_size;
+    d->val_resize = 37;  // round(32 x 256 / 224)
+    copy_text(d->auto_augment, sizeof d->auto_augment, "none");
+    copy_text(d->auto_augment_interpolation, sizeof d->auto_augment_interpolation, "nearest");
+    d->random_erase = 0;
+    d->repeated_aug = 1;
     d->prefetch = 4;
     copy_text(d->decode, sizeof d->decode, "host");
     d->workers = 0;
@@ -717,6 +724,21 @@ static int data_key_unread(const char *key, const DataConfig *d, char *why, size
     } else if (!strcmp(key, "decode")) {
         if (is_jpeg_source(s)) return 0;
         snprintf(why, size, "only imagefolder and webdataset hold JPEGs to decode; %s does not", s);
+    } else if (!strcmp(key, "train_crop") || !strcmp(key, "val_resize") || !strcmp(key, "val_crop")) {
+        if (is_jpeg_source(s)) return 0;
+        snprintf(why, size, "only imagefolder and webdataset resize and crop; %s images are model.image_size "
+                 "as they are", s);
+    } else if (!strcmp(key, "auto_augment") || !strcmp(key, "random_erase") ||
+               !strcmp(key, "auto_augment_interpolation")) {
+        if (is_generated_source(s))
+            snprintf(why, size, "%s data is never augmented (only cifar10, imagefolder and webdataset are)", s);
+        else if (!d->augment)
+            snprintf(why, size, "data.augment: false leaves training images unaugmented, so there is nothing to "
+                     "add this to");
+        else if (!strcmp(key, "auto_augment_interpolation") && strcmp(d->auto_augment, "ta_wide") != 0)
+            snprintf(why, size, "only data.auto_augment: ta_wide resamples (its shears, translations and rotations)");
+        else
+            return 0;
     } else if (!strcmp(key, "crop_scale_min") || !strcmp(key, "crop_scale_max")) {
         if (is_jpeg_source(s) && d->augment) return 0;
         if (is_jpeg_source(s))
@@ -768,6 +790,35 @@ static int check_data_keys_read(Loader *L) {
     return 0;
 }
 
+// The sides a key left unwritten takes: training and validation at model.image_size, validation resized
+// to round(val_crop x 256 / 224) (torchvision's 256 for 224), Python's round. Then the rule between them:
+// CenterCrop needs the resized image at least as large as the crop (torchvision would pad it).
+static int resolve_sides(Loader *L) {
+    DataConfig *d = &L->cfg.data;
+    if (!was_written(L, "data", "train_crop")) d->train_crop = L->cfg.model.image_size;
+    if (!was_written(L, "data", "val_crop")) d->val_crop = L->cfg.model.image_size;
+    if (!was_written(L, "data", "val_resize")) d->val_resize = (int)rint(d->val_crop * 256.0 / 224.0);
+    if (d->val_resize >= d->val_crop) return 0;
+    const char *key = was_written(L, "data", "val_resize") ? "val_resize" : "val_crop";
+    return fail_at(L, where_set(L, "data", key),
+                   "data.%s: val_resize %d is smaller than val_crop %d (the centre crop must fit in the resized image)",
+                   key, d->val_resize, d->val_crop);
+}
+
+// data.decode: device hands the loader's threads nothing decoded: what works on the host's pixels, or needs
+// numbers the device jobs do not carry, is refused rather than skipped.
+static int check_device_decode(const Loader *L) {
+    const DataConfig *d = &L->cfg.data;
+    if (!is_jpeg_source(d->source) || strcmp(d->decode, "device") != 0) return 0;
+    const char *key = NULL, *why = "it runs in the loader, on pixels the host decoded";
+    if (strcmp(d->auto_augment, "none") != 0) key = "auto_augment";
+    else if (d->random_erase > 0) key = "random_erase";
+    else if (d->repeated_aug > 1) key = "repeated_aug", why = "the device's decode jobs do not say which repetition a sample is";
+    if (!key) return 0;
+    return fail_at(L, where_set(L, "data", key), "data.%s: not available with data.decode: device (%s); use "
+                   "data.decode: host", key, why);
+}
+
 // cudnn.workspace_mb left unset follows the precision: what measured fastest without exceeding PyTorch's
 // memory (bench/RESULTS.md). AMP: 512 MiB (1 GiB cost 490 MiB more for no speed); fp32: 4 GiB (exact fp32
 // at batch 256 ran 2.8x faster than at 1 GiB, still below PyTorch's memory).
@@ -782,6 +833,8 @@ static int apply_rules(Loader *L) {
     if (!rc) rc = apply_cifar10_shape(L);
     if (!rc) rc = check_image_source(L);
     if (!rc) rc = check_data_keys_read(L);
+    if (!rc) rc = resolve_sides(L);
+    if (!rc) rc = check_device_decode(L);
     if (!rc) rc = check_optimizer(L);
     if (!rc) rc = check_checkpoint(L);
     if (!rc) rc = check_crop_scale(L);

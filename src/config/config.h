@@ -31,6 +31,16 @@ typedef struct DataConfig {
     int augment;        // cifar10: random crop (pad 4) + flip; image sources: RandomResizedCrop + flip
     double mean[3], std[3];  // image sources: torchvision's Normalize on [0, 1] pixels (R, G, B)
     double crop_scale_min, crop_scale_max;  // image sources: RandomResizedCrop's scale range (area fraction)
+    int train_crop;     // image sources: RandomResizedCrop's side, the side the model trains at (model.image_size
+                        // unless written; other sources: model.image_size)
+    int val_resize;     // image sources: validation's Resize of the shorter side (round(val_crop * 256 / 224)
+                        // unless written)
+    int val_crop;       // image sources: validation's CenterCrop, the side the model evaluates at
+                        // (model.image_size unless written; other sources: model.image_size)
+    char auto_augment[8];   // none | ta_wide: TrivialAugmentWide after the crop and flip (training with augment)
+    char auto_augment_interpolation[12];  // nearest | bilinear: its resampling
+    double random_erase;    // RandomErasing's probability after it (0: off)
+    int repeated_aug;       // RASampler's repetitions of each sample in an epoch (1: off)
     char decode[8];     // image sources: host | device, where the training JPEGs are decoded and transformed
     int prefetch;       // batches prepared ahead by the loader's workers (0: synchronous)
     int workers;        // loader threads (0: auto)

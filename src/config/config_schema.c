@@ -68,6 +68,26 @@ const ConfigKey config_keys[] = {
      "imagefolder/webdataset with augment: RandomResizedCrop's largest area fraction (torchvision: 1)"},
     {"data", "std", CK_FLOAT3, AT(data.std), ABOVE(0), {0},
      "imagefolder/webdataset: per-channel standard deviation (R, G, B) of the same Normalize"},
+    {"data", "train_crop", CK_INT, AT(data.train_crop), BETWEEN(32, 1024), {0},
+     "imagefolder/webdataset: the side of training images (RandomResizedCrop's size), which the model trains at "
+     "(default model.image_size)"},
+    {"data", "val_resize", CK_INT, AT(data.val_resize), BETWEEN(32, 8192), {0},
+     "imagefolder/webdataset: validation's Resize of the shorter side (default round(val_crop x 256 / 224))"},
+    {"data", "val_crop", CK_INT, AT(data.val_crop), BETWEEN(32, 1024), {0},
+     "imagefolder/webdataset: validation's CenterCrop, the side the model evaluates at (default model.image_size)"},
+    {"data", "auto_augment", CK_ENUM, AT_STR(data.auto_augment), NONE, {"none", "ta_wide"},
+     "cifar10/imagefolder/webdataset with augment: ta_wide applies torchvision's TrivialAugmentWide after the "
+     "crop and flip (data.decode host)"},
+    {"data", "auto_augment_interpolation", CK_ENUM, AT_STR(data.auto_augment_interpolation), NONE,
+     {"nearest", "bilinear"},
+     "TrivialAugmentWide's resampling of its shears, translations and rotations (nearest: its default; "
+     "bilinear: what torchvision's reference train.py passes it)"},
+    {"data", "random_erase", CK_FLOAT, AT(data.random_erase), BETWEEN(0, 1), {0},
+     "cifar10/imagefolder/webdataset with augment: torchvision's RandomErasing probability, last (0: off; "
+     "data.decode host)"},
+    {"data", "repeated_aug", CK_INT, AT(data.repeated_aug), BETWEEN(1, 16), {0},
+     "repeated augmentation (torchvision's RASampler): every sample N times an epoch, each with its own "
+     "augmentation, an epoch floor(size / 256) x 256 samples (1: off; data.decode host)"},
     {"data", "decode", CK_ENUM, AT_STR(data.decode), NONE, {"host", "device"},
      "imagefolder/webdataset: where training JPEGs are decoded, cropped and flipped. host: libjpeg-turbo on "
      "the loader's threads; device: the backend's decoder on a thread of its own (CUDA: nvJPEG and kernels, "

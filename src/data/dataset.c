@@ -21,37 +21,47 @@ void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng
     AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index,
                ds->size);
     ds->get(ds, index, img, label, ds->augment ? rng : NULL);
+    if (ds->augment && rng) image_augment_apply(&ds->extra, img, ds->side, rng);
 }
 
 size_t dataset_image_bytes(const Dataset *ds) { return (size_t)ds->side * ds->side * 3; }
 
-// Sample index's augmentation numbers in epoch (dataset_get_batch).
-static Rng sample_rng(const Dataset *ds, int epoch, int index) {
+// Repetition `repetition` of sample index's augmentation numbers in epoch (dataset_get_batch).
+static Rng sample_rng(const Dataset *ds, int epoch, int repetition, int index) {
+    AMP_ASSERT(repetition == 0 || (epoch >= 0 && epoch < (1 << DATA_REPEAT_SHIFT)),
+               "%s: epoch %d: repeated augmentation keys epochs below %d", ds->name, epoch, 1 << DATA_REPEAT_SHIFT);
     Rng rng;
-    data_rng_seed(&rng, ds->seed, DATA_STREAM_AUGMENT, (uint32_t)epoch, (uint32_t)index);
+    data_rng_sample(&rng, ds->seed, epoch, repetition, (uint32_t)index);
     return rng;
 }
 
-void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
-                       int32_t *labels) {
+void dataset_get_repeated_batch(const Dataset *ds, const int32_t *indices, const uint8_t *repetitions, int count,
+                                int epoch, uint8_t *images, int32_t *labels) {
     size_t bytes = dataset_image_bytes(ds);
     for (int k = 0; k < count; k++) {
-        Rng rng = sample_rng(ds, epoch, indices[k]);
+        Rng rng = sample_rng(ds, epoch, repetitions ? repetitions[k] : 0, indices[k]);
         dataset_get(ds, indices[k], images + (size_t)k * bytes, &labels[k], &rng);
     }
 }
 
+void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
+                       int32_t *labels) {
+    dataset_get_repeated_batch(ds, indices, NULL, count, epoch, images, labels);
+}
+
 void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, ImageJob *jobs,
                            int32_t *labels) {
+    AMP_ASSERT(!ds->augment || (!ds->extra.ta_wide && ds->extra.erase_p == 0),
+               "%s: TrivialAugmentWide and RandomErasing run on decoded pixels, not on decode jobs", ds->name);
     for (int k = 0; k < count; k++) {
-        Rng rng = sample_rng(ds, epoch, indices[k]);
+        Rng rng = sample_rng(ds, epoch, 0, indices[k]);
         image_dataset_job(ds, indices[k], &rng, &jobs[k], &labels[k]);
     }
 }
 
 void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed, int epoch, const char *why,
                             uint8_t *img, int32_t *label) {
-    Rng rng = sample_rng(ds, epoch, index);
+    Rng rng = sample_rng(ds, epoch, 0, index);
     image_dataset_replace(ds, index, failed, &rng, why, img, label);
 }
 
@@ -91,13 +101,27 @@ static int dataset_open_images(const DataConfig *data, const ModelConfig *model,
     }
     PixelNorm norm;
     for (int ch = 0; ch < 3; ch++) norm.mean[ch] = (float)data->mean[ch], norm.std[ch] = (float)data->std[ch];
+    int side = train ? data->train_crop : data->val_crop;
     int rc = strcmp(data->source, "webdataset") == 0
-                 ? dataset_webdataset_open(data->path, train, data->augment, model->image_size, model->num_classes,
-                                           seed, norm, out, err, err_cap)
-                 : dataset_imagefolder_open(data->path, cache_dir, train, data->augment, model->image_size,
-                                            model->num_classes, seed, norm, out, err, err_cap);
-    if (rc == 0 && *out) image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
+                 ? dataset_webdataset_open(data->path, train, data->augment, side, model->num_classes, seed, norm, out,
+                                           err, err_cap)
+                 : dataset_imagefolder_open(data->path, cache_dir, train, data->augment, side, model->num_classes, seed,
+                                            norm, out, err, err_cap);
+    if (rc == 0 && *out) {
+        image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
+        if (!train) image_dataset_set_resize(*out, data->val_resize);
+    }
     return rc;
+}
+
+// data.auto_augment and data.random_erase for a training split with augmentation; RandomErasing's bytes
+// are the ones that normalise closest to 0 under the split's own normalisation.
+static void dataset_set_extra(Dataset *ds, const DataConfig *data) {
+    if (!ds->augment) return;
+    ds->extra.ta_wide = strcmp(data->auto_augment, "ta_wide") == 0;
+    ds->extra.filter = strcmp(data->auto_augment_interpolation, "bilinear") == 0 ? AUGMENT_BILINEAR : AUGMENT_NEAREST;
+    ds->extra.erase_p = data->random_erase;
+    for (int ch = 0; ch < 3; ch++) ds->extra.erase_fill[ch] = image_erase_byte(ds->norm.mean[ch]);
 }
 
 static int dataset_open(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
@@ -146,7 +170,9 @@ int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *er
 
 int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                        Dataset **out, char *err, size_t err_cap) {
-    return dataset_open(data, model, seed, cache_dir, 1, out, err, err_cap);
+    int rc = dataset_open(data, model, seed, cache_dir, 1, out, err, err_cap);
+    if (rc == 0) dataset_set_extra(*out, data);
+    return rc;
 }
 
 int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,

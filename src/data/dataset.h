@@ -8,10 +8,13 @@
 //   learnable  image = class template + noise; a small CNN learns it in a few hundred steps
 //   cifar10    the CIFAR-10 binary files, read into memory at open; optional crop + flip augmentation
 //   imagefolder  JPEGs in torchvision's ImageFolder layout, decoded and transformed in `get`
-//              (image_dataset.h: torchvision's RandomResizedCrop + flip, or Resize + CenterCrop)
+//              (image_dataset.h: torchvision's RandomResizedCrop + flip, or Resize + CenterCrop; the
+//              training split at data.train_crop, the validation split at data.val_crop)
 //   webdataset the same JPEGs in tar shards (webdataset.h), indexed at open, read by offset
-// Sample i is a pure function of (seed, i) and, with augmentation, of (seed, epoch, i): every rank and
-// thread that asks for it gets the same bits. `get` only reads the dataset, so the loader thread and the
+// Sample i is a pure function of (seed, i) and, with augmentation, of (seed, epoch, i) (and of which
+// repetition it is, with data.repeated_aug): every rank and thread that asks for it gets the same bits.
+// Training with augmentation, TrivialAugmentWide and RandomErasing (image_augment.h, data.auto_augment and
+// data.random_erase) follow the source's own crop and flip, from the same stream. `get` only reads the dataset, so the loader thread and the
 // caller may call it at the same time.
 #ifndef AMPTRAIN_DATASET_H
 #define AMPTRAIN_DATASET_H
@@ -24,6 +27,7 @@
 #include "core/image_job.h"
 #include "core/pixels.h"
 #include "data/data_rng.h"
+#include "image/image_augment.h"
 
 // CIFAR-10 per-channel statistics of the training set on [0,1] pixels (R, G, B), the usual constants.
 #define CIFAR10_MEAN_R 0.4914f
@@ -45,17 +49,19 @@ struct Dataset {
     uint64_t seed;      // TrainConfig.seed: fixes data, templates and augmentation
     int augment;        // 1: `get` draws crop/flip from its rng (cifar10 training split only)
     PixelNorm norm;     // the normalisation of these bytes (torchvision's Normalize on [0, 1] pixels)
+    ImageAugment extra; // with augment: what dataset_get applies after `get` (all off unless the factory sets it)
 
     // img (side, side, 3) u8; *label int32. rng: this sample's augmentation numbers
-    // (data_rng_seed(rng, seed, DATA_STREAM_AUGMENT, epoch, index), see dataset_get_batch); NULL or
-    // augment == 0: no augmentation.
+    // (data_rng_sample(rng, seed, epoch, repetition, index), see dataset_get_batch); NULL or augment == 0:
+    // no augmentation.
     void (*get)(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng);
     void (*destroy)(Dataset *ds);
     void *impl;
 };
 
 // Opens the training split from the config. seed: TrainConfig.seed; model gives image_size and
-// num_classes (cifar10 requires 32 and 10). cache_dir: where a source may keep what it learnt at open
+// num_classes (cifar10 requires 32 and 10); the JPEG sources take their sides from data (train_crop;
+// val_resize and val_crop for validation), the others are model.image_size square. cache_dir: where a source may keep what it learnt at open
 // for the next start (imagefolder's file list; the trainer passes checkpoint.dir); NULL or "": nothing
 // is written; a folder that does not exist yet: nothing is written now, see dataset_save_cache. Returns 0 and sets *out, or returns 2 (the CLI's exit code
 // for bad input), sets *out = NULL and writes one line naming the problem (e.g. the missing or truncated
@@ -76,20 +82,25 @@ int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed
 // written is one warning, never an error.
 void dataset_save_cache(const Dataset *ds, const char *cache_dir);
 
-// One sample; see Dataset.get.
+// One sample; see Dataset.get. With augmentation, ds->extra follows from the same rng.
 void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng);
 
 // count samples indices[0..count) into images (count, side, side, 3) u8 and labels (count) int32.
-// With augmentation, sample indices[k] draws from the stream keyed (DATA_STREAM_AUGMENT, epoch,
-// indices[k]): its crop and flip depend on the epoch and the index only, not on rank, batch position or
+// With augmentation, sample indices[k] draws from the stream data_rng_sample(seed, epoch, 0, indices[k]):
+// its crop, flip and augmentation depend on the epoch and the index only, not on rank, batch position or
 // thread.
 void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, uint8_t *images,
                        int32_t *labels);
+// The same with repetitions (sampler_block_repetitions): sample k draws from repetition repetitions[k]'s
+// stream (data_rng_sample); repetitions NULL: all 0, dataset_get_batch.
+void dataset_get_repeated_batch(const Dataset *ds, const int32_t *indices, const uint8_t *repetitions, int count,
+                                int epoch, uint8_t *images, int32_t *labels);
 
 // dataset_get_batch for a backend that decodes (backend_ops.def input_decode), image sources only: the same
 // samples as ImageJobs (image_dataset_job: encoded bytes and the transform's geometry, nothing decoded), with
 // the same per-sample numbers, so decoding job k gives sample indices[k]'s pixels bitwise on the CPU. Each
-// jobs[k].bytes is malloc'd (the caller frees it).
+// jobs[k].bytes is malloc'd (the caller frees it). Not with ds->extra on (the config refuses
+// data.auto_augment and data.random_erase with data.decode: device).
 void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, ImageJob *jobs,
                            int32_t *labels);
 // Sample index's pixels and label in epoch after its job `failed` did not decode (image_dataset_replace):

@@ -31,6 +31,7 @@ typedef struct LoaderWorker {
 typedef struct LoaderSlot {
     Batch batch;
     int32_t *indices;    // (batch) int32: the sampler's block for the walk index made here
+    uint8_t *repetitions;  // (batch) each entry's repetition (sampler_block_repetitions)
     long ready;          // the walk index complete in this slot, -1 none
     int chunks_left;     // chunks of the batch being made here that are not done yet
 } LoaderSlot;
@@ -75,6 +76,7 @@ static int loader_setup(Loader *l, LoaderWorker *w, long j) {
     b->step = (int)(flat % per_epoch / l->accum);
     b->micro = (int)(flat % l->accum);
     b->count = sampler_block(&w->sampler, b->epoch, b->step, b->micro, s->indices);
+    sampler_block_repetitions(&w->sampler, b->step, b->micro, s->repetitions);
     b->step_total = sampler_step_total(&w->sampler, b->epoch, b->step);
     // Rows past count are zeroed so a whole buffer is as deterministic as its valid part.
     int unused = l->batch - b->count;
@@ -97,8 +99,8 @@ static void loader_produce_chunk(Loader *l, long j, int c) {
         dataset_get_job_batch(l->ds, s->indices + first, count, b->epoch, b->jobs + first, b->labels + first);
     } else {
         size_t bytes = dataset_image_bytes(l->ds);
-        dataset_get_batch(l->ds, s->indices + first, count, b->epoch, b->images + (size_t)first * bytes,
-                          b->labels + first);
+        dataset_get_repeated_batch(l->ds, s->indices + first, s->repetitions + first, count, b->epoch,
+                                   b->images + (size_t)first * bytes, b->labels + first);
     }
 }
 
@@ -163,6 +165,7 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
                LOADER_MAX_WORKERS);
     Loader *l = xcalloc(1, sizeof *l);
     AMP_ASSERT(output == LOADER_PIXELS || image_dataset_source(ds), "loader: %s has no JPEG jobs to make", ds->name);
+    AMP_ASSERT(output == LOADER_PIXELS || sampler->repeats == 1, "loader: decode jobs carry no repetition numbers");
     l->ds = ds;
     l->output = output;
     l->pinned = pinned;
@@ -183,6 +186,7 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
         w->loader = l;
         sampler_init(&w->sampler, sampler->size, sampler->batch, sampler->world, sampler->rank, sampler->accum,
                      sampler->drop_last, (long)sampler->seed);
+        sampler_set_repeats(&w->sampler, sampler->repeats);
     }
     l->slots = prefetch + 1;
     l->ring = xcalloc((size_t)l->slots, sizeof *l->ring);
@@ -193,6 +197,7 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
             l->ring[i].batch.images = buffer_alloc(l, (size_t)sampler->batch * dataset_image_bytes(ds));
         l->ring[i].batch.labels = buffer_alloc(l, (size_t)sampler->batch * sizeof(int32_t));
         l->ring[i].indices = xcalloc((size_t)sampler->batch, sizeof(int32_t));
+        l->ring[i].repetitions = xcalloc((size_t)sampler->batch, 1);
         l->ring[i].batch.indices = l->ring[i].indices;
         l->ring[i].ready = -1;
     }
@@ -254,6 +259,7 @@ void loader_destroy(Loader *l) {
         if (l->ring[i].batch.images) buffer_free(l, l->ring[i].batch.images);
         buffer_free(l, l->ring[i].batch.labels);
         free(l->ring[i].indices);
+        free(l->ring[i].repetitions);
     }
     for (int i = 0; i < l->n_workers; i++) sampler_free(&l->workers[i].sampler);
     free(l->workers);

@@ -2,8 +2,8 @@
 //
 // The loader walks (epoch, step, micro) from a starting (epoch, step) (0, 0 for a fresh run; the
 // checkpoint's position on resume) through the end of epoch end_epoch - 1, one micro-batch per call,
-// micro fastest. Each batch is the sampler's block for this rank, assembled by dataset_get_batch as raw
-// bytes (pixels.h): the device normalises them.
+// micro fastest. Each batch is the sampler's block for this rank, assembled by dataset_get_repeated_batch
+// (with the block's repetition numbers) as raw bytes (pixels.h): the device normalises them.
 //
 // prefetch = P > 0: `workers` threads fill up to P batches ahead in a ring of one more buffer (the batch
 // the caller holds), all of them on one batch at a time, a chunk of samples each, in walk order: a batch
@@ -44,7 +44,7 @@ typedef struct Loader Loader;
 // ds must outlive the loader; the sampler is copied (its parameters, not its cached order), so the
 // caller's sampler stays the caller's. Starts at (epoch, step, micro 0); end_epoch > epoch.
 // workers >= 1 (only used when prefetch > 0).
-// LOADER_JOBS needs an image dataset (imagefolder, webdataset).
+// LOADER_JOBS needs an image dataset (imagefolder, webdataset) and a sampler without repeats.
 Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput output, int prefetch, int workers,
                       int epoch, int step, int end_epoch, Backend *pinned);
 

@@ -21,6 +21,14 @@
 // Validation: rank r evaluates indices r, r+W, r+2W, ... of the validation set, in order, unshuffled;
 // every sample once over all ranks.
 //
+// Repeated augmentation (data.repeated_aug = R > 1, torchvision's RASampler): the epoch reads
+// epoch_size = floor(size / 256) * 256 entries (RASampler's num_selected_samples times W, for any W)
+// of a longer order: the permutation cut into chunks of b samples, each chunk read R times in a row as
+// R consecutive blocks, repetition j of it being block j. So the R blocks of a chunk go to R consecutive
+// ranks (then micro-steps) of the same step, each rank its own repetition, as RASampler spreads a
+// sample's repetitions over ranks; and a step is still the same slice of one order for any W and A.
+// Each entry carries its repetition number (sampler_block_repetitions), which keys its augmentation.
+//
 // Resume: a checkpoint stores the epoch and the samples of it already consumed (sampler_samples_before).
 // sampler_resume maps that onto any (W, b, A): exact when the consumed count is a whole number of the
 // new global batch (always so with the same W, b, A), otherwise the run continues at the next epoch.
@@ -31,6 +39,8 @@
 
 typedef struct Sampler {
     int size;          // samples in the dataset
+    int repeats;       // R: readings of a sample in an epoch (1: each once)
+    int epoch_size;    // entries an epoch reads: size, or floor(size / 256) * 256 with repeats
     int batch;         // b: samples per rank per micro-step
     int world, rank;   // W, r
     int accum;         // A: micro-steps per optimizer step
@@ -43,7 +53,10 @@ typedef struct Sampler {
 void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accum, int drop_last, long seed);
 void sampler_free(Sampler *s);
 
-// ceil(size / (batch * world * accum)); floor with drop_last (0 when size < one global batch).
+// Repeated augmentation with repeats R >= 1 (1: off), set after sampler_init; R at most 255.
+void sampler_set_repeats(Sampler *s, int repeats);
+
+// ceil(epoch_size / (batch * world * accum)); floor with drop_last (0 when epoch_size < one global batch).
 int sampler_steps_per_epoch(const Sampler *s);
 
 // How many samples rank `rank` reads at (step, micro) of every epoch: batch, less or 0 in a partial
@@ -56,6 +69,8 @@ int sampler_step_total(const Sampler *s, int epoch, int step);
 // This rank's block for (epoch, step, micro): writes up to `batch` indices to indices_out and returns
 // how many (0 when the partial last step has nothing left for it).
 int sampler_block(Sampler *s, int epoch, int step, int micro, int32_t *indices_out);
+// The repetition number of each entry of that block (0 without repeats), the same count.
+int sampler_block_repetitions(const Sampler *s, int step, int micro, uint8_t *repetitions_out);
 
 // order_out (size) int32: the epoch's permutation, the same on every rank.
 void sampler_epoch_order(const Sampler *s, int epoch, int32_t *order_out);

@@ -48,9 +48,11 @@ ImageGeometry image_train_geometry(TrainCrop crop, int side) {
     return (ImageGeometry){crop.box, side, side, (CropBox){0, 0, side, side}, crop.flip};
 }
 
-ImageGeometry image_val_geometry(int width, int height, int side) {
+int image_val_resize(int side) { return round_half_even(side * 256.0 / 224.0); }
+
+ImageGeometry image_val_geometry(int width, int height, int resize, int side) {
     // torchvision's Resize(s): the shorter side becomes s, the longer int(s * long / short).
-    int s = round_half_even(side * 256.0 / 224.0);
+    int s = resize;
     int w_short = width <= height;
     int shorter = w_short ? width : height, longer = w_short ? height : width;
     int s_long = (int)((double)s * longer / shorter);
@@ -72,6 +74,6 @@ void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rn
     image_geometry_apply(in, whole(in), image_train_geometry(crop, side), out);
 }
 
-void image_transform_val(const DecodedImage *in, int side, uint8_t *out) {
-    image_geometry_apply(in, whole(in), image_val_geometry(in->width, in->height, side), out);
+void image_transform_val(const DecodedImage *in, int resize, int side, uint8_t *out) {
+    image_geometry_apply(in, whole(in), image_val_geometry(in->width, in->height, resize, side), out);
 }

@@ -2,7 +2,8 @@
 // arithmetic (torchvision transforms PIL images with Pillow's resize).
 //
 //   train: RandomResizedCrop(side, scale (0.08, 1) by default, ratio (3/4, 4/3)) then RandomHorizontalFlip(0.5)
-//   val:   Resize(round(side * 256 / 224)) of the shorter side, then CenterCrop(side)
+//   val:   Resize(resize) of the shorter side, then CenterCrop(side); torchvision's resize is
+//          round(side * 256 / 224) (image_val_resize), its V2 recipes' e.g. 232 for 224
 // Resizing is Pillow's antialiased BILINEAR (image_resample.h). The results are Pillow's bytes:
 // tests/unit/test_images.c holds them to a float64 model of that algorithm (within 1), and
 // tests/unit/test_images_pil.c to Pillow itself (bitwise).
@@ -41,7 +42,10 @@ TrainCrop image_train_crop_draw(int width, int height, CropScale scale, Rng *rng
 
 // The two transforms as geometry (core/image_job.h): what a decoder of the encoded image must make.
 ImageGeometry image_train_geometry(TrainCrop crop, int side);
-ImageGeometry image_val_geometry(int width, int height, int side);
+ImageGeometry image_val_geometry(int width, int height, int resize, int side);
+
+// round(side * 256 / 224), Python's round: torchvision's usual Resize before CenterCrop(side).
+int image_val_resize(int side);
 
 // g applied to `in`, whose pixels are the rectangle `held` of the whole image ({0, 0, height, width} when
 // it is all of it; g.box must lie inside held). out (g.win.height, g.win.width, 3) u8.
@@ -51,7 +55,7 @@ void image_geometry_apply(const DecodedImage *in, ImageRect held, ImageGeometry 
 // image_train_crop_draw, then its geometry (image_train_geometry) applied to the whole image. out (side, side, 3) u8.
 void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rng *rng, uint8_t *out);
 
-// Resize(round(side * 256 / 224)) then CenterCrop(side), torchvision's sizes and offsets. out (side, side, 3) u8.
-void image_transform_val(const DecodedImage *in, int side, uint8_t *out);
+// Resize(resize) then CenterCrop(side), torchvision's sizes and offsets (resize >= side). out (side, side, 3) u8.
+void image_transform_val(const DecodedImage *in, int resize, int side, uint8_t *out);
 
 #endif

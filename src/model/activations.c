@@ -124,19 +124,40 @@ size_t activations_arena_bytes(const Model *m, int max_batch) {
     return arena.size;
 }
 
-void activations_alloc(Activations *a, const Model *m, Backend *be, int max_batch) {
-    int no_reuse = a->no_reuse;
-    memset(a, 0, sizeof *a);
-    a->no_reuse = no_reuse;
-    a->max_batch = max_batch;
+// Lays a's buffers out for m at a->max_batch in `arena` (NULL: allocated here, at least reserve bytes);
+// returns the arena.
+static void *activations_place(Activations *a, const Model *m, Backend *be, void *arena, size_t reserve) {
     a->blocks = xcalloc((size_t)m->n_blocks, sizeof *a->blocks);
     PlannedBuffer *plan = xcalloc((size_t)ACTIVATION_PLAN_MAX(m), sizeof *plan);
-    ArenaLayout arena;
-    int count = activation_plan(m, a, plan, &arena);
-    a->arena = be->alloc(be, arena.size);
-    a->arena_bytes = arena.size;
-    for (int i = 0; i < count; i++) *plan[i].slot = (char *)a->arena + plan[i].span.offset;
+    ArenaLayout layout;
+    int count = activation_plan(m, a, plan, &layout);
+    a->arena_bytes = layout.size > reserve ? layout.size : reserve;
+    if (!arena) arena = be->alloc(be, a->arena_bytes);
+    for (int i = 0; i < count; i++) *plan[i].slot = (char *)arena + plan[i].span.offset;
     free(plan);
+    return arena;
+}
+
+void activations_share(Activations *a, const Model *m, int max_batch, const Activations *host) {
+    memset(a, 0, sizeof *a);
+    a->max_batch = max_batch;
+    AMP_ASSERT(max_batch <= host->max_batch && activations_arena_bytes(m, max_batch) <= host->arena_bytes,
+               "activations: %zu bytes at batch %d do not fit the %zu-byte arena", activations_arena_bytes(m, max_batch),
+               max_batch, host->arena_bytes);
+    activations_place(a, m, NULL, host->arena, 0);
+    a->labels = host->labels;
+    a->saved = host->saved;
+    a->loss = host->loss;
+}
+
+void activations_alloc(Activations *a, const Model *m, Backend *be, int max_batch) {
+    int no_reuse = a->no_reuse;
+    size_t reserve = a->reserve_bytes;
+    memset(a, 0, sizeof *a);
+    a->no_reuse = no_reuse;
+    a->reserve_bytes = reserve;
+    a->max_batch = max_batch;
+    a->arena = activations_place(a, m, be, NULL, reserve);
     a->labels = be->alloc(be, (size_t)max_batch * sizeof(int32_t));
     a->saved = be->alloc(be, m->stats_numel * sizeof(float));
     be->zero(be, a->saved, m->stats_numel * sizeof(float));

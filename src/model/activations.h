@@ -58,12 +58,19 @@ typedef struct Activations {
     size_t arena_bytes;
     int no_reuse;           // set before activations_alloc: every buffer its own bytes, each as large as the
                             // largest tensor (tests compare the layouts)
+    size_t reserve_bytes;   // set before activations_alloc: the arena is at least this large (a layout that
+                            // shares it, activations_share, may need more)
 } Activations;
 
 // Bytes of the arena for this model at max_batch (--dry-run's estimate; activations_alloc agrees).
 size_t activations_arena_bytes(const Model *m, int max_batch);
 // Lays out and allocates the buffers; a->no_reuse may be set before (the rest of *a is overwritten).
 void activations_alloc(Activations *a, const Model *m, Backend *be, int max_batch);
+// Lays out a's buffers for m at max_batch inside host's arena (at least activations_arena_bytes(m,
+// max_batch), host->reserve_bytes), sharing host's labels, loss and saved statistics: for passes that never
+// overlap host's (evaluation of a model view at another side). a owns none of the memory; activations_free
+// frees only its list of blocks.
+void activations_share(Activations *a, const Model *m, int max_batch, const Activations *host);
 void activations_free(Activations *a, Backend *be);
 
 #endif

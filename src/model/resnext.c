@@ -216,6 +216,13 @@ double model_alloc_and_prepare(Model *m, Backend *be, uint64_t seed, int n) {
     return choices_s;
 }
 
+void model_view_free(Model *view) {
+    free(view->blocks);
+    free(view->bn_list);
+    params_free(&view->params);
+    memset(view, 0, sizeof *view);
+}
+
 void model_free(Model *m, Backend *be) {
     if (m->master) {
         void *bufs[] = {m->grads, m->running};
@@ -223,10 +230,19 @@ void model_free(Model *m, Backend *be) {
         if (m->amp) be->free(be, m->compute);
         be->free(be, m->master);
     }
-    free(m->blocks);
-    free(m->bn_list);
-    params_free(&m->params);
-    memset(m, 0, sizeof *m);
+    model_view_free(m);
+}
+
+void model_view_at_side(Model *view, const Model *m, int side) {
+    ModelConfig cfg = m->cfg;
+    cfg.image_size = side;
+    model_init_shapes(view, &cfg, m->amp);
+    AMP_ASSERT(view->params.padded_numel == m->params.padded_numel && view->stats_numel == m->stats_numel,
+               "model view: the parameter layout changed with the side");
+    view->master = m->master;
+    view->compute = m->compute;
+    view->grads = m->grads;
+    view->running = m->running;
 }
 
 void model_refresh_compute(Model *m, Backend *be) {

@@ -89,6 +89,13 @@ void model_alloc(Model *m, Backend *be, uint64_t seed);
 double model_alloc_and_prepare(Model *m, Backend *be, uint64_t seed, int n);
 void model_free(Model *m, Backend *be);
 
+// A view of m's parameters with the shapes of square inputs of `side` (evaluation at another side than
+// training's: convolutions, batch norm and pooling take any spatial size, and the head's global average
+// pool reduces it to one). The view shares m's backend memory (weights, gradients, running statistics) and owns
+// only its shapes: free it with model_view_free, before m. Passes run on it as on m.
+void model_view_at_side(Model *view, const Model *m, int side);
+void model_view_free(Model *view);
+
 // Lets the backend choose every convolution's algorithms and every training batch norm's kernels for batch n
 // now (backend_ops.def conv_prepare, bn_prepare), before the step's buffers exist; call it before activations_alloc.
 // Nothing to do on the CPU.

@@ -30,12 +30,31 @@ static void count_hits(const float *row, int classes, int label, double *top1, d
     *top5 += better < 5;
 }
 
-EvalRecord evaluate_run(const Evaluator *ev, Model *m, Activations *act, Backend *be, Comm *comm, int epoch,
+void evaluate_layout(Evaluator *ev, const Model *m, Activations *act, int batch, int train_side) {
+    ev->own_side = ev->val_set && ev->val_set->side != train_side;
+    if (!ev->own_side) return;
+    model_view_at_side(&ev->view, m, ev->val_set->side);
+    act->reserve_bytes = activations_arena_bytes(&ev->view, batch);
+}
+
+void evaluate_share_buffers(Evaluator *ev, Activations *act, int batch) {
+    if (ev->own_side) activations_share(&ev->view_act, &ev->view, batch, act);
+}
+
+void evaluate_free(Evaluator *ev, Backend *be) {
+    if (!ev->own_side) return;
+    activations_free(&ev->view_act, be);
+    model_view_free(&ev->view);
+    ev->own_side = 0;
+}
+
+EvalRecord evaluate_run(Evaluator *ev, Model *m, Activations *act, Backend *be, Comm *comm, int epoch,
                         long step) {
     EvalRecord r = {.epoch = epoch, .step = step};
     const Dataset *val = ev->val_set;
     if (!val) return r;
     evaluate_sync_bn_stats(m, be, comm);
+    if (ev->own_side) m = &ev->view, act = &ev->view_act;
     int b = act->max_batch, classes = m->cfg.num_classes, world = comm->size;
     size_t image_bytes = dataset_image_bytes(val);
     uint8_t *images = xcalloc((size_t)b * image_bytes, 1);

@@ -14,13 +14,27 @@ typedef struct Evaluator {
     Dataset *val_set;   // NULL: no validation split
     EvalRecord last;    // the latest evaluation of the run ...
     int has_last;       // ... once one ran
+    // Evaluation at a side of its own (data.val_crop unlike data.train_crop): a view of the training model at
+    // that side, sharing its weights and statistics, and its buffers inside the training arena, which is made
+    // large enough for both. own_side 0: evaluation runs the training model and buffers.
+    int own_side;
+    Model view;
+    Activations view_act;
 } Evaluator;
+
+// Before the training buffers are allocated: when the validation images' side differs from train_side, makes
+// the view of m at that side and asks act's arena to be large enough for its buffers at `batch` images.
+void evaluate_layout(Evaluator *ev, const Model *m, Activations *act, int batch, int train_side);
+// After act is allocated: lays the view's buffers out inside act's arena (nothing without a view).
+void evaluate_share_buffers(Evaluator *ev, Activations *act, int batch);
+// Frees the view (a zeroed Evaluator is fine).
+void evaluate_free(Evaluator *ev, Backend *be);
 
 // Averages BN running statistics across ranks (before evaluation and checkpoints).
 void evaluate_sync_bn_stats(Model *m, Backend *be, Comm *comm);
-// The record of (epoch, step): the model in evaluation mode over ev's val_set in batches of
-// act->max_batch, summed over ranks (only epoch and step without a val_set).
-EvalRecord evaluate_run(const Evaluator *ev, Model *m, Activations *act, Backend *be, Comm *comm, int epoch,
+// The record of (epoch, step): the model (or its view at the validation side) in evaluation mode over ev's
+// val_set in batches of act->max_batch, summed over ranks (only epoch and step without a val_set).
+EvalRecord evaluate_run(Evaluator *ev, Model *m, Activations *act, Backend *be, Comm *comm, int epoch,
                         long step);
 
 #endif

@@ -26,16 +26,22 @@ static long total_steps_of(const Config *cfg, int steps_per_epoch) {
 static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
     const Sampler *s = &t->sampler;
     long global = (long)s->batch * s->world * s->accum;
+    if (t->steps_per_epoch == 0 && s->repeats > 1) {
+        snprintf(err, cap, "data.repeated_aug: an epoch of repeated augmentation reads floor(%d / 256) x 256 = %d "
+                 "samples (torchvision's RASampler), %s", s->size, s->epoch_size,
+                 s->epoch_size ? "less than one global batch" : "none: the dataset needs at least 256 samples");
+        return 2;
+    }
     if (t->steps_per_epoch == 0) {
         snprintf(err, cap, "data.drop_last: an epoch of %d samples is shorter than one global batch "
                  "(data.batch_size %d x %d ranks x train.accum_steps %d = %ld), so no step would run",
-                 s->size, s->batch, s->world, s->accum, global);
+                 s->epoch_size, s->batch, s->world, s->accum, global);
         return 2;
     }
     if (t->model.final_hw > 1) return 0;
     if (s->batch == 1) {
         snprintf(err, cap, "data.batch_size 1: batch norm in training needs two values per channel and the last "
-                 "stage is 1x1 at model.image_size %d; use data.batch_size 2 or more", t->cfg->model.image_size);
+                 "stage is 1x1 at model.image_size %d; use data.batch_size 2 or more", t->model.cfg.image_size);
         return 2;
     }
     if (t->total_steps < t->steps_per_epoch) return 0;  // the run ends before the epoch's last step
@@ -47,8 +53,8 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
                          "%d ends in a step that gives rank %d one image, and batch norm in training needs two "
                          "values per channel (the last stage is 1x1 at model.image_size %d): set "
                          "data.drop_last: true (each epoch then skips its last %ld samples), or change data.batch_size",
-                         s->size, s->batch, s->world, s->accum, r, t->cfg->model.image_size,
-                         s->size - (long)last * global);
+                         s->epoch_size, s->batch, s->world, s->accum, r, t->model.cfg.image_size,
+                         s->epoch_size - (long)last * global);
                 return 2;
             }
     return 0;
@@ -69,11 +75,14 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
         log_info("training JPEGs decoded by the %s backend (data.decode %s)", be->name, cfg->data.decode);
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
                  cfg->train.accum_steps, cfg->data.drop_last, cfg->train.seed);
+    sampler_set_repeats(&t->sampler, cfg->data.repeated_aug);
     t->steps_per_epoch = sampler_steps_per_epoch(&t->sampler);
     t->total_steps = total_steps_of(cfg, t->steps_per_epoch);
     t->base_lr = lr_base(&cfg->train, cfg->data.batch_size * comm->size * cfg->train.accum_steps);
 
-    model_init_shapes(&t->model, &cfg->model, cfg->amp.enabled);
+    ModelConfig at_train_side = cfg->model;
+    at_train_side.image_size = t->train_set->side;
+    model_init_shapes(&t->model, &at_train_side, cfg->amp.enabled);
     if ((rc = agree_startup(comm, check_epoch_split(t, err, sizeof err), err)) != 0) return rc;
     // auto: graphs where the backend captures natively (CUDA); on: also the CPU's op-log emulation
     // (cpu_graph.c), which runs the same path for the tests.
@@ -84,7 +93,9 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     times->choices_s = model_alloc_and_prepare(&t->model, be, (uint64_t)cfg->train.seed, cfg->data.batch_size);
     // the weights' draw beside the choices too
     times->build_s = clock_seconds() - times->init_start - times->choices_s;
+    evaluate_layout(&t->eval, &t->model, &t->act, cfg->data.batch_size, t->train_set->side);
     activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
+    evaluate_share_buffers(&t->eval, &t->act, cfg->data.batch_size);
     input_init(&t->input, be, t->train_set, cfg->data.batch_size, device_decode);
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
@@ -115,6 +126,7 @@ void trainer_free(Trainer *t) {
     metrics_close(&t->log.metrics);
     if (t->graph.exec) t->be->graph_destroy(t->be, t->graph.exec);
     input_free(&t->input);
+    evaluate_free(&t->eval, t->be);
     if (t->act.arena) activations_free(&t->act, t->be);
     if (t->log.readback) t->be->host_free(t->be, t->log.readback);
     buckets_free(&t->buckets);

@@ -54,7 +54,7 @@ typedef struct Trainer {
     Backend *be;
     Comm *comm;        // host-side communicator (MPI or single): control, eval sums, BN stats
     Comm *grad_comm;   // the one that sums gradients in backend memory (NCCL on GPUs, else == comm)
-    Model model;
+    Model model;       // at the training images' side
     Activations act;   // this rank's per-step buffers at data.batch_size
     LossScaler scaler;
     Sgd opt;

@@ -128,7 +128,7 @@ START_TEST(transforms_match_the_cpu) {
             TrainCrop crop = image_train_crop_draw(FIX[k].w, FIX[k].h, CROP_SCALE_TORCHVISION, &rng);
             jobs[n++] = job_of(k, image_train_geometry(crop, SIDE));
         }
-        jobs[n++] = job_of(k, image_val_geometry(FIX[k].w, FIX[k].h, SIDE));
+        jobs[n++] = job_of(k, image_val_geometry(FIX[k].w, FIX[k].h, image_val_resize(SIDE), SIDE));
     }
     uint8_t failed[FIXTURES * (DRAWS + 1)];
     double mean;

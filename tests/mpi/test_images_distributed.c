@@ -1,8 +1,8 @@
 // test_images_distributed.c - the JPEG sources over ranks (CPU backend, under mpiexec with 1, 2 and 3
 // ranks): for an ImageFolder of JPEG fixtures and the same images packed into WebDataset shards,
 //   1. the samples the ranks train on in an epoch are disjoint and cover the split, and each sample's
-//      image (crop, flip, resize) is the one a single reader of the whole split gets for that index and
-//      epoch - so the same on any rank count;
+//      image (crop, flip, resize; then TrivialAugmentWide and erasing) is the one a single reader of the
+//      whole split gets for that index and epoch - so the same on any rank count;
 //   2. a run resumed from a checkpoint written mid-epoch trains on bitwise the same next batches as an
 //      uninterrupted run and ends with bitwise the same weights, momentum and scaler state; the
 //      ImageFolder's first run (on a checkpoint.dir it makes) writes its file-list cache, the later read it;
@@ -129,11 +129,11 @@ static void one_reader_digests(const Config *cfg, int epoch, uint64_t *digest) {
 
 // ---- 1. disjoint shards, and the same image for an index on any rank count ------------------------------
 
-static void check_epoch_shards(const char *source) {
+static void check_epoch_shards(const char *source, const char *const *extra) {
     char base[64];
     make_fixtures(base, sizeof base);
     static Config cfg;
-    make_config(&cfg, source, base, NULL);
+    make_config(&cfg, source, base, extra);
     Trainer t;
     trainer_start(&t, &cfg);
     ck_assert_int_eq(t.train_set->size, SIZE);
@@ -176,10 +176,16 @@ static void check_epoch_shards(const char *source) {
     trainer_free(&t);
 }
 
-START_TEST(imagefolder_epochs_are_disjoint_shards_of_the_same_images) { check_epoch_shards("imagefolder"); }
+START_TEST(imagefolder_epochs_are_disjoint_shards_of_the_same_images) { check_epoch_shards("imagefolder", NULL); }
 END_TEST
 
-START_TEST(webdataset_epochs_are_disjoint_shards_of_the_same_images) { check_epoch_shards("webdataset"); }
+START_TEST(webdataset_epochs_are_disjoint_shards_of_the_same_images) { check_epoch_shards("webdataset", NULL); }
+END_TEST
+
+START_TEST(trivial_augment_and_erasing_are_the_same_on_any_rank_count) {
+    const char *const augment[] = {"data.auto_augment=ta_wide", "data.random_erase=0.5", NULL};
+    check_epoch_shards("imagefolder", augment);
+}
 END_TEST
 
 // ---- 2. resume mid-epoch onto the same batches ------------------------------------------------------------
@@ -377,6 +383,7 @@ static Suite *images_distributed_suite(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, imagefolder_epochs_are_disjoint_shards_of_the_same_images);
     tcase_add_test(tc, webdataset_epochs_are_disjoint_shards_of_the_same_images);
+    tcase_add_test(tc, trivial_augment_and_erasing_are_the_same_on_any_rank_count);
     tcase_add_test(tc, imagefolder_resume_mid_epoch_trains_on_the_same_batches);
     tcase_add_test(tc, webdataset_resume_mid_epoch_trains_on_the_same_batches);
     tcase_add_test(tc, bad_file_is_named_by_the_rank_that_read_it);

@@ -335,6 +335,56 @@ START_TEST(command_line_source_drops_the_files_keys_for_its_source) {
 }
 END_TEST
 
+// The JPEG sources' sides: unwritten ones follow model.image_size (validation resized by round(x 256 / 224),
+// Python's round), written ones stand alone; torchvision's V2 recipe (train 176, resize 232, crop 224) and the
+// augmentation keys print and read back as they are.
+START_TEST(image_sides_follow_image_size_unless_written) {
+    Config c, b;
+    load_ok(&c, NULL, 0, NULL);
+    ck_assert(c.data.train_crop == 32 && c.data.val_crop == 32 && c.data.val_resize == 37);
+    ck_assert(!strcmp(c.data.auto_augment, "none") && c.data.random_erase == 0 && c.data.repeated_aug == 1);
+    const struct {
+        const char *overrides[3];
+        int train_crop, val_resize, val_crop;
+    } cases[] = {
+        {{"model.image_size=224"}, 224, 256, 224},
+        {{"model.image_size=224", "data.train_crop=176", "data.val_resize=232"}, 176, 232, 224},
+        {{"model.image_size=176", "data.val_crop=224"}, 176, 256, 224},
+        {{"data.val_crop=160"}, 32, 183, 160},   // 182.857 rounds up
+        {{"model.image_size=112"}, 112, 128, 112},
+        {{"model.image_size=49"}, 49, 56, 49},   // 56.0 exactly
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *ov[5] = {"data.source=imagefolder", "data.path=x"};
+        int n = 2;
+        for (int k = 0; k < 3 && cases[i].overrides[k]; k++) ov[n++] = (char *)cases[i].overrides[k];
+        load_ok(&c, NULL, n, ov);
+        ck_assert_msg(c.data.train_crop == cases[i].train_crop && c.data.val_resize == cases[i].val_resize &&
+                          c.data.val_crop == cases[i].val_crop,
+                      "case %zu: train %d, resize %d, crop %d", i, c.data.train_crop, c.data.val_resize,
+                      c.data.val_crop);
+    }
+    char *v2[] = {"data.source=imagefolder", "data.path=x", "model.image_size=224", "data.train_crop=176",
+                  "data.val_resize=232", "data.auto_augment=ta_wide", "data.auto_augment_interpolation=bilinear",
+                  "data.random_erase=0.1", "data.repeated_aug=4"};
+    load_ok(&c, NULL, 9, v2);
+    char *text = printed(&c);
+    ck_assert_ptr_nonnull(strstr(text, "\n  train_crop: 176\n  val_resize: 232\n  val_crop: 224\n  auto_augment: ta_wide\n"
+                                       "  auto_augment_interpolation: bilinear\n  random_erase: 0.1\n  repeated_aug: 4\n"));
+    tu_write_file("printed_v2.yaml", text);
+    load_ok(&b, "printed_v2.yaml", 0, NULL);
+    assert_same_values(&c, &b);
+    free(text);
+    // CIFAR-10 augments: TrivialAugmentWide and erasing apply; its sides are its 32 whatever is written
+    char *cifar[] = {"data.source=cifar10", "data.path=x", "data.auto_augment=ta_wide", "data.random_erase=0.25"};
+    load_ok(&c, NULL, 4, cifar);
+    ck_assert(c.data.train_crop == 32 && c.data.val_crop == 32 && c.data.random_erase == 0.25);
+    text = printed(&c);
+    ck_assert_ptr_nonnull(strstr(text, "\n  # train_crop: 32   (not read: only imagefolder and webdataset resize"));
+    free(text);
+}
+END_TEST
+
 START_TEST(cifar10_fixes_classes_and_image_size) {
     tu_write_file("cifar_shape.yaml", "data:\n  source: cifar10\n  path: somewhere\n");
     char *keep[] = {"model.num_classes=10", "model.image_size=32"};
@@ -455,6 +505,35 @@ static const BadConfig bad_configs[] = {
     {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.crop_scale_max=0.5",
      "command line: data.crop_scale_max: only imagefolder and webdataset with data.augment crop a random area; "
      "cifar10 does not"},
+    // sides and augmentation
+    {"small_resize.yaml", "data:\n  source: imagefolder\n  path: x\n  val_crop: 64\n  val_resize: 40\n", NULL,
+     "small_resize.yaml:5: data.val_resize: val_resize 40 is smaller than val_crop 64"},
+    {"folder.yaml", "data:\n  source: imagefolder\n  path: x\n", "data.val_crop=1025",
+     "command line: data.val_crop: must be in [32, 1024] (got 1025)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.auto_augment=ta_wide",
+     "command line: data.auto_augment: learnable data is never augmented (only cifar10, imagefolder and webdataset"},
+    {"center_crop_erase.yaml", "data:\n  source: imagefolder\n  path: x\n  augment: false\n  random_erase: 0.1\n",
+     NULL, "center_crop_erase.yaml:5: data.random_erase: data.augment: false leaves training images unaugmented"},
+    {"folder.yaml", "data:\n  source: imagefolder\n  path: x\n", "data.auto_augment_interpolation=bilinear",
+     "command line: data.auto_augment_interpolation: only data.auto_augment: ta_wide resamples"},
+    {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.train_crop=28",
+     "command line: data.train_crop: must be in [32, 1024] (got 28)"},
+    {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.val_crop=32",
+     "command line: data.val_crop: only imagefolder and webdataset resize and crop; cifar10 images are "
+     "model.image_size as they are"},
+    {"device_ta.yaml", "data:\n  source: webdataset\n  path: x\n  decode: device\n  auto_augment: ta_wide\n", NULL,
+     "device_ta.yaml:5: data.auto_augment: not available with data.decode: device (it runs in the loader, on "
+     "pixels the host decoded); use data.decode: host"},
+    {"device_erase.yaml", "data:\n  source: imagefolder\n  path: x\n  decode: device\n", "data.random_erase=0.25",
+     "command line: data.random_erase: not available with data.decode: device"},
+    {"device_ra.yaml", "data:\n  source: imagefolder\n  path: x\n  decode: device\n  repeated_aug: 4\n", NULL,
+     "device_ra.yaml:5: data.repeated_aug: not available with data.decode: device (the device's decode jobs do "
+     "not say which repetition a sample is)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.repeated_aug=0", "command line: data.repeated_aug: must be in [1, 16]"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.auto_augment=ta", "command line: data.auto_augment: expected one of "
+     "none, ta_wide, got ta"},
+    {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.random_erase=1.5",
+     "command line: data.random_erase: must be in [0, 1] (got 1.5)"},
     // a file key that neither the file's source nor the command line's reads
     {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n", "data.source=cifar10",
      "folder_size.yaml:4: data.train_size: only synthetic and learnable data have a size to choose; imagefolder's"},
@@ -531,6 +610,7 @@ static Suite *config_suite(void) {
     tcase_add_test(good, print_reads_back_to_identical_values);
     tcase_add_test(good, command_line_source_drops_the_files_keys_for_its_source);
     tcase_add_test(good, cifar10_fixes_classes_and_image_size);
+    tcase_add_test(good, image_sides_follow_image_size_unless_written);
     suite_add_tcase(s, good);
     TCase *bad = tcase_create("invalid");
     tcase_add_loop_test(bad, bad_config_is_one_line_and_exit_2, 0,

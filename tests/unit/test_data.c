@@ -1,4 +1,5 @@
-// test_data.c - src/data: the sampler's order rule, the generated and CIFAR-10 datasets, the loader.
+// test_data.c - src/data: the sampler's order rule (with and without repeated augmentation), the generated
+// and CIFAR-10 datasets (with TrivialAugmentWide and erasing), the loader.
 //
 // The CIFAR-10 tests write their own small files (a few records with bytes given by cifar_byte below)
 // into folders under the test's scratch directory, so expected pixel values are computed here from the
@@ -14,6 +15,8 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "data/sampler.h"
+#include "image/image_augment.h"
+#include "tests/test_util.h"
 
 // ---- sampler -------------------------------------------------------------------------------------
 
@@ -233,6 +236,109 @@ START_TEST(test_sampler_validation_shards) {
             for (int i = 0; i < size; i++) ck_assert_int_eq(seen[i], 1);
         }
     }
+}
+END_TEST
+
+// ---- repeated augmentation ------------------------------------------------------------------------
+
+// One epoch of every simulated rank, entries in (step, micro, rank) order: indices and repetitions; returns
+// how many.
+static int read_repeated_epoch(int size, int batch, int world, int accum, int repeats, int epoch, int32_t *idx,
+                               uint8_t *rep) {
+    Sampler ranks[3];
+    for (int r = 0; r < world; r++) {
+        sampler_init(&ranks[r], size, batch, world, r, accum, 0, 77);
+        sampler_set_repeats(&ranks[r], repeats);
+    }
+    int at = 0, steps = sampler_steps_per_epoch(&ranks[0]);
+    long global = (long)batch * world * accum;
+    ck_assert_int_eq(steps, (int)((size / 256 * 256 + global - 1) / global));
+    for (int s = 0; s < steps; s++) {
+        int in_step = 0;
+        for (int m = 0; m < accum; m++)
+            for (int r = 0; r < world; r++) {
+                int n = sampler_block(&ranks[r], epoch, s, m, idx + at);
+                ck_assert_int_eq(sampler_block_repetitions(&ranks[r], s, m, rep + at), n);
+                at += n, in_step += n;
+            }
+        ck_assert_int_eq(sampler_step_total(&ranks[0], epoch, s), in_step);
+    }
+    for (int r = 0; r < world; r++) sampler_free(&ranks[r]);
+    return at;
+}
+
+// torchvision's RASampler reads floor(size / 256) * 256 entries an epoch over all ranks, each sample up to R
+// times, its repetitions on different ranks. Here: the same entries, in the same global order, for 1, 2 and
+// 3 ranks with or without accumulation (so the union over ranks is one multiset); each (sample, repetition)
+// once; R consecutive blocks of b the same b samples of the epoch's permutation in order, block j
+// repetition j; with as many ranks as repetitions, each rank its own repetition of the same samples.
+START_TEST(test_sampler_repeats_like_rasampler) {
+    const int sizes[] = {256, 700, 1000};
+    for (size_t k = 0; k < 3; k++)
+        for (int repeats = 2; repeats <= 4; repeats++)
+            for (int batch = 4; batch <= 5; batch++) {
+                int size = sizes[k], epoch_size = size / 256 * 256, epoch = (int)k + repeats;
+                int32_t *idx0 = calloc((size_t)epoch_size, sizeof(int32_t)), *idx = calloc((size_t)epoch_size, sizeof(int32_t));
+                uint8_t *rep0 = calloc((size_t)epoch_size, 1), *rep = calloc((size_t)epoch_size, 1);
+                ck_assert_int_eq(read_repeated_epoch(size, batch, 1, 1, repeats, epoch, idx0, rep0), epoch_size);
+                for (int world = 1; world <= 3; world++)
+                    for (int accum = 1; accum <= 2; accum++) {
+                        ck_assert_int_eq(read_repeated_epoch(size, batch, world, accum, repeats, epoch, idx, rep),
+                                         epoch_size);
+                        ck_assert_mem_eq(idx, idx0, (size_t)epoch_size * sizeof(int32_t));
+                        ck_assert_mem_eq(rep, rep0, (size_t)epoch_size);
+                    }
+                int *seen = calloc((size_t)size * repeats, sizeof(int));
+                for (int p = 0; p < epoch_size; p++) {
+                    ck_assert(idx0[p] >= 0 && idx0[p] < size && rep0[p] < repeats);
+                    ck_assert_int_eq(seen[idx0[p] * repeats + rep0[p]]++, 0);
+                }
+                Sampler s;
+                sampler_init(&s, size, batch, 1, 0, 1, 0, 77);
+                int32_t *order = calloc((size_t)size, sizeof(int32_t));
+                sampler_epoch_order(&s, epoch, order);
+                for (int p = 0; p < epoch_size; p++) {
+                    int chunk = p / (repeats * batch), j = p % (repeats * batch) / batch, t = p % batch;
+                    ck_assert_int_eq(rep0[p], j);
+                    ck_assert_int_eq(idx0[p], order[chunk * batch + t]);
+                }
+                sampler_free(&s);
+                free(order), free(seen), free(idx0), free(idx), free(rep0), free(rep);
+            }
+    // world = R: in every micro-step the ranks read the same samples, rank r repetition r (768 samples: every
+    // step full)
+    for (int repeats = 2; repeats <= 3; repeats++) {
+        Sampler ranks[3];
+        int32_t blocks[3][4];
+        uint8_t reps[3][4];
+        for (int r = 0; r < repeats; r++) {
+            sampler_init(&ranks[r], 768, 4, repeats, r, 1, 0, 5);
+            sampler_set_repeats(&ranks[r], repeats);
+        }
+        for (int step = 0; step < sampler_steps_per_epoch(&ranks[0]); step++)
+            for (int r = 0; r < repeats; r++) {
+                int n = sampler_block(&ranks[r], 1, step, 0, blocks[r]);
+                sampler_block_repetitions(&ranks[r], step, 0, reps[r]);
+                ck_assert_int_eq(n, 4);
+                ck_assert_mem_eq(blocks[r], blocks[0], sizeof blocks[0]);
+                for (int i = 0; i < n; i++) ck_assert_int_eq(reps[r][i], r);
+            }
+        for (int r = 0; r < repeats; r++) sampler_free(&ranks[r]);
+    }
+    // Without repeats: every repetition 0, the epoch the whole dataset; fewer than 256 samples: no epoch
+    Sampler s;
+    sampler_init(&s, 300, 4, 1, 0, 1, 0, 5);
+    uint8_t reps[4];
+    ck_assert_int_eq(sampler_steps_per_epoch(&s), 75);
+    ck_assert_int_eq(sampler_block_repetitions(&s, 3, 0, reps), 4);
+    for (int i = 0; i < 4; i++) ck_assert_int_eq(reps[i], 0);
+    sampler_set_repeats(&s, 3);
+    ck_assert_int_eq(sampler_steps_per_epoch(&s), 64);
+    sampler_free(&s);
+    sampler_init(&s, 255, 4, 1, 0, 1, 0, 5);
+    sampler_set_repeats(&s, 2);
+    ck_assert_int_eq(sampler_steps_per_epoch(&s), 0);
+    sampler_free(&s);
 }
 END_TEST
 
@@ -524,6 +630,63 @@ START_TEST(test_cifar10_augmentation_reproducible) {
 }
 END_TEST
 
+// TrivialAugmentWide and RandomErasing after CIFAR-10's crop and flip, from the same stream: the bytes of
+// the source's own augmentation followed by the drawn op and box; the same bits for the same (epoch,
+// index, repetition) at any batch position, other bits for other repetitions. The factory sets them from
+// the config, erasing with CIFAR-10's mean bytes (0.4914, 0.4822, 0.4465 x 255 -> 125, 123, 114).
+START_TEST(test_cifar10_trivial_augment_and_erasing) {
+    cifar_fixture("cifar_ta");
+    Config cfg;
+    const char *ov[] = {"data.source=cifar10", "data.path=cifar_ta", "data.auto_augment=ta_wide",
+                        "data.auto_augment_interpolation=bilinear", "data.random_erase=0.5", "train.seed=42", NULL};
+    tu_config(&cfg, ov);
+    char err[512] = "";
+    Dataset *ds = NULL, *plain = NULL, *val = NULL;
+    ck_assert_int_eq(dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, NULL, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(dataset_open_val(&cfg.data, &cfg.model, cfg.train.seed, NULL, &val, err, sizeof err), 0);
+    ck_assert(ds->extra.ta_wide && ds->extra.filter == AUGMENT_BILINEAR && ds->extra.erase_p == 0.5);
+    ck_assert(ds->extra.erase_fill[0] == 125 && ds->extra.erase_fill[1] == 123 && ds->extra.erase_fill[2] == 114);
+    ck_assert(!val->extra.ta_wide && val->extra.erase_p == 0);
+    ck_assert_int_eq(dataset_cifar10_open("cifar_ta", 1, 1, 42, &plain, err, sizeof err), 0);
+    enum { BYTES = 32 * 32 * 3 };
+    static uint8_t got[4][BYTES], want[BYTES], swapped[2][BYTES];
+    int32_t labels[4], idx[4] = {4, 4, 4, 4};
+    uint8_t reps[4] = {0, 1, 2, 3};
+    int erased = 0, changed = 0;
+    for (int epoch = 0; epoch < 6; epoch++) {
+        dataset_get_repeated_batch(ds, idx, reps, 4, epoch, got[0], labels);
+        for (int r = 0; r < 4; r++) {
+            Rng rng;
+            data_rng_sample(&rng, 42, epoch, r, 4);
+            int32_t label;
+            dataset_get(plain, 4, want, &label, &rng);
+            uint8_t before[BYTES];
+            memcpy(before, want, BYTES);
+            AugmentDraw d = image_ta_wide_draw(&rng);
+            image_augment_op(want, 32, 32, d.op, image_ta_wide_magnitude(d), AUGMENT_BILINEAR);
+            ImageRect box;
+            if (image_random_erase_draw(32, 32, 0.5, &rng, &box)) {
+                image_erase(want, 32, box, ds->extra.erase_fill);
+                erased++;
+            }
+            changed += memcmp(before, want, BYTES) != 0;
+            ck_assert_mem_eq(got[r], want, BYTES);
+            ck_assert_int_eq(labels[r], cifar_label(4));
+            for (int q = 0; q < r; q++) ck_assert(memcmp(got[q], got[r], BYTES) != 0);
+        }
+        int32_t pair[2] = {7, 4};
+        uint8_t pair_reps[2] = {0, 2};
+        dataset_get_repeated_batch(ds, pair, pair_reps, 2, epoch, swapped[0], labels);
+        ck_assert_mem_eq(swapped[1], got[2], BYTES);
+    }
+    ck_assert_int_gt(erased, 0);
+    ck_assert_int_gt(changed, 12);
+    dataset_close(ds);
+    dataset_close(plain);
+    dataset_close(val);
+}
+END_TEST
+
 START_TEST(test_cifar10_truncated_file_is_an_error) {
     cifar_fixture("cifar_trunc");
     cifar_write("cifar_trunc", "data_batch_3.bin", 6, C_TRAIN_PER_FILE, 2 * C_RECORD + 100);
@@ -577,13 +740,16 @@ static int batches_equal(const Batch *a, const Batch *b, size_t bytes_per_batch,
 }
 
 // prefetch 2 (two workers) and prefetch 3 (three workers, so workers finish out of order) against
-// prefetch 0 over two epochs, and all against sampler + dataset called directly.
+// prefetch 0 over two epochs, and all against sampler + dataset called directly (with the sampler's
+// repetitions).
 static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
     Loader *sync = loader_create(ds, s, LOADER_PIXELS, 0, 1, 0, 0, 2, NULL);
     Loader *ahead = loader_create(ds, s, LOADER_PIXELS, 2, 2, 0, 0, 2, NULL);
     Loader *wide = loader_create(ds, s, LOADER_PIXELS, 3, 3, 0, 0, 2, NULL);
     Sampler direct;
     sampler_init(&direct, s->size, s->batch, s->world, s->rank, s->accum, 0, (long)s->seed);
+    sampler_set_repeats(&direct, s->repeats);
+    uint8_t *reps = calloc((size_t)s->batch, 1);
     size_t bytes = (size_t)s->batch * dataset_image_bytes(ds);
     uint8_t *images = calloc(bytes, 1);
     int32_t *labels = calloc((size_t)s->batch, sizeof(int32_t)), *idx = calloc((size_t)s->batch, sizeof(int32_t));
@@ -606,7 +772,8 @@ static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
                 int count = sampler_block(&direct, epoch, step, micro, idx);
                 ck_assert_int_eq(a->count, count);
                 partial += count < s->batch;
-                dataset_get_batch(ds, idx, count, epoch, images, labels);
+                sampler_block_repetitions(&direct, step, micro, reps);
+                dataset_get_repeated_batch(ds, idx, reps, count, epoch, images, labels);
                 ck_assert_mem_eq(a->images, images, (size_t)count * dataset_image_bytes(ds));
                 ck_assert_mem_eq(a->labels, labels, (size_t)count * sizeof(int32_t));
             }
@@ -624,6 +791,7 @@ static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
     free(images);
     free(labels);
     free(idx);
+    free(reps);
 }
 
 START_TEST(test_loader_prefetch_is_bitwise_synchronous) {
@@ -645,6 +813,13 @@ START_TEST(test_loader_prefetch_is_bitwise_synchronous) {
     // batch partial
     learnable = dataset_learnable_create(130, L_SIDE, L_CLASSES, 5, 0);
     sampler_init(&s, learnable->size, 21, 2, 0, 1, 0, 4);  // global batch 42: 4 steps, the last partial
+    check_prefetch_matches_sync(learnable, &s);
+    sampler_free(&s);
+    dataset_close(learnable);
+    // repeated augmentation: 300 samples, 256 entries an epoch, global batch 20: 13 steps, the last partial
+    learnable = dataset_learnable_create(300, L_SIDE, L_CLASSES, 6, 0);
+    sampler_init(&s, learnable->size, 5, 2, 1, 2, 0, 6);
+    sampler_set_repeats(&s, 3);
     check_prefetch_matches_sync(learnable, &s);
     sampler_free(&s);
     dataset_close(learnable);
@@ -691,6 +866,7 @@ static Suite *data_suite(void) {
     tcase_add_test(sampler, test_sampler_resume_position);
     tcase_add_test(sampler, test_sampler_validation_shards);
     tcase_add_test(sampler, test_sampler_drop_last_takes_only_full_steps);
+    tcase_add_test(sampler, test_sampler_repeats_like_rasampler);
     suite_add_tcase(suite, sampler);
     TCase *generated = tcase_create("generated");
     tcase_add_test(generated, test_synthetic_is_a_function_of_seed_and_index);
@@ -701,6 +877,7 @@ static Suite *data_suite(void) {
     TCase *cifar = tcase_create("cifar10");
     tcase_add_test(cifar, test_cifar10_values_labels_nhwc);
     tcase_add_test(cifar, test_cifar10_augmentation_reproducible);
+    tcase_add_test(cifar, test_cifar10_trivial_augment_and_erasing);
     tcase_add_test(cifar, test_cifar10_truncated_file_is_an_error);
     tcase_add_test(cifar, test_cifar10_missing_file_is_an_error);
     suite_add_tcase(suite, cifar);

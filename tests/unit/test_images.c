@@ -1,6 +1,8 @@
 // test_images.c - the JPEG sources: decode (image_decode.h), torchvision's transforms (image_transform.h),
 // the shared image Dataset's replacement of bad samples (image_dataset.h), the ImageFolder source and its
-// file-list cache (imagefolder_list.h), the data.mean/std keys and --bench-data.
+// file-list cache (imagefolder_list.h), the data.mean/std keys, the training and validation sides and the
+// per-image augmentation after the crop (TrivialAugmentWide, erasing) through the factory and a run, and
+// --bench-data.
 //
 // Fixtures are JPEGs made here with TurboJPEG's compressor (image_fixtures.h). References are independent
 // of the code under test: source pixels (decode), torchvision's RandomResizedCrop algorithm re-implemented
@@ -22,6 +24,7 @@
 #include "data/data_rng.h"
 #include "data/dataset.h"
 #include "data/sources/image_dataset.h"
+#include "image/image_augment.h"
 #include "image/image_decode.h"
 #include "image/image_decode_region.h"
 #include "image/image_transform.h"
@@ -489,7 +492,7 @@ START_TEST(val_transform_matches_formula_within_one) {
             uint8_t *rgb = pattern ? fx_noise(W, H, k) : fx_pattern(W, H, 3, (int)k);
             DecodedImage img = image_of(rgb, W, H);
             uint8_t *out = malloc((size_t)side * side * 3);
-            image_transform_val(&img, side, out);
+            image_transform_val(&img, image_val_resize(side), side, out);
             int d = ref_max_diff(&img, (CropBox){0, 0, H, W}, out_w, out_h, win, out, 0);
             ck_assert_msg(d <= 1, "%dx%d -> %d (%s): off by %d", W, H, side, pattern ? "noise" : "pattern", d);
             free(out);
@@ -726,6 +729,99 @@ START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
     ck_assert_int_gt(image_dataset_skipped(ds), 0);  // not vacuous: 1.jpg was replaced
     dataset_close(ds);
     for (int k = 0; k < 3; k++) free(jpeg[k]);
+}
+END_TEST
+
+// folder_sides: train/ and val/ of classes a and b, patterned JPEGs of several sizes; returns the files'
+// bytes, train first (jpeg[k], len[k], k < 6 train, 6..9 val, in torchvision's order).
+static void make_sides_folder(uint8_t *jpeg[10], size_t len[10]) {
+    rm_rf("folder_sides");
+    const char *dirs[] = {"folder_sides/train/a", "folder_sides/train/b", "folder_sides/val/a", "folder_sides/val/b"};
+    for (int d = 0; d < 4; d++) mkdirs(dirs[d]);
+    char path[512];
+    for (int k = 0; k < 10; k++) {
+        int w = 90 + 13 * k, h = 140 - 9 * k, train = k < 6, j = train ? k : k - 6, per = train ? 3 : 2;
+        uint8_t *src = fx_pattern(w, h, 3, 30 + k);
+        jpeg[k] = fx_jpeg(src, w, h, 3, 92, TJSAMP_420, 0, &len[k]);
+        snprintf(path, sizeof path, "folder_sides/%s/%c/%d.jpg", train ? "train" : "val", j < per ? 'a' : 'b', j);
+        fx_write(path, jpeg[k], len[k]);
+        free(src);
+    }
+}
+
+// data.train_crop, data.val_resize and data.val_crop through the factory: validation images are
+// Resize(val_resize) + CenterCrop(val_crop) of the decoded file; training samples with data.auto_augment and
+// data.random_erase are the file's RandomResizedCrop at train_crop, then the op and box drawn after it from
+// the same stream (erased with the bytes nearest ImageNet's mean).
+START_TEST(image_sides_and_augmentation_through_the_factory) {
+    uint8_t *jpeg[10];
+    size_t len[10];
+    make_sides_folder(jpeg, len);
+    Config cfg;
+    const char *ov[] = {"data.source=imagefolder", "data.path=folder_sides", "data.train_crop=32", "data.val_resize=48",
+                        "data.val_crop=40", "data.auto_augment=ta_wide", "data.random_erase=0.7", NULL};
+    tu_config(&cfg, ov);
+    Dataset *train = NULL, *val = NULL;
+    char err[512] = "";
+    ck_assert_msg(dataset_open_train(&cfg.data, &cfg.model, 9, NULL, &train, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(dataset_open_val(&cfg.data, &cfg.model, 9, NULL, &val, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(train->side, 32);
+    ck_assert_int_eq(val->side, 40);
+    const uint8_t mean_bytes[3] = {124, 116, 104};
+    ck_assert_mem_eq(train->extra.erase_fill, mean_bytes, 3);
+    uint8_t got[40 * 40 * 3], want[40 * 40 * 3];
+    int32_t label;
+    for (int k = 0; k < 4; k++) {
+        dataset_get(val, k, got, &label, NULL);
+        DecodedImage full = decode_ok(jpeg[6 + k], len[6 + k]);
+        image_transform_val(&full, 48, 40, want);
+        ck_assert_msg(memcmp(got, want, sizeof want) == 0, "validation sample %d", k);
+        image_free(&full);
+    }
+    int erased = 0;
+    for (uint32_t n = 0; n < 24; n++) {
+        int k = (int)(n % 6);
+        Rng rng, copy;
+        data_rng_sample(&rng, 9, (int)n, 0, (uint32_t)k);
+        copy = rng;
+        dataset_get(train, k, got, &label, &rng);
+        DecodedImage full = decode_ok(jpeg[k], len[k]);
+        image_transform_train(&full, 32, CROP_SCALE_TORCHVISION, &copy, want);
+        AugmentDraw d = image_ta_wide_draw(&copy);
+        image_augment_op(want, 32, 32, d.op, image_ta_wide_magnitude(d), AUGMENT_NEAREST);
+        ImageRect box;
+        if (image_random_erase_draw(32, 32, 0.7, &copy, &box)) image_erase(want, 32, box, mean_bytes), erased++;
+        ck_assert_msg(memcmp(got, want, 32 * 32 * 3) == 0, "training sample %d, epoch %u (%s)", k, n,
+                      image_augment_op_name(d.op));
+        ck_assert_mem_eq(&rng, &copy, sizeof rng);
+        image_free(&full);
+    }
+    ck_assert_int_gt(erased, 6);
+    dataset_close(train);
+    dataset_close(val);
+    for (int k = 0; k < 10; k++) free(jpeg[k]);
+}
+END_TEST
+
+// A run trains at data.train_crop 32 and evaluates at data.val_crop 40 (resized to 48) with TrivialAugmentWide
+// (bilinear) and erasing, on both loaders' paths; --dry-run names both sides.
+START_TEST(run_trains_and_evaluates_at_their_own_sides) {
+    uint8_t *jpeg[10];
+    size_t len[10];
+    make_sides_folder(jpeg, len);
+    for (int k = 0; k < 10; k++) free(jpeg[k]);
+    char out[16384];
+    const char *run = AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+                      "data.path=folder_sides data.batch_size=3 data.workers=2 data.train_crop=32 data.val_resize=48 "
+                      "data.val_crop=40 data.auto_augment=ta_wide data.auto_augment_interpolation=bilinear "
+                      "data.random_erase=0.5 train.epochs=2 log.metrics= log.progress=never checkpoint.dir= 2>&1";
+    ck_assert_msg(tu_run_cli(run, out, sizeof out) == 0, "%s", out);
+    const char *eval = strstr(out, "eval  epoch 2");
+    ck_assert_msg(eval && strstr(eval, "(4 samples)"), "%s", out);
+    char dry[1024];
+    snprintf(dry, sizeof dry, "%s --dry-run", run);
+    ck_assert_msg(tu_run_cli(dry, out, sizeof out) == 0, "%s", out);
+    ck_assert_msg(strstr(out, "32x32 input (evaluation 40x40)"), "%s", out);
 }
 END_TEST
 
@@ -1246,6 +1342,8 @@ static Suite *images_suite(void) {
     tcase_add_test(folder, loader_jobs_decode_to_loader_pixels);
     tcase_add_test(folder, device_decode_trains_like_host_decode);
     tcase_add_test(folder, imagefolder_refuses_bad_layouts);
+    tcase_add_test(folder, image_sides_and_augmentation_through_the_factory);
+    tcase_add_test(folder, run_trains_and_evaluates_at_their_own_sides);
     tcase_add_test(folder, imagefolder_list_cache_is_read_back_and_rebuilt);
     tcase_add_test(folder, imagefolder_list_cache_waits_for_its_folder);
     tcase_add_test(folder, fresh_checkpoint_dir_gets_the_list_cache);

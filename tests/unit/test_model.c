@@ -1,5 +1,6 @@
 // test_model.c - the model on its own, CPU backend: the arena layout (no gradient buffer ever overlaps
-// a tensor backward still reads) and the gradients it gives, bitwise the same as without any reuse.
+// a tensor backward still reads) and the gradients it gives, bitwise the same as without any reuse; a view
+// at another side evaluating in the training arena, bitwise as a model built at that side.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -529,6 +530,86 @@ START_TEST(test_buffer_reuse_changes_no_gradient) {
 }
 END_TEST
 
+// ---- evaluation at another side ------------------------------------------------------------------------
+
+// Logits (n, classes) fp32 of an evaluation forward of batch b (host memory on the CPU backend).
+static float *eval_logits(Model *m, Activations *act, Backend *be, const uint8_t *images, const int32_t *labels, int n) {
+    PixelNorm norm = {{0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
+    size_t image = (size_t)m->cfg.image_size * m->cfg.image_size * 3;
+    memcpy(act->images, images, (size_t)n * image);
+    memcpy(act->labels, labels, (size_t)n * sizeof(int32_t));
+    ModelBatch b = {.images = act->images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm), .labels = act->labels,
+                    .n = n};
+    model_forward(m, act, be, &b, 0);
+    size_t count = (size_t)n * m->cfg.num_classes;
+    float *out = malloc(count * sizeof(float));
+    be->cast(be, out, DTYPE_F32, act->logits, m->act_dt, count);
+    return out;
+}
+
+// A model trained at 32 and evaluated by its view at 48, in the training arena made large enough: the same
+// logits as a model built at 48 with the same weights and running statistics, before and after a training
+// step at 32 has written the arena (so nothing of the training layout leaks into the evaluation).
+static void check_view_evaluates_like_a_model_at_its_side(const char *const *overrides, int amp) {
+    enum { N = 3, EVAL_SIDE = 48 };
+    Config cfg;
+    tu_config(&cfg, overrides);
+    Backend *be = cpu_backend_create();
+    Model train, view, at_side;
+    Activations act = {0}, view_act, side_act = {0};
+    model_init_shapes(&train, &cfg.model, amp);
+    model_alloc(&train, be, 7);
+    model_view_at_side(&view, &train, EVAL_SIDE);
+    act.reserve_bytes = activations_arena_bytes(&view, N);
+    activations_alloc(&act, &train, be, N);
+    ck_assert_uint_ge(act.arena_bytes, activations_arena_bytes(&train, N));
+    activations_share(&view_act, &view, N, &act);
+    ModelConfig big = cfg.model;
+    big.image_size = EVAL_SIDE;
+    model_init_shapes(&at_side, &big, amp);
+    model_alloc(&at_side, be, 7);  // the same seed: the same weights (they do not depend on the side)
+    activations_alloc(&side_act, &at_side, be, N);
+    size_t image = (size_t)EVAL_SIDE * EVAL_SIDE * 3;
+    uint8_t *images = malloc(N * image);
+    int32_t labels[N] = {1, 0, 2};
+    for (size_t i = 0; i < N * image; i++) images[i] = (uint8_t)(i * 2654435761u >> 11);
+    for (int round = 0; round < 2; round++) {
+        if (round == 1) {  // a training step at 32 through the shared arena, its statistics copied across
+            size_t small = (size_t)32 * 32 * 3;
+            for (size_t i = 0; i < N * small; i++) act.images[i] = (uint8_t)(i * 40503u >> 7);
+            memcpy(act.labels, labels, sizeof labels);
+            PixelNorm norm = {{0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
+            ModelBatch b = {.images = act.images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm),
+                            .labels = act.labels, .n = N};
+            model_forward(&train, &act, be, &b, 1);
+            model_loss(&train, &act, be, &b, NULL, 1.0f / N);
+            model_backward(&train, &act, be, &b, 0, NULL, NULL);
+            memcpy(at_side.running, train.running, train.stats_numel * sizeof(float));
+        }
+        float *a = eval_logits(&view, &view_act, be, images, labels, N);
+        float *b = eval_logits(&at_side, &side_act, be, images, labels, N);
+        ck_assert_mem_eq(a, b, (size_t)N * cfg.model.num_classes * sizeof(float));
+        for (int i = 0; i < N * cfg.model.num_classes; i++) ck_assert(isfinite(a[i]));
+        free(a);
+        free(b);
+    }
+    free(images);
+    activations_free(&view_act, be);
+    activations_free(&side_act, be);
+    activations_free(&act, be);
+    model_view_free(&view);
+    model_free(&at_side, be);
+    model_free(&train, be);
+    be->destroy(be);
+}
+
+START_TEST(test_view_at_another_side_evaluates_like_a_model_built_there) {
+    const char *uneven[] = {UNEVEN_MODEL, NULL};
+    check_view_evaluates_like_a_model_at_its_side(uneven, 0);
+    check_view_evaluates_like_a_model_at_its_side(uneven, 1);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("model");
     TCase *tc = tcase_create("model");
@@ -540,6 +621,7 @@ int main(void) {
     tcase_add_test(tc, test_every_op_of_a_step_was_prepared);
     tcase_add_test(tc, test_weights_drawn_beside_the_choices_are_model_allocs);
     tcase_add_test(tc, test_fused_block_ends_change_no_gradient);
+    tcase_add_test(tc, test_view_at_another_side_evaluates_like_a_model_built_there);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 1);
 }

@@ -23,6 +23,7 @@ typedef struct ImageSet {
     atomic_long skipped;           // calls of `get` that handed out a replacement
     atomic_uchar *named;           // (size) 1 once sample i's failure was logged by this process
     CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
+    int resize;                    // Resize's shorter side before CenterCrop (validation, or augment off)
 } ImageSet;
 
 // Names sample `index` in the log, the first time it fails in this process only. The rank that read it
@@ -83,7 +84,7 @@ static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int
     }
     *job = (ImageJob){bytes, len, at, width, height,
                       rng ? image_train_geometry(image_train_crop_draw(width, height, s->crop, rng), ds->side)
-                          : image_val_geometry(width, height, ds->side)};
+                          : image_val_geometry(width, height, s->resize, ds->side)};
     return 0;
 }
 
@@ -139,6 +140,7 @@ Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augme
     ImageSet *s = xcalloc(1, sizeof *s);
     s->src = src;
     s->crop = CROP_SCALE_TORCHVISION;
+    s->resize = image_val_resize(side);
     atomic_init(&s->skipped, 0);
     s->named = xcalloc((size_t)src->size, sizeof *s->named);
     Dataset *ds = xcalloc(1, sizeof *ds);
@@ -160,6 +162,12 @@ void image_dataset_set_crop_scale(Dataset *ds, CropScale scale) {
     AMP_ASSERT(scale.min > 0 && scale.min <= scale.max && scale.max <= 1, "crop scale (%g, %g) outside 0 < min <= max <= 1",
                scale.min, scale.max);
     ((ImageSet *)ds->impl)->crop = scale;
+}
+
+void image_dataset_set_resize(Dataset *ds, int resize) {
+    AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
+    AMP_ASSERT(resize >= ds->side, "resize %d below the crop %d", resize, ds->side);
+    ((ImageSet *)ds->impl)->resize = resize;
 }
 
 long image_dataset_skipped(const Dataset *ds) {

@@ -3,7 +3,7 @@
 //
 // Training split with data.augment: RandomResizedCrop + horizontal flip from the sample's rng (keyed
 // (seed, epoch, index), so the same images, crops and flips on any rank count); otherwise (validation,
-// or augment off) Resize + CenterCrop. A sample that cannot be read or decoded is counted, named once in
+// or augment off) Resize + CenterCrop (image_dataset_set_resize). A sample that cannot be read or decoded is counted, named once in
 // the log by the rank that read it, and replaced by the next readable index (i+1, i+2, ... mod size)
 // with that sample's label and the original sample's rng: deterministic, so every rank and thread
 // agrees, and the run never stops for it. Only a split where no sample at all decodes ends the run (exit 1).
@@ -56,10 +56,14 @@ void image_dataset_job(const Dataset *ds, int index, Rng *rng, ImageJob *job, in
 void image_dataset_replace(const Dataset *ds, int index, const ImageJob *failed, Rng *rng, const char *why,
                            uint8_t *img, int32_t *label);
 
-// Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
 // RandomResizedCrop's scale range for this dataset's training transform (default torchvision's (0.08, 1));
 // set once, after creation, before any `get`.
 void image_dataset_set_crop_scale(Dataset *ds, CropScale scale);
+// The Resize of the shorter side before CenterCrop(side) (default image_val_resize(side)); at least side; set
+// once, after creation, before any `get`.
+void image_dataset_set_resize(Dataset *ds, int resize);
+
+// Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
 long image_dataset_skipped(const Dataset *ds);
 
 // The source behind an image dataset (for --bench-data's decode-only rate), or NULL for other datasets.
