@@ -23,8 +23,9 @@ int tu_run_cli(const char *args, char *output, size_t cap);
 int tu_run_shell(const char *command, char *output, size_t cap);
 
 // Copies the safetensors file src to dst tensor by tensor, with the metadata keys an amptrain checkpoint
-// has (train/checkpoint.h). edit (NULL: none) may change each tensor's shape and data (dtype: a StDtype)
-// before it is written; meta (NULL: none) is NULL-terminated "key", "value" pairs that replace values.
+// has (checkpoint/checkpoint_meta.h; the writer adds a data_checksum of the copy). edit (NULL: none) may
+// change each tensor's shape and data (dtype: a StDtype) before it is written; meta (NULL: none) is
+// NULL-terminated "key", "value" pairs that replace values.
 typedef void (*TuTensorEdit)(const char *name, int dtype, int64_t *shape, void *data, void *ctx);
 void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta);
 
