@@ -281,8 +281,8 @@ static int agree_config(Comm *comm, const Config *cfg) {
 }
 
 // The start-up checks a start and --dry-run share (run_folder.h): the folder's lock (rank 0), checkpoint.resume
-// auto resolved (every rank in its own checkpoint.dir, then agreed), a fresh start's claim on the folder and
-// the outputs' paths (rank 0). run_cfg: cfg with checkpoint.resume resolved.
+// auto resolved (every rank in its own checkpoint.dir, then agreed), the outputs' paths and a fresh start's
+// claim on the folder (rank 0). run_cfg: cfg with checkpoint.resume resolved.
 static int check_start(const Config *cfg, Comm *comm, int dry_run, Config *run_cfg) {
     char err[AGREE_MESSAGE_MAX] = "";
     *run_cfg = *cfg;
@@ -304,9 +304,9 @@ static int check_start(const Config *cfg, Comm *comm, int dry_run, Config *run_c
                      emptied ? " is emptied)" : "");
     }
     if (comm->rank == 0) {
-        if (!automatic && !run_cfg->checkpoint.resume[0] && !cfg->checkpoint.overwrite)
+        rc = run_folder_check_paths(cfg, run_cfg->checkpoint.resume, err, sizeof err);
+        if (rc == 0 && !automatic && !run_cfg->checkpoint.resume[0] && !cfg->checkpoint.overwrite)
             rc = run_folder_check_fresh(cfg, err, sizeof err);
-        if (rc == 0) rc = run_folder_check_paths(cfg, run_cfg->checkpoint.resume, err, sizeof err);
     }
     return agree_startup(comm, rc, err);
 }

@@ -232,11 +232,15 @@ static int load_checked(const char *path, const Model *m, const CheckpointRun *r
         log_warn("%s was written with %ld ranks x batch %ld x accum_steps %ld; this run's global batch does not "
                  "divide the %ld samples done in epoch %ld, so it continues at the start of epoch %d",
                  path, meta->world, meta->batch, meta->accum, meta->samples_done, meta->epoch, out->epoch);
-    else if (meta->world != s->world || meta->batch != s->batch || meta->accum != s->accum)
+    else if (meta->world != s->world || meta->batch != s->batch || meta->accum != s->accum) {
+        long now = (long)s->world * s->batch * s->accum, then = meta->world * meta->batch * meta->accum;
+        char steps[96];
+        snprintf(steps, sizeof steps, now == then ? "the same %ld samples per step" : "%ld samples per step instead "
+                 "of %ld", now, then);
         log_warn("%s was written with %ld ranks x batch %ld x accum_steps %ld, this run has %d x %d x %d: the sample "
-                 "order continues exactly, and each step from here takes %ld samples instead of %ld",
-                 path, meta->world, meta->batch, meta->accum, s->world, s->batch, s->accum,
-                 (long)s->world * s->batch * s->accum, meta->world * meta->batch * meta->accum);
+                 "order continues exactly, with %s", path, meta->world, meta->batch, meta->accum, s->world, s->batch,
+                 s->accum, steps);
+    }
     out->scaler = resume_scaler(path, meta, m, &run->cfg->amp);
     rc = 0;
 done:

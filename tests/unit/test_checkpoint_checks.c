@@ -238,8 +238,8 @@ START_TEST(resume_with_another_batch_size_ends_with_the_epochs) {
                                 "checkpoint.resume=ckpt_epoch/last.safetensors", out, sizeof out), 0);
     ck_assert_msg(strstr(out, "resumed from ckpt_epoch/last.safetensors at epoch 1, step 8"), "%s", out);
     ck_assert_msg(strstr(out, "ckpt_epoch/last.safetensors was written with 1 ranks x batch 32 x accum_steps 1, this "
-                              "run has 1 x 16 x 1: the sample order continues exactly, and each step from here takes "
-                              "16 samples instead of 32"), "%s", out);
+                              "run has 1 x 16 x 1: the sample order continues exactly, with 16 samples per step "
+                              "instead of 32"), "%s", out);
     ck_assert_msg(strstr(out, "summary: 24 steps, epoch 2"), "%s", out);
 
     ck_assert_int_eq(tu_run_cli(QUICK " train.steps=3 checkpoint.dir=ckpt_mid", out, sizeof out), 0);
