@@ -123,6 +123,19 @@ const char *tu_write_file(const char *path, const char *text) {
     return path;
 }
 
+char *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *bytes = xcalloc((size_t)n + 1, 1);
+    ck_assert_uint_eq(fread(bytes, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return bytes;
+}
+
 // This binary's own path, for starting its scenarios.
 static const char *tu_self_path(void) {
     static char path[4096];

@@ -31,6 +31,9 @@ void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, voi
 
 // Writes text to a file (overwrites); returns the path for convenience.
 const char *tu_write_file(const char *path, const char *text);
+// The whole file, malloc'd with a NUL after it (free it), its size in *len (may be NULL); NULL when it
+// cannot be opened.
+char *tu_read_file(const char *path, size_t *len);
 
 // Removes the MPI launcher's variables (OMPI_*, PMIX_*, PMI_*, MV2_*) from the environment: a test that
 // runs inside a launch of its own and starts a nested mpiexec (or a process that must run single) would

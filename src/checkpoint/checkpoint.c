@@ -2,9 +2,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +14,6 @@
 #include "dist/agree.h"
 #include "train/outputs.h"
 #include "checkpoint/safetensors.h"
-
-#define CHECKPOINT_FORMAT "amptrain-checkpoint-1"
 
 // The model's shape as one string, so a checkpoint for another model is refused by name.
 static void model_signature(const Model *m, char *out, size_t n) {

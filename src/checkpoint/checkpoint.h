@@ -22,6 +22,9 @@
 #include "train/trainer.h"
 
 #define CHECKPOINT_MOMENTUM_PREFIX "amptrain.momentum."
+// The metadata `format` of every version of the file; this one writes and reads version 1.
+#define CHECKPOINT_FORMAT_PREFIX "amptrain-checkpoint-"
+#define CHECKPOINT_FORMAT CHECKPOINT_FORMAT_PREFIX "1"
 
 int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len);
 // Restores weights, momentum, BN statistics, scaler state and the data position. Refuses (1, one line in

@@ -12,10 +12,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "core/log.h"
-
-#define CHECKPOINT_FORMAT_PREFIX "amptrain-checkpoint-"
 
 // ---- the lock ------------------------------------------------------------------------------------------
 

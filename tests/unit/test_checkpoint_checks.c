@@ -159,22 +159,10 @@ static long data_start(const unsigned char *bytes) {
     return 8 + (long)n;
 }
 
-static unsigned char *slurp(const char *path, long *len) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    *len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *bytes = malloc((size_t)*len);
-    ck_assert_uint_eq(fread(bytes, 1, (size_t)*len, f), (size_t)*len);
-    fclose(f);
-    return bytes;
-}
-
-static void spill(const char *path, const unsigned char *bytes, long len) {
+static void spill(const char *path, const unsigned char *bytes, size_t len) {
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(bytes, 1, (size_t)len, f), (size_t)len);
+    ck_assert_uint_eq(fwrite(bytes, 1, len, f), len);
     fclose(f);
 }
 
@@ -197,8 +185,9 @@ static void hide_key(unsigned char *bytes, const char *key) {
 // amptrain's) still resumes, with a warning for each.
 START_TEST(checksum_refuses_a_flipped_bit) {
     make_good_checkpoint();
-    long len;
-    unsigned char *bytes = slurp(GOOD, &len);
+    size_t len;
+    unsigned char *bytes = (unsigned char *)tu_read_file(GOOD, &len);
+    ck_assert_ptr_nonnull(bytes);
     long start = data_start(bytes);
     bytes[start + 1] ^= 0x01;  // conv1.weight[0]'s second byte: a mantissa bit
     spill("flipped.safetensors", bytes, len);
@@ -213,6 +202,18 @@ START_TEST(checksum_refuses_a_flipped_bit) {
                               "load unchecked"), "%s", out);
     ck_assert_msg(strstr(out, "older.safetensors records no identity of its data"), "%s", out);
     ck_assert_msg(strstr(out, "summary: 4 steps"), "%s", out);
+}
+END_TEST
+
+// A checkpoint of another model: refused by the run and by --dry-run alike (which used to say nothing).
+START_TEST(another_model_is_refused_by_the_dry_run_too) {
+    make_good_checkpoint();
+    for (int dry = 0; dry < 2; dry++) {
+        int rc = tu_run_cli(dry ? QUICK " model.planes=8 checkpoint.resume=" GOOD " --dry-run"
+                                : QUICK " model.planes=8 checkpoint.resume=" GOOD, out, sizeof out);
+        ck_assert_msg(rc == 2 && strstr(out, GOOD ": checkpoint is for model 'layers=1,1,1,1 cardinality=4 base_width=16 "
+                                             "planes=16 classes=10', this run builds '"), "exit %d: %s", rc, out);
+    }
 }
 END_TEST
 
@@ -278,6 +279,7 @@ static Suite *checkpoint_checks_suite(void) {
     tcase_add_test(tc, resume_at_the_end_has_nothing_to_do);
     tcase_add_test(tc, checksum_refuses_a_flipped_bit);
     tcase_add_test(tc, static_scale_is_the_configs);
+    tcase_add_test(tc, another_model_is_refused_by_the_dry_run_too);
     tcase_add_test(tc, refused_resume_keeps_the_metrics_file);
     tcase_add_test(tc, resume_with_another_batch_size_ends_with_the_epochs);
     suite_add_tcase(s, tc);

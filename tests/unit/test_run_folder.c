@@ -36,15 +36,8 @@ static void assert_said(const char *text) { ck_assert_msg(strstr(out, text) != N
 
 // The whole file as a string (malloc'd), "" when it does not exist.
 static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return strdup("");
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc((size_t)n + 1, 1);
-    ck_assert_uint_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    return text;
+    char *text = tu_read_file(path, NULL);
+    return text ? text : strdup("");
 }
 
 static int count_lines(const char *path, const char *prefix) {
