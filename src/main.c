@@ -5,7 +5,8 @@
 //             1 runtime failure (a library call failed, a peer rank died, no GPU when cuda was asked for,
 //               the metrics file could not be written),
 //             2 usage or configuration error (nothing was written): also data, a resume file or an output
-//               folder found unusable at start-up, and ranks given different configs.
+//               folder found unusable at start-up, a run folder another run holds or an earlier run's
+//               files a fresh start would replace (run_folder.h), and ranks given different configs.
 // Start-up is agreed over ranks (dist/agree.h): every rank loads the config and keeps its message, then
 // each stage (config, same config, backend, data, resume, outputs) ends with every rank knowing whether
 // any failed, so all exit together with the failing rank's message.
