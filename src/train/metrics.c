@@ -37,6 +37,7 @@ static int cut_partial_line(int fd, const char *path, char *err, size_t err_len)
     char last;
     if (fstat(fd, &st) != 0 || st.st_size == 0 || pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n') return 0;
     off_t keep = end_of_last_line(fd, st.st_size);
+    if (keep == st.st_size) return 0;
     size_t len = (size_t)(st.st_size - keep);
     char *tail = xcalloc(len, 1), partial[PATH_MAX + 16];
     snprintf(partial, sizeof partial, "%s.partial", path);
