@@ -238,14 +238,15 @@ def last_json_line(text, key):
 
 def read_metrics(path, prog):
     """amptrain's metrics file (log.metrics): {"steps": [step records], "evals": [eval records],
-    "summary": the last {"summary": true} record or None}. A line that is not a JSON object is a
-    UsageError naming the file and line, except an unfinished last line of a run still writing it."""
+    "summary": the last {"summary": true} record or None, "headers": the {"header": true} record each start
+    writes first}. A line that is not a JSON object is a UsageError naming the file and line, except an
+    unfinished last line of a run still writing it."""
     try:
         with open(path) as f:
             text = f.read()
     except OSError as e:
         raise UsageError(f"cannot read metrics file '{path}': {e.strerror}")
-    run = {"steps": [], "evals": [], "summary": None}
+    run = {"steps": [], "evals": [], "summary": None, "headers": []}
     lines = text.split("\n")
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -256,14 +257,16 @@ def read_metrics(path, prog):
                 print(f"{prog}: {path}:{number}: unfinished last line left out", file=sys.stderr)
                 break
             raise UsageError(f"{path}:{number}: not a JSON object: {line[:80]}")
-        if obj.get("summary"):
+        if obj.get("header"):
+            run["headers"].append(obj)
+        elif obj.get("summary"):
             run["summary"] = obj
         elif obj.get("eval"):
             run["evals"].append(obj)
         elif "step" in obj:
             run["steps"].append(obj)
         else:
-            raise UsageError(f"{path}:{number}: neither a step, an eval nor a summary record: {line[:80]}")
+            raise UsageError(f"{path}:{number}: neither a header, a step, an eval nor a summary record: {line[:80]}")
     if not run["steps"] and run["summary"] is None:
         raise UsageError(f"{path}: no step records (is it an amptrain log.metrics file?)")
     return run

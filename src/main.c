@@ -5,7 +5,8 @@
 //             1 runtime failure (a library call failed, a peer rank died, no GPU when cuda was asked for,
 //               the metrics file could not be written),
 //             2 usage or configuration error (nothing was written): also data, a resume file or an output
-//               folder found unusable at start-up, and ranks given different configs.
+//               folder found unusable at start-up, a run folder another run holds or an earlier run's
+//               files a fresh start would replace (run_folder.h), and ranks given different configs.
 // Start-up is agreed over ranks (dist/agree.h): every rank loads the config and keeps its message, then
 // each stage (config, same config, backend, data, resume, outputs) ends with every rank knowing whether
 // any failed, so all exit together with the failing rank's message.
@@ -14,10 +15,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include "checkpoint/checkpoint.h"
 #include "core/backend.h"
 #include "core/check.h"
 #include "config/config.h"
+#include "core/digest.h"
 #include "core/log.h"
 #include "data/bench_data.h"
 #include "data/dataset.h"
@@ -29,7 +34,7 @@
 #include "model/resnext.h"
 #include "train/bench.h"
 #include "train/outputs.h"
-#include "checkpoint/safetensors.h"
+#include "train/run_folder.h"
 #include "train/trainer.h"
 
 static const char usage_text[] =
@@ -49,8 +54,9 @@ static const char usage_text[] =
     "  -h, --help          this text\n"
     "  --version           print the version and the backends this build has\n"
     "  --print-config      print the merged, validated config as YAML and exit\n"
-    "  --dry-run           validate, check the data, resume file and output folders (leaving nothing behind),\n"
-    "                      print parameters, multiply-adds and memory; no training\n"
+    "  --dry-run           validate, check the data, the resume file (loaded as a start would) and the output\n"
+    "                      folders (leaving nothing behind), print parameters, multiply-adds and memory; no\n"
+    "                      training; exits 2 where a start would\n"
     "  --bench             benchmark: warm-up, then median step time, images/s and peak memory as one JSON\n"
     "                      line (synthetic data resident on the device, like bench/torch_baseline.py)\n"
     "  --bench-data        the input pipeline alone: the loader's data.workers threads (0: as training would\n"
@@ -68,6 +74,8 @@ static const char usage_text[] =
     "  amptrain configs/seed_resnext50.yaml amp.enabled=false\n"
     "  mpirun -np 2 amptrain configs/resnext50_32x4d_imagenet.yaml --bench\n"
     "  amptrain configs/tiny.yaml checkpoint.resume=runs/tiny/last.safetensors\n"
+    "  amptrain configs/tiny.yaml checkpoint.resume=auto   # continue runs/tiny if it holds a checkpoint, else start\n"
+    "  amptrain configs/tiny.yaml checkpoint.overwrite=true   # start over in runs/tiny\n"
     "  tools/fashion-mnist data/fashion-mnist && amptrain configs/fashion_mnist.yaml   # a real dataset\n"
     "\n"
     "signals: SIGTERM, SIGINT or SIGUSR1 finish the step, write a checkpoint and exit 0; under Open MPI's\n"
@@ -278,20 +286,49 @@ static int agree_config(Comm *comm, const Config *cfg) {
     return rc;
 }
 
-// --dry-run: the data and the resume file open (every rank), the outputs can be written (rank 0: made,
-// probed, then removed again), then the description. Nothing is left on disk (so no file-list cache).
+// The start-up checks a start and --dry-run share (run_folder.h): the folder's lock (rank 0), checkpoint.resume
+// auto resolved (every rank in its own checkpoint.dir, then agreed), the outputs' paths and a fresh start's
+// claim on the folder (rank 0). run_cfg: cfg with checkpoint.resume resolved.
+static int check_start(const Config *cfg, Comm *comm, int dry_run, Config *run_cfg) {
+    char err[AGREE_MESSAGE_MAX] = "";
+    *run_cfg = *cfg;
+    int rc = comm->rank == 0 ? run_folder_lock(cfg->checkpoint.dir, dry_run, err, sizeof err) : 0;
+    if ((rc = agree_startup(comm, rc, err)) != 0) return rc;
+    const int automatic = !strcmp(cfg->checkpoint.resume, "auto");
+    if (automatic) {
+        char *resume = run_cfg->checkpoint.resume;
+        run_folder_find_resume(cfg->checkpoint.dir, resume, sizeof run_cfg->checkpoint.resume);
+        rc = agree_same(comm, "the checkpoints checkpoint.resume auto chose", 1, (const char *[]){"checkpoint"},
+                        (const char *[]){resume[0] ? resume : "none (a fresh start)"});
+        if (rc != 0) return rc;
+        struct stat st;
+        const char *metrics = cfg->log.metrics;
+        const int emptied = stat(metrics, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+        if (!resume[0])
+            log_info("checkpoint.resume auto: no checkpoint to resume in %s, so a fresh start%s%s%s",
+                     cfg->checkpoint.dir, emptied ? " (log.metrics " : "", emptied ? metrics : "",
+                     emptied ? " is emptied)" : "");
+    }
+    if (comm->rank == 0) {
+        rc = run_folder_check_paths(cfg, run_cfg->checkpoint.resume, err, sizeof err);
+        if (rc == 0 && !automatic && !run_cfg->checkpoint.resume[0] && !cfg->checkpoint.overwrite)
+            rc = run_folder_check_fresh(cfg, err, sizeof err);
+    }
+    return agree_startup(comm, rc, err);
+}
+
+// --dry-run, after check_start: the data opens and the resume file loads and passes every check of a start
+// (every rank), the outputs can be written (rank 0: made, probed, then removed again), then the description.
+// Nothing is left on disk (so no file-list cache).
 static int dry_run(const Config *cfg, Comm *comm) {
     char err[AGREE_MESSAGE_MAX] = "";
     Dataset *train = NULL, *val = NULL;
     int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, NULL, &train, err, sizeof err);
     if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, NULL, &val, err, sizeof err);
+    if (rc == 0 && cfg->checkpoint.resume[0])
+        rc = checkpoint_check(cfg->checkpoint.resume, cfg, train, comm->size, comm->rank, err, sizeof err) ? 2 : 0;
     if (train) dataset_close(train);
     if (val) dataset_close(val);
-    if (rc == 0 && cfg->checkpoint.resume[0]) {
-        SafetensorsFile *f = st_open(cfg->checkpoint.resume, err, sizeof err);
-        rc = f ? 0 : 2;
-        if (f) st_close(f);
-    }
     if (rc == 0 && comm->rank == 0) rc = outputs_prepare(cfg, 1, err, sizeof err);
     rc = agree_startup(comm, rc, err);
     if (rc == 0 && comm->rank == 0) print_dry_run(cfg);
@@ -334,8 +371,53 @@ static void print_summary(Trainer *t, const Config *cfg) {
         .graph_steps = t->graph.replayed});
 }
 
+// The run has started (rank 0): checkpoint.dir keeps the merged config (run_folder.h) and the metrics file
+// gets the start's header record, whose config_hash is the digest of that text.
+static void begin_run(Trainer *t, const Config *cfg) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    AMP_ASSERT(f, "out of host memory printing the config");
+    config_print(cfg, f);
+    fclose(f);
+    run_folder_begin(cfg, text);
+    Digest d;
+    digest_init(&d);
+    digest_add(&d, text, len);
+    char hash[17], host[256] = "?";
+    digest_hex(digest_end(&d), hash);
+    free(text);
+    gethostname(host, sizeof host - 1);
+    metrics_header(&t->log.metrics, &(HeaderRecord){.version = AMPTRAIN_VERSION, .host = host, .world = t->comm->size,
+                                                .config_hash = hash, .start_step = t->step,
+                                                .resumed_from = t->cfg->checkpoint.resume});
+}
+
+// The training run from a checked start: cfg as given, run_cfg with checkpoint.resume resolved. A resume at
+// or past the run's end has nothing to train: it says so and ends (0) without a summary or a checkpoint.
+static int train(const Config *cfg, const Config *run_cfg, Backend *be, Comm *comm, Comm *grad_comm) {
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    // Open MPI's mpirun turns SIGTERM into an abort (exit 1 whatever the ranks do) but forwards
+    // SIGUSR1 to every rank: the stop signal to send mpirun (launch/amptrain-mpirun does).
+    sigaction(SIGUSR1, &sa, NULL);
+    Trainer t;
+    int rc = trainer_init(&t, run_cfg, be, comm, grad_comm);
+    if (rc == 0 && t.step >= t.total_steps) {
+        log_info("nothing to do: checkpoint at step %ld, run ends at step %ld", t.step, t.total_steps);
+    } else if (rc == 0) {
+        if (comm->rank == 0) begin_run(&t, cfg);
+        rc = trainer_run(&t, &stop_requested);
+        if (rc == 0 && comm->rank == 0) print_summary(&t, run_cfg);
+    }
+    trainer_free(&t);
+    return rc;
+}
+
 // The backend and the gradient communicator, agreed over ranks, then the benchmark or the training.
-static int run(const Cli *cli, const Config *cfg, Comm *comm) {
+static int run(const Cli *cli, const Config *cfg, const Config *run_cfg, Comm *comm) {
     char why[AGREE_MESSAGE_MAX] = "";
     Backend *be = select_backend(cfg, comm, why, sizeof why);
     int rc = agree_startup(comm, be ? 0 : 1, why);
@@ -349,22 +431,7 @@ static int run(const Cli *cli, const Config *cfg, Comm *comm) {
     if (rc == 0) {
         log_info("amptrain %s: %d rank%s, backend %s, gradients over %s, %s", AMPTRAIN_VERSION, comm->size,
                  comm->size > 1 ? "s" : "", be->name, grad_comm->name, cfg->amp.enabled ? "AMP (fp16)" : "fp32");
-        if (cli->bench) {
-            rc = bench_run(cfg, be, comm, grad_comm, &cli->bench_opt);
-        } else {
-            struct sigaction sa = {.sa_handler = on_stop_signal};
-            sigemptyset(&sa.sa_mask);
-            sigaction(SIGTERM, &sa, NULL);
-            sigaction(SIGINT, &sa, NULL);
-            // Open MPI's mpirun turns SIGTERM into an abort (exit 1 whatever the ranks do) but forwards
-            // SIGUSR1 to every rank: the stop signal to send mpirun (launch/amptrain-mpirun does).
-            sigaction(SIGUSR1, &sa, NULL);
-            Trainer t;
-            rc = trainer_init(&t, cfg, be, comm, grad_comm);
-            if (rc == 0) rc = trainer_run(&t, &stop_requested);
-            if (rc == 0 && comm->rank == 0) print_summary(&t, cfg);
-            trainer_free(&t);
-        }
+        rc = cli->bench ? bench_run(cfg, be, comm, grad_comm, &cli->bench_opt) : train(cfg, run_cfg, be, comm, grad_comm);
     }
     if (grad_comm && grad_comm != comm) grad_comm->destroy(grad_comm);
     if (be) be->destroy(be);
@@ -396,8 +463,13 @@ int main(int argc, char **argv) {
     Comm *comm = comm_init(&argc, &argv, cfg.dist.timeout_s);
     rc = agree_startup(comm, rc ? 2 : 0, message);
     if (rc == 0) rc = agree_config(comm, &cfg);
+    // --bench and --bench-data write nothing into the run's folder: only a training start (or its dry run)
+    // is checked against it.
+    static Config run_cfg;
+    run_cfg = cfg;
+    if (rc == 0 && !cli.bench && !cli.bench_data) rc = check_start(&cfg, comm, cli.dry_run, &run_cfg);
     if (rc == 0 && cli.bench_data) rc = bench_data(&cfg, comm, cli.bench_opt.steps);
-    else if (rc == 0) rc = cli.dry_run ? dry_run(&cfg, comm) : run(&cli, &cfg, comm);
+    else if (rc == 0) rc = cli.dry_run ? dry_run(&run_cfg, comm) : run(&cli, &cfg, &run_cfg, comm);
     comm->destroy(comm);
     comm_finalize();
     return rc;

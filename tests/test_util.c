@@ -87,9 +87,9 @@ int tu_run_shell(const char *cmd, char *output, size_t cap) {
 }
 
 void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta) {
-    static const char *const keys[] = {"format", "model", "arch", "amp", "scale", "growth_count", "skipped_total",
-                                       "step", "epoch", "samples_done", "seed", "world_size", "batch_size",
-                                       "accum_steps"};
+    static const char *const keys[] = {"format", "model", "arch", "amp", "dynamic_scale", "scale", "growth_count",
+                                       "skipped_total", "step", "epoch", "samples_done", "seed", "world_size",
+                                       "batch_size", "accum_steps", "dataset", "train_samples", "dataset_digest"};
     char err[1024];
     SafetensorsFile *f = st_open(src, err, sizeof err);
     ck_assert_msg(f != NULL, "%s", err);
@@ -121,6 +121,19 @@ const char *tu_write_file(const char *path, const char *text) {
     fputs(text, f);
     fclose(f);
     return path;
+}
+
+char *tu_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *bytes = xcalloc((size_t)n + 1, 1);
+    ck_assert_uint_eq(fread(bytes, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    if (len) *len = (size_t)n;
+    return bytes;
 }
 
 // This binary's own path, for starting its scenarios.

@@ -23,13 +23,17 @@ int tu_run_cli(const char *args, char *output, size_t cap);
 int tu_run_shell(const char *command, char *output, size_t cap);
 
 // Copies the safetensors file src to dst tensor by tensor, with the metadata keys an amptrain checkpoint
-// has (checkpoint/checkpoint.h). edit (NULL: none) may change each tensor's shape and data (dtype: a StDtype)
-// before it is written; meta (NULL: none) is NULL-terminated "key", "value" pairs that replace values.
+// has (checkpoint/checkpoint_meta.h; the writer adds a data_checksum of the copy). edit (NULL: none) may
+// change each tensor's shape and data (dtype: a StDtype) before it is written; meta (NULL: none) is
+// NULL-terminated "key", "value" pairs that replace values.
 typedef void (*TuTensorEdit)(const char *name, int dtype, int64_t *shape, void *data, void *ctx);
 void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta);
 
 // Writes text to a file (overwrites); returns the path for convenience.
 const char *tu_write_file(const char *path, const char *text);
+// The whole file, malloc'd with a NUL after it (free it), its size in *len (may be NULL); NULL when it
+// cannot be opened.
+char *tu_read_file(const char *path, size_t *len);
 
 // Removes the MPI launcher's variables (OMPI_*, PMIX_*, PMI_*, MV2_*) from the environment: a test that
 // runs inside a launch of its own and starts a nested mpiexec (or a process that must run single) would

@@ -2,32 +2,18 @@
 
 #include <errno.h>
 #include <inttypes.h>
-#include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/checkpoint_meta.h"
 #include "core/check.h"
+#include "core/digest.h"
 #include "core/log.h"
 #include "dist/agree.h"
 #include "train/outputs.h"
 #include "checkpoint/safetensors.h"
-
-#define CHECKPOINT_FORMAT "amptrain-checkpoint-1"
-
-static void meta_long(SafetensorsWriter *w, const char *key, long value) {
-    char text[32];
-    snprintf(text, sizeof text, "%ld", value);
-    st_writer_set_meta(w, key, text);
-}
-
-static void meta_double(SafetensorsWriter *w, const char *key, double value) {
-    char text[48];
-    snprintf(text, sizeof text, "%.17g", value);
-    st_writer_set_meta(w, key, text);
-}
 
 // The model's shape as one string, so a checkpoint for another model is refused by name.
 static void model_signature(const Model *m, char *out, size_t n) {
@@ -85,45 +71,18 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
     st_writer_set_meta(w, "format", CHECKPOINT_FORMAT);
     st_writer_set_meta(w, "model", signature);
     st_writer_set_meta(w, "arch", m->cfg.arch);
-    meta_long(w, "amp", m->amp);
-    meta_double(w, "scale", scaler.scale);
-    meta_long(w, "growth_count", scaler.growth_count);
-    meta_long(w, "skipped_total", scaler.skipped_total);
-    meta_long(w, "step", t->step);
-    meta_long(w, "epoch", t->epoch);
-    meta_long(w, "samples_done", sampler_samples_before(&t->sampler, t->step_in_epoch));
-    meta_long(w, "seed", t->cfg->train.seed);
-    meta_long(w, "world_size", t->comm->size);
-    meta_long(w, "batch_size", t->cfg->data.batch_size);
-    meta_long(w, "accum_steps", t->cfg->train.accum_steps);
+    const Config *cfg = t->cfg;
+    CheckpointMeta meta = {
+        .step = t->step, .epoch = t->epoch, .samples_done = sampler_samples_before(&t->sampler, t->step_in_epoch),
+        .amp = m->amp, .dynamic = cfg->amp.dynamic, .scale = scaler.scale, .growth_count = scaler.growth_count,
+        .skipped_total = scaler.skipped_total, .seed = cfg->train.seed, .world = t->comm->size,
+        .batch = cfg->data.batch_size, .accum = cfg->train.accum_steps, .train_samples = t->train_set->size};
+    snprintf(meta.dataset, sizeof meta.dataset, "%s", t->train_set->name);
+    dataset_digest(t->train_set, meta.dataset_digest);
+    checkpoint_meta_write(w, &meta);
     int rc = st_writer_commit(w, err, err_len);
     free(torch_order), free(master), free(momentum), free(stats);
     return rc;
-}
-
-static int meta_get_long(const SafetensorsFile *f, const char *path, const char *key, long *out, char *err,
-                         size_t err_len) {
-    const char *text = st_meta(f, key);
-    char *end;
-    if (text) {
-        errno = 0;
-        *out = strtol(text, &end, 10);
-        if (errno == 0 && end != text && *end == 0) return 0;
-    }
-    snprintf(err, err_len, "%s: checkpoint metadata '%s' is %s", path, key, text ? "not an integer" : "missing");
-    return 1;
-}
-
-static int meta_get_double(const SafetensorsFile *f, const char *path, const char *key, double *out, char *err,
-                           size_t err_len) {
-    const char *text = st_meta(f, key);
-    char *end;
-    if (text) {
-        *out = strtod(text, &end);
-        if (end != text && *end == 0) return 0;
-    }
-    snprintf(err, err_len, "%s: checkpoint metadata '%s' is %s", path, key, text ? "not a number" : "missing");
-    return 1;
 }
 
 // A tensor the run would train on must hold finite numbers: one NaN in a weight, a momentum or a BN
@@ -194,85 +153,52 @@ done:
     return rc;
 }
 
-// The run's position and the scaler as the checkpoint's metadata gives them.
-typedef struct ResumeMeta {
-    long step, epoch, samples_done, amp, growth_count, skipped_total, world, batch, accum;
-    double scale;
-} ResumeMeta;
+// A checkpoint read and judged, in host memory, before it changes anything.
+typedef struct Loaded {
+    float *master, *momentum, *stats;  // (padded_numel), (padded_numel), (stats_numel) fp32, our layout
+    int64_t tracked;
+    CheckpointMeta meta;
+    ScalerState scaler;                // what the run's scaler starts from
+    int epoch, step_in_epoch;          // where the run continues, in its own sampler's steps
+} Loaded;
 
-static int read_meta(const SafetensorsFile *f, ResumeMeta *r, char *err, size_t err_len) {
-    const char *path = st_path(f);
-    const struct {
-        const char *key;
-        long *out;
-    } longs[] = {{"step", &r->step},           {"epoch", &r->epoch},
-                 {"samples_done", &r->samples_done}, {"amp", &r->amp},
-                 {"growth_count", &r->growth_count}, {"skipped_total", &r->skipped_total},
-                 {"world_size", &r->world},    {"batch_size", &r->batch},
-                 {"accum_steps", &r->accum}};
-    for (size_t i = 0; i < sizeof longs / sizeof longs[0]; i++)
-        if (meta_get_long(f, path, longs[i].key, longs[i].out, err, err_len)) return 1;
-    return meta_get_double(f, path, "scale", &r->scale, err, err_len);
+static void loaded_free(Loaded *l) { free(l->master), free(l->momentum), free(l->stats); }
+
+// The scaler the run starts from. A static scale (amp.dynamic false) is the config's amp.init_scale
+// whatever the file says: the user chose it; a warning says when the file's differs.
+static ScalerState resume_scaler(const char *path, const CheckpointMeta *meta, const Model *m, const AmpConfig *amp) {
+    ScalerState st = {.scale = (float)meta->scale, .growth_count = (int32_t)meta->growth_count,
+                      .skipped_total = (int32_t)meta->skipped_total};
+    if (!m->amp) {
+        st.scale = 1.0f;  // fp32 run: no scaling, whatever the checkpoint used
+    } else if (!meta->amp) {
+        st.scale = (float)amp->init_scale;  // an fp32 checkpoint continued under AMP starts fresh
+        st.growth_count = 0;
+    } else if (!amp->dynamic) {
+        if ((float)amp->init_scale != st.scale)
+            log_warn("%s: amp.dynamic is false, so the loss scale is amp.init_scale %g, not the checkpoint's %g",
+                     path, amp->init_scale, meta->scale);
+        st.scale = (float)amp->init_scale;
+        st.growth_count = 0;
+    } else if (meta->dynamic == 0) {
+        log_warn("%s: the checkpoint's loss scale %g was static (amp.dynamic false); dynamic scaling starts from it",
+                 path, meta->scale);
+    }
+    return st;
 }
 
-static int fail_meta(const SafetensorsFile *f, char *err, size_t err_len, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail_meta(const SafetensorsFile *f, char *err, size_t err_len, const char *fmt, ...) {
-    int used = snprintf(err, err_len, "%s: checkpoint metadata ", st_path(f));
-    if (used < 0 || (size_t)used >= err_len) return 1;
-    va_list args;
-    va_start(args, fmt);
-    vsnprintf(err + used, err_len - (size_t)used, fmt, args);
-    va_end(args);
-    return 1;
-}
-
-// Counters that no run writes: negative, beyond their epoch, more skipped or clean steps than steps,
-// a loss scale that is no positive normal fp32 number, a position past the end of this run's epochs.
-// step >= epoch (+1 mid-epoch) is all that holds across resumes with other global batches.
-static int check_meta(const SafetensorsFile *f, const ResumeMeta *r, const Trainer *t, char *err, size_t err_len) {
-    const struct {
-        const char *key;
-        long value;
-    } counts[] = {{"world_size", r->world}, {"batch_size", r->batch}, {"accum_steps", r->accum}};
-    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-        if (counts[i].value < 1) return fail_meta(f, err, err_len, "'%s' is %ld: must be at least 1", counts[i].key, counts[i].value);
-    if (r->amp != 0 && r->amp != 1) return fail_meta(f, err, err_len, "'amp' is %ld: must be 0 or 1", r->amp);
-    if (r->step < 0 || r->epoch < 0 || r->samples_done < 0 || r->epoch > INT_MAX)
-        return fail_meta(f, err, err_len, "step %ld, epoch %ld, samples_done %ld: counters must not be negative",
-                         r->step, r->epoch, r->samples_done);
-    if (r->samples_done >= t->sampler.size)
-        return fail_meta(f, err, err_len, "'samples_done' is %ld, beyond the epoch of %d samples (did data.train_size "
-                         "or the data change?)", r->samples_done, t->sampler.size);
-    if (r->step < r->epoch + (r->samples_done > 0))
-        return fail_meta(f, err, err_len, "step %ld is too few for epoch %ld and samples_done %ld (every epoch "
-                         "begun takes a step)", r->step, r->epoch, r->samples_done);
-    if (r->growth_count < 0 || r->growth_count > r->step || r->growth_count > INT32_MAX ||
-        r->skipped_total < 0 || r->skipped_total > r->step || r->skipped_total > INT32_MAX)
-        return fail_meta(f, err, err_len, "growth_count %ld, skipped_total %ld: each must be in [0, step %ld]",
-                         r->growth_count, r->skipped_total, r->step);
-    float scale = (float)r->scale;
-    if (!(r->scale > 0) || !isnormal(scale))
-        return fail_meta(f, err, err_len, "'scale' is %g: the loss scale must be a finite, positive, normal fp32 "
-                         "number", r->scale);
-    int epochs = t->cfg->train.epochs;
-    if (r->epoch > epochs || (r->epoch == epochs && r->samples_done > 0))
-        return fail_meta(f, err, err_len, "epoch %ld (+%ld samples) is past the end of train.epochs %d: raise "
-                         "train.epochs to train on", r->epoch, r->samples_done, epochs);
-    return 0;
-}
-
-int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
-    Model *m = &t->model;
-    Backend *be = t->be;
+// Reads and checks everything the run would take from path: the model's tensors, momentum, the metadata
+// against `run`. 0 with *out filled (loaded_free), or 1 with one line in err and nothing allocated.
+static int load_checked(const char *path, const Model *m, const CheckpointRun *run, Loaded *out, char *err,
+                        size_t err_len) {
+    memset(out, 0, sizeof *out);
     SafetensorsFile *f = st_open(path, err, err_len);
     if (!f) return 1;
     int rc = 1;
     size_t np = m->params.padded_numel;
-    float *master = xcalloc(np, sizeof(float)), *momentum = xcalloc(np, sizeof(float));
-    float *stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float)), *scratch = xcalloc(np, sizeof(float));
-    ResumeMeta meta;
+    out->master = xcalloc(np, sizeof(float)), out->momentum = xcalloc(np, sizeof(float));
+    out->stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float));
+    float *scratch = xcalloc(np, sizeof(float));
     char signature[256];
     model_signature(m, signature, sizeof signature);
     const char *format = st_meta(f, "format"), *model = st_meta(f, "model");
@@ -284,75 +210,101 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
         snprintf(err, err_len, "%s: checkpoint is for model '%s', this run builds '%s'", path, model ? model : "?", signature);
         goto done;
     }
-    if (read_meta(f, &meta, err, err_len) || check_meta(f, &meta, t, err, err_len)) goto done;
-    int64_t tracked = 0;
-    if (checkpoint_read_model(f, m, master, stats, &tracked, err, err_len)) goto done;
+    int checked = st_load_checked(f, err, err_len);
+    if (checked < 0) goto done;
+    if (checked == 1) log_warn("%s has no data checksum (an older amptrain wrote it): its tensors load unchecked", path);
+    CheckpointMeta *meta = &out->meta;
+    if (checkpoint_meta_read(f, meta, err, err_len) || checkpoint_meta_check(f, meta, run, err, err_len)) goto done;
+    if (checkpoint_read_model(f, m, out->master, out->stats, &out->tracked, err, err_len)) goto done;
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.items[i];
         char name[PARAM_NAME_MAX + 32];
         snprintf(name, sizeof name, CHECKPOINT_MOMENTUM_PREFIX "%s", p->name);
-        if (read_param(f, p, name, scratch, momentum + p->offset, err, err_len)) goto done;
+        if (read_param(f, p, name, scratch, out->momentum + p->offset, err, err_len)) goto done;
     }
-    int resume_epoch, resume_step;
-    if (!sampler_resume(&t->sampler, (int)meta.epoch, meta.samples_done, &resume_epoch, &resume_step))
+    const Sampler *s = run->sampler;
+    int exact = sampler_resume(s, (int)meta->epoch, meta->samples_done, &out->epoch, &out->step_in_epoch);
+    if (!exact)
         log_warn("%s was written with %ld ranks x batch %ld x accum_steps %ld; this run's global batch does not "
                  "divide the %ld samples done in epoch %ld, so it continues at the start of epoch %d",
-                 path, meta.world, meta.batch, meta.accum, meta.samples_done, meta.epoch, resume_epoch);
-    // Everything checked: now change the run.
-    be->to_device(be, m->master, master, np * sizeof(float));
-    be->to_device(be, t->opt.momentum, momentum, np * sizeof(float));
-    be->to_device(be, m->running, stats, m->stats_numel * sizeof(float));
-    model_refresh_compute(m, be);
-    m->num_batches_tracked = tracked;
-    ScalerState st = {.scale = (float)meta.scale, .growth_count = (int32_t)meta.growth_count,
-                      .skipped_total = (int32_t)meta.skipped_total};
-    if (!m->amp) {
-        st.scale = 1.0f;  // fp32 run: no scaling, whatever the checkpoint used
-    } else if (!meta.amp) {
-        st.scale = (float)t->cfg->amp.init_scale;  // an fp32 checkpoint continued under AMP starts fresh
-        st.growth_count = 0;
+                 path, meta->world, meta->batch, meta->accum, meta->samples_done, meta->epoch, out->epoch);
+    else if (meta->world != s->world || meta->batch != s->batch || meta->accum != s->accum) {
+        long now = (long)s->world * s->batch * s->accum, then = meta->world * meta->batch * meta->accum;
+        char steps[96];
+        snprintf(steps, sizeof steps, now == then ? "the same %ld samples per step" : "%ld samples per step instead "
+                 "of %ld", now, then);
+        log_warn("%s was written with %ld ranks x batch %ld x accum_steps %ld, this run has %d x %d x %d: the sample "
+                 "order continues exactly, with %s", path, meta->world, meta->batch, meta->accum, s->world, s->batch,
+                 s->accum, steps);
     }
-    scaler_write(&t->scaler, be, &st);
-    t->step = meta.step;
-    t->epoch = resume_epoch;
-    t->step_in_epoch = resume_step;
+    out->scaler = resume_scaler(path, meta, m, &run->cfg->amp);
     rc = 0;
 done:
-    free(master), free(momentum), free(stats), free(scratch);
+    free(scratch);
+    if (rc) loaded_free(out);
     st_close(f);
     return rc;
 }
 
-// FNV-1a over bytes, continuing from h.
-static uint64_t digest_bytes(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return h;
+int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
+    Model *m = &t->model;
+    Backend *be = t->be;
+    Loaded l;
+    CheckpointRun run = {.cfg = t->cfg, .train = t->train_set, .sampler = &t->sampler};
+    if (load_checked(path, m, &run, &l, err, err_len)) return 1;
+    size_t np = m->params.padded_numel;
+    be->to_device(be, m->master, l.master, np * sizeof(float));
+    be->to_device(be, t->opt.momentum, l.momentum, np * sizeof(float));
+    be->to_device(be, m->running, l.stats, m->stats_numel * sizeof(float));
+    model_refresh_compute(m, be);
+    m->num_batches_tracked = l.tracked;
+    scaler_write(&t->scaler, be, &l.scaler);
+    t->step = l.meta.step;
+    t->epoch = l.epoch;
+    t->step_in_epoch = l.step_in_epoch;
+    loaded_free(&l);
+    return 0;
 }
 
-// The digest of one backend buffer of n floats.
-static uint64_t digest_device(uint64_t h, Backend *be, const float *device, size_t n) {
+int checkpoint_check(const char *path, const Config *cfg, const Dataset *train, int world, int rank, char *err,
+                     size_t err_len) {
+    Model m;
+    model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
+    Sampler s;
+    sampler_init(&s, train->size, cfg->data.batch_size, world, rank, cfg->train.accum_steps, cfg->data.drop_last,
+                 cfg->train.seed);
+    CheckpointRun run = {.cfg = cfg, .train = train, .sampler = &s};
+    Loaded l;
+    int rc = load_checked(path, &m, &run, &l, err, err_len);
+    if (rc == 0) loaded_free(&l);
+    sampler_free(&s);
+    model_free(&m, NULL);
+    return rc;
+}
+
+// Feeds one backend buffer of n floats to the digest.
+static void digest_device(Digest *d, Backend *be, const float *device, size_t n) {
     float *host = xcalloc(n ? n : 1, sizeof(float));
     be->to_host(be, host, device, n * sizeof(float));
-    h = digest_bytes(h, host, n * sizeof(float));
+    digest_add(d, host, n * sizeof(float));
     free(host);
-    return h;
 }
 
 int checkpoint_agree_resumed(Trainer *t) {
     Model *m = &t->model;
     ScalerState st = scaler_read(&t->scaler, t->be);
-    uint64_t h = 0xcbf29ce484222325ull;
-    h = digest_device(h, t->be, m->master, m->params.padded_numel);
-    h = digest_device(h, t->be, t->opt.momentum, m->params.padded_numel);
-    h = digest_device(h, t->be, m->running, m->stats_numel);
+    Digest d;
+    digest_init(&d);
+    digest_device(&d, t->be, m->master, m->params.padded_numel);
+    digest_device(&d, t->be, t->opt.momentum, m->params.padded_numel);
+    digest_device(&d, t->be, m->running, m->stats_numel);
     char values[6][32];
     snprintf(values[0], sizeof values[0], "%ld", t->step);
     snprintf(values[1], sizeof values[1], "%d", t->epoch);
     snprintf(values[2], sizeof values[2], "%d", t->step_in_epoch);
     snprintf(values[3], sizeof values[3], "%.9g", st.scale);
     snprintf(values[4], sizeof values[4], "%d/%d", st.growth_count, st.skipped_total);
-    snprintf(values[5], sizeof values[5], "%016" PRIx64, h);
+    digest_hex(digest_end(&d), values[5]);
     const char *names[] = {"step", "epoch", "step of the epoch", "scale", "growth_count/skipped_total",
                            "the digest of weights, momentum and BN statistics"};
     const char *list[] = {values[0], values[1], values[2], values[3], values[4], values[5]};

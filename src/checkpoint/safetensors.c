@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/digest.h"
 #include "config/yaml_tree.h"
 
 // Tensor bytes go to disk as they lie in memory, and the format is little-endian.
@@ -309,7 +310,18 @@ static int directory_sync(const char *path, char *err, size_t err_len) {
     return ok;
 }
 
+// The digest of the data region as it will be written: the tensors end to end, in order.
+static void writer_set_checksum(SafetensorsWriter *w) {
+    Digest d;
+    digest_init(&d);
+    for (size_t i = 0; i < w->count; i++) digest_add(&d, w->tensors[i].data, w->tensors[i].nbytes);
+    char hex[17];
+    digest_hex(digest_end(&d), hex);
+    st_writer_set_meta(w, ST_CHECKSUM_KEY, hex);
+}
+
 int st_writer_commit(SafetensorsWriter *w, char *err, size_t err_len) {
+    writer_set_checksum(w);
     int ok = writer_write_temp(w, err, err_len);
     if (ok && rename(w->temp_path, w->final_path) != 0) {
         fail(err, err_len, "%s: rename from '%s' failed: %s", w->final_path, w->temp_path, strerror(errno));
@@ -338,6 +350,7 @@ struct SafetensorsFile {
     const StTensor **by_name; // sorted by name, for st_find
     char **meta_keys, **meta_values;
     size_t meta_count;
+    uint8_t *data;            // st_load_checked's copy of the data region (data_len bytes), or NULL
 };
 
 void st_close(SafetensorsFile *f) {
@@ -352,6 +365,7 @@ void st_close(SafetensorsFile *f) {
     free(f->by_name);
     free(f->meta_keys);
     free(f->meta_values);
+    free(f->data);
     free(f->path);
     free(f);
 }
@@ -652,6 +666,10 @@ int st_read(SafetensorsFile *f, const char *name, StDtype dtype, int ndim, const
         return -1;
     }
     if (t->nbytes == 0) return 0;
+    if (f->data) {
+        memcpy(dst, f->data + t->data_begin, t->nbytes);
+        return 0;
+    }
     if (fseeko(f->file, (off_t)(f->data_start + t->data_begin), SEEK_SET) != 0 ||
         fread(dst, 1, t->nbytes, f->file) != t->nbytes) {
         fail(err, err_len, "%s: tensor '%s': cannot read %" PRIu64 " bytes: %s", f->path, name, t->nbytes,
@@ -660,4 +678,30 @@ int st_read(SafetensorsFile *f, const char *name, StDtype dtype, int ndim, const
         return -1;
     }
     return 0;
+}
+
+int st_load_checked(SafetensorsFile *f, char *err, size_t err_len) {
+    if (!f->data) {
+        uint8_t *data = xcalloc(f->data_len ? f->data_len : 1, 1);
+        if (fseeko(f->file, (off_t)f->data_start, SEEK_SET) != 0 ||
+            fread(data, 1, f->data_len, f->file) != f->data_len) {
+            fail(err, err_len, "%s: cannot read its %" PRIu64 " bytes of tensor data: %s", f->path, f->data_len,
+                 ferror(f->file) ? strerror(errno) : "file shrank since it was opened");
+            clearerr(f->file);
+            free(data);
+            return -1;
+        }
+        f->data = data;
+    }
+    const char *want = st_meta(f, ST_CHECKSUM_KEY);
+    if (!want) return 1;
+    Digest d;
+    digest_init(&d);
+    digest_add(&d, f->data, f->data_len);
+    char got[17];
+    digest_hex(digest_end(&d), got);
+    if (strcmp(got, want) == 0) return 0;
+    fail(err, err_len, "%s: the tensor data's checksum is %s, its metadata says %s: the file is damaged or was "
+         "overwritten while it was read", f->path, got, want);
+    return -1;
 }

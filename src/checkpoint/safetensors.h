@@ -7,7 +7,8 @@
 // tile it exactly: contiguous, no overlap, no gap. Tensor data is little-endian and row-major.
 //
 // Writing is atomic: everything goes to "PATH.tmp.<pid>", which is fsynced and renamed onto PATH, and
-// the directory is fsynced, so a crash leaves either the old checkpoint or the new one.
+// the directory is fsynced, so a crash leaves either the old checkpoint or the new one. Every file
+// written carries ST_CHECKSUM_KEY in its metadata: the digest (core/digest.h) of the data region.
 // Reading validates the whole header against the file's size before any tensor data is read.
 #ifndef AMPTRAIN_SAFETENSORS_H
 #define AMPTRAIN_SAFETENSORS_H
@@ -43,6 +44,10 @@ void st_writer_add(SafetensorsWriter *w, const char *name, StDtype dtype, int nd
                    const void *data);
 void st_writer_add_copy(SafetensorsWriter *w, const char *name, StDtype dtype, int ndim,
                         const int64_t *shape, const void *data);
+
+// The metadata key of the data region's digest (core/digest.h: 64-bit FNV-1a over little-endian words,
+// as 16 hex digits). st_writer_commit sets it; a value set by the caller is replaced.
+#define ST_CHECKSUM_KEY "data_checksum"
 
 // Sets a "__metadata__" entry (strings, copied); setting a key again replaces its value.
 void st_writer_set_meta(SafetensorsWriter *w, const char *key, const char *value);
@@ -89,6 +94,13 @@ const StTensor *st_find(const SafetensorsFile *f, const char *name);
 // ("... tensor 'fc.weight' is F32 [10, 512], expected F32 [1000, 2048]"), or a read error.
 int st_read(SafetensorsFile *f, const char *name, StDtype dtype, int ndim, const int64_t *shape, void *dst,
             char *err, size_t err_len);
+
+// Reads the whole data region into memory and compares its digest with ST_CHECKSUM_KEY; from then on
+// st_read copies from that copy, so what was checked is what loads, even when the file is rewritten in
+// place meanwhile. Returns 0 when they agree, 1 when the file has no checksum (the data is read, not
+// checked), or -1 with one line in err: a read error, or a checksum that differs (a damaged file, or
+// one overwritten while it was read).
+int st_load_checked(SafetensorsFile *f, char *err, size_t err_len);
 
 // The "__metadata__" value for key, or NULL.
 const char *st_meta(const SafetensorsFile *f, const char *key);

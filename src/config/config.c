@@ -687,6 +687,13 @@ static int check_checkpoint(const Loader *L) {
     if (k->every > 0 && !k->dir[0])
         return fail_at(L, where_set(L, "checkpoint", "every"),
                        "checkpoint.every: needs checkpoint.dir (where the checkpoints go)");
+    if (!strcmp(k->resume, "auto") && !k->dir[0])
+        return fail_at(L, where_set(L, "checkpoint", "resume"),
+                       "checkpoint.resume: auto needs checkpoint.dir (the folder it looks in)");
+    if (k->overwrite && k->resume[0])
+        return fail_at(L, where_set(L, "checkpoint", "overwrite"),
+                       "checkpoint.overwrite: true starts over, checkpoint.resume '%s' continues a run: set one of them",
+                       k->resume);
     return 0;
 }
 

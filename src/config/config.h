@@ -83,7 +83,9 @@ typedef struct LogConfig {
 typedef struct CheckpointConfig {
     char dir[CONFIG_PATH_MAX];     // where checkpoints go ("" : none)
     int every;                     // steps between checkpoints (0: only at the end)
-    char resume[CONFIG_PATH_MAX];  // checkpoint file to resume from ("" : fresh start)
+    char resume[CONFIG_PATH_MAX];  // checkpoint file to resume from ("" : fresh start; "auto": the newest
+                                   // valid one in dir, or a fresh start when there is none)
+    int overwrite;                 // a fresh start may replace an earlier run's files in dir and log.metrics
 } CheckpointConfig;
 
 typedef struct DistConfig {

@@ -155,7 +155,11 @@ const ConfigKey config_keys[] = {
     {"checkpoint", "every", CK_INT, AT(checkpoint.every), AT_LEAST(0), {0},
      "steps between checkpoints (0: only at the end)"},
     {"checkpoint", "resume", CK_STRING, AT_STR(checkpoint.resume), NONE, {0},
-     "checkpoint file to resume from (\"\": fresh start)"},
+     "checkpoint file to resume from (\"\": fresh start; auto: the newest valid checkpoint in checkpoint.dir, "
+     "last.safetensors first, or a fresh start when there is none)"},
+    {"checkpoint", "overwrite", CK_BOOL, AT(checkpoint.overwrite), NONE, {0},
+     "a fresh start may replace an earlier run in checkpoint.dir and log.metrics (its checkpoints are "
+     "removed, the metrics file emptied); false: such a start is refused"},
     // ---- dist ----
     {"dist", "bucket_mb", CK_FLOAT, AT(dist.bucket_mb), ABOVE(0), {0}, "gradient bucket size in MiB"},
     {"dist", "first_bucket_mb", CK_FLOAT, AT(dist.first_bucket_mb), ABOVE(0), {0},

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/check.h"
+#include "core/digest.h"
 #include "core/log.h"
 #include "data/sources/image_dataset.h"
 #include "image/image_decode.h"
@@ -25,6 +26,16 @@ void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng
 }
 
 size_t dataset_image_bytes(const Dataset *ds) { return (size_t)ds->side * ds->side * 3; }
+
+void dataset_digest(const Dataset *ds, char out[17]) {
+    Digest d;
+    digest_init(&d);
+    digest_add_string(&d, ds->name);
+    const int64_t fields[] = {ds->size, ds->side, ds->classes};
+    digest_add(&d, fields, sizeof fields);
+    digest_add(&d, &ds->list_digest, sizeof ds->list_digest);
+    digest_hex(digest_end(&d), out);
+}
 
 // Repetition `repetition` of sample index's augmentation numbers in epoch (dataset_get_batch).
 static Rng sample_rng(const Dataset *ds, int epoch, int repetition, int index) {

@@ -50,6 +50,10 @@ struct Dataset {
     int augment;        // 1: `get` draws crop/flip from its rng (cifar10 training split only)
     PixelNorm norm;     // the normalisation of these bytes (torchvision's Normalize on [0, 1] pixels)
     ImageAugment extra; // with augment: what dataset_get applies after `get` (all off unless the factory sets it)
+    // What the samples are beyond the fields above, set at open (core/digest.h): cifar10 the records read;
+    // imagefolder every file's path under the split folder and its label; webdataset every shard's name
+    // and each sample's offset, size and label; 0 for synthetic and learnable (seed and size make them).
+    uint64_t list_digest;
 
     // img (side, side, 3) u8; *label int32. rng: this sample's augmentation numbers
     // (data_rng_sample(rng, seed, epoch, repetition, index), see dataset_get_batch); NULL or augment == 0:
@@ -113,6 +117,11 @@ void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed
 // that is not JPEGs).
 // Returns -1 with one line in err[err_cap] when data.decode is device and be has no decoder.
 int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *err, size_t err_cap);
+
+// The identity of the samples, for a checkpoint to record and a resume to compare: the digest of name,
+// size, side, classes and list_digest as 16 hex digits (17 bytes with the NUL). The seed is not in it: a
+// checkpoint records that by itself.
+void dataset_digest(const Dataset *ds, char out[17]);
 
 // Bytes in one image: side * side * 3.
 size_t dataset_image_bytes(const Dataset *ds);

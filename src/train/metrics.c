@@ -1,12 +1,83 @@
 #include "train/metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "core/check.h"
 #include "core/clock.h"
+#include "core/log.h"
+#include "train/outputs.h"
+
+// The offset just past the last newline of the file's first `size` bytes (0: none).
+static off_t end_of_last_line(int fd, off_t size) {
+    char chunk[4096];
+    for (off_t end = size; end > 0;) {
+        off_t begin = end > (off_t)sizeof chunk ? end - (off_t)sizeof chunk : 0;
+        ssize_t n = pread(fd, chunk, (size_t)(end - begin), begin);
+        if (n <= 0) return size;  // unreadable: leave the file as it is
+        for (ssize_t i = n - 1; i >= 0; i--)
+            if (chunk[i] == '\n') return begin + i + 1;
+        end = begin;
+    }
+    return 0;
+}
+
+// A last line without its newline (a run killed mid-write, a full disk) goes to <path>.partial and is cut
+// off, so the next record starts a line of its own. 0, or 2 with one line in err.
+static int cut_partial_line(int fd, const char *path, char *err, size_t err_len) {
+    struct stat st;
+    char last;
+    if (fstat(fd, &st) != 0 || st.st_size == 0 || pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n') return 0;
+    off_t keep = end_of_last_line(fd, st.st_size);
+    if (keep == st.st_size) return 0;
+    size_t len = (size_t)(st.st_size - keep);
+    char *tail = xcalloc(len, 1), partial[PATH_MAX + 16];
+    snprintf(partial, sizeof partial, "%s.partial", path);
+    FILE *f = pread(fd, tail, len, keep) == (ssize_t)len ? fopen(partial, "w") : NULL;
+    int ok = f && fwrite(tail, 1, len, f) == len;
+    if (f && fclose(f) != 0) ok = 0;
+    free(tail);
+    if (!ok || ftruncate(fd, keep) != 0) {
+        snprintf(err, err_len, "log.metrics: cannot move the unfinished last line of '%s' to '%s': %s", path, partial,
+                 strerror(errno));
+        return 2;
+    }
+    log_warn("log.metrics: the last line of %s was cut short (%zu bytes without a newline, a run that died while "
+             "writing it): moved to %s", path, len, partial);
+    return 0;
+}
+
+// log.metrics opened for appending and locked; a regular file emptied (fresh) or its partial line cut
+// (append). Devices (/dev/null) are opened as they are. 0, or 2 with one line in err.
+static int open_metrics_file(Metrics *mt, const char *path, int append, char *err, size_t err_len) {
+    struct stat st;
+    int device = stat(path, &st) == 0 && !S_ISREG(st.st_mode);
+    int fd = open(path, device ? O_WRONLY | O_CLOEXEC : O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        snprintf(err, err_len, "log.metrics: cannot write '%s': %s", path, strerror(errno));
+        return 2;
+    }
+    int rc = device ? 0 : outputs_lock_metrics(fd, path, err, err_len);
+    if (rc == 0 && !device && !append && ftruncate(fd, 0) != 0) {
+        snprintf(err, err_len, "log.metrics: cannot empty '%s': %s", path, strerror(errno));
+        rc = 2;
+    }
+    if (rc == 0 && !device && append) rc = cut_partial_line(fd, path, err, err_len);
+    if (rc == 0 && !(mt->jsonl = fdopen(fd, "a"))) {
+        snprintf(err, err_len, "log.metrics: cannot write '%s': %s", path, strerror(errno));
+        rc = 2;
+    }
+    if (rc != 0) close(fd);
+    return rc;
+}
 
 int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps, int append,
                  char *err, size_t err_len) {
@@ -17,11 +88,7 @@ int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, lo
     mt->path = log->metrics;
     if (!mt->active) return 0;
     mt->bar = strcmp(log->progress, "always") == 0 || (strcmp(log->progress, "auto") == 0 && world_size == 1 && isatty(STDOUT_FILENO));
-    if (log->metrics[0] && !(mt->jsonl = fopen(log->metrics, append ? "a" : "w"))) {
-        snprintf(err, err_len, "log.metrics: cannot write '%s': %s", log->metrics, strerror(errno));
-        return 2;
-    }
-    return 0;
+    return log->metrics[0] ? open_metrics_file(mt, log->metrics, append, err, err_len) : 0;
 }
 
 static void end_bar(Metrics *mt) {
@@ -34,7 +101,7 @@ static void end_bar(Metrics *mt) {
 // One JSON-lines record. JSON has no NaN or infinity: such a number is written as null, and the record
 // ends with "not_finite":{"key":"nan",...} saying which value it was and why it is missing.
 typedef struct Text {
-    char s[1024];
+    char s[4096];  // a header's two paths, escaped, fit
     size_t len;
 } Text;
 
@@ -57,6 +124,17 @@ static void record_null(Record *r, const char *key, const char *why) {
     text_add(&r->not_finite, "%s\"%s\":\"%s\"", r->not_finite.len ? "," : "", key, why);
 }
 
+// A JSON string: quotes, backslashes and control bytes escaped.
+static void text_add_string(Text *t, const char *s) {
+    text_add(t, "\"");
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
+        if (*c == '"' || *c == '\\') text_add(t, "\\%c", *c);
+        else if (*c < 0x20) text_add(t, "\\u%04x", *c);
+        else text_add(t, "%c", *c);
+    }
+    text_add(t, "\"");
+}
+
 static void record_number(Record *r, const char *key, double v) {
     if (isfinite(v))
         text_add(&r->body, ",\"%s\":%.6g", key, v);
@@ -68,6 +146,9 @@ static void record_number(Record *r, const char *key, double v) {
 // at once, and nothing more is written: metrics_failed tells the loop to stop.
 static void record_write(Metrics *mt, Record *r) {
     if (mt->failed) return;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    text_add(&r->body, ",\"time\":%.3f", (double)now.tv_sec + now.tv_nsec * 1e-9);
     if (r->not_finite.len) text_add(&r->body, ",\"not_finite\":{%s}", r->not_finite.s);
     text_add(&r->body, "}\n");
     errno = 0;
@@ -85,6 +166,20 @@ int metrics_failed(const Metrics *mt) { return mt->failed != 0; }
 static void format_eta(double seconds, char *out, size_t n) {
     long s = seconds > 0 ? (long)(seconds + 0.5) : 0;
     snprintf(out, n, "%02ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
+}
+
+void metrics_header(Metrics *mt, const HeaderRecord *r) {
+    if (!mt->active || !mt->jsonl) return;
+    Record rec = {0};
+    text_add(&rec.body, "{\"header\":true,\"version\":");
+    text_add_string(&rec.body, r->version);
+    text_add(&rec.body, ",\"host\":");
+    text_add_string(&rec.body, r->host);
+    text_add(&rec.body, ",\"world_size\":%d,\"config_hash\":", r->world);
+    text_add_string(&rec.body, r->config_hash);
+    text_add(&rec.body, ",\"start_step\":%ld,\"resumed_from\":", r->start_step);
+    text_add_string(&rec.body, r->resumed_from);
+    record_write(mt, &rec);
 }
 
 void metrics_step(Metrics *mt, const StepRecord *r) {

@@ -53,6 +53,16 @@ typedef struct SummaryRecord {
     long graph_steps;       // steps replayed from the CUDA graph
 } SummaryRecord;
 
+// The first record of each start ({"header":true,...}): a resumed run appends one where it continues.
+typedef struct HeaderRecord {
+    const char *version;      // AMPTRAIN_VERSION
+    const char *host;         // rank 0's host name
+    int world;                // ranks
+    const char *config_hash;  // the digest of checkpoint.dir/config.yaml's text (core/digest.h), 16 hex digits
+    long start_step;          // steps done before this start (0 fresh, the checkpoint's on a resume)
+    const char *resumed_from; // the checkpoint resumed, "" on a fresh start
+} HeaderRecord;
+
 typedef struct Metrics {
     FILE *jsonl;         // NULL: no metrics file
     const char *path;    // log.metrics, for messages
@@ -64,13 +74,18 @@ typedef struct Metrics {
     int bar_drawn;       // a bar line is on screen (end it before printing other lines)
 } Metrics;
 
-// path "" : no file. The folder must exist (outputs_prepare made and probed it). append: a resumed run
-// continues the file of the run it resumes (records after the checkpoint's step, written by the run
-// that died, stay: a reader takes the last record of each step). Returns 0, or 2 with one line in err.
+// path "" : no file. The folder must exist (outputs_prepare made and probed it). The file stays locked
+// (flock) while it is open: a second run writing it is refused (2). append: a resumed run continues the
+// file of the run it resumes (records after the checkpoint's step, written by the run that died, stay: a
+// reader takes the last record of each step); a last line without its newline (a run killed mid-write,
+// a full disk) is moved to <path>.partial first, so the next record starts a line of its own. Otherwise
+// the file is emptied. Returns 0, or 2 with one line in err.
 // progress "auto" draws a bar only for a single process on a terminal: mpirun hands its ranks a
 // pseudo-terminal even when its own output goes to a file.
 int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, long total_steps, int append,
                  char *err, size_t err_len);
+// Every record carries "time": the wall clock (Unix seconds, to the millisecond) when it was written.
+void metrics_header(Metrics *mt, const HeaderRecord *r);
 // One record each; a number that is not finite is written as JSON null, named with its value in the
 // record's "not_finite" object. An evaluation whose loss is not finite claims no accuracy (top1 and
 // top5 null, "loss not finite"; the printed line says "not finite").

@@ -8,14 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/log.h"
 #include "checkpoint/safetensors.h"
-
-// The file save_checkpoint writes in checkpoint.dir (trainer.c); its temp file is the longest name.
-#define CHECKPOINT_FILE "last.safetensors"
+#include "core/log.h"
+#include "train/run_folder.h"
 
 int outputs_make_dir(const char *dir, size_t *created) {
     char path[PATH_MAX];
@@ -123,12 +122,10 @@ static void clear_dead_temp_files(const char *dir, int dry_run) {
     closedir(d);
 }
 
-static int prove_checkpoint_dir(const char *dir, int dry_run, size_t *created, char *err, size_t err_len) {
+static int prove_checkpoint_dir(const char *dir, size_t *created, char *err, size_t err_len) {
     char name[NAME_MAX + 1];
-    snprintf(name, sizeof name, CHECKPOINT_FILE ST_TEMP_INFIX "%ld", (long)getpid());
-    int rc = prove_folder("checkpoint.dir", dir, name, created, err, err_len);
-    if (rc == 0) clear_dead_temp_files(dir, dry_run);
-    return rc;
+    snprintf(name, sizeof name, RUN_FOLDER_CHECKPOINT ST_TEMP_INFIX "%ld", (long)getpid());
+    return prove_folder("checkpoint.dir", dir, name, created, err, err_len);
 }
 
 // log.metrics: a device (/dev/null) is opened as it is; a file gets its folder made and probed, its name
@@ -164,9 +161,20 @@ static int prove_metrics_file(const char *path, size_t *created, char *made_dir,
             snprintf(err, err_len, "log.metrics: cannot write '%s': %s", path, strerror(errno));
             return 2;
         }
+        rc = outputs_lock_metrics(fd, path, err, err_len);
         close(fd);
     }
     return rc;
+}
+
+int outputs_lock_metrics(int fd, const char *path, char *err, size_t err_len) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
+    if (errno == EWOULDBLOCK)
+        snprintf(err, err_len, "log.metrics: '%s' is being written by another run (it holds the file's lock): wait "
+                 "for it to end, or give this run another log.metrics", path);
+    else
+        snprintf(err, err_len, "log.metrics: cannot lock '%s': %s", path, strerror(errno));
+    return 2;
 }
 
 int outputs_prepare(const Config *cfg, int dry_run, char *err, size_t err_len) {
@@ -174,8 +182,11 @@ int outputs_prepare(const Config *cfg, int dry_run, char *err, size_t err_len) {
     size_t dir_made = 0, metrics_made = 0;
     char metrics_dir[PATH_MAX] = "";
     int rc = 0;
-    if (dir[0]) rc = prove_checkpoint_dir(dir, dry_run, &dir_made, err, err_len);
+    if (dir[0]) rc = prove_checkpoint_dir(dir, &dir_made, err, err_len);
     if (rc == 0 && metrics[0]) rc = prove_metrics_file(metrics, &metrics_made, metrics_dir, err, err_len);
+    // The folder may be new: its lock is taken once everything is proven, before the run writes into it.
+    if (rc == 0 && dir[0]) rc = run_folder_lock(dir, dry_run, err, err_len);
+    if (rc == 0 && dir[0]) clear_dead_temp_files(dir, dry_run);
     if (dry_run || rc != 0) {
         // Leave the disk as it was: a dry run writes nothing, nor does a refused start.
         remove_made_dirs(metrics_dir, metrics_made);

@@ -3,8 +3,9 @@
 //
 // checkpoint.dir is created (mkdir -p) and a probe is written under the longest name a checkpoint
 // takes there (its temp file, last.safetensors.tmp.<pid>), fsynced, renamed, removed, and the folder
-// fsynced: every operation of the atomic checkpoint write, once. log.metrics gets the same in its
-// folder (unless it is a device such as /dev/null, which is opened as it is). Temp files that a dead
+// fsynced: every operation of the atomic checkpoint write, once; then the folder's lock is taken
+// (run_folder.h). log.metrics gets the same in its folder (unless it is a device such as /dev/null, which
+// is opened as it is), and an existing file must not be locked by another run. Temp files that a dead
 // run left in checkpoint.dir (*.safetensors.tmp.<pid> whose process is gone) are removed.
 // Rank 0 writes every output, so only rank 0 calls this.
 #ifndef AMPTRAIN_OUTPUTS_H
@@ -17,6 +18,10 @@
 // mkdir -p of `dir`; 0, or -1 with errno set (ENOTDIR when it exists but is no folder). *created (may be
 // NULL): the length of the prefix of `dir` that names the topmost folder this call created, 0 if none.
 int outputs_make_dir(const char *dir, size_t *created);
+
+// flock(LOCK_EX | LOCK_NB) on fd, log.metrics open for writing: held until fd is closed. 0, or 2 with one
+// line in err when another run holds the file.
+int outputs_lock_metrics(int fd, const char *path, char *err, size_t err_len);
 
 // Proves checkpoint.dir and log.metrics writable and clears dead runs' temp files. dry_run: the same
 // proof, but folders it created are removed again and leftovers are only reported, so the disk is as it

@@ -1,6 +1,7 @@
 // test_startup.c - one agreed start-up: two ranks started with different configs, or one of them
 // unable to start (its config, its data, its resume file, the outputs, the GPU), all end at once with
-// one line naming the key or the failing rank, exit 2 (1 for the GPU), before any step. Before this,
+// one line naming the key or the failing rank, exit 2 (1 for the GPU), before any step; so do ranks
+// whose checkpoint.resume auto finds different checkpoints. Before this,
 // another train.lr trained inconsistent replicas, another model.planes crashed in the allreduce, and a
 // rank that failed alone left the others waiting for dist.timeout_s.
 //
@@ -145,6 +146,26 @@ START_TEST(different_resume_files_are_refused) {
 }
 END_TEST
 
+// checkpoint.resume auto: every rank looks in its own checkpoint.dir, and they must find the same file;
+// when they do, the job resumes from it.
+START_TEST(resume_auto_must_find_the_same_checkpoint) {
+    make_folders();
+    char args[1024];
+    snprintf(args, sizeof args, "%s " QUICK " train.steps=2 checkpoint.dir=startup/r0/ck_run", TINY);
+    ck_assert_int_eq(tu_run_cli(args, out, sizeof out), 0);
+    const char *resume = "checkpoint.dir=ck_run checkpoint.resume=auto train.steps=3";
+    assert_refused(run_pair(resume, resume), 2,
+                   "the checkpoints checkpoint.resume auto chose differ between ranks: checkpoint is none (a fresh "
+                   "start) on rank 1 but ck_run/last.safetensors on rank 0");
+    ck_assert_int_eq(system("cp -r startup/r0/ck_run startup/r1/ck_run"), 0);
+    int rc = run_pair(resume, resume);
+    // 64 samples done, one step of 2 ranks x 32: the position maps exactly
+    ck_assert_msg(rc == 0 && strstr(out, "resumed from ck_run/last.safetensors at epoch 0, step 2") &&
+                      strstr(out, "this run has 2 x 32 x 1: the sample order continues exactly, with 64 samples per "
+                                  "step instead of 32") && strstr(out, "summary: 3 steps"), "exit %d:\n%s", rc, out);
+}
+END_TEST
+
 START_TEST(unwritable_output_ends_every_rank) {
     make_folders();
     tu_write_file("startup/r0/a_file", "not a folder\n");
@@ -176,6 +197,7 @@ static Suite *startup_suite(void) {
     tcase_add_test(tc, one_rank_without_its_data);
     tcase_add_test(tc, one_rank_without_its_resume_file);
     tcase_add_test(tc, different_resume_files_are_refused);
+    tcase_add_test(tc, resume_auto_must_find_the_same_checkpoint);
     tcase_add_test(tc, unwritable_output_ends_every_rank);
     tcase_add_test(tc, no_gpu_ends_every_rank);
     suite_add_tcase(s, tc);

@@ -116,8 +116,13 @@ START_TEST(test_short_run_outputs) {
     FILE *f = fopen("short/m.jsonl", "r");
     ck_assert_ptr_nonnull(f);
     char line[1024];
-    int records = 0, summaries = 0;
+    int records = 0, summaries = 0, headers = 0;
     while (fgets(line, sizeof line, f)) {
+        if (!strncmp(line, "{\"header\":true,", 15)) {  // the first record
+            ck_assert_int_eq(records + summaries, 0);
+            headers++;
+            continue;
+        }
         if (!strncmp(line, "{\"summary\":true,", 16)) {
             // the last record: what launch/compare-amp reads
             ck_assert_ptr_nonnull(strstr(line, "\"steps\":4,"));
@@ -148,6 +153,7 @@ START_TEST(test_short_run_outputs) {
     fclose(f);
     ck_assert_int_eq(records, 3);  // steps 1, 2, 4
     ck_assert_int_eq(summaries, 1);
+    ck_assert_int_eq(headers, 1);
 }
 END_TEST
 
@@ -170,6 +176,7 @@ START_TEST(test_epochs_count_alike_everywhere) {
     while (fgets(line, sizeof line, f)) {
         long step = -1;
         int epoch = -1;
+        if (strncmp(line, "{\"header\":true,", 15) == 0) continue;
         if (strncmp(line, "{\"summary\":true,", 16) == 0) {  // the last record: the run's last epoch
             ck_assert_msg(strstr(line, "\"epoch\":2,") != NULL, "%s", line);
             summaries++;
@@ -199,10 +206,14 @@ START_TEST(test_sigterm_checkpoints_and_exits_0) {
               "log.metrics=sig/m.jsonl", "checkpoint.dir=sig", "train.epochs=50", "log.progress=never", (char *)NULL);
         _exit(127);
     }
-    // Wait until it has trained a step (the metrics file has a line), then ask it to stop.
+    // Wait until it has trained a step (the metrics file has a line after its header), then ask it to stop.
     for (int i = 0; i < 600; i++) {
-        struct stat st;
-        if (stat("sig/m.jsonl", &st) == 0 && st.st_size > 0) break;
+        FILE *m = fopen("sig/m.jsonl", "r");
+        char line[1024];
+        int lines = 0;
+        while (m && fgets(line, sizeof line, m)) lines++;
+        if (m) fclose(m);
+        if (lines >= 2) break;
         usleep(50000);
     }
     kill(pid, SIGTERM);

@@ -1230,7 +1230,7 @@ START_TEST(imagefolder_list_cache_waits_for_its_folder) {
 END_TEST
 
 // The same through the CLI: a short run on a checkpoint.dir that does not exist leaves the lists there and
-// the next run reads them; --dry-run makes no folder and no list.
+// the next run (starting over in that folder) reads them; --dry-run makes no folder and no list.
 START_TEST(fresh_checkpoint_dir_gets_the_list_cache) {
     make_ordered_folder("folder_cli");
     fx_set_folder_mtimes("folder_cli", 1700000000);
@@ -1251,6 +1251,7 @@ START_TEST(fresh_checkpoint_dir_gets_the_list_cache) {
     size_t len;
     free(read_cache("cli_run/ck", "train", &len));
     free(read_cache("cli_run/ck", "val", &len));
+    snprintf(cmd, sizeof cmd, "%s checkpoint.overwrite=true 2>&1", run);  // the folder holds the first run
     ck_assert_msg(tu_run_cli(cmd, out, sizeof out) == 0, "%s", out);
     ck_assert_msg(strstr(out, "file list of folder_cli/train read from cli_run/ck/imagefolder-"), "%s", out);
 }

@@ -108,7 +108,8 @@ START_TEST(nan_values_are_null_with_the_reason) {
                   strstr(out, "val loss nan, top-1 and top-5 not finite"), "%s", out);
     static char lines[64][1024];
     int n = read_lines("nan_run/m.jsonl", lines, 64);
-    ck_assert_int_eq(n, 10);  // steps 1..8, one evaluation, the summary
+    ck_assert_int_eq(n, 11);  // the header, steps 1..8, one evaluation, the summary
+    ck_assert_msg(strncmp(lines[0], "{\"header\":true,", 15) == 0 && is_json_object_line(lines[0]), "%s", lines[0]);
     ck_assert_msg(strstr(lines[n - 1], "\"summary\":true") && strstr(lines[n - 1], "\"top1\":null"), "%s",
                   lines[n - 1]);
     n--;
@@ -156,7 +157,8 @@ START_TEST(nan_logits_are_misses) {
 }
 END_TEST
 
-// The README's resume: the metrics file keeps the first run's records and gains the second run's.
+// The README's resume: the metrics file keeps the first run's records and gains the second run's, each run
+// opening with its header record; every record carries the wall-clock time, never decreasing.
 START_TEST(resumed_run_appends) {
     ck_assert_int_eq(system("rm -rf app"), 0);
     ck_assert_int_eq(tu_run_cli(QUICK " data.val_size=0 train.steps=4 log.every=2 log.metrics=app/m.jsonl "
@@ -165,22 +167,40 @@ START_TEST(resumed_run_appends) {
                                 "checkpoint.dir=app checkpoint.resume=app/last.safetensors", out, sizeof out), 0);
     static char lines[16][1024];
     int n = read_lines("app/m.jsonl", lines, 16);
-    // each run ends with its summary record
-    const long want[] = {1, 2, 4, -1, 6, 8, -1};
-    ck_assert_int_eq(n, 7);
-    for (int i = 0; i < n; i++) {
+    // each run opens with its header (-1, the step it starts at after it) and ends with its summary (-2)
+    const long want[] = {-1, 0, 1, 2, 4, -2, -1, 4, 6, 8, -2};
+    ck_assert_int_eq(n, 9);
+    double last_time = 0;
+    for (int i = 0, w = 0; i < n; i++, w++) {
         long step = -1;
-        if (want[i] < 0) {
+        ck_assert_msg(is_json_object_line(lines[i]), "not JSON: %s", lines[i]);
+        const char *time = strstr(lines[i], ",\"time\":");
+        ck_assert_msg(time && atof(time + 8) > 1.6e9 && atof(time + 8) >= last_time, "%s", lines[i]);
+        last_time = atof(time + 8);
+        if (want[w] == -1) {
+            static const char head[] = "{\"header\":true,\"version\":\"" AMPTRAIN_VERSION "\",";
+            ck_assert_msg(strncmp(lines[i], head, sizeof head - 1) == 0 &&
+                          strstr(lines[i], "\"world_size\":1,") && strstr(lines[i], "\"config_hash\":\""),
+                          "%s", lines[i]);
+            const char *start = strstr(lines[i], "\"start_step\":");
+            ck_assert_msg(start && atol(start + 13) == want[++w], "%s", lines[i]);
+            continue;
+        }
+        if (want[w] == -2) {
             ck_assert_msg(strncmp(lines[i], "{\"summary\":true,", 16) == 0, "%s", lines[i]);
             continue;
         }
         ck_assert_int_eq(sscanf(lines[i], "{\"step\":%ld,", &step), 1);
-        ck_assert_int_eq(step, want[i]);
+        ck_assert_int_eq(step, want[w]);
     }
-    // a fresh run (no resume) starts the file again
+    // a fresh run (no resume) is refused the file of another run, unless told to start it again
     ck_assert_int_eq(tu_run_cli(QUICK " data.val_size=0 train.steps=2 log.every=2 log.metrics=app/m.jsonl "
-                                "checkpoint.dir=", out, sizeof out), 0);
-    ck_assert_int_eq(read_lines("app/m.jsonl", lines, 16), 3);  // steps 1, 2 and the summary
+                                "checkpoint.dir=", out, sizeof out), 2);
+    ck_assert_msg(strstr(out, "log.metrics: 'app/m.jsonl' holds "), "%s", out);
+    ck_assert_int_eq(read_lines("app/m.jsonl", lines, 16), 9);
+    ck_assert_int_eq(tu_run_cli(QUICK " data.val_size=0 train.steps=2 log.every=2 log.metrics=app/m.jsonl "
+                                "checkpoint.dir= checkpoint.overwrite=true", out, sizeof out), 0);
+    ck_assert_int_eq(read_lines("app/m.jsonl", lines, 16), 4);  // the header, steps 1, 2 and the summary
 }
 END_TEST
 

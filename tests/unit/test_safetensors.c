@@ -9,8 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "tests/test_util.h"
 #include "checkpoint/safetensors.h"
+#include "core/digest.h"
+#include "tests/test_util.h"
 
 static char err[1024];
 
@@ -129,7 +130,8 @@ START_TEST(layout_matches_the_spec) {
     unsigned char *bytes = file_slurp("layout.safetensors", &len);
     uint64_t n = 0;
     for (int i = 0; i < 8; i++) n |= (uint64_t)bytes[i] << (8 * i);
-    const char *json = "{\"__metadata__\":{\"k\":\"v\"},"
+    // data_checksum: the digest of the 20 data bytes by the formula in core/digest.h, computed in Python
+    const char *json = "{\"__metadata__\":{\"k\":\"v\",\"data_checksum\":\"35619fdb178c2919\"},"
                        "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                        "\"b\":{\"dtype\":\"I32\",\"shape\":[3],\"data_offsets\":[8,20]}}";
     size_t json_len = strlen(json);
@@ -141,6 +143,72 @@ START_TEST(layout_matches_the_spec) {
     for (size_t i = json_len; i < n; i++) ck_assert_int_eq(bytes[8 + i], ' ');
     ck_assert_mem_eq(bytes + 8 + n, a, 8);
     ck_assert_mem_eq(bytes + 8 + n + 8, b, 12);
+    free(bytes);
+}
+END_TEST
+
+// The digest against values of the Python formula in core/digest.h, however the bytes are fed.
+START_TEST(digest_matches_its_formula) {
+    static const struct {
+        const char *bytes;
+        size_t len;
+        const char *hex;
+    } cases[] = {{"", 0, "0ca884aec830c74d"}, {"abc", 3, "c516d00fb629a00f"},
+                 {"\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13", 20,
+                  "f9d7a48a54a9ee2c"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (size_t split = 0; split <= cases[i].len; split++) {
+            Digest d;
+            digest_init(&d);
+            digest_add(&d, cases[i].bytes, split);
+            digest_add(&d, cases[i].bytes + split, cases[i].len - split);
+            char hex[17];
+            digest_hex(digest_end(&d), hex);
+            ck_assert_msg(!strcmp(hex, cases[i].hex), "case %zu split %zu: %s, want %s", i, split, hex, cases[i].hex);
+        }
+}
+END_TEST
+
+// st_load_checked: a whole file passes; a flipped data byte fails naming both checksums; reads after a check
+// come from the checked copy even when the file changes beneath them; a file without a checksum is 1.
+START_TEST(checksum_catches_changed_data) {
+    const float a[4] = {1, 2, 3, 4};
+    const int64_t shape[1] = {4};
+    SafetensorsWriter *w = st_writer_open("sum.safetensors");
+    st_writer_add(w, "a", ST_F32, 1, shape, a);
+    ck_assert_msg(st_writer_commit(w, err, sizeof err) == 0, "%s", err);
+    SafetensorsFile *f = st_open("sum.safetensors", err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    ck_assert_int_eq(st_load_checked(f, err, sizeof err), 0);
+    size_t len;
+    unsigned char *bytes = file_slurp("sum.safetensors", &len);
+    bytes[len - 3] ^= 0x10;  // a bit of a[3]
+    FILE *out = fopen("sum.safetensors", "r+b");
+    ck_assert_ptr_nonnull(out);
+    ck_assert_uint_eq(fwrite(bytes, 1, len, out), len);
+    fclose(out);
+    float back[4];
+    ck_assert_int_eq(st_read(f, "a", ST_F32, 1, shape, back, err, sizeof err), 0);
+    ck_assert_mem_eq(back, a, sizeof a);  // the checked copy, not the changed file
+    st_close(f);
+    f = st_open("sum.safetensors", err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    ck_assert_int_eq(st_load_checked(f, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "sum.safetensors: the tensor data's checksum is ") && strstr(err, "the file is damaged"),
+                  "%s", err);
+    st_close(f);
+    // the key renamed (same length, so the header stays valid): no checksum to compare
+    size_t at = 0, key_len = strlen(ST_CHECKSUM_KEY);
+    while (at + key_len <= len && memcmp(bytes + at, ST_CHECKSUM_KEY, key_len) != 0) at++;
+    ck_assert_uint_lt(at + key_len, len);
+    bytes[at] = 'D';
+    out = fopen("sum.safetensors", "wb");
+    ck_assert_uint_eq(fwrite(bytes, 1, len, out), len);
+    fclose(out);
+    f = st_open("sum.safetensors", err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    ck_assert_int_eq(st_load_checked(f, err, sizeof err), 1);
+    st_close(f);
     free(bytes);
 }
 END_TEST
@@ -351,6 +419,8 @@ static Suite *safetensors_suite(void) {
     TCase *tc = tcase_create("format");
     tcase_add_test(tc, roundtrip_is_bitwise);
     tcase_add_test(tc, layout_matches_the_spec);
+    tcase_add_test(tc, digest_matches_its_formula);
+    tcase_add_test(tc, checksum_catches_changed_data);
     tcase_add_test(tc, reads_files_other_writers_make);
     tcase_add_test(tc, corrupt_files_rejected);
     tcase_add_test(tc, bad_length_prefix_rejected);

@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 
 #include "core/check.h"
+#include "core/digest.h"
 #include "data/dataset.h"
 
 #define CIFAR10_PIXELS (CIFAR10_SIDE * CIFAR10_SIDE)
@@ -141,6 +142,10 @@ int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dat
     ds->get = cifar10_get;
     ds->destroy = cifar10_destroy;
     ds->impl = c;
+    Digest d;
+    digest_init(&d);
+    digest_add(&d, records, (size_t)count * CIFAR10_RECORD_BYTES);
+    ds->list_digest = digest_end(&d);
     *out = ds;
     return 0;
 }

@@ -151,6 +151,7 @@ Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augme
     ds->seed = (uint64_t)seed;
     ds->augment = train && augment;
     ds->norm = norm;
+    ds->list_digest = src->list_digest;
     ds->get = image_get;
     ds->destroy = image_destroy;
     ds->impl = s;

@@ -27,6 +27,7 @@ typedef struct EncodedSource {
     void (*destroy)(struct EncodedSource *src);
     void *impl;
     char name[64];       // "imagefolder", "webdataset"
+    uint64_t list_digest;  // the samples' identity (Dataset.list_digest), set by the source at open
     // Optional (NULL: "sample i"): writes what a user calls sample i (its file, its shard member) into
     // out, for the log line that names a sample that does not decode.
     void (*describe)(const struct EncodedSource *src, int index, char *out, size_t out_cap);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/digest.h"
 #include "core/log.h"
 #include "data/dataset.h"
 #include "data/sources/image_dataset.h"
@@ -209,6 +210,17 @@ static void folder_describe(const EncodedSource *src, int index, char *out, size
     snprintf(out, out_cap, "%s/%s", f->split_dir, f->list.files.items[index]);
 }
 
+// The list's identity: every file's path under the split folder and its label, in order.
+static uint64_t list_digest(const ImageList *l) {
+    Digest d;
+    digest_init(&d);
+    for (int i = 0; i < l->files.count; i++) {
+        digest_add_string(&d, l->files.items[i]);
+        digest_add(&d, &l->labels[i], sizeof l->labels[i]);
+    }
+    return digest_end(&d);
+}
+
 static void folder_destroy(EncodedSource *src) {
     Folder *f = src->impl;
     image_list_free(&f->list);
@@ -341,7 +353,7 @@ int dataset_imagefolder_open(const char *root, const char *cache_dir, int train,
         src = xcalloc(1, sizeof *src);
         *src = (EncodedSource){.size = f->list.files.count, .classes = train_classes.count, .read = folder_read,
                                .destroy = folder_destroy, .impl = f, .describe = folder_describe,
-                               .save_list = folder_save_list};
+                               .save_list = folder_save_list, .list_digest = list_digest(&f->list)};
         snprintf(src->name, sizeof src->name, "imagefolder");
     }
     names_free(&train_classes);

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/digest.h"
 
 #define TAR_BLOCK 512
 #define TAR_NAME_MAX 4096        // the longest member name read (pax or GNU long names)
@@ -443,6 +444,23 @@ static void wds_destroy(EncodedSource *src) {
     free(src);
 }
 
+// The index's identity: every shard's file name (not its folder: the data may move), then each sample's
+// shard, offset, size and label, in order.
+static uint64_t index_digest(const WdsIndex *ix) {
+    Digest d;
+    digest_init(&d);
+    for (int s = 0; s < ix->n_shards; s++) {
+        const char *slash = strrchr(ix->paths[s], '/');
+        digest_add_string(&d, slash ? slash + 1 : ix->paths[s]);
+    }
+    for (int i = 0; i < ix->n_samples; i++) {
+        const WdsSample *s = &ix->samples[i];
+        const int64_t fields[] = {s->shard, s->offset, s->size, s->label};
+        digest_add(&d, fields, sizeof fields);
+    }
+    return digest_end(&d);
+}
+
 int webdataset_open(const char *dir, const char *split, int classes, int optional, EncodedSource **out, char *err,
                     size_t err_cap) {
     *out = NULL;
@@ -468,6 +486,7 @@ int webdataset_open(const char *dir, const char *split, int classes, int optiona
     src->describe = wds_describe;
     src->destroy = wds_destroy;
     src->impl = ix;
+    src->list_digest = index_digest(ix);
     snprintf(src->name, sizeof src->name, "webdataset");
     *out = src;
     return 0;
