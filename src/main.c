@@ -6,6 +6,9 @@
 //               the metrics file could not be written),
 //             2 usage or configuration error (nothing was written): also data, a resume file or an output
 //               folder found unusable at start-up, and ranks given different configs.
+//             3 a collective waited past dist.timeout_s.
+//             4 the run diverged (train/divergence.h): stopped, the reason on stderr and in the metrics
+//               summary, last.safetensors the newest finite state.
 // Start-up is agreed over ranks (dist/agree.h): every rank loads the config and keeps its message, then
 // each stage (config, same config, backend, data, resume, outputs) ends with every rank knowing whether
 // any failed, so all exit together with the failing rank's message.
@@ -78,7 +81,9 @@ static const char usage_text[] =
     "shape's timed forward/backward pairs to stderr; AMPTRAIN_DECODE_LOG=1 (with data.decode=device) prints where\n"
     "each batch's decode spends its time\n"
     "\n"
-    "exit codes: 0 done, 1 runtime failure, 2 usage or config error, 3 a collective waited past dist.timeout_s\n";
+    "exit codes: 0 done, 1 runtime failure, 2 usage or config error, 3 a collective waited past dist.timeout_s,\n"
+    "  4 the run diverged (amp.max_consecutive_skips skipped steps in a row, a loss scale below amp.min_scale,\n"
+    "  or weights, momentum or BN statistics not finite): stopped, last.safetensors the newest finite state\n";
 
 typedef struct Cli {
     const char *config_path;
@@ -318,7 +323,7 @@ static void print_summary(Trainer *t, const Config *cfg) {
     ScalerState st = scaler_read(&t->scaler, be);
     long run_steps = t->step - t->first_step;
     metrics_summary(&t->log.metrics, &(SummaryRecord){
-        .steps = t->step, .epoch = trainer_last_epoch(t), .world = t->comm->size, .amp = cfg->amp.enabled,
+        .outcome = t->outcome, .reason = t->div.reason, .steps = t->step, .epoch = trainer_last_epoch(t), .world = t->comm->size, .amp = cfg->amp.enabled,
         .seconds = t->train_seconds, .images_per_s = t->train_seconds > 0 ? t->images_seen / t->train_seconds : 0,
         .backend = be->name, .peak_mib = be->peak_bytes(be) / 1048576.0, .skipped_total = st.skipped_total,
         .scale = st.scale, .final_loss = t->log.last_loss, .eval = t->eval.has_last ? &t->eval.last : NULL,
@@ -357,7 +362,7 @@ static int run(const Cli *cli, const Config *cfg, Comm *comm) {
             Trainer t;
             rc = trainer_init(&t, cfg, be, comm, grad_comm);
             if (rc == 0) rc = trainer_run(&t, &stop_requested);
-            if (rc == 0 && comm->rank == 0) print_summary(&t, cfg);
+            if ((rc == 0 || rc == 4) && comm->rank == 0) print_summary(&t, cfg);
             trainer_free(&t);
         }
     }

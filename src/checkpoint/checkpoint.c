@@ -89,6 +89,7 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
     meta_double(w, "scale", scaler.scale);
     meta_long(w, "growth_count", scaler.growth_count);
     meta_long(w, "skipped_total", scaler.skipped_total);
+    meta_long(w, "skipped_run", scaler.skipped_run);
     meta_long(w, "step", t->step);
     meta_long(w, "epoch", t->epoch);
     meta_long(w, "samples_done", sampler_samples_before(&t->sampler, t->step_in_epoch));
@@ -285,6 +286,13 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
         goto done;
     }
     if (read_meta(f, &meta, err, err_len) || check_meta(f, &meta, t, err, err_len)) goto done;
+    long skipped_run = 0;  // the skips in a row that end with the checkpoint's step (absent: none)
+    if (st_meta(f, "skipped_run") && meta_get_long(f, path, "skipped_run", &skipped_run, err, err_len)) goto done;
+    if (skipped_run < 0 || skipped_run > meta.skipped_total) {
+        fail_meta(f, err, err_len, "'skipped_run' is %ld: must be in [0, skipped_total %ld]", skipped_run,
+                  meta.skipped_total);
+        goto done;
+    }
     int64_t tracked = 0;
     if (checkpoint_read_model(f, m, master, stats, &tracked, err, err_len)) goto done;
     for (int i = 0; i < m->params.count; i++) {
@@ -305,7 +313,7 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
     model_refresh_compute(m, be);
     m->num_batches_tracked = tracked;
     ScalerState st = {.scale = (float)meta.scale, .growth_count = (int32_t)meta.growth_count,
-                      .skipped_total = (int32_t)meta.skipped_total};
+                      .skipped_total = (int32_t)meta.skipped_total, .skipped_run = (int32_t)skipped_run};
     if (!m->amp) {
         st.scale = 1.0f;  // fp32 run: no scaling, whatever the checkpoint used
     } else if (!meta.amp) {

@@ -6,8 +6,8 @@
 //   <bn>.running_mean, .running_var BN statistics (averaged over ranks before writing)
 //   <bn>.num_batches_tracked        I64 scalar
 //   amptrain.momentum.<param>       SGD momentum, same layout as the parameter
-// Metadata (strings): format, arch and model shape, amp, scale, growth_count, skipped_total, step,
-// epoch, samples_done (of that epoch), seed, world_size, batch_size, accum_steps.
+// Metadata (strings): format, arch and model shape, amp, scale, growth_count, skipped_total, skipped_run
+// (skipped steps in a row up to this one; optional), step, epoch, samples_done (of that epoch), seed, world_size, batch_size, accum_steps.
 // Written atomically (temp file, fsync, rename). Loading checks every name, dtype and shape before it
 // changes anything, so a bad file leaves the run untouched and the message says what is wrong.
 #ifndef AMPTRAIN_CHECKPOINT_H

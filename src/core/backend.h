@@ -55,6 +55,7 @@ typedef struct ScalerState {
     int32_t growth_count;  // clean steps in a row since the last change of S
     float found_inf;       // the agreed verdict of the current step: 0 clean, 1 inf/NaN somewhere
     int32_t skipped_total; // steps skipped since the start of training (for logging)
+    int32_t skipped_run;   // steps skipped in a row up to the last one (0 after a clean step)
 } ScalerState;
 
 // Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics, dampening 0). The learning rate
@@ -260,8 +261,8 @@ struct Backend {
     // (a replayed graph follows the schedule the host writes there).
     void (*sgd_step)(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
                      void *copy, const SgdParams *p, const float *lr, const ScalerState *state);
-    // GradScaler's update, one thread: found_inf -> scale *= backoff, count = 0, skipped_total++;
-    // else count++ and, when count == interval, scale *= growth, count = 0. With dynamic == 0 the scale
+    // GradScaler's update, one thread: found_inf -> scale *= backoff, count = 0, skipped_total++,
+    // skipped_run++; else skipped_run = 0, count++ and, when count == interval, scale *= growth, count = 0. With dynamic == 0 the scale
     // never changes (skips are still counted).
     void (*scaler_update)(Backend *be, ScalerState *state, float growth, float backoff, int interval,
                           int dynamic);
