@@ -74,7 +74,8 @@ static const char usage_text[] =
     "  tools/fashion-mnist data/fashion-mnist && amptrain configs/fashion_mnist.yaml   # a real dataset\n"
     "\n"
     "signals: SIGTERM, SIGINT or SIGUSR1 finish the step, write a checkpoint and exit 0; under Open MPI's\n"
-    "mpirun send SIGUSR1 (mpirun forwards it to every rank; SIGTERM makes mpirun itself exit 1)\n"
+    "mpirun send SIGUSR1 (mpirun forwards it to every rank; SIGTERM makes mpirun itself exit 1). SIGPIPE is\n"
+    "ignored: a closed stdout (amptrain ... | head) loses the printed lines, not the run or its checkpoint\n"
     "\n"
     "environment: AMPTRAIN_CONV_LOG=1 prints each convolution's algorithm choice (cuDNN's candidates with\n"
     "their times, or the cuBLAS GEMM route of a 1x1 convolution) and, with cudnn.batch_norm=auto, each batch-norm\n"
@@ -372,6 +373,9 @@ static int run(const Cli *cli, const Config *cfg, Comm *comm) {
 }
 
 int main(int argc, char **argv) {
+    // A closed stdout (amptrain ... | head -1) must not kill a run before its checkpoint: a write there
+    // fails with EPIPE instead, and the run goes on without its stdout.
+    signal(SIGPIPE, SIG_IGN);
     Cli cli;
     int rc = parse_args(argc, argv, &cli);
     if (rc >= 0) {

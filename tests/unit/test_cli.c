@@ -219,6 +219,26 @@ START_TEST(test_sigterm_checkpoints_and_exits_0) {
 }
 END_TEST
 
+// A closed stdout (| head -1) makes every later line fail with EPIPE: the run still trains its steps,
+// writes its checkpoint and metrics summary, and exits 0 (SIGPIPE would have killed it with 141).
+START_TEST(test_closed_stdout_keeps_the_run) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "(%s " TINY " " QUICK " train.epochs=1 log.every=1 checkpoint.dir=pipe "
+             "log.metrics=pipe/m.jsonl 2>pipe.err; echo $? > pipe.rc) | head -1", AMPTRAIN_BIN);
+    ck_assert_int_eq(tu_run_shell(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "amptrain ") == out && strchr(out, '\n') == out + strlen(out) - 1, "%s", out);
+    FILE *f = fopen("pipe.rc", "r");
+    ck_assert_ptr_nonnull(f);
+    int rc = -1;
+    ck_assert_int_eq(fscanf(f, "%d", &rc), 1);
+    fclose(f);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(tu_file_exists("pipe/last.safetensors"));
+    ck_assert_int_eq(tu_run_shell("tail -n 1 pipe/m.jsonl", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"summary\":true,\"outcome\":\"done\",\"steps\":8,"), "%s", out);
+}
+END_TEST
+
 Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("cli");
@@ -232,6 +252,7 @@ Suite *cli_suite(void) {
     tcase_add_test(tc, test_short_run_outputs);
     tcase_add_test(tc, test_epochs_count_alike_everywhere);
     tcase_add_test(tc, test_sigterm_checkpoints_and_exits_0);
+    tcase_add_test(tc, test_closed_stdout_keeps_the_run);
     suite_add_tcase(s, tc);
     return s;
 }
