@@ -298,13 +298,14 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->log.last_step = t->step;
     t->first_step = t->step;
     int stopped = 0;
+    t->eval.stop = stop;
     Loader *loader = NULL;
     InputFeed feed = {0};
     if (t->step < t->total_steps) {
         loader = loader_create(t->train_set, &t->sampler, t->input.device_decode ? LOADER_JOBS : LOADER_PIXELS,
                                cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_size),
                                t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
-        input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s);
+        input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s, stop);
     }
     while (t->step < t->total_steps) {
         comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
@@ -316,10 +317,16 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         log_step(t, 0);
         if (t->step_in_epoch == 0 && t->eval.val_set) {
             log_flush(t);
-            t->eval.last = trainer_evaluate(t);
-            t->eval.has_last = 1;
-            metrics_eval(&t->log.metrics, &t->eval.last);
-            save_if_best(t);
+            EvalRecord e = trainer_evaluate(t);
+            if (e.samples < t->eval.val_set->size) {
+                metrics_note(&t->log.metrics, "evaluation at step %ld stopped by signal after %ld of %d samples",
+                             t->step, e.samples, t->eval.val_set->size);
+            } else {
+                t->eval.last = e;
+                t->eval.has_last = 1;
+                metrics_eval(&t->log.metrics, &t->eval.last);
+                save_if_best(t);
+            }
         }
         if (cfg->checkpoint.every > 0 && t->step % cfg->checkpoint.every == 0 && t->step < t->total_steps)
             save_checkpoint(t, "last");
@@ -328,7 +335,9 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->be->sync(t->be);  // the last upload has left the loader's buffers, the last step is done
     double end = clock_seconds();
     input_feed_stop(&feed);
-    if (loader) loader_destroy(loader);
+    // A worker stuck in a read must not hold back the checkpoint of the steps done.
+    if (feed.interrupted) loader_abandon(loader);
+    else if (loader) loader_destroy(loader);
     t->train_seconds = end - start;
     t->total_seconds = end - t->times.init_start;
     if (t->times.startup_s > 0 && end > t->times.steady_start)
