@@ -90,19 +90,9 @@ typedef struct Cli {
     const char *config_path;
     char **overrides;
     int n_overrides;
-    int print_config, dry_run, bench, bench_data;
+    int help, version, print_config, dry_run, bench, bench_data;
     BenchOptions bench_opt;
 } Cli;
-
-// Rank from the launcher's environment, before MPI starts (so only rank 0 reports config errors).
-static int launcher_rank(void) {
-    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v) return atoi(v);
-    }
-    return 0;
-}
 
 static int parse_positive(const char *flag, const char *text, int *out) {
     char *end;
@@ -123,33 +113,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
+            cli->help = 1;
             return 0;
         } else if (!strcmp(a, "--version")) {
-            int gpus = cuda_visible_device_count();
-            printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
-                   AMPTRAIN_VERSION,
-#ifdef AMPTRAIN_HAVE_CUDA
-                   ", cuda",
-#else
-                   "",
-#endif
-#ifdef AMPTRAIN_HAVE_MPI
-                   ", mpi",
-#else
-                   "",
-#endif
-#ifdef AMPTRAIN_HAVE_NCCL
-                   ", nccl",
-#else
-                   "",
-#endif
-#ifdef AMPTRAIN_HAVE_NVJPEG
-                   ", device (nvJPEG)",
-#else
-                   "",
-#endif
-                   gpus);
+            cli->version = 1;
             return 0;
         } else if (!strcmp(a, "--print-config")) {
             cli->print_config = 1;
@@ -189,6 +156,47 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         return 2;
     }
     return -1;
+}
+
+static void print_version(void) {
+    int gpus = cuda_visible_device_count();
+    printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
+           AMPTRAIN_VERSION,
+#ifdef AMPTRAIN_HAVE_CUDA
+           ", cuda",
+#else
+           "",
+#endif
+#ifdef AMPTRAIN_HAVE_MPI
+           ", mpi",
+#else
+           "",
+#endif
+#ifdef AMPTRAIN_HAVE_NCCL
+           ", nccl",
+#else
+           "",
+#endif
+#ifdef AMPTRAIN_HAVE_NVJPEG
+           ", device (nvJPEG)",
+#else
+           "",
+#endif
+           gpus);
+}
+
+// What this rank was asked to do, with everything that changes its collective calls, as one line.
+static void mode_text(const Cli *cli, int parse_rc, char *out, size_t cap) {
+    if (parse_rc > 0) snprintf(out, cap, "a command-line error (exit %d)", parse_rc);
+    else if (cli->help) snprintf(out, cap, "--help");
+    else if (cli->version) snprintf(out, cap, "--version");
+    else if (cli->print_config) snprintf(out, cap, "--print-config");
+    else if (cli->bench_data) snprintf(out, cap, "--bench-data --bench-steps %d", cli->bench_opt.steps);
+    else if (cli->bench)
+        snprintf(out, cap, "--bench --bench-steps %d --bench-warmup %d%s", cli->bench_opt.steps, cli->bench_opt.warmup,
+                 cli->bench_opt.profile ? " --bench-profile" : "");
+    else if (cli->dry_run) snprintf(out, cap, "--dry-run");
+    else snprintf(out, cap, "training");
 }
 
 static void print_dry_run(const Config *cfg) {
@@ -286,9 +294,12 @@ static int dry_run(const Config *cfg, Comm *comm) {
     Dataset *train = NULL, *val = NULL;
     int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, NULL, &train, err, sizeof err);
     if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, NULL, &val, err, sizeof err);
+    rc = agree_startup(comm, rc, err);
+    if (rc == 0) rc = trainer_agree_data(comm, train, val);
     if (train) dataset_close(train);
     if (val) dataset_close(val);
-    if (rc == 0 && cfg->checkpoint.resume[0]) {
+    if (rc != 0) return rc;
+    if (cfg->checkpoint.resume[0]) {
         SafetensorsFile *f = st_open(cfg->checkpoint.resume, err, sizeof err);
         rc = f ? 0 : 2;
         if (f) st_close(f);
@@ -306,6 +317,7 @@ static int bench_data(const Config *cfg, Comm *comm, int batches) {
     Dataset *ds = NULL;
     Backend *be = NULL;
     int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &ds, err, sizeof err), err);
+    if (rc == 0) rc = trainer_agree_data(comm, ds, NULL);
     if (rc == 0 && !strcmp(cfg->data.decode, "device")) {
         be = select_backend(cfg, comm, err, sizeof err);
         rc = agree_startup(comm, be ? 0 : 1, err);
@@ -377,28 +389,42 @@ int main(int argc, char **argv) {
     // fails with EPIPE instead, and the run goes on without its stdout.
     signal(SIGPIPE, SIG_IGN);
     Cli cli;
-    int rc = parse_args(argc, argv, &cli);
-    if (rc >= 0) {
-        free(cli.overrides);
-        return rc;
-    }
+    int parse_rc = parse_args(argc, argv, &cli), rc = 0;
     static Config cfg;
     // Every rank loads the config and keeps its message: the ranks agree below on who failed.
     char message[AGREE_MESSAGE_MAX] = "";
-    FILE *sink = fmemopen(message, sizeof message, "w");
-    rc = config_load(&cfg, cli.config_path, cli.n_overrides, cli.overrides, sink);
-    if (sink) fclose(sink);
-    message[strcspn(message, "\n")] = '\0';
-    free(cli.overrides);
-    if (cli.print_config) {
-        if (launcher_rank() == 0 && rc != 0) fprintf(stderr, "%s\n", message);
-        if (launcher_rank() == 0 && rc == 0) config_print(&cfg, stdout);
-        return rc ? 2 : 0;
+    if (parse_rc < 0) {
+        FILE *sink = fmemopen(message, sizeof message, "w");
+        rc = config_load(&cfg, cli.config_path, cli.n_overrides, cli.overrides, sink);
+        if (sink) fclose(sink);
+        message[strcspn(message, "\n")] = '\0';
+    } else {
+        config_defaults(&cfg);
     }
+    free(cli.overrides);
 
+    // Under a launcher every rank joins, whatever it was asked to do, and the ranks first agree on the
+    // mode in messages of one size: a rank given --version or --dry-run beside training ranks ends the
+    // job (exit 2 everywhere, naming the rank) instead of leaving the others waiting or mismatched.
     // An invalid config leaves the defaults in cfg (dist.timeout_s among them) for this start-up.
     Comm *comm = comm_init(&argc, &argv, cfg.dist.timeout_s);
+    char mode[160];
+    mode_text(&cli, parse_rc, mode, sizeof mode);
+    int agreed = agree_same(comm, "the command lines", 1, (const char *[]){"the mode"}, (const char *[]){mode});
+    if (agreed == 0 && parse_rc > 0) agreed = parse_rc;  // the message is above
+    if (agreed == 0 && parse_rc == 0 && comm->rank == 0) cli.help ? (void)fputs(usage_text, stdout) : print_version();
+    if (agreed != 0 || parse_rc >= 0) {
+        comm->destroy(comm);
+        comm_finalize();
+        return agreed;
+    }
     rc = agree_startup(comm, rc ? 2 : 0, message);
+    if (rc == 0 && cli.print_config) {
+        if (comm->rank == 0) config_print(&cfg, stdout);
+        comm->destroy(comm);
+        comm_finalize();
+        return 0;
+    }
     if (rc == 0) rc = agree_config(comm, &cfg);
     if (rc == 0 && cli.bench_data) rc = bench_data(&cfg, comm, cli.bench_opt.steps);
     else if (rc == 0) rc = cli.dry_run ? dry_run(&cfg, comm) : run(&cli, &cfg, comm);

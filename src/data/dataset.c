@@ -178,6 +178,42 @@ static int dataset_open_probed(const DataConfig *data, const ModelConfig *model,
     return rc;
 }
 
+static uint64_t digest_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+uint64_t dataset_digest(const Dataset *ds) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (!ds) return h;
+    int32_t shape[3] = {ds->size, ds->side, ds->classes};
+    h = digest_bytes(h, ds->name, strlen(ds->name));
+    h = digest_bytes(h, shape, sizeof shape);
+    const EncodedSource *src = image_dataset_source(ds);
+    if (src && src->describe) {
+        // The file (or shard member) of every sample in order; an image folder's path holds the class.
+        char what[1024];
+        for (int i = 0; i < ds->size; i++) {
+            src->describe(src, i, what, sizeof what);
+            h = digest_bytes(h, what, strlen(what) + 1);
+        }
+    } else if (strcmp(ds->name, "cifar10") == 0) {
+        // Files read into memory at open: every sample's pixels and label, unaugmented.
+        uint8_t *img = xcalloc(dataset_image_bytes(ds), 1);
+        for (int i = 0; i < ds->size; i++) {
+            int32_t label;
+            ds->get(ds, i, img, &label, NULL);
+            h = digest_bytes(h, img, dataset_image_bytes(ds));
+            h = digest_bytes(h, &label, sizeof label);
+        }
+        free(img);
+    } else {
+        h = digest_bytes(h, &ds->seed, sizeof ds->seed);  // generated: a function of seed, size, side, classes
+    }
+    return h;
+}
+
 int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                        Dataset **out, char *err, size_t err_cap) {
     return dataset_open_probed(data, model, seed, cache_dir, 1, out, err, err_cap);

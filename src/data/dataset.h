@@ -71,6 +71,12 @@ int dataset_open_train(const DataConfig *data, const ModelConfig *model, long se
 int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                      Dataset **out, char *err, size_t err_cap);
 
+// A digest (FNV-1a 64) of what the split holds: its source name, size, side and classes, and for an image
+// source every sample's file (image folder: its path, which names the class; webdataset: its shard and
+// offset), for CIFAR-10 every sample's pixels and label, for the generated sources their seed. Equal on
+// two hosts that see the same samples in the same order; NULL has a digest too.
+uint64_t dataset_digest(const Dataset *ds);
+
 // A fresh run opens its data before it makes checkpoint.dir (a refused start must leave nothing there),
 // so a source whose cache_dir did not exist at open kept what it learnt (imagefolder's walked file
 // list); once the run has made the folder, this writes it there. Nothing for other sources, for a list

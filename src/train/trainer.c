@@ -1,5 +1,6 @@
 #include "train/trainer.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -70,6 +71,18 @@ static void restart_fallen_scale(Trainer *t) {
     scaler_write(&t->scaler, t->be, &st);
 }
 
+int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val) {
+    char values[4][32];
+    snprintf(values[0], sizeof values[0], "%d", train ? train->size : 0);
+    snprintf(values[1], sizeof values[1], "%d", val ? val->size : 0);
+    snprintf(values[2], sizeof values[2], "%016" PRIx64, dataset_digest(train));
+    snprintf(values[3], sizeof values[3], "%016" PRIx64, dataset_digest(val));
+    const char *names[] = {"the training sample count", "the validation sample count",
+                           "the digest of the training samples", "the digest of the validation samples"};
+    const char *list[] = {values[0], values[1], values[2], values[3]};
+    return agree_same(comm, "the data", 4, names, list);
+}
+
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
     t->times.init_start = clock_seconds();
@@ -81,6 +94,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     int device_decode = 0;
     if (rc == 0 && (device_decode = dataset_decode_on_device(&cfg->data, be, err, sizeof err)) < 0) rc = 2;
     if ((rc = agree_startup(comm, rc ? 2 : 0, err)) != 0) return rc;
+    if ((rc = trainer_agree_data(comm, t->train_set, t->eval.val_set)) != 0) return rc;
     if (device_decode)
         log_info("training JPEGs decoded by the %s backend (data.decode %s)", be->name, cfg->data.decode);
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,

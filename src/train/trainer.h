@@ -92,6 +92,10 @@ typedef struct Trainer {
 // agreed over ranks (dist/agree.h): returns 0 on every rank, or on every rank the failing rank's exit
 // code (2: data, resume file, outputs) with its message printed once.
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm);
+// Every rank must see the same data under the same data.path (per-node copies may differ): the sample
+// counts and dataset_digest of both splits compared with rank 0's (dist/agree.h agree_same). 0, or 2 on
+// every rank with the first difference printed.
+int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val);
 // Runs to the end (or until *stop is set on any rank: then finishes the step, checkpoints, returns 0).
 // A failed write to the metrics file stops every rank the same way but returns 1. A run that diverges
 // (divergence.h) stops on every rank at the next log record or checkpoint and returns 4, with the reason
