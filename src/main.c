@@ -9,9 +9,10 @@
 //             3 a collective waited past dist.timeout_s.
 //             4 the run diverged (train/divergence.h): stopped, the reason on stderr and in the metrics
 //               summary, last.safetensors the newest finite state.
-// Start-up is agreed over ranks (dist/agree.h): every rank loads the config and keeps its message, then
-// each stage (config, same config, backend, data, resume, outputs) ends with every rank knowing whether
-// any failed, so all exit together with the failing rank's message.
+// Start-up is agreed over ranks (dist/agree.h): every rank parses its command line and loads the config,
+// keeping its message, then each stage (same mode, config, same config, backend, data, same data, resume,
+// outputs) ends with every rank knowing whether any failed, so all exit together with the failing rank's
+// message.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
