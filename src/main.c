@@ -7,9 +7,13 @@
 //             2 usage or configuration error (nothing was written): also data, a resume file or an output
 //               folder found unusable at start-up, a run folder another run holds or an earlier run's
 //               files a fresh start would replace (run_folder.h), and ranks given different configs.
-// Start-up is agreed over ranks (dist/agree.h): every rank loads the config and keeps its message, then
-// each stage (config, same config, backend, data, resume, outputs) ends with every rank knowing whether
-// any failed, so all exit together with the failing rank's message.
+//             3 a collective waited past dist.timeout_s.
+//             4 the run diverged (train/divergence.h): stopped, the reason on stderr and in the metrics
+//               summary, last.safetensors the newest finite state.
+// Start-up is agreed over ranks (dist/agree.h): every rank parses its command line and loads the config,
+// keeping its message, then each stage (same mode, config, same config, backend, data, same data, resume,
+// outputs) ends with every rank knowing whether any failed, so all exit together with the failing rank's
+// message.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -79,32 +83,25 @@ static const char usage_text[] =
     "  tools/fashion-mnist data/fashion-mnist && amptrain configs/fashion_mnist.yaml   # a real dataset\n"
     "\n"
     "signals: SIGTERM, SIGINT or SIGUSR1 finish the step, write a checkpoint and exit 0; under Open MPI's\n"
-    "mpirun send SIGUSR1 (mpirun forwards it to every rank; SIGTERM makes mpirun itself exit 1)\n"
+    "mpirun send SIGUSR1 (mpirun forwards it to every rank; SIGTERM makes mpirun itself exit 1). SIGPIPE is\n"
+    "ignored: a closed stdout (amptrain ... | head) loses the printed lines, not the run or its checkpoint\n"
     "\n"
     "environment: AMPTRAIN_CONV_LOG=1 prints each convolution's algorithm choice (cuDNN's candidates with\n"
     "their times, or the cuBLAS GEMM route of a 1x1 convolution) and, with cudnn.batch_norm=auto, each batch-norm\n"
     "shape's timed forward/backward pairs to stderr; AMPTRAIN_DECODE_LOG=1 (with data.decode=device) prints where\n"
     "each batch's decode spends its time\n"
     "\n"
-    "exit codes: 0 done, 1 runtime failure, 2 usage or config error, 3 a collective waited past dist.timeout_s\n";
+    "exit codes: 0 done, 1 runtime failure, 2 usage or config error, 3 a collective waited past dist.timeout_s,\n"
+    "  4 the run diverged (amp.max_consecutive_skips skipped steps in a row, a loss scale below amp.min_scale,\n"
+    "  or weights, momentum or BN statistics not finite): stopped, last.safetensors the newest finite state\n";
 
 typedef struct Cli {
     const char *config_path;
     char **overrides;
     int n_overrides;
-    int print_config, dry_run, bench, bench_data;
+    int help, version, print_config, dry_run, bench, bench_data;
     BenchOptions bench_opt;
 } Cli;
-
-// Rank from the launcher's environment, before MPI starts (so only rank 0 reports config errors).
-static int launcher_rank(void) {
-    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
-    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v) return atoi(v);
-    }
-    return 0;
-}
 
 static int parse_positive(const char *flag, const char *text, int *out) {
     char *end;
@@ -125,33 +122,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(usage_text, stdout);
+            cli->help = 1;
             return 0;
         } else if (!strcmp(a, "--version")) {
-            int gpus = cuda_visible_device_count();
-            printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
-                   AMPTRAIN_VERSION,
-#ifdef AMPTRAIN_HAVE_CUDA
-                   ", cuda (architectures " AMPTRAIN_CUDA_ARCHITECTURES ")",
-#else
-                   "",
-#endif
-#ifdef AMPTRAIN_HAVE_MPI
-                   ", mpi",
-#else
-                   "",
-#endif
-#ifdef AMPTRAIN_HAVE_NCCL
-                   ", nccl",
-#else
-                   "",
-#endif
-#ifdef AMPTRAIN_HAVE_NVJPEG
-                   ", device (nvJPEG)",
-#else
-                   "",
-#endif
-                   gpus);
+            cli->version = 1;
             return 0;
         } else if (!strcmp(a, "--print-config")) {
             cli->print_config = 1;
@@ -191,6 +165,47 @@ static int parse_args(int argc, char **argv, Cli *cli) {
         return 2;
     }
     return -1;
+}
+
+static void print_version(void) {
+    int gpus = cuda_visible_device_count();
+    printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
+           AMPTRAIN_VERSION,
+#ifdef AMPTRAIN_HAVE_CUDA
+           ", cuda (architectures " AMPTRAIN_CUDA_ARCHITECTURES ")",
+#else
+           "",
+#endif
+#ifdef AMPTRAIN_HAVE_MPI
+           ", mpi",
+#else
+           "",
+#endif
+#ifdef AMPTRAIN_HAVE_NCCL
+           ", nccl",
+#else
+           "",
+#endif
+#ifdef AMPTRAIN_HAVE_NVJPEG
+           ", device (nvJPEG)",
+#else
+           "",
+#endif
+           gpus);
+}
+
+// What this rank was asked to do, with everything that changes its collective calls, as one line.
+static void mode_text(const Cli *cli, int parse_rc, char *out, size_t cap) {
+    if (parse_rc > 0) snprintf(out, cap, "a command-line error (exit %d)", parse_rc);
+    else if (cli->help) snprintf(out, cap, "--help");
+    else if (cli->version) snprintf(out, cap, "--version");
+    else if (cli->print_config) snprintf(out, cap, "--print-config");
+    else if (cli->bench_data) snprintf(out, cap, "--bench-data --bench-steps %d", cli->bench_opt.steps);
+    else if (cli->bench)
+        snprintf(out, cap, "--bench --bench-steps %d --bench-warmup %d%s", cli->bench_opt.steps, cli->bench_opt.warmup,
+                 cli->bench_opt.profile ? " --bench-profile" : "");
+    else if (cli->dry_run) snprintf(out, cap, "--dry-run");
+    else snprintf(out, cap, "training");
 }
 
 static void print_dry_run(const Config *cfg) {
@@ -325,10 +340,15 @@ static int dry_run(const Config *cfg, Comm *comm) {
     Dataset *train = NULL, *val = NULL;
     int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, NULL, &train, err, sizeof err);
     if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, NULL, &val, err, sizeof err);
-    if (rc == 0 && cfg->checkpoint.resume[0])
-        rc = checkpoint_check(cfg->checkpoint.resume, cfg, train, comm->size, comm->rank, err, sizeof err) ? 2 : 0;
+    rc = agree_startup(comm, rc, err);
+    if (rc == 0) rc = trainer_agree_data(comm, train, val);
+    if (rc == 0 && cfg->checkpoint.resume[0]) {
+        int refused = checkpoint_check(cfg->checkpoint.resume, cfg, train, comm->size, comm->rank, err, sizeof err);
+        rc = agree_startup(comm, refused ? 2 : 0, err);
+    }
     if (train) dataset_close(train);
     if (val) dataset_close(val);
+    if (rc != 0) return rc;
     if (rc == 0 && comm->rank == 0) rc = outputs_prepare(cfg, 1, err, sizeof err);
     rc = agree_startup(comm, rc, err);
     if (rc == 0 && comm->rank == 0) print_dry_run(cfg);
@@ -342,6 +362,7 @@ static int bench_data(const Config *cfg, Comm *comm, int batches) {
     Dataset *ds = NULL;
     Backend *be = NULL;
     int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &ds, err, sizeof err), err);
+    if (rc == 0) rc = trainer_agree_data(comm, ds, NULL);
     if (rc == 0 && !strcmp(cfg->data.decode, "device")) {
         be = select_backend(cfg, comm, err, sizeof err);
         rc = agree_startup(comm, be ? 0 : 1, err);
@@ -360,7 +381,7 @@ static void print_summary(Trainer *t, const Config *cfg) {
     ScalerState st = scaler_read(&t->scaler, be);
     long run_steps = t->step - t->first_step;
     metrics_summary(&t->log.metrics, &(SummaryRecord){
-        .steps = t->step, .epoch = trainer_last_epoch(t), .world = t->comm->size, .amp = cfg->amp.enabled,
+        .outcome = t->outcome, .reason = t->div.reason, .steps = t->step, .epoch = trainer_last_epoch(t), .world = t->comm->size, .amp = cfg->amp.enabled,
         .seconds = t->train_seconds, .images_per_s = t->train_seconds > 0 ? t->images_seen / t->train_seconds : 0,
         .backend = be->name, .peak_mib = be->peak_bytes(be) / 1048576.0, .skipped_total = st.skipped_total,
         .scale = st.scale, .final_loss = t->log.last_loss, .eval = t->eval.has_last ? &t->eval.last : NULL,
@@ -410,7 +431,7 @@ static int train(const Config *cfg, const Config *run_cfg, Backend *be, Comm *co
     } else if (rc == 0) {
         if (comm->rank == 0) begin_run(&t, cfg);
         rc = trainer_run(&t, &stop_requested);
-        if (rc == 0 && comm->rank == 0) print_summary(&t, run_cfg);
+        if ((rc == 0 || rc == 4) && comm->rank == 0) print_summary(&t, run_cfg);
     }
     trainer_free(&t);
     return rc;
@@ -439,29 +460,46 @@ static int run(const Cli *cli, const Config *cfg, const Config *run_cfg, Comm *c
 }
 
 int main(int argc, char **argv) {
+    // A closed stdout (amptrain ... | head -1) must not kill a run before its checkpoint: a write there
+    // fails with EPIPE instead, and the run goes on without its stdout.
+    signal(SIGPIPE, SIG_IGN);
     Cli cli;
-    int rc = parse_args(argc, argv, &cli);
-    if (rc >= 0) {
-        free(cli.overrides);
-        return rc;
-    }
+    int parse_rc = parse_args(argc, argv, &cli), rc = 0;
     static Config cfg;
     // Every rank loads the config and keeps its message: the ranks agree below on who failed.
     char message[AGREE_MESSAGE_MAX] = "";
-    FILE *sink = fmemopen(message, sizeof message, "w");
-    rc = config_load(&cfg, cli.config_path, cli.n_overrides, cli.overrides, sink);
-    if (sink) fclose(sink);
-    message[strcspn(message, "\n")] = '\0';
-    free(cli.overrides);
-    if (cli.print_config) {
-        if (launcher_rank() == 0 && rc != 0) fprintf(stderr, "%s\n", message);
-        if (launcher_rank() == 0 && rc == 0) config_print(&cfg, stdout);
-        return rc ? 2 : 0;
+    if (parse_rc < 0) {
+        FILE *sink = fmemopen(message, sizeof message, "w");
+        rc = config_load(&cfg, cli.config_path, cli.n_overrides, cli.overrides, sink);
+        if (sink) fclose(sink);
+        message[strcspn(message, "\n")] = '\0';
+    } else {
+        config_defaults(&cfg);
     }
+    free(cli.overrides);
 
+    // Under a launcher every rank joins, whatever it was asked to do, and the ranks first agree on the
+    // mode in messages of one size: a rank given --version or --dry-run beside training ranks ends the
+    // job (exit 2 everywhere, naming the rank) instead of leaving the others waiting or mismatched.
     // An invalid config leaves the defaults in cfg (dist.timeout_s among them) for this start-up.
     Comm *comm = comm_init(&argc, &argv, cfg.dist.timeout_s);
+    char mode[160];
+    mode_text(&cli, parse_rc, mode, sizeof mode);
+    int agreed = agree_same(comm, "the command lines", 1, (const char *[]){"the mode"}, (const char *[]){mode});
+    if (agreed == 0 && parse_rc > 0) agreed = parse_rc;  // the message is above
+    if (agreed == 0 && parse_rc == 0 && comm->rank == 0) cli.help ? (void)fputs(usage_text, stdout) : print_version();
+    if (agreed != 0 || parse_rc >= 0) {
+        comm->destroy(comm);
+        comm_finalize();
+        return agreed;
+    }
     rc = agree_startup(comm, rc ? 2 : 0, message);
+    if (rc == 0 && cli.print_config) {
+        if (comm->rank == 0) config_print(&cfg, stdout);
+        comm->destroy(comm);
+        comm_finalize();
+        return 0;
+    }
     if (rc == 0) rc = agree_config(comm, &cfg);
     // --bench and --bench-data write nothing into the run's folder: only a training start (or its dry run)
     // is checked against it.

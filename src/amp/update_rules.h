@@ -43,18 +43,21 @@ UPDATE_RULE void sgd_update_rule(float grad, float inv_scale, float lr, const Sg
     *master = RULE_SUB(*master, RULE_MUL(lr, step));
 }
 
-// After the step's agreed verdict (state->found_inf): a skipped step counts and, when dynamic, backs the
-// scale off and restarts the growth count; a clean one counts towards growth, and every `interval` clean
+// After the step's agreed verdict (state->found_inf): a skipped step counts (in all and in a row) and,
+// when dynamic, backs the scale off and restarts the growth count; a clean one ends the row of skips and
+// counts towards growth, and every `interval` clean
 // steps the scale grows, unless that would overflow fp32 (then it stays, as in torch).
 UPDATE_RULE void scaler_update_rule(ScalerState *state, float growth, float backoff, int interval, int dynamic) {
     if (state->found_inf != 0.0f) {
         state->skipped_total++;
+        state->skipped_run++;
         if (dynamic) {
             state->scale *= backoff;
             state->growth_count = 0;
         }
         return;
     }
+    state->skipped_run = 0;
     if (!dynamic) return;
     state->growth_count++;
     if (state->growth_count == interval) {

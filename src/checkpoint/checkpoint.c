@@ -75,7 +75,7 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
     CheckpointMeta meta = {
         .step = t->step, .epoch = t->epoch, .samples_done = sampler_samples_before(&t->sampler, t->step_in_epoch),
         .amp = m->amp, .dynamic = cfg->amp.dynamic, .scale = scaler.scale, .growth_count = scaler.growth_count,
-        .skipped_total = scaler.skipped_total, .seed = cfg->train.seed, .world = t->comm->size,
+        .skipped_total = scaler.skipped_total, .skipped_run = scaler.skipped_run, .seed = cfg->train.seed, .world = t->comm->size,
         .batch = cfg->data.batch_size, .accum = cfg->train.accum_steps, .train_samples = t->train_set->size};
     snprintf(meta.dataset, sizeof meta.dataset, "%s", t->train_set->name);
     dataset_digest(t->train_set, meta.dataset_digest);
@@ -168,7 +168,7 @@ static void loaded_free(Loaded *l) { free(l->master), free(l->momentum), free(l-
 // whatever the file says: the user chose it; a warning says when the file's differs.
 static ScalerState resume_scaler(const char *path, const CheckpointMeta *meta, const Model *m, const AmpConfig *amp) {
     ScalerState st = {.scale = (float)meta->scale, .growth_count = (int32_t)meta->growth_count,
-                      .skipped_total = (int32_t)meta->skipped_total};
+                      .skipped_total = (int32_t)meta->skipped_total, .skipped_run = (int32_t)meta->skipped_run};
     if (!m->amp) {
         st.scale = 1.0f;  // fp32 run: no scaling, whatever the checkpoint used
     } else if (!meta->amp) {

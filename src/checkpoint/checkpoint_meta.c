@@ -28,6 +28,7 @@ void checkpoint_meta_write(SafetensorsWriter *w, const CheckpointMeta *m) {
                  {"dynamic_scale", m->dynamic},
                  {"growth_count", m->growth_count},
                  {"skipped_total", m->skipped_total},
+                 {"skipped_run", m->skipped_run},
                  {"step", m->step},
                  {"epoch", m->epoch},
                  {"samples_done", m->samples_done},
@@ -72,6 +73,7 @@ int checkpoint_meta_read(const SafetensorsFile *f, CheckpointMeta *m, char *err,
         snprintf(err, err_len, "%s: checkpoint metadata 'scale' is %s", st_path(f), scale ? "not a number" : "missing");
         return 1;
     }
+    if (st_meta(f, "skipped_run") && meta_get_long(f, "skipped_run", &m->skipped_run, err, err_len)) return 1;
     m->dynamic = -1;
     if (st_meta(f, "dynamic_scale") && meta_get_long(f, "dynamic_scale", &m->dynamic, err, err_len)) return 1;
     const char *dataset = st_meta(f, "dataset"), *digest = st_meta(f, "dataset_digest");
@@ -157,6 +159,9 @@ static int check_counters(const SafetensorsFile *f, const CheckpointMeta *r, con
     if (r->growth_count < 0 || r->growth_count > r->step || r->skipped_total < 0 || r->skipped_total > r->step)
         return fail_meta(f, err, err_len, "growth_count %ld, skipped_total %ld: each must be in [0, step %ld]",
                          r->growth_count, r->skipped_total, r->step);
+    if (r->skipped_run < 0 || r->skipped_run > r->skipped_total)
+        return fail_meta(f, err, err_len, "'skipped_run' is %ld: must be in [0, skipped_total %ld]", r->skipped_run,
+                         r->skipped_total);
     float scale = (float)r->scale;
     if (!(r->scale > 0) || !isnormal(scale))
         return fail_meta(f, err, err_len, "'scale' is %g: the loss scale must be a finite, positive, normal fp32 "

@@ -3,7 +3,8 @@
 // and is refused (one line naming the key, the file's value and this run's) when the values are ones no
 // run writes, or when continuing would not be the same run: another train.seed, or other data.
 //
-// Keys: format, model, arch (checkpoint.c); amp, dynamic_scale, scale, growth_count, skipped_total, step,
+// Keys: format, model, arch (checkpoint.c); amp, dynamic_scale, scale, growth_count, skipped_total,
+// skipped_run (skipped steps in a row up to this one; a file without it resumes with 0), step,
 // epoch, samples_done (of that epoch), seed, world_size, batch_size, accum_steps, dataset (the source's
 // name), train_samples, dataset_digest (dataset_digest: the samples' identity), data_checksum
 // (safetensors.h). Files written before dynamic_scale and the dataset keys existed load without those
@@ -26,6 +27,7 @@ typedef struct CheckpointMeta {
     long dynamic;          // amp.dynamic of that run; -1: not recorded
     double scale;          // its loss scale
     long growth_count, skipped_total;
+    long skipped_run;      // skipped steps in a row up to this one (amp.max_consecutive_skips)
     long seed, world, batch, accum;
     char dataset[32];      // Dataset.name; "": not recorded (then train_samples and dataset_digest neither)
     long train_samples;

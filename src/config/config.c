@@ -100,11 +100,14 @@ void config_defaults(Config *cfg) {
     a->growth_factor = 2.0;
     a->backoff_factor = 0.5;
     a->growth_interval = 2000;
+    a->max_consecutive_skips = 100;
+    a->min_scale = 1e-4;
 
     cfg->log.every = 10;
     copy_text(cfg->log.progress, sizeof cfg->log.progress, "auto");
 
     cfg->checkpoint.every = 0;
+    cfg->checkpoint.keep = 1;
 
     cfg->dist.bucket_mb = 25;
     cfg->dist.first_bucket_mb = 1;

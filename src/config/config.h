@@ -72,6 +72,8 @@ typedef struct AmpConfig {
     double growth_factor;
     double backoff_factor;
     int growth_interval;
+    int max_consecutive_skips;  // skipped steps in a row that end the run as diverged (0: never)
+    double min_scale;           // a dynamic scale below this ends the run as diverged (0: never)
 } AmpConfig;
 
 typedef struct LogConfig {
@@ -83,6 +85,7 @@ typedef struct LogConfig {
 typedef struct CheckpointConfig {
     char dir[CONFIG_PATH_MAX];     // where checkpoints go ("" : none)
     int every;                     // steps between checkpoints (0: only at the end)
+    int keep;                      // step-numbered checkpoints kept (0, 1: only last.safetensors)
     char resume[CONFIG_PATH_MAX];  // checkpoint file to resume from ("" : fresh start; "auto": the newest
                                    // valid one in dir, or a fresh start when there is none)
     int overwrite;                 // a fresh start may replace an earlier run's files in dir and log.metrics

@@ -143,6 +143,10 @@ const ConfigKey config_keys[] = {
      "scale multiplier after a step with inf/NaN gradients"},
     {"amp", "growth_interval", CK_INT, AT(amp.growth_interval), AT_LEAST(1), {0},
      "clean steps in a row before the scale grows"},
+    {"amp", "max_consecutive_skips", CK_INT, AT(amp.max_consecutive_skips), BETWEEN(0, 1000000000), {0},
+     "steps in a row skipped for inf/NaN gradients after which the run stops as diverged (exit 4; 0: never)"},
+    {"amp", "min_scale", CK_FLOAT, AT(amp.min_scale), AT_LEAST(0), {0},
+     "a dynamic loss scale below this stops the run as diverged (exit 4; 0: never)"},
     // ---- log ----
     {"log", "every", CK_INT, AT(log.every), AT_LEAST(1), {0}, "steps between log lines and metrics records"},
     {"log", "metrics", CK_STRING, AT_STR(log.metrics), NONE, {0},
@@ -154,6 +158,8 @@ const ConfigKey config_keys[] = {
      "folder for checkpoints (\"\": none)"},
     {"checkpoint", "every", CK_INT, AT(checkpoint.every), AT_LEAST(0), {0},
      "steps between checkpoints (0: only at the end)"},
+    {"checkpoint", "keep", CK_INT, AT(checkpoint.keep), BETWEEN(0, 1000000), {0},
+     "step-numbered checkpoints kept beside last.safetensors, the oldest removed (0 or 1: only last)"},
     {"checkpoint", "resume", CK_STRING, AT_STR(checkpoint.resume), NONE, {0},
      "checkpoint file to resume from (\"\": fresh start; auto: the newest valid checkpoint in checkpoint.dir, "
      "last.safetensors first, or a fresh start when there is none)"},

@@ -56,6 +56,7 @@ typedef struct ScalerState {
     int32_t growth_count;  // clean steps in a row since the last change of S
     float found_inf;       // the agreed verdict of the current step: 0 clean, 1 inf/NaN somewhere
     int32_t skipped_total; // steps skipped since the start of training (for logging)
+    int32_t skipped_run;   // steps skipped in a row up to the last one (0 after a clean step)
 } ScalerState;
 
 // Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics, dampening 0). The learning rate

@@ -28,6 +28,10 @@ void dataset_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng
 size_t dataset_image_bytes(const Dataset *ds) { return (size_t)ds->side * ds->side * 3; }
 
 void dataset_digest(const Dataset *ds, char out[17]) {
+    if (!ds) {
+        snprintf(out, 17, "none");
+        return;
+    }
     Digest d;
     digest_init(&d);
     digest_add_string(&d, ds->name);
@@ -179,14 +183,49 @@ int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *er
     return -1;
 }
 
+// A split where no sample reads and decodes would end the run at its first batch, or the validation split
+// after a whole epoch: found when it opens instead (exit 2). The probe stops at the first sample that
+// decodes, so a healthy split costs one read and one decode.
+static int dataset_probe(const Dataset *ds, int train, char *err, size_t err_cap) {
+    const EncodedSource *src = ds ? image_dataset_source(ds) : NULL;
+    if (!src) return 0;  // generated and CIFAR-10 samples always make pixels
+    char why[512] = "";
+    for (int i = 0; i < src->size; i++) {
+        uint8_t *bytes = NULL;
+        size_t len = 0;
+        int32_t label;
+        if (src->read(src, i, &bytes, &len, &label, why, sizeof why) != 0) continue;
+        DecodedImage img;
+        int rc = label >= 0 && label < src->classes ? image_decode(bytes, len, &img, why, sizeof why) : 1;
+        if (label < 0 || label >= src->classes) snprintf(why, sizeof why, "label %d outside [0, %d)", label, src->classes);
+        free(bytes);
+        if (rc == 0) {
+            image_free(&img);
+            return 0;
+        }
+    }
+    snprintf(err, err_cap, "%s: none of the %d samples of the %s split can be read or decoded (the last: %s)",
+             ds->name, ds->size, train ? "training" : "validation", why);
+    return 2;
+}
+
+static int dataset_open_probed(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
+                               int train, Dataset **out, char *err, size_t err_cap) {
+    int rc = dataset_open(data, model, seed, cache_dir, train, out, err, err_cap);
+    if (rc == 0) rc = dataset_probe(*out, train, err, err_cap);
+    if (rc != 0 && *out) dataset_close(*out), *out = NULL;
+    return rc;
+}
+
+
 int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                        Dataset **out, char *err, size_t err_cap) {
-    int rc = dataset_open(data, model, seed, cache_dir, 1, out, err, err_cap);
+    int rc = dataset_open_probed(data, model, seed, cache_dir, 1, out, err, err_cap);
     if (rc == 0) dataset_set_extra(*out, data);
     return rc;
 }
 
 int dataset_open_val(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                      Dataset **out, char *err, size_t err_cap) {
-    return dataset_open(data, model, seed, cache_dir, 0, out, err, err_cap);
+    return dataset_open_probed(data, model, seed, cache_dir, 0, out, err, err_cap);
 }

@@ -70,6 +70,8 @@ struct Dataset {
 // is written; a folder that does not exist yet: nothing is written now, see dataset_save_cache. Returns 0 and sets *out, or returns 2 (the CLI's exit code
 // for bad input), sets *out = NULL and writes one line naming the problem (e.g. the missing or truncated
 // file and its size) into err[err_cap]; the caller reports it and exits. Nothing is left allocated.
+// An image split is probed: one where no sample reads and decodes is refused here (2), not at its first
+// batch; the probe stops at the first sample that decodes.
 int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                        Dataset **out, char *err, size_t err_cap);
 
@@ -120,7 +122,7 @@ int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *er
 
 // The identity of the samples, for a checkpoint to record and a resume to compare: the digest of name,
 // size, side, classes and list_digest as 16 hex digits (17 bytes with the NUL). The seed is not in it: a
-// checkpoint records that by itself.
+// checkpoint records that by itself. Ranks compare it at start-up too (trainer_agree_data). "none" for NULL.
 void dataset_digest(const Dataset *ds, char out[17]);
 
 // Bytes in one image: side * side * 3.

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/check.h"
 #include "core/clock.h"
@@ -21,6 +22,7 @@
 
 #define LOADER_MAX_WORKERS 64
 #define LOADER_CHUNK 8  // samples per task: a few milliseconds of JPEG decoding
+#define LOADER_STOP_POLL_MS 50
 
 typedef struct LoaderWorker {
     struct Loader *loader;
@@ -213,7 +215,7 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
     return l;
 }
 
-const Batch *loader_next(Loader *l, double *waited) {
+const Batch *loader_next_unless(Loader *l, double *waited, volatile sig_atomic_t *stop) {
     if (l->next >= l->total) return NULL;
     long j = l->next;
     LoaderSlot *s = &l->ring[j % l->slots];
@@ -230,16 +232,43 @@ const Batch *loader_next(Loader *l, double *waited) {
     pthread_cond_broadcast(&l->changed);
     if (s->ready != j) {
         double start = waited ? clock_seconds() : 0;
-        while (s->ready != j) pthread_cond_wait(&l->changed, &l->mutex);
+        while (s->ready != j && !(stop && *stop)) {
+            if (!stop) {
+                pthread_cond_wait(&l->changed, &l->mutex);
+                continue;
+            }
+            // A worker may be stuck in a read (a hung file system): the stop flag is looked at every
+            // LOADER_STOP_POLL_MS whatever the workers do.
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += LOADER_STOP_POLL_MS * 1000000L;
+            until.tv_sec += until.tv_nsec / 1000000000L, until.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&l->changed, &l->mutex, &until);
+        }
         if (waited) *waited += clock_seconds() - start;
     }
+    int ready = s->ready == j;
     pthread_mutex_unlock(&l->mutex);
-    return &s->batch;
+    return ready ? &s->batch : NULL;
 }
+
+const Batch *loader_next(Loader *l, double *waited) { return loader_next_unless(l, waited, NULL); }
 
 int loader_auto_workers(int local_cpus, int local_ranks) {
     int share = local_cpus / (local_ranks > 0 ? local_ranks : 1) - 1;
     return share < 1 ? 1 : share > LOADER_MAX_WORKERS ? LOADER_MAX_WORKERS : share;
+}
+
+void loader_abandon(Loader *l) {
+    if (!l || !l->threaded) {
+        loader_destroy(l);
+        return;
+    }
+    pthread_mutex_lock(&l->mutex);
+    l->stop = 1;
+    pthread_cond_broadcast(&l->changed);
+    pthread_mutex_unlock(&l->mutex);
+    for (int i = 0; i < l->n_workers; i++) pthread_detach(l->workers[i].thread);
 }
 
 void loader_destroy(Loader *l) {

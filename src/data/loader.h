@@ -15,6 +15,7 @@
 #ifndef AMPTRAIN_LOADER_H
 #define AMPTRAIN_LOADER_H
 
+#include <signal.h>
 #include <stdint.h>
 
 #include "core/backend.h"
@@ -52,6 +53,10 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
 // releases it: its buffers and its jobs' bytes may then be refilled).
 // Adds the seconds this call waited for a worker to *waited (when not NULL).
 const Batch *loader_next(Loader *l, double *waited);
+// loader_next, but a wait for the workers ends as soon as *stop is set (looked at every 50 ms, whatever
+// the workers are doing): then NULL, and the loader can only be abandoned or destroyed. Without worker
+// threads (prefetch 0) the caller makes the batch itself and cannot be interrupted.
+const Batch *loader_next_unless(Loader *l, double *waited, volatile sig_atomic_t *stop);
 
 // data.workers = 0: local_cpus, the CPUs the local_ranks ranks of this host may use together (Comm.local_cpus:
 // their affinity masks and cgroup quota, not the host's online count), shared out, one of each share left
@@ -60,5 +65,9 @@ int loader_auto_workers(int local_cpus, int local_ranks);
 
 // Stops and joins the threads (also mid-epoch), frees the buffers.
 void loader_destroy(Loader *l);
+// After an interrupted loader_next_unless: asks the threads to end and detaches them without waiting for
+// one stuck in a read; the buffers stay allocated (such a thread may still write them) until the process
+// exits. Without threads, loader_destroy.
+void loader_abandon(Loader *l);
 
 #endif

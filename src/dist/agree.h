@@ -15,6 +15,15 @@
 
 #define AGREE_MESSAGE_MAX 1024
 
+// The lowest failing rank's result, on every rank: rc 0 (fine) or this rank's code with a one-line
+// message. Returns 0 when no rank failed (out zeroed); otherwise the lowest failing rank's code, with its
+// rank, its message and how many ranks failed in out. Prints nothing.
+typedef struct AgreedFailure {
+    int rank, count;
+    char text[AGREE_MESSAGE_MAX];
+} AgreedFailure;
+int agree_first(Comm *c, int rc, const char *message, AgreedFailure *out);
+
 // Combines this rank's start-up result over all ranks: rc 0 (fine), or its exit code with a one-line
 // message. Returns 0 when every rank is fine; otherwise, on every rank, the exit code of the lowest
 // failing rank, whose message rank 0 has written to stderr: as it is in a single process, else

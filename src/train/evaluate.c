@@ -63,7 +63,7 @@ EvalRecord evaluate_run(Evaluator *ev, Model *m, Activations *act, Backend *be, 
     float *logits_f32 = be->alloc(be, (size_t)b * classes * sizeof(float));
     double sums[4] = {0};  // loss*count, top1, top5, count
     const PixelAffine affine = pixel_affine_of(&val->norm);
-    for (int first = comm->rank; first < val->size;) {
+    for (int first = comm->rank; first < val->size && !(ev->stop && *ev->stop);) {
         int count = 0;
         for (; count < b && first < val->size; first += world) indices[count++] = first;
         dataset_get_batch(val, indices, count, 0, images, labels);

@@ -3,6 +3,8 @@
 #ifndef AMPTRAIN_EVALUATE_H
 #define AMPTRAIN_EVALUATE_H
 
+#include <signal.h>
+
 #include "core/backend.h"
 #include "data/dataset.h"
 #include "dist/comm.h"
@@ -14,6 +16,7 @@ typedef struct Evaluator {
     Dataset *val_set;   // NULL: no validation split
     EvalRecord last;    // the latest evaluation of the run ...
     int has_last;       // ... once one ran
+    volatile sig_atomic_t *stop;  // the run's stop flag: set, the evaluation ends at its next batch (NULL: none)
     // Evaluation at a side of its own (data.val_crop unlike data.train_crop): a view of the training model at
     // that side, sharing its weights and statistics, and its buffers inside the training arena, which is made
     // large enough for both. own_side 0: evaluation runs the training model and buffers.
@@ -33,7 +36,9 @@ void evaluate_free(Evaluator *ev, Backend *be);
 // Averages BN running statistics across ranks (before evaluation and checkpoints).
 void evaluate_sync_bn_stats(Model *m, Backend *be, Comm *comm);
 // The record of (epoch, step): the model (or its view at the validation side) in evaluation mode over ev's
-// val_set in batches of act->max_batch, summed over ranks (only epoch and step without a val_set).
+// val_set in batches of act->max_batch, summed over ranks (only epoch and step without a val_set). A rank
+// that sees ev->stop set evaluates no further batch, so an evaluation ends within a batch of a stop; its
+// record then counts fewer samples than the split holds (samples, the same on every rank, tells).
 EvalRecord evaluate_run(Evaluator *ev, Model *m, Activations *act, Backend *be, Comm *comm, int epoch,
                         long step);
 

@@ -91,21 +91,29 @@ static void decode_loader_batch(void *in, int slot, const Batch *b) {
     input_decode(in, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
 }
 
-void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited) {
-    *f = (InputFeed){.in = in, .loader = loader, .waited = waited, .ahead_slot = BACKEND_INPUT_SLOTS - 1};
+// The next batch from the loader, uploaded into the next slot. stop: NULL inside a step (its micro-batches
+// must come), the run's flag between steps.
+static void feed_fetch(InputFeed *f, volatile sig_atomic_t *stop) {
+    Backend *be = f->in->be;
+    if (f->ahead) be->input_upload_wait(be, f->ahead_slot);
+    f->ahead = loader_next_unless(f->loader, f->waited, stop);
+    if (!f->ahead && stop && *stop) f->interrupted = 1;
+    f->ahead_slot = (f->ahead_slot + 1) % BACKEND_INPUT_SLOTS;
+    if (f->ahead) input_upload(f->in, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
+}
+
+void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited, volatile sig_atomic_t *stop) {
+    *f = (InputFeed){.in = in, .loader = loader, .waited = waited, .ahead_slot = BACKEND_INPUT_SLOTS - 1,
+                     .stop = stop};
     if (in->device_decode)
         f->decode = decode_feed_start(in->be, loader, decode_loader_batch, in);
     else
-        input_feed_advance(f);
+        feed_fetch(f, NULL);
 }
 
 void input_feed_advance(InputFeed *f) {
     if (f->decode) return;  // the decode thread works ahead by itself
-    Backend *be = f->in->be;
-    if (f->ahead) be->input_upload_wait(be, f->ahead_slot);
-    f->ahead = loader_next(f->loader, f->waited);
-    f->ahead_slot = (f->ahead_slot + 1) % BACKEND_INPUT_SLOTS;
-    if (f->ahead) input_upload(f->in, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
+    feed_fetch(f, f->stop);
 }
 
 const MicroBatch *input_feed_micro(void *ctx, int k) {
@@ -116,7 +124,7 @@ const MicroBatch *input_feed_micro(void *ctx, int k) {
         f->current = *mb;
         return &f->current;
     }
-    if (k > 0) input_feed_advance(f);
+    if (k > 0) feed_fetch(f, NULL);
     const Batch *b = f->ahead;
     AMP_ASSERT(b, "the loader ran out of batches inside a step");
     f->current = (MicroBatch){.count = b->count, .step_total = b->step_total, .host_images = b->images,

@@ -64,15 +64,18 @@ typedef struct InputFeed {
     const Batch *ahead;     // the next batch, uploaded into slot `ahead_slot`; NULL at the end
     int ahead_slot;
     MicroBatch current;
+    volatile sig_atomic_t *stop;  // the run's stop flag: ends input_feed_advance's wait (NULL: none)
+    int interrupted;        // 1 once that wait ended without its batch: the loader can only be abandoned
 } InputFeed;
 
 // Starts feeding from loader (owned by the caller, destroyed after input_feed_stop): the decode thread,
 // or the first upload.
-void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited);
+void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited, volatile sig_atomic_t *stop);
 // The MicroBatchFn of the feed (ctx = the InputFeed): the batch uploaded (or decoded) ahead; for k > 0 the
 // next one starts up right away (accumulation).
 const MicroBatch *input_feed_micro(void *ctx, int k);
 // After a step was launched: the next batch starts up (no-op with the decode thread, which works ahead).
+// A wait for the loader's workers ends when *stop is set (f->interrupted; the run stops after this step).
 void input_feed_advance(InputFeed *f);
 // Stops the decode thread, if any.
 void input_feed_stop(InputFeed *f);

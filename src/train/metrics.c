@@ -135,6 +135,12 @@ static void text_add_string(Text *t, const char *s) {
     text_add(t, "\"");
 }
 
+// ,"key":"text" with text a JSON string.
+static void record_text(Record *r, const char *key, const char *text) {
+    text_add(&r->body, ",\"%s\":", key);
+    text_add_string(&r->body, text);
+}
+
 static void record_number(Record *r, const char *key, double v) {
     if (isfinite(v))
         text_add(&r->body, ",\"%s\":%.6g", key, v);
@@ -267,11 +273,14 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     else printf(", buffers and first step %.2f)", rest_s);
     printf(", then %.1f images/s; data wait %.2f ms/step", r->steady_images_per_s, r->data_wait_ms);
     if (cuda) printf(", %ld of %ld steps replayed from the CUDA graph", r->graph_steps, r->steps);
+    if (strcmp(r->outcome, "done") != 0) printf("; %s%s%s", r->outcome, r->reason[0] ? ": " : "", r->reason);
     printf("\n");
     fflush(stdout);
     if (!mt->jsonl) return;
     Record rec = {0};
-    text_add(&rec.body, "{\"summary\":true,\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\"",
+    text_add(&rec.body, "{\"summary\":true,\"outcome\":\"%s\"", r->outcome);
+    if (r->reason && r->reason[0]) record_text(&rec, "reason", r->reason);
+    text_add(&rec.body, ",\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\"",
              r->steps, r->epoch, r->world, r->amp ? "true" : "false", r->backend);
     record_number(&rec, "seconds", r->seconds);
     record_number(&rec, "images_per_s", r->images_per_s);

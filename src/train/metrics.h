@@ -31,6 +31,8 @@ typedef struct EvalRecord {
 // The end of a run, as the summary line on stdout and as the metrics file's last record
 // ({"summary":true,...}: what launch/compare-amp reads).
 typedef struct SummaryRecord {
+    const char *outcome; // "done", "stopped" (by a signal), "diverged"
+    const char *reason;  // why it diverged ("" otherwise)
     long steps;          // optimizer steps done
     int epoch;
     int world;           // ranks

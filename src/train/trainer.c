@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,6 +11,7 @@
 #include "core/log.h"
 #include "dist/agree.h"
 #include "data/loader.h"
+#include "train/history.h"
 #include "train/lr_schedule.h"
 #include "train/outputs.h"
 
@@ -60,6 +63,32 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
     return 0;
 }
 
+// A checkpoint kept when a run diverged may hold a loss scale below amp.min_scale: the resumed run (with a
+// lower train.lr, say) starts from amp.init_scale instead of stopping at its first record.
+static void restart_fallen_scale(Trainer *t) {
+    const AmpConfig *amp = &t->cfg->amp;
+    ScalerState st = scaler_read(&t->scaler, t->be);
+    if (!amp->enabled || !amp->dynamic || !(st.scale < amp->min_scale)) return;
+    log_warn("%s: the loss scale %g is below amp.min_scale %g; it restarts at amp.init_scale %g",
+             t->cfg->checkpoint.resume, st.scale, amp->min_scale, amp->init_scale);
+    st.scale = (float)amp->init_scale;
+    st.growth_count = 0;
+    st.skipped_run = 0;
+    scaler_write(&t->scaler, t->be, &st);
+}
+
+int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val) {
+    char values[4][32];
+    snprintf(values[0], sizeof values[0], "%d", train ? train->size : 0);
+    snprintf(values[1], sizeof values[1], "%d", val ? val->size : 0);
+    dataset_digest(train, values[2]);
+    dataset_digest(val, values[3]);
+    const char *names[] = {"the training sample count", "the validation sample count",
+                           "the digest of the training samples", "the digest of the validation samples"};
+    const char *list[] = {values[0], values[1], values[2], values[3]};
+    return agree_same(comm, "the data", 4, names, list);
+}
+
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
     t->times.init_start = clock_seconds();
@@ -71,6 +100,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     int device_decode = 0;
     if (rc == 0 && (device_decode = dataset_decode_on_device(&cfg->data, be, err, sizeof err)) < 0) rc = 2;
     if ((rc = agree_startup(comm, rc ? 2 : 0, err)) != 0) return rc;
+    if ((rc = trainer_agree_data(comm, t->train_set, t->eval.val_set)) != 0) return rc;
     if (device_decode)
         log_info("training JPEGs decoded by the %s backend (data.decode %s)", be->name, cfg->data.decode);
     sampler_init(&t->sampler, t->train_set->size, cfg->data.batch_size, comm->size, comm->rank,
@@ -100,12 +130,16 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
     buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
-    t->log.readback = be->host_alloc(be, sizeof(float) + sizeof(ScalerState));
+    t->log.readback = be->host_alloc(be, 2 * sizeof(float) + sizeof(ScalerState));
+    divergence_init(&t->div, be);
+    t->best_top1 = -1;
+    t->saved_step = -1;
 
     if (cfg->checkpoint.resume[0]) {
         rc = checkpoint_load(t, cfg->checkpoint.resume, err, sizeof err) != 0 ? 2 : 0;
         if ((rc = agree_startup(comm, rc, err)) != 0 || (rc = checkpoint_agree_resumed(t)) != 0) return rc;
         log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, t->epoch, t->step);
+        restart_fallen_scale(t);
         // The run ends with train.epochs: steps counted at another global batch may leave fewer to go
         // than train.epochs x steps_per_epoch - step.
         long left = (long)(cfg->train.epochs - t->epoch) * t->steps_per_epoch - t->step_in_epoch;
@@ -129,6 +163,7 @@ void trainer_free(Trainer *t) {
     evaluate_free(&t->eval, t->be);
     if (t->act.arena) activations_free(&t->act, t->be);
     if (t->log.readback) t->be->host_free(t->be, t->log.readback);
+    divergence_free(&t->div, t->be);
     buckets_free(&t->buckets);
     sgd_free(&t->opt, t->be);
     scaler_free(&t->scaler, t->be);
@@ -159,6 +194,7 @@ static void log_flush(Trainer *t) {
     t->be->readback_wait(t->be);
     ScalerState st;
     memcpy(&st, lg->readback + 1, sizeof st);
+    float state_flag = lg->readback[1 + sizeof st / sizeof(float)];
     StepRecord r = lg->pending;
     r.loss = lg->readback[0];
     r.scale = st.scale;
@@ -167,6 +203,7 @@ static void log_flush(Trainer *t) {
     lg->last_loss = r.loss;
     metrics_step(&lg->metrics, &r);
     lg->has_pending = 0;
+    divergence_judge(&t->div, &t->cfg->amp, state_flag, &st, &t->model, &t->opt, t->be, r.step);
 }
 
 static void log_step(Trainer *t, int force) {
@@ -177,6 +214,8 @@ static void log_step(Trainer *t, int force) {
     Backend *be = t->be;
     be->readback_begin(be, lg->readback, t->act.loss, sizeof(float));
     be->readback_begin(be, lg->readback + 1, t->scaler.state, sizeof(ScalerState));
+    divergence_check_state_async(&t->div, &t->model, &t->opt, be);
+    be->readback_begin(be, lg->readback + 1 + sizeof(ScalerState) / sizeof(float), t->div.flag, sizeof(float));
     double now = clock_seconds();
     long steps = t->step - lg->last_step;
     long global_batch = (long)t->cfg->data.batch_size * t->comm->size * t->cfg->train.accum_steps;
@@ -196,23 +235,57 @@ static void log_step(Trainer *t, int force) {
     lg->last_time = now;
 }
 
+// checkpoint.keep > 1: the step file beside last (a hard link, or a second write where links fail).
+static void keep_history(Trainer *t, const char *last) {
+    const CheckpointConfig *ck = &t->cfg->checkpoint;
+    if (ck->keep <= 1) return;
+    if (history_link(ck->dir, last, t->step) != 0) {
+        char path[CONFIG_PATH_MAX + 64], err[1024];
+        history_path(path, sizeof path, ck->dir, t->step);
+        if (checkpoint_save(t, path, err, sizeof err) != 0) amp_fatal(__FILE__, __LINE__, "%s", err);
+    }
+    history_prune(ck->dir, ck->keep);
+}
+
+// Writes <checkpoint.dir>/<tag>.safetensors from a finite state only: a state holding inf/NaN is not
+// written (the run has diverged, divergence.h) and the file there stays the newest finite one.
 static void save_checkpoint(Trainer *t, const char *tag) {
     const char *dir = t->cfg->checkpoint.dir;
     if (!dir[0]) return;
     log_flush(t);
     evaluate_sync_bn_stats(&t->model, t->be, t->comm);
+    // After the sync every rank holds the same state, so all reach the same verdict.
+    if (divergence_check_state(&t->div, &t->model, &t->opt, t->be, t->step)) {
+        metrics_note(&t->log.metrics, "%s.safetensors not written at step %ld: the state is not finite", tag, t->step);
+        return;
+    }
     if (t->comm->rank != 0) return;
     char path[CONFIG_PATH_MAX + 64], err[1024];
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, tag);
     if (checkpoint_save(t, path, err, sizeof err) != 0) amp_fatal(__FILE__, __LINE__, "%s", err);
     metrics_note(&t->log.metrics, "checkpoint written: %s (step %ld)", path, t->step);
+    if (strcmp(tag, "last") != 0) return;
+    t->saved_step = t->step;
+    keep_history(t, path);
+}
+
+// best.safetensors after an evaluation that beats every earlier one of this run.
+static void save_if_best(Trainer *t) {
+    const EvalRecord *e = &t->eval.last;
+    if (!isfinite(e->loss) || e->samples == 0 || !(e->top1 > t->best_top1)) return;
+    t->best_top1 = e->top1;
+    save_checkpoint(t, "best");
 }
 
 // Why every rank stops after this step, the same on all: 0 none, STOP_SIGNAL (SIGTERM/SIGINT on any
-// rank), STOP_METRICS_FAILED (rank 0 cannot write the metrics file: it wins, the run then fails).
-enum { STOP_SIGNAL = 1, STOP_METRICS_FAILED = 2 };
+// rank), STOP_METRICS_FAILED (rank 0 cannot write the metrics file: the run then fails), STOP_DIVERGED
+// (any rank found the run diverged: it wins over the others).
+enum { STOP_SIGNAL = 1, STOP_METRICS_FAILED = 2, STOP_DIVERGED = 3 };
 static int agreed_stop(Trainer *t, volatile sig_atomic_t *stop) {
-    float flag = metrics_failed(&t->log.metrics) ? STOP_METRICS_FAILED : stop && *stop ? STOP_SIGNAL : 0;
+    float flag = t->div.reason[0]                 ? STOP_DIVERGED
+                 : metrics_failed(&t->log.metrics) ? STOP_METRICS_FAILED
+                 : stop && *stop                   ? STOP_SIGNAL
+                                                   : 0;
     if (t->comm->size > 1) t->comm->allreduce_max_flag(t->comm, &flag);
     return (int)flag;
 }
@@ -227,6 +300,23 @@ static void note_startup_end(Trainer *t) {
     times->steady_images = t->images_seen;
 }
 
+// Every rank learns the lowest diverged rank's reason (BN statistics differ between ranks); rank 0 says
+// it and which checkpoint is left.
+static int report_divergence(Trainer *t) {
+    AgreedFailure f;
+    agree_first(t->comm, t->div.reason[0] ? 4 : 0, t->div.reason, &f);
+    snprintf(t->div.reason, sizeof t->div.reason, "%s", f.text);
+    t->outcome = "diverged";
+    char kept[CONFIG_PATH_MAX + 96] = "no checkpoint of this run was written";
+    if (t->saved_step >= 0)
+        snprintf(kept, sizeof kept, "%s/last.safetensors holds step %ld", t->cfg->checkpoint.dir, t->saved_step);
+    if (t->comm->size > 1)
+        log_warn("the run diverged (rank %d of %d): %s; %s", f.rank, t->comm->size, t->div.reason, kept);
+    else
+        log_warn("the run diverged: %s; %s", t->div.reason, kept);
+    return 4;
+}
+
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     const Config *cfg = t->cfg;
     double start = clock_seconds();
@@ -234,13 +324,14 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->log.last_step = t->step;
     t->first_step = t->step;
     int stopped = 0;
+    t->eval.stop = stop;
     Loader *loader = NULL;
     InputFeed feed = {0};
     if (t->step < t->total_steps) {
         loader = loader_create(t->train_set, &t->sampler, t->input.device_decode ? LOADER_JOBS : LOADER_PIXELS,
                                cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_cpus, t->comm->local_size),
                                t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
-        input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s);
+        input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s, stop);
     }
     while (t->step < t->total_steps) {
         comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
@@ -252,9 +343,16 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
         log_step(t, 0);
         if (t->step_in_epoch == 0 && t->eval.val_set) {
             log_flush(t);
-            t->eval.last = trainer_evaluate(t);
-            t->eval.has_last = 1;
-            metrics_eval(&t->log.metrics, &t->eval.last);
+            EvalRecord e = trainer_evaluate(t);
+            if (e.samples < t->eval.val_set->size) {
+                metrics_note(&t->log.metrics, "evaluation at step %ld stopped by signal after %ld of %d samples",
+                             t->step, e.samples, t->eval.val_set->size);
+            } else {
+                t->eval.last = e;
+                t->eval.has_last = 1;
+                metrics_eval(&t->log.metrics, &t->eval.last);
+                save_if_best(t);
+            }
         }
         if (cfg->checkpoint.every > 0 && t->step % cfg->checkpoint.every == 0 && t->step < t->total_steps)
             save_checkpoint(t, "last");
@@ -263,7 +361,9 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->be->sync(t->be);  // the last upload has left the loader's buffers, the last step is done
     double end = clock_seconds();
     input_feed_stop(&feed);
-    if (loader) loader_destroy(loader);
+    // A worker stuck in a read must not hold back the checkpoint of the steps done.
+    if (feed.interrupted) loader_abandon(loader);
+    else if (loader) loader_destroy(loader);
     t->train_seconds = end - start;
     t->total_seconds = end - t->times.init_start;
     if (t->times.startup_s > 0 && end > t->times.steady_start)
@@ -272,9 +372,13 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     log_flush(t);
     save_checkpoint(t, "last");
     if (stopped == STOP_SIGNAL) metrics_note(&t->log.metrics, "stopped by signal after step %ld", t->step);
+    t->outcome = stopped == STOP_SIGNAL ? "stopped" : "done";
     // The last records were written after the loop's last agreement: agree once more.
-    if (agreed_stop(t, NULL) == STOP_METRICS_FAILED) {
+    int last = agreed_stop(t, NULL);
+    if (last == STOP_DIVERGED) return report_divergence(t);
+    if (last == STOP_METRICS_FAILED) {
         metrics_note(&t->log.metrics, "stopped after step %ld: the metrics file cannot be written", t->step);
+        t->outcome = "failed";
         return 1;
     }
     return 0;

@@ -14,6 +14,7 @@
 #include "dist/comm.h"
 #include "model/activations.h"
 #include "model/resnext.h"
+#include "train/divergence.h"
 #include "train/evaluate.h"
 #include "train/grad_buckets.h"
 #include "train/input.h"
@@ -27,7 +28,7 @@
 // before an evaluation, a checkpoint, the end), so the step never waits for the device.
 typedef struct TrainerLog {
     Metrics metrics;
-    float *readback;           // host_alloc'ed: [0] loss, then a ScalerState
+    float *readback;           // host_alloc'ed: [0] loss, then a ScalerState, then the state check's flag
     StepRecord pending;        // the record whose device values are on their way back (has_pending)
     int has_pending;
     long last_step;            // the step of the last record
@@ -67,6 +68,10 @@ typedef struct Trainer {
     // plain launches.
     int timed;
     Evaluator eval;
+    double best_top1;   // the best validation top-1 of this run (best.safetensors), -1 before one
+    Divergence div;
+    long saved_step;    // the step of the newest last.safetensors this run wrote, -1 before one
+    const char *outcome;  // after trainer_run: "done", "stopped" (signal), "diverged", "failed"
     TrainerLog log;
     StartupTimes times;
     int steps_per_epoch;
@@ -87,8 +92,16 @@ typedef struct Trainer {
 // agreed over ranks (dist/agree.h): returns 0 on every rank, or on every rank the failing rank's exit
 // code (2: data, resume file, outputs) with its message printed once.
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm);
+// Every rank must see the same data under the same data.path (per-node copies may differ): the sample
+// counts and dataset_digest of both splits compared with rank 0's (dist/agree.h agree_same). 0, or 2 on
+// every rank with the first difference printed.
+int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val);
 // Runs to the end (or until *stop is set on any rank: then finishes the step, checkpoints, returns 0).
-// A failed write to the metrics file stops every rank the same way but returns 1.
+// A failed write to the metrics file stops every rank the same way but returns 1. A run that diverges
+// (divergence.h) stops on every rank at the next log record or checkpoint and returns 4, with the reason
+// on stderr and in t->div.reason. No checkpoint is written from a non-finite state: last.safetensors
+// stays the newest finite one. checkpoint.keep > 1 keeps step-<step>.safetensors files too;
+// best.safetensors follows the best validation top-1.
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop);
 // Validation loss / top-1 / top-5 over all ranks at the current position (evaluate.h).
 EvalRecord trainer_evaluate(Trainer *t);

@@ -832,7 +832,7 @@ END_TEST
 #define N_SGD 100003
 
 static ScalerState scaler_state(float scale, int32_t count, float found_inf, int32_t skipped) {
-    ScalerState st = {scale, count, found_inf, skipped};
+    ScalerState st = {scale, count, found_inf, skipped, 0};
     return st;
 }
 
@@ -919,12 +919,13 @@ typedef struct ScalerCase {
 } ScalerCase;
 
 static const ScalerCase scaler_cases[] = {
-    {"clean step counts", {65536, 0, 0, 0}, 2, 0.5f, 2000, 1, {65536, 1, 0, 0}},
-    {"interval reached grows", {65536, 1999, 0, 2}, 2, 0.5f, 2000, 1, {131072, 0, 0, 2}},
-    {"inf backs off", {65536, 5, 1, 3}, 2, 0.5f, 2000, 1, {32768, 0, 1, 4}},
-    {"static scale counts the skip only", {65536, 5, 1, 3}, 2, 0.5f, 2000, 0, {65536, 5, 1, 4}},
-    {"static scale, clean step", {65536, 5, 0, 3}, 2, 0.5f, 2000, 0, {65536, 5, 0, 3}},
-    {"growth to inf keeps the scale", {3e38f, 1, 0, 0}, 2, 0.5f, 2, 1, {3e38f, 0, 0, 0}},
+    {"clean step counts", {65536, 0, 0, 0, 0}, 2, 0.5f, 2000, 1, {65536, 1, 0, 0, 0}},
+    {"interval reached grows", {65536, 1999, 0, 2, 0}, 2, 0.5f, 2000, 1, {131072, 0, 0, 2, 0}},
+    {"inf backs off", {65536, 5, 1, 3, 2}, 2, 0.5f, 2000, 1, {32768, 0, 1, 4, 3}},
+    {"clean step ends a run of skips", {65536, 5, 0, 3, 2}, 2, 0.5f, 2000, 1, {65536, 6, 0, 3, 0}},
+    {"static scale counts the skip only", {65536, 5, 1, 3, 0}, 2, 0.5f, 2000, 0, {65536, 5, 1, 4, 1}},
+    {"static scale, clean step", {65536, 5, 0, 3, 1}, 2, 0.5f, 2000, 0, {65536, 5, 0, 3, 0}},
+    {"growth to inf keeps the scale", {3e38f, 1, 0, 0, 0}, 2, 0.5f, 2, 1, {3e38f, 0, 0, 0, 0}},
 };
 #define SCALER_CASES (int)(sizeof scaler_cases / sizeof scaler_cases[0])
 
@@ -939,10 +940,11 @@ START_TEST(test_scaler_update) {
     printf("  scaler_update %-44s scale %g count %d skipped %d\n", sc->label, g.scale, (int)g.growth_count,
            (int)g.skipped_total);
     ck_assert_msg(g.scale == sc->after.scale && g.growth_count == sc->after.growth_count &&
-                      g.skipped_total == sc->after.skipped_total && g.found_inf == sc->after.found_inf,
-                  "scaler_update %s: GPU state scale %g count %d skipped %d, expected %g %d %d", sc->label, g.scale,
-                  (int)g.growth_count, (int)g.skipped_total, sc->after.scale, (int)sc->after.growth_count,
-                  (int)sc->after.skipped_total);
+                      g.skipped_total == sc->after.skipped_total && g.found_inf == sc->after.found_inf &&
+                      g.skipped_run == sc->after.skipped_run,
+                  "scaler_update %s: GPU state scale %g count %d skipped %d in a row %d, expected %g %d %d %d",
+                  sc->label, g.scale, (int)g.growth_count, (int)g.skipped_total, (int)g.skipped_run, sc->after.scale,
+                  (int)sc->after.growth_count, (int)sc->after.skipped_total, (int)sc->after.skipped_run);
     ck_assert_msg(memcmp(&c, &g, sizeof c) == 0, "scaler_update %s: CPU and GPU states differ", sc->label);
     twin_free(state);
 }

@@ -188,6 +188,51 @@ START_TEST(no_gpu_ends_every_rank) {
 }
 END_TEST
 
+// A rank started in another mode (a flag of its own) meets the others in the first, fixed-size exchange:
+// exit 2 everywhere at once, naming the rank and both modes. Before, --version or --print-config on one
+// rank left the others waiting for it forever, --dry-run or --bench for dist.timeout_s or in
+// MPI_ERR_TRUNCATE.
+static const Mismatch modes[] = {
+    {"--version", "", "the command lines differ between ranks: the mode is training on rank 1 but --version on rank 0"},
+    {"", "--print-config", "the command lines differ between ranks: the mode is --print-config on rank 1 but training on rank 0"},
+    {"", "--dry-run", "the command lines differ between ranks: the mode is --dry-run on rank 1 but training on rank 0"},
+    {"", "--bench", "the mode is --bench --bench-steps 30 --bench-warmup 8 on rank 1 but training on rank 0"},
+    {"--bench-data", "--bench-data --bench-steps 4", "the mode is --bench-data --bench-steps 4 on rank 1 but --bench-data --bench-steps 30 on rank 0"},
+    {"", "--frobnicate", "the mode is a command-line error (exit 2) on rank 1 but training on rank 0"},
+};
+
+START_TEST(different_modes_are_refused) {
+    make_folders();
+    const Mismatch *m = &modes[_i];
+    assert_refused(run_pair(m->a, m->b), 2, m->expect);
+}
+END_TEST
+
+// Per-node copies of data.path that differ: the same sample counts but another label, or other counts.
+// Before, the ranks trained on different labels, or ended in MPI_ERR_TRUNCATE.
+START_TEST(different_data_is_refused) {
+    make_folders();
+    ck_assert_int_eq(system("mkdir -p startup/r0/cifar startup/r1/cifar"), 0);
+    make_cifar("startup/r0/cifar");
+    make_cifar("startup/r1/cifar");
+    FILE *f = fopen("startup/r1/cifar/data_batch_3.bin", "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fputc(7, f), 7);  // the first record's label
+    fclose(f);
+    const char *args = "data.source=cifar10 data.path=cifar data.augment=false";
+    assert_refused(run_pair_with(RUN_OPTIONS, args, args), 2,
+                   "the data differ between ranks: the digest of the training samples is ");
+    ck_assert_msg(strstr(out, " on rank 1 but "), "%s", out);
+    static char record[3073];
+    f = fopen("startup/r1/cifar/test_batch.bin", "ab");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fwrite(record, 1, sizeof record, f), sizeof record);
+    fclose(f);
+    assert_refused(run_pair_with(RUN_OPTIONS, args, args), 2,
+                   "the data differ between ranks: the validation sample count is 65 on rank 1 but 64 on rank 0");
+}
+END_TEST
+
 static Suite *startup_suite(void) {
     Suite *s = suite_create("startup");
     TCase *tc = tcase_create("mpmd");
@@ -200,6 +245,8 @@ static Suite *startup_suite(void) {
     tcase_add_test(tc, resume_auto_must_find_the_same_checkpoint);
     tcase_add_test(tc, unwritable_output_ends_every_rank);
     tcase_add_test(tc, no_gpu_ends_every_rank);
+    tcase_add_loop_test(tc, different_modes_are_refused, 0, (int)(sizeof modes / sizeof modes[0]));
+    tcase_add_test(tc, different_data_is_refused);
     suite_add_tcase(s, tc);
     return s;
 }

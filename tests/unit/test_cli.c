@@ -230,6 +230,71 @@ START_TEST(test_sigterm_checkpoints_and_exits_0) {
 }
 END_TEST
 
+// Lines of a text file (0 when it does not exist).
+static int count_lines(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int n = 0;
+    for (int c; (c = fgetc(f)) != EOF;) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+// A stop during an evaluation (200000 validation samples: minutes on the CPU) ends it at its next batch:
+// the run writes the checkpoint of its last step and exits 0 within seconds, the cut-short evaluation
+// noted and not recorded.
+START_TEST(test_sigterm_during_evaluation_stops_it) {
+    ck_assert_int_eq(system("rm -rf sigeval sigeval.log"), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        if (!freopen("sigeval.log", "w", stdout)) _exit(126);
+        execl(AMPTRAIN_BIN, AMPTRAIN_BIN, TINY, "backend.device=cpu", "data.prefetch=0", "log.every=1",
+              "data.train_size=64", "data.val_size=200000", "log.metrics=sigeval/m.jsonl", "checkpoint.dir=sigeval",
+              "log.progress=never", (char *)NULL);
+        _exit(127);
+    }
+    // Both steps of the epoch are recorded before its evaluation starts.
+    for (int i = 0; i < 600 && count_lines("sigeval/m.jsonl") < 2; i++) usleep(50000);
+    usleep(300000);
+    kill(pid, SIGTERM);
+    time_t start = time(NULL);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(time(NULL) - start <= 10, "the stop took %ld s", (long)(time(NULL) - start));
+    ck_assert(WIFEXITED(status));
+    ck_assert_int_eq(WEXITSTATUS(status), 0);
+    ck_assert_int_eq(tu_run_shell("cat sigeval.log", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "evaluation at step 2 stopped by signal after ") && strstr(out, "of 200000 samples"),
+                  "%s", out);
+    ck_assert_msg(strstr(out, "checkpoint written: sigeval/last.safetensors (step 2)"), "%s", out);
+    ck_assert_int_eq(tu_run_shell("grep -c '\"eval\":true' sigeval/m.jsonl; true", out, sizeof out), 0);
+    ck_assert_str_eq(out, "0\n");
+    ck_assert_int_eq(tu_run_shell("tail -n 1 sigeval/m.jsonl", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"outcome\":\"stopped\""), "%s", out);
+}
+END_TEST
+
+// A closed stdout (| head -1) makes every later line fail with EPIPE: the run still trains its steps,
+// writes its checkpoint and metrics summary, and exits 0 (SIGPIPE would have killed it with 141).
+START_TEST(test_closed_stdout_keeps_the_run) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "(%s " TINY " " QUICK " train.epochs=1 log.every=1 checkpoint.dir=pipe "
+             "log.metrics=pipe/m.jsonl 2>pipe.err; echo $? > pipe.rc) | head -1", AMPTRAIN_BIN);
+    ck_assert_int_eq(tu_run_shell(cmd, out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "amptrain ") == out && strchr(out, '\n') == out + strlen(out) - 1, "%s", out);
+    FILE *f = fopen("pipe.rc", "r");
+    ck_assert_ptr_nonnull(f);
+    int rc = -1;
+    ck_assert_int_eq(fscanf(f, "%d", &rc), 1);
+    fclose(f);
+    ck_assert_int_eq(rc, 0);
+    ck_assert(tu_file_exists("pipe/last.safetensors"));
+    ck_assert_int_eq(tu_run_shell("tail -n 1 pipe/m.jsonl", out, sizeof out), 0);
+    ck_assert_msg(strstr(out, "\"summary\":true,\"outcome\":\"done\",\"steps\":8,"), "%s", out);
+}
+END_TEST
+
 Suite *cli_suite(void) {
     Suite *s = suite_create("cli");
     TCase *tc = tcase_create("cli");
@@ -243,6 +308,8 @@ Suite *cli_suite(void) {
     tcase_add_test(tc, test_short_run_outputs);
     tcase_add_test(tc, test_epochs_count_alike_everywhere);
     tcase_add_test(tc, test_sigterm_checkpoints_and_exits_0);
+    tcase_add_test(tc, test_closed_stdout_keeps_the_run);
+    tcase_add_test(tc, test_sigterm_during_evaluation_stops_it);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -6,10 +6,14 @@
 // bytes and the published constants, independently of the reader.
 #include <check.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "data/dataset.h"
@@ -857,6 +861,61 @@ START_TEST(test_loader_starts_at_any_step) {
 }
 END_TEST
 
+// A dataset whose calls after the first `impl` ones never come back (a read stuck on a hung file system):
+// get sleeps until the test lets it go.
+static atomic_int hang_released, hang_calls;
+static void hanging_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
+    (void)rng;
+    int call = atomic_fetch_add(&hang_calls, 1);
+    while (call >= *(const int *)ds->impl && !atomic_load(&hang_released)) usleep(1000);
+    memset(img, index, dataset_image_bytes(ds));
+    *label = index % ds->classes;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static volatile sig_atomic_t hang_stop;
+static void *set_stop_later(void *arg) {
+    (void)arg;
+    usleep(200000);
+    hang_stop = 1;
+    return NULL;
+}
+
+// One worker: the first batch (8 calls) comes, the second never does. With the stop flag set 0.2 s into the wait,
+// loader_next_unless returns NULL within a poll, and loader_abandon returns at once though a worker is
+// still stuck in get. Without a stop flag the same wait would last until the worker came back.
+START_TEST(test_loader_wait_ends_on_stop) {
+    static int hang_from = 8;
+    Dataset ds = {.name = "hanging", .size = 64, .side = 4, .classes = 2, .get = hanging_get, .impl = &hang_from};
+    Sampler s;
+    sampler_init(&s, ds.size, 8, 1, 0, 1, 0, 1);
+    atomic_store(&hang_released, 0);
+    atomic_store(&hang_calls, 0);
+    hang_stop = 0;
+    Loader *l = loader_create(&ds, &s, LOADER_PIXELS, 2, 1, 0, 0, 1, NULL);
+    const Batch *first = loader_next_unless(l, NULL, &hang_stop);
+    ck_assert_ptr_nonnull(first);
+    ck_assert_int_eq(first->count, 8);
+    pthread_t setter;
+    pthread_create(&setter, NULL, set_stop_later, NULL);
+    double start = now_s();
+    ck_assert_ptr_null(loader_next_unless(l, NULL, &hang_stop));
+    double waited = now_s() - start;
+    pthread_join(setter, NULL);
+    ck_assert_msg(waited >= 0.15 && waited < 1.0, "waited %.3f s", waited);
+    start = now_s();
+    loader_abandon(l);
+    ck_assert_msg(now_s() - start < 0.1, "abandon took %.3f s", now_s() - start);
+    atomic_store(&hang_released, 1);  // the detached workers end; what they hold is the process's to free
+    sampler_free(&s);
+}
+END_TEST
+
 static Suite *data_suite(void) {
     Suite *suite = suite_create("data");
     TCase *sampler = tcase_create("sampler");
@@ -884,6 +943,7 @@ static Suite *data_suite(void) {
     TCase *loader = tcase_create("loader");
     tcase_add_test(loader, test_loader_prefetch_is_bitwise_synchronous);
     tcase_add_test(loader, test_loader_starts_at_any_step);
+    tcase_add_test(loader, test_loader_wait_ends_on_stop);
     suite_add_tcase(suite, loader);
     return suite;
 }

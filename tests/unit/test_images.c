@@ -1314,6 +1314,33 @@ START_TEST(bench_data_cli_reports_and_names_bad_file_once) {
 }
 END_TEST
 
+// A validation split where no file decodes is found at start-up (exit 2, nothing trained or written),
+// not after the first epoch; so is such a training split.
+START_TEST(undecodable_split_refused_at_start) {
+    make_ordered_folder("folder_badval");
+    char path[512], out[16384];
+    for (int k = 0; k < 7; k++) {
+        snprintf(path, sizeof path, "folder_badval/val/%s", order_files[k]);
+        tu_write_file(path, "not a JPEG\n");
+    }
+    const char *run = AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+                      "data.path=folder_badval data.batch_size=4 "
+                      "log.metrics=badval_run/m.jsonl checkpoint.dir=badval_run log.progress=never";
+    int rc = tu_run_cli(run, out, sizeof out);
+    ck_assert_msg(rc == 2, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "none of the 7 samples of the validation split can be read or decoded"), "%s", out);
+    ck_assert_ptr_null(strstr(out, "step 1/"));
+    ck_assert(!tu_file_exists("badval_run"));
+    for (int k = 0; k < 7; k++) {
+        snprintf(path, sizeof path, "folder_badval/train/%s", order_files[k]);
+        tu_write_file(path, "");
+    }
+    rc = tu_run_cli(run, out, sizeof out);
+    ck_assert_msg(rc == 2, "exit %d: %s", rc, out);
+    ck_assert_msg(strstr(out, "none of the 7 samples of the training split"), "%s", out);
+}
+END_TEST
+
 static Suite *images_suite(void) {
     Suite *s = suite_create("images");
     TCase *decode = tcase_create("decode");
@@ -1350,6 +1377,7 @@ static Suite *images_suite(void) {
     tcase_add_test(folder, fresh_checkpoint_dir_gets_the_list_cache);
     tcase_add_test(folder, config_image_keys);
     tcase_add_test(folder, bench_data_cli_reports_and_names_bad_file_once);
+    tcase_add_test(folder, undecodable_split_refused_at_start);
     suite_add_tcase(s, folder);
     return s;
 }
