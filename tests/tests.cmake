@@ -42,8 +42,10 @@ function(amptrain_add_check_test label src)
                COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe ${MPIEXEC_NUMPROC_FLAG} ${np}
                        $<TARGET_FILE:${name}>
                WORKING_DIRECTORY ${workdir})
+      # The rank counts of one suite share its scratch folder (its run folders, their locks): one at a time
+      # under ctest -j.
       set_tests_properties(${name}_np${np} PROPERTIES LABELS mpi ENVIRONMENT "CK_FORK=no" TIMEOUT 600
-                           SKIP_RETURN_CODE 77)
+                           SKIP_RETURN_CODE 77 RESOURCE_LOCK ${name})
     endforeach()
   else()
     add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${workdir})
