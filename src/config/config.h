@@ -32,6 +32,7 @@ typedef struct DataConfig {
     double mean[3], std[3];  // image sources: torchvision's Normalize on [0, 1] pixels (R, G, B)
     double crop_scale_min, crop_scale_max;  // image sources: RandomResizedCrop's scale range (area fraction)
     char decode[8];     // image sources: host | device, where the training JPEGs are decoded and transformed
+    long max_image_pixels;  // image sources: a JPEG whose header claims more pixels is refused (decompression bomb)
     int prefetch;       // batches prepared ahead by the loader's workers (0: synchronous)
     int workers;        // loader threads (0: auto)
     int drop_last;      // skip each epoch's partial last step

@@ -96,7 +96,10 @@ static int dataset_open_images(const DataConfig *data, const ModelConfig *model,
                                            seed, norm, out, err, err_cap)
                  : dataset_imagefolder_open(data->path, cache_dir, train, data->augment, model->image_size,
                                             model->num_classes, seed, norm, out, err, err_cap);
-    if (rc == 0 && *out) image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
+    if (rc == 0 && *out) {
+        image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
+        image_dataset_set_max_pixels(*out, data->max_image_pixels);
+    }
     return rc;
 }
 

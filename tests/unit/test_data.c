@@ -540,6 +540,20 @@ START_TEST(test_cifar10_truncated_file_is_an_error) {
 }
 END_TEST
 
+// A FIFO in place of a data file: refused by its type, at once (opening it to read would wait for a
+// writer for ever), the file named.
+START_TEST(test_cifar10_fifo_is_refused_without_blocking) {
+    cifar_fixture("cifar_fifo");
+    ck_assert_int_eq(remove("cifar_fifo/data_batch_2.bin"), 0);
+    ck_assert_int_eq(mkfifo("cifar_fifo/data_batch_2.bin", 0644), 0);
+    char err[512] = "";
+    Dataset *ds = (Dataset *)1;
+    ck_assert_int_eq(dataset_cifar10_open("cifar_fifo", 1, 0, 1, &ds, err, sizeof err), 2);
+    ck_assert_ptr_null(ds);
+    ck_assert_msg(strstr(err, "cifar_fifo/data_batch_2.bin: not a regular file (a FIFO)"), "%s", err);
+}
+END_TEST
+
 START_TEST(test_cifar10_missing_file_is_an_error) {
     cifar_fixture("cifar_missing");
     ck_assert_int_eq(remove("cifar_missing/data_batch_4.bin"), 0);
@@ -702,6 +716,7 @@ static Suite *data_suite(void) {
     tcase_add_test(cifar, test_cifar10_values_labels_nhwc);
     tcase_add_test(cifar, test_cifar10_augmentation_reproducible);
     tcase_add_test(cifar, test_cifar10_truncated_file_is_an_error);
+    tcase_add_test(cifar, test_cifar10_fifo_is_refused_without_blocking);
     tcase_add_test(cifar, test_cifar10_missing_file_is_an_error);
     suite_add_tcase(suite, cifar);
     TCase *loader = tcase_create("loader");

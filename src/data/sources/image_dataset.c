@@ -23,6 +23,7 @@ typedef struct ImageSet {
     atomic_long skipped;           // calls of `get` that handed out a replacement
     atomic_uchar *named;           // (size) 1 once sample i's failure was logged by this process
     CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
+    long max_pixels;               // data.max_image_pixels: a header claiming more is refused
 } ImageSet;
 
 // Names sample `index` in the log, the first time it fails in this process only. The rank that read it
@@ -73,6 +74,11 @@ static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int
     if (src->read(src, at, &bytes, &len, label, err, err_cap) != 0) return 1;
     int width, height;
     int rc = image_decode_size(bytes, len, &width, &height, err, err_cap);
+    if (rc == 0 && (long)width * height > s->max_pixels) {
+        snprintf(err, err_cap, "%d x %d = %ld pixels, more than data.max_image_pixels %ld (a decompression bomb?)",
+                 width, height, (long)width * height, s->max_pixels);
+        rc = 1;
+    }
     if (rc == 0 && (*label < 0 || *label >= src->classes)) {
         snprintf(err, err_cap, "label %d outside [0, %d)", *label, src->classes);
         rc = 1;
@@ -139,6 +145,7 @@ Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augme
     ImageSet *s = xcalloc(1, sizeof *s);
     s->src = src;
     s->crop = CROP_SCALE_TORCHVISION;
+    s->max_pixels = IMAGE_DEFAULT_MAX_PIXELS;
     atomic_init(&s->skipped, 0);
     s->named = xcalloc((size_t)src->size, sizeof *s->named);
     Dataset *ds = xcalloc(1, sizeof *ds);
@@ -160,6 +167,13 @@ void image_dataset_set_crop_scale(Dataset *ds, CropScale scale) {
     AMP_ASSERT(scale.min > 0 && scale.min <= scale.max && scale.max <= 1, "crop scale (%g, %g) outside 0 < min <= max <= 1",
                scale.min, scale.max);
     ((ImageSet *)ds->impl)->crop = scale;
+}
+
+void image_dataset_set_max_pixels(Dataset *ds, long max_pixels) {
+    AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
+    AMP_ASSERT(max_pixels > 0 && max_pixels <= IMAGE_MAX_PIXELS, "max image pixels %ld outside [1, %ld]", max_pixels,
+               IMAGE_MAX_PIXELS);
+    ((ImageSet *)ds->impl)->max_pixels = max_pixels;
 }
 
 long image_dataset_skipped(const Dataset *ds) {

@@ -56,10 +56,16 @@ void image_dataset_job(const Dataset *ds, int index, Rng *rng, ImageJob *job, in
 void image_dataset_replace(const Dataset *ds, int index, const ImageJob *failed, Rng *rng, const char *why,
                            uint8_t *img, int32_t *label);
 
-// Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
 // RandomResizedCrop's scale range for this dataset's training transform (default torchvision's (0.08, 1));
 // set once, after creation, before any `get`.
 void image_dataset_set_crop_scale(Dataset *ds, CropScale scale);
+
+// The most pixels a sample's header may claim (data.max_image_pixels, in [1, IMAGE_MAX_PIXELS]; default
+// IMAGE_DEFAULT_MAX_PIXELS); a sample claiming more is replaced like an unreadable one, before any
+// pixel buffer is made for it. Set once, after creation, before any `get`.
+void image_dataset_set_max_pixels(Dataset *ds, long max_pixels);
+
+// Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
 long image_dataset_skipped(const Dataset *ds);
 
 // The source behind an image dataset (for --bench-data's decode-only rate), or NULL for other datasets.
