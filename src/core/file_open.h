@@ -1,7 +1,6 @@
-// file_open.h - opening an input file that may not be a file: data.path's images and shards, caches,
-// the config. A FIFO named photo.jpg would block open(2) until a writer came, and a read of it, of a
-// character device (/dev/zero) or of a socket never ends or never stops; these are refused by their
-// type instead, before a byte is read.
+// file_open.h - opening an input that may not be a file: data.path's images and shards, caches, the
+// config. A FIFO named photo.jpg would block open(2) until a writer came, and reading a device such as
+// /dev/zero never ends; anything but a regular file is refused by its type, before a byte is read.
 #ifndef AMPTRAIN_FILE_OPEN_H
 #define AMPTRAIN_FILE_OPEN_H
 

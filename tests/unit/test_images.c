@@ -1170,10 +1170,10 @@ END_TEST
 
 // ---- untrusted trees: edited caches, FIFOs, link loops, decompression bombs -----------------------------
 
-// A cache rewritten with image_list_save (so its checksum holds) from the true list with one entry
-// changed by edit; the next open must not trust it: it walks, gets the true samples, and saves the true
-// list again (the same bytes as before the edit).
-typedef void (*ListEdit)(ImageList *l, const char *outside);
+// A cache rewritten with image_list_save (so its checksum holds) from the true list and class folders
+// with one thing changed by edit; the next open must not trust it: it walks, gets the true samples, and
+// saves the true list again (the same bytes as before the edit).
+typedef void (*ListEdit)(ImageList *l, NameList *classes, const char *outside);
 
 static void assert_edited_cache_rebuilt(const char *root, const char *cache, ListEdit edit, const char *outside,
                                         const int *levels, const int *labels, int n) {
@@ -1188,11 +1188,14 @@ static void assert_edited_cache_rebuilt(const char *root, const char *cache, Lis
     names_add(&classes, "C"), names_add(&classes, "a"), names_add(&classes, "b");
     ImageList l;
     ck_assert_msg(image_list_load(path, split_abs, &classes, &l, why, sizeof why) == 0, "%s", why);
-    edit(&l, outside);
-    ck_assert_msg(image_list_save(path, split_abs, &classes, &l, why, sizeof why) == 0, "%s", why);
+    NameList saved = {0};
+    for (int c = 0; c < classes.count; c++) names_add(&saved, classes.items[c]);
+    edit(&l, &saved, outside);
+    ck_assert_msg(image_list_save(path, split_abs, &saved, &l, why, sizeof why) == 0, "%s", why);
     ImageList edited;
     ck_assert_int_eq(image_list_load(path, split_abs, &classes, &edited, why, sizeof why), 1);
     image_list_free(&l);
+    names_free(&saved);
     names_free(&classes);
     Dataset *ds = open_cached(root, cache, 1);
     assert_samples(ds, levels, labels, n);
@@ -1209,32 +1212,34 @@ static void set_file(ImageList *l, int i, const char *rel) {
     l->files.items[i] = strdup(rel);
 }
 
-static void edit_dotdot(ImageList *l, const char *outside) {
+static void edit_dotdot(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes;
     char rel[PATH_MAX];
     snprintf(rel, sizeof rel, "C/../../../%s", outside);  // from <root>/train to the scratch folder
     set_file(l, 0, rel);
 }
 
-static void edit_absolute(ImageList *l, const char *outside) {
+static void edit_absolute(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes;
     char abs_path[PATH_MAX];
     ck_assert_ptr_nonnull(realpath(outside, abs_path));
     set_file(l, 0, abs_path);
 }
 
-static void edit_swap_labels(ImageList *l, const char *outside) {
-    (void)outside;
+static void edit_swap_labels(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes, (void)outside;
     int32_t t = l->labels[0];  // C/x.JPEG is class 0, b/1.jpg class 2
     l->labels[0] = l->labels[6], l->labels[6] = t;
 }
 
-static void edit_untracked_folder(ImageList *l, const char *outside) {
-    (void)outside;
+static void edit_untracked_folder(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes, (void)outside;
     set_file(l, 1, "a/elsewhere/10.jpg");
 }
 
 // With that folder's true mtime, so that only the entry's place can give it away.
-static void edit_folder_outside(ImageList *l, const char *outside) {
-    (void)outside;
+static void edit_folder_outside(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes, (void)outside;
     struct stat st;
     ck_assert_int_eq(stat(".", &st), 0);  // <root>/train/../..: the scratch folder
     free(l->dirs.items[0]);
@@ -1242,9 +1247,16 @@ static void edit_folder_outside(ImageList *l, const char *outside) {
     l->mtimes[0] = st.st_mtim;
 }
 
+// A class folder that train/ does not hold, every entry still true.
+static void edit_extra_class(ImageList *l, NameList *classes, const char *outside) {
+    (void)l, (void)outside;
+    names_add(classes, "d");
+}
+
 // The checksum only finds damage: a cache edited to read a file outside data.path (through "..", or an
-// absolute path), to swap two labels, to list a file in a folder whose mtime it does not track, or to
-// track a folder outside the class folders, is walked again and rebuilt, with one log line.
+// absolute path), to swap two labels, to list a file in a folder whose mtime it does not track, to track
+// a folder outside the class folders, or to list other class folders than train/ holds, is walked again
+// and rebuilt, with one log line.
 START_TEST(imagefolder_list_cache_edited_to_point_outside_is_rebuilt) {
     const char *root = "folder_forged", *cache = "cache_forged", *outside = "forged_secret.jpg";
     make_ordered_folder(root);
@@ -1255,8 +1267,8 @@ START_TEST(imagefolder_list_cache_edited_to_point_outside_is_rebuilt) {
     int levels[7], labels[7];
     for (int k = 0; k < 7; k++) levels[k] = 20 + 10 * k, labels[k] = order_labels[k];
     dataset_close(open_cached(root, cache, 1));
-    const ListEdit edits[] = {edit_dotdot, edit_absolute, edit_swap_labels, edit_untracked_folder,
-                              edit_folder_outside};
+    const ListEdit edits[] = {edit_dotdot,         edit_absolute,       edit_swap_labels,
+                              edit_untracked_folder, edit_folder_outside, edit_extra_class};
     for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++)
         assert_edited_cache_rebuilt(root, cache, edits[e], outside, levels, labels, 7);
 }
