@@ -402,6 +402,7 @@ static int cifar_label(int rec) { return (rec * 3 + 1) % 10; }
 static void cifar_write(const char *dir, const char *name, int first_rec, int records, long truncate_to) {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);  // a FIFO a former run left there would block fopen until a reader came
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     uint8_t rec[C_RECORD];
