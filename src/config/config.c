@@ -17,6 +17,7 @@
 
 #include "config/config_schema.h"
 #include "config/yaml_tree.h"
+#include "image/image_decode.h"
 
 #define CONFIG_EXIT_INVALID 2
 #define MESSAGE_MAX 1024
@@ -74,6 +75,7 @@ void config_defaults(Config *cfg) {
     d->repeated_aug = 1;
     d->prefetch = 4;
     copy_text(d->decode, sizeof d->decode, "host");
+    d->max_image_pixels = IMAGE_DEFAULT_MAX_PIXELS;
     d->workers = 0;
 
     TrainConfig *t = &cfg->train;
@@ -731,7 +733,7 @@ static int data_key_unread(const char *key, const DataConfig *d, char *why, size
         if (is_jpeg_source(s)) return 0;
         snprintf(why, size, "only imagefolder and webdataset are normalised by data.mean and data.std; %s has its own",
                  s);
-    } else if (!strcmp(key, "decode")) {
+    } else if (!strcmp(key, "decode") || !strcmp(key, "max_image_pixels")) {
         if (is_jpeg_source(s)) return 0;
         snprintf(why, size, "only imagefolder and webdataset hold JPEGs to decode; %s does not", s);
     } else if (!strcmp(key, "train_crop") || !strcmp(key, "val_resize") || !strcmp(key, "val_crop")) {
@@ -836,6 +838,20 @@ static void apply_workspace_default(Loader *L) {
     if (!was_written(L, "cudnn", "workspace_mb")) L->cfg.cudnn.workspace_mb = L->cfg.amp.enabled ? 512 : 4096;
 }
 
+// The trainer counts a run's steps in an int. Generated data fixes the steps per epoch here (at one rank,
+// the most there can be), so train.epochs without train.steps must not count past INT_MAX; train.steps
+// > 0 bounds the run itself.
+static int check_run_length(const Loader *L) {
+    const Config *c = &L->cfg;
+    if (c->train.steps > 0 || !is_generated_source(c->data.source)) return 0;
+    long global = (long)c->data.batch_size * c->train.accum_steps;
+    long per_epoch = (c->data.train_size + global - 1) / global;
+    if ((long)c->train.epochs * per_epoch <= INT_MAX) return 0;
+    return fail_at(L, where_set(L, "train", "epochs"),
+                   "train.epochs: %d epochs of %ld steps are more than the %d steps a run can count; set train.steps",
+                   c->train.epochs, per_epoch, INT_MAX);
+}
+
 static int apply_rules(Loader *L) {
     apply_workspace_default(L);
     int rc = apply_arch_preset(L);
@@ -848,6 +864,7 @@ static int apply_rules(Loader *L) {
     if (!rc) rc = check_optimizer(L);
     if (!rc) rc = check_checkpoint(L);
     if (!rc) rc = check_crop_scale(L);
+    if (!rc) rc = check_run_length(L);
     return rc;
 }
 

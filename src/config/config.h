@@ -42,6 +42,7 @@ typedef struct DataConfig {
     double random_erase;    // RandomErasing's probability after it (0: off)
     int repeated_aug;       // RASampler's repetitions of each sample in an epoch (1: off)
     char decode[8];     // image sources: host | device, where the training JPEGs are decoded and transformed
+    long max_image_pixels;  // image sources: a JPEG whose header claims more pixels is refused (decompression bomb)
     int prefetch;       // batches prepared ahead by the loader's workers (0: synchronous)
     int workers;        // loader threads (0: auto)
     int drop_last;      // skip each epoch's partial last step

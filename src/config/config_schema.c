@@ -9,6 +9,8 @@
 #include <string.h>
 
 #include "config/config.h"
+#include "dist/watchdog.h"
+#include "image/image_decode.h"
 
 #define AT(field) offsetof(Config, field), 0
 #define AT_STR(field) offsetof(Config, field), sizeof(((Config *)0)->field)
@@ -22,6 +24,18 @@
 #define OPEN_CLOSED(a, b) (a), (b), 1, 0
 #define OPEN(a, b) (a), (b), 1, 1
 #define NONE 0, 0, 0, 0
+
+// Bounds that keep a value inside what the code computes with. The sampler holds and shuffles an int32
+// index per sample at each epoch's start: 2^24 generated samples (ImageNet-21k's 14 million fit) are 64 MiB
+// and about a second; 2^31 - 1 took minutes before the first step, and a validation count near INT_MAX
+// overflows the split between ranks.
+#define GENERATED_MAX_SAMPLES 16777216
+// Per rank and micro-batch; beyond any device's memory at ImageNet sizes, and far inside the 64-bit
+// sizes of the batch buffers.
+#define MAX_BATCH 65536
+// A bucket larger than the model's gradients is one bucket: 1 TiB is beyond any model, and keeps the
+// byte count of the conversion to size_t well inside its range (1e30 MiB would not be).
+#define MAX_BUCKET_MB 1048576
 
 const ConfigKey config_keys[] = {
     // ---- model ----
@@ -51,11 +65,11 @@ const ConfigKey config_keys[] = {
     {"data", "path", CK_STRING, AT_STR(data.path), NONE, {0},
      "cifar10: folder with data_batch_1..5.bin and test_batch.bin; imagefolder: the root with train/ and "
      "val/ class folders; webdataset: the folder of train-*.tar and val-*.tar shards"},
-    {"data", "train_size", CK_INT, AT(data.train_size), AT_LEAST(1), {0},
+    {"data", "train_size", CK_INT, AT(data.train_size), BETWEEN(1, GENERATED_MAX_SAMPLES), {0},
      "synthetic/learnable: training samples per epoch"},
-    {"data", "val_size", CK_INT, AT(data.val_size), AT_LEAST(0), {0},
+    {"data", "val_size", CK_INT, AT(data.val_size), BETWEEN(0, GENERATED_MAX_SAMPLES), {0},
      "synthetic/learnable: validation samples (0: no evaluation)"},
-    {"data", "batch_size", CK_INT, AT(data.batch_size), AT_LEAST(1), {0},
+    {"data", "batch_size", CK_INT, AT(data.batch_size), BETWEEN(1, MAX_BATCH), {0},
      "samples per rank per micro-batch"},
     {"data", "augment", CK_BOOL, AT(data.augment), NONE, {0},
      "cifar10: random crop (pad 4) and horizontal flip; imagefolder/webdataset: RandomResizedCrop and "
@@ -93,6 +107,9 @@ const ConfigKey config_keys[] = {
      "the loader's threads; device: the backend's decoder on a thread of its own (CUDA: nvJPEG and kernels, "
      "when the build has nvJPEG; CPU: the reference decoder), the loader's threads only read files. "
      "Validation always decodes on the host"},
+    {"data", "max_image_pixels", CK_LONG, AT(data.max_image_pixels), BETWEEN(1, IMAGE_MAX_PIXELS), {0},
+     "imagefolder/webdataset: a JPEG whose header claims more pixels is replaced like an unreadable one, "
+     "before anything is decoded (default Pillow's decompression-bomb limit)"},
     {"data", "prefetch", CK_INT, AT(data.prefetch), BETWEEN(0, 64), {0},
      "batches prepared ahead by the loader's workers (0: synchronous, on the training thread)"},
     {"data", "workers", CK_INT, AT(data.workers), BETWEEN(0, 64), {0},
@@ -167,11 +184,12 @@ const ConfigKey config_keys[] = {
      "a fresh start may replace an earlier run in checkpoint.dir and log.metrics (its checkpoints are "
      "removed, the metrics file emptied); false: such a start is refused"},
     // ---- dist ----
-    {"dist", "bucket_mb", CK_FLOAT, AT(dist.bucket_mb), ABOVE(0), {0}, "gradient bucket size in MiB"},
-    {"dist", "first_bucket_mb", CK_FLOAT, AT(dist.first_bucket_mb), ABOVE(0), {0},
+    {"dist", "bucket_mb", CK_FLOAT, AT(dist.bucket_mb), OPEN_CLOSED(0, MAX_BUCKET_MB), {0},
+     "gradient bucket size in MiB"},
+    {"dist", "first_bucket_mb", CK_FLOAT, AT(dist.first_bucket_mb), OPEN_CLOSED(0, MAX_BUCKET_MB), {0},
      "first (last-layer) bucket in MiB, small so communication starts early"},
-    {"dist", "timeout_s", CK_FLOAT, AT(dist.timeout_s), ABOVE(0), {0},
-     "a rank silent this many seconds ends the job"},
+    {"dist", "timeout_s", CK_FLOAT, AT(dist.timeout_s), OPEN_CLOSED(0, WATCHDOG_MAX_TIMEOUT_S), {0},
+     "a rank silent this many seconds ends the job (at most a week)"},
     // ---- backend ----
     {"backend", "device", CK_ENUM, AT_STR(backend.device), NONE, {"auto", "cpu", "cuda"},
      "auto: cuda when built with CUDA and a GPU is present, else cpu"},

@@ -5,7 +5,6 @@
 #include "config/yaml_tree.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <yaml.h>
+
+#include "core/file_open.h"
 
 // Deeper nesting than this is no config or checkpoint header we write; the limit keeps a hostile
 // `[[[[...` header from exhausting the stack.
@@ -368,30 +369,12 @@ static void file_fail(char *err, size_t err_len, const char *path, const char *w
     if (err && err_len) snprintf(err, err_len, "%s: cannot read: %s", path, why);
 }
 
-// Why `st` is no file to read, or NULL for a regular file.
-static const char *irregular_kind(const struct stat *st) {
-    if (S_ISREG(st->st_mode)) return NULL;
-    if (S_ISDIR(st->st_mode)) return "a directory";
-    if (S_ISFIFO(st->st_mode)) return "a FIFO";
-    if (S_ISCHR(st->st_mode) || S_ISBLK(st->st_mode)) return "a device";
-    if (S_ISSOCK(st->st_mode)) return "a socket";
-    return "a special file";
-}
-
 YtNode *yt_parse_file(const char *path, char *err, size_t err_len) {
-    // O_NONBLOCK: opening a FIFO would otherwise wait for a writer before fstat could refuse it.
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
-    if (fd < 0) {
-        file_fail(err, err_len, path, strerror(errno));
-        return NULL;
-    }
     struct stat st;
-    const char *kind = fstat(fd, &st) != 0 ? "unknown (fstat failed)" : irregular_kind(&st);
-    if (kind) {
-        char why[96];
-        snprintf(why, sizeof why, "not a regular file (%s)", kind);
-        file_fail(err, err_len, path, why);
-        close(fd);
+    char why_open[96];
+    int fd = file_open_regular(path, &st, why_open, sizeof why_open);
+    if (fd < 0) {
+        file_fail(err, err_len, path, why_open);
         return NULL;
     }
     // The file's size bounds the read: whatever the content, no more than st_size bytes are taken,

@@ -49,6 +49,7 @@ static int dataset_open_images(const DataConfig *data, const ModelConfig *model,
     if (rc == 0 && *out) {
         image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
         if (!train) image_dataset_set_resize(*out, data->val_resize);
+        image_dataset_set_max_pixels(*out, data->max_image_pixels);
     }
     return rc;
 }

@@ -128,12 +128,14 @@ static void pthread_check(int err, const char *expr, const char *file, int line)
 Watchdog *watchdog_start(double timeout_s, const WatchdogHooks *hooks) {
     if (!(timeout_s > 0)) return NULL;
     Watchdog *w = xcalloc(1, sizeof *w);
-    w->timeout_s = timeout_s;
+    // Clamped before the conversion: timeout_s * 1e9 past INT64_MAX would be undefined, and in practice
+    // negative, so the first collective would expire at once.
+    w->timeout_s = timeout_s < WATCHDOG_MAX_TIMEOUT_S ? timeout_s : WATCHDOG_MAX_TIMEOUT_S;
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
     snprintf(w->self, sizeof w->self, "rank %d (host %s)", log_rank(), host);
     if (hooks) w->hooks = *hooks;
-    w->timeout_ns = (int64_t)(timeout_s * 1e9);
+    w->timeout_ns = (int64_t)(w->timeout_s * 1e9);
     int64_t poll = w->timeout_ns / 8;
     w->poll_ns = poll < 10000000 ? 10000000 : poll > 500000000 ? 500000000 : poll;
     atomic_init(&w->entered_ns, 0);

@@ -23,6 +23,10 @@ typedef struct Watchdog Watchdog;
 // How long the abort hook may take before the process ends without it.
 #define WATCHDOG_ABORT_S 5.0
 
+// The longest timeout (a week): dist.timeout_s's ceiling. In nanoseconds it is far inside int64_t, which
+// ends near 9.2e9 s; a longer timeout_s given to watchdog_start counts as this one.
+#define WATCHDOG_MAX_TIMEOUT_S (7 * 86400.0)
+
 // What a communicator adds to the clock; every member may be NULL.
 typedef struct WatchdogHooks {
     // Called from the helper thread each poll: nonzero when the communicator failed on its own, with one
@@ -33,8 +37,9 @@ typedef struct WatchdogHooks {
     void *arg;
 } WatchdogHooks;
 
-// Starts the helper thread. timeout_s <= 0 disables the watchdog: returns NULL, and every function
-// below accepts NULL and does nothing. hooks may be NULL.
+// Starts the helper thread. timeout_s <= 0 (or NaN) disables the watchdog: returns NULL, and every
+// function below accepts NULL and does nothing. More than WATCHDOG_MAX_TIMEOUT_S waits that long. hooks
+// may be NULL.
 Watchdog *watchdog_start(double timeout_s, const WatchdogHooks *hooks);
 
 // what: a string literal naming the collective ("allreduce_sum"), quoted in the message. Callable from

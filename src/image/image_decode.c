@@ -45,8 +45,8 @@ static int decompress(tjhandle tj, const uint8_t *data, size_t size, uint8_t *ou
     return 0;  // the second pass warned again, and decoded to the end
 }
 
-// The checks every decode starts with: not empty, a start-of-image marker, a header TurboJPEG reads, at
-// most IMAGE_MAX_PIXELS. 0 with the header's numbers, or 1 with err filled.
+// The checks every decode starts with: not empty, a start-of-image marker, a header TurboJPEG reads
+// that has a frame, a size image_decode_check_size allows. 0 with the header's numbers, or 1 with err.
 static int header_read(tjhandle tj, const uint8_t *data, size_t size, int *width, int *height, int *colorspace,
                        char *err, size_t err_cap) {
     int subsamp;
@@ -58,16 +58,18 @@ static int header_read(tjhandle tj, const uint8_t *data, size_t size, int *width
         snprintf(err, err_cap, "not a JPEG (no start-of-image marker FF D8 in the first bytes)");
         return 1;
     }
+    // A stream of tables only (DQT/DHT, no SOF) is a valid header to TurboJPEG, which then returns
+    // without setting the outputs: zero means no frame was read.
+    *width = *height = 0;
     if (tjDecompressHeader3(tj, data, (unsigned long)size, width, height, &subsamp, colorspace) != 0) {
         snprintf(err, err_cap, "not a readable JPEG header: %s", tjGetErrorStr2(tj));
         return 1;
     }
-    if (*width <= 0 || *height <= 0 || (long)*width * *height > IMAGE_MAX_PIXELS) {
-        snprintf(err, err_cap, "%d x %d pixels (%.1f megapixels) is more than the %ld megapixels decoded", *width,
-                 *height, (double)*width * *height / (1024.0 * 1024.0), IMAGE_MAX_PIXELS / (1024 * 1024));
+    if (*width == 0 || *height == 0) {
+        snprintf(err, err_cap, "no frame header (a JPEG of tables only, without an image)");
         return 1;
     }
-    return 0;
+    return image_decode_check_size(*width, *height, size, err, err_cap);
 }
 
 static tjhandle decompressor_make(char *err, size_t err_cap) {
@@ -132,6 +134,21 @@ int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err,
 }
 
 #endif
+
+int image_decode_check_size(int width, int height, size_t bytes, char *err, size_t err_cap) {
+    double pixels = (double)width * height;
+    if (width > 0 && height > 0 && pixels <= IMAGE_MAX_PIXELS && pixels <= (double)bytes * IMAGE_MAX_PIXELS_PER_BYTE)
+        return 0;
+    if (width <= 0 || height <= 0)
+        snprintf(err, err_cap, "a frame of %d x %d pixels", width, height);
+    else if (pixels > IMAGE_MAX_PIXELS)
+        snprintf(err, err_cap, "%d x %d = %.0f pixels, more than the %ld any image may have", width, height, pixels,
+                 IMAGE_MAX_PIXELS);
+    else
+        snprintf(err, err_cap, "%d x %d pixels claimed by a file of %zu bytes: more than the %d pixels per byte a "
+                 "JPEG can hold (a forged or cut header)", width, height, bytes, IMAGE_MAX_PIXELS_PER_BYTE);
+    return 1;
+}
 
 void image_free(DecodedImage *img) {
     free(img->rgb);

@@ -8,8 +8,9 @@
 // Progressive JPEGs decode like baseline ones (at most 500 scans: more is an attack, not a photo).
 //
 // Refused, with one line in err: no libjpeg-turbo in this build, not a JPEG, a header that does not
-// parse, a truncated file (libjpeg's "premature end" warning: PIL refuses these too), a corrupt
-// stream, and images of more than IMAGE_MAX_PIXELS, refused from the header before anything is decoded.
+// parse, a stream of tables only (no frame header, so no image), a truncated file (libjpeg's "premature
+// end" warning: PIL refuses these too), a corrupt stream, and, from the header before anything is
+// decoded, an image whose size the file cannot hold (image_decode_check_size).
 // Warnings libjpeg recovers from (extraneous bytes before a marker) keep the image, as PIL does.
 // Thread-safe: every call has its own decompressor.
 #ifndef AMPTRAIN_IMAGE_DECODE_H
@@ -20,7 +21,21 @@
 
 #include "core/image_job.h"
 
-#define IMAGE_MAX_PIXELS (64L * 1024 * 1024)  // 64 megapixels: 192 MiB of RGB, 8x a 24 MP photo
+// The most pixels any decode makes (3 GiB of RGB): the ceiling of data.max_image_pixels, whose default,
+// IMAGE_DEFAULT_MAX_PIXELS, is Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS). The datasets
+// hold each image to the configured limit (image_dataset.h); this one is what the decoder itself allows.
+#define IMAGE_MAX_PIXELS (1L << 30)
+#define IMAGE_DEFAULT_MAX_PIXELS 89478485L  // 1024 * 1024 * 1024 / 4 / 3, as Pillow has it
+
+// The most pixels a JPEG file may claim per byte of its size. A Huffman-coded scan of the luma (or
+// only) component spends at least one bit on each 8x8 block's DC coefficient (the shortest Huffman
+// code is one bit; a baseline scan also ends each block with an EOB code), so a decodable file holds at
+// most 64 pixels per bit, 512 per byte, however uniform the picture; twice that is allowed. A header
+// claiming more (an 8192x8192 frame in 3 KB) is a forged or cut file that would cost its full pixel
+// buffer before the decoder found the data missing. Files beyond the bound that do decode are
+// arithmetic-coded or progressive files without a first luma DC scan, which no camera or common encoder
+// writes.
+#define IMAGE_MAX_PIXELS_PER_BYTE 1024
 
 // A rectangle of pixels: rows top .. top+height-1, columns left .. left+width-1 (core/image_job.h).
 typedef ImageRect CropBox;
@@ -33,13 +48,17 @@ typedef struct DecodedImage {
 // 1 when this build has libjpeg-turbo (CMake found pkg-config's libturbojpeg), else 0.
 int image_decode_available(void);
 
-// 0 and *out filled, or 1 with one line in err (not a JPEG, truncated, corrupt, too large: more than
-// IMAGE_MAX_PIXELS = 64 megapixels is refused before decoding). *out is untouched on failure.
+// 0 and *out filled, or 1 with one line in err (not a JPEG, no frame, truncated, corrupt, a size
+// image_decode_check_size refuses, before decoding). *out is untouched on failure.
 int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err, size_t err_cap);
 
 // The image's size from its header, with image_decode's checks (not a JPEG, a header that does not parse,
-// more than IMAGE_MAX_PIXELS): 0, or 1 with one line in err. Decodes nothing.
+// no frame, a size image_decode_check_size refuses): 0, or 1 with one line in err. Decodes nothing.
 int image_decode_size(const uint8_t *data, size_t size, int *width, int *height, char *err, size_t err_cap);
+
+// A frame of width x height from a file of `bytes` bytes: 0 when at most IMAGE_MAX_PIXELS and at most
+// IMAGE_MAX_PIXELS_PER_BYTE per byte, else 1 with one line in err.
+int image_decode_check_size(int width, int height, size_t bytes, char *err, size_t err_cap);
 
 // Frees img->rgb and clears the struct (a cleared struct may be freed again).
 void image_free(DecodedImage *img);

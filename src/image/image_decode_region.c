@@ -85,10 +85,14 @@ int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedI
     jpeg_read_header(&d, TRUE);
     int width = (int)d.image_width, height = (int)d.image_height;
     int cmyk = d.jpeg_color_space == JCS_CMYK || d.jpeg_color_space == JCS_YCCK;
-    if (cmyk || (long)width * height > IMAGE_MAX_PIXELS) {
+    if (image_decode_check_size(width, height, size, err, err_cap) != 0) {
+        jpeg_destroy_decompress(&d);
+        return 1;
+    }
+    if (cmyk) {
         jpeg_destroy_decompress(&d);
         *held = (CropBox){0, 0, height, width};
-        return image_decode(data, size, out, err, err_cap);  // CMYK's own conversion; the size refusal
+        return image_decode(data, size, out, err, err_cap);  // CMYK's own conversion
     }
     AMP_ASSERT(want.top >= 0 && want.left >= 0 && want.height > 0 && want.width > 0 &&
                want.top + want.height <= height && want.left + want.width <= width,

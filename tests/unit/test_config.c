@@ -395,6 +395,35 @@ START_TEST(cifar10_fixes_classes_and_image_size) {
 }
 END_TEST
 
+// The largest values the bounds allow load (the refusals one past them are in bad_configs); the run
+// length counts steps at one rank, so 2147483647 steps load and one epoch more does not.
+START_TEST(bounds_take_their_largest_values) {
+    Config c;
+    char *largest[] = {"data.train_size=16777216", "data.val_size=16777216", "dist.timeout_s=604800",
+                       "dist.bucket_mb=1048576", "data.batch_size=65536"};
+    load_ok(&c, NULL, 5, largest);
+    ck_assert_int_eq(c.data.train_size, 16777216);
+    ck_assert(c.dist.timeout_s == 604800);
+    char *steps[] = {"train.epochs=2147483647", "train.steps=100"};
+    load_ok(&c, NULL, 2, steps);
+    ck_assert_int_eq(c.train.epochs, 2147483647);
+    // 2048 samples in batches of 32: 64 steps an epoch; 33554431 epochs are 2147483584 steps.
+    char *epochs[] = {"train.epochs=33554431"};
+    load_ok(&c, NULL, 1, epochs);
+    char *one_more[] = {"train.epochs=33554432"};
+    Config d;
+    LoadResult r = load(&d, NULL, 1, one_more);
+    ck_assert_int_eq(r.rc, 2);
+    ck_assert_msg(strstr(r.message, "command line: train.epochs: 33554432 epochs of 64 steps") == r.message, "%s",
+                  r.message);
+    tu_write_file("pixels_ok.yaml", "data:\n  source: webdataset\n  path: x\n  max_image_pixels: 1073741824\n");
+    load_ok(&c, "pixels_ok.yaml", 0, NULL);
+    ck_assert_int_eq(c.data.max_image_pixels, 1073741824L);
+    load_ok(&c, NULL, 0, NULL);
+    ck_assert_int_eq(c.data.max_image_pixels, 89478485L);  // Pillow's Image.MAX_IMAGE_PIXELS
+}
+END_TEST
+
 // ---- errors --------------------------------------------------------------------------------------------
 
 typedef struct {
@@ -427,7 +456,7 @@ static const BadConfig bad_configs[] = {
     {"growth.yaml", "amp:\n  growth_factor: 1\n", NULL,
      "growth.yaml:2: amp.growth_factor: must be > 1 (got 1)"},
     {"batch_zero.yaml", "data:\n  batch_size: 0\n", NULL,
-     "batch_zero.yaml:2: data.batch_size: must be >= 1 (got 0)"},
+     "batch_zero.yaml:2: data.batch_size: must be in [1, 65536] (got 0)"},
     {"small_image.yaml", "model:\n  image_size: 16\n", NULL,
      "small_image.yaml:2: model.image_size: must be in [32, 1024] (got 16)"},
     {"nan_scale.yaml", "amp:\n  init_scale: .nan\n", NULL,
@@ -481,6 +510,28 @@ static const BadConfig bad_configs[] = {
      "command line: model.layers: cannot parse the value"},
     {"preset.yaml", "model:\n  arch: resnext50_32x4d\n", "model.planes=64",
      "command line: model.planes: model.arch resnext50_32x4d fixes"},
+    // bounds that keep a value inside what the code computes with (config_schema.c)
+    {"huge_size.yaml", "data:\n  train_size: 2147483647\n", NULL,
+     "huge_size.yaml:2: data.train_size: must be in [1, 16777216] (got 2147483647)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.val_size=16777217",
+     "command line: data.val_size: must be in [0, 16777216] (got 16777217)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.batch_size=65537",
+     "command line: data.batch_size: must be in [1, 65536] (got 65537)"},
+    {"timeout.yaml", "dist:\n  bucket_mb: 25\n  timeout_s: 9.3e9\n", NULL,
+     "timeout.yaml:3: dist.timeout_s: must be in (0, 604800] (got 9300000000)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "dist.timeout_s=604800.5",
+     "command line: dist.timeout_s: must be in (0, 604800] (got 604800.5)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "dist.bucket_mb=1e30",
+     "command line: dist.bucket_mb: must be in (0, 1048576] (got 1e+30)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "dist.first_bucket_mb=2e6",
+     "command line: dist.first_bucket_mb: must be in (0, 1048576] (got 2000000)"},
+    {"epochs.yaml", "train:\n  epochs: 2147483647\n", NULL,
+     "epochs.yaml:2: train.epochs: 2147483647 epochs of 64 steps are more than the 2147483647 steps a run can "
+     "count; set train.steps"},
+    {"pixels.yaml", "data:\n  source: imagefolder\n  path: x\n  max_image_pixels: 0\n", NULL,
+     "pixels.yaml:4: data.max_image_pixels: must be in [1, 1073741824] (got 0)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.max_image_pixels=1000",
+     "command line: data.max_image_pixels: only imagefolder and webdataset hold JPEGs to decode; learnable"},
     // data keys the source does not read
     {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n", NULL,
      "folder_size.yaml:4: data.train_size: only synthetic and learnable data have a size to choose; "
@@ -611,6 +662,7 @@ static Suite *config_suite(void) {
     tcase_add_test(good, command_line_source_drops_the_files_keys_for_its_source);
     tcase_add_test(good, cifar10_fixes_classes_and_image_size);
     tcase_add_test(good, image_sides_follow_image_size_unless_written);
+    tcase_add_test(good, bounds_take_their_largest_values);
     suite_add_tcase(s, good);
     TCase *bad = tcase_create("invalid");
     tcase_add_loop_test(bad, bad_config_is_one_line_and_exit_2, 0,

@@ -512,6 +512,7 @@ static int cifar_label(int rec) { return (rec * 3 + 1) % 10; }
 static void cifar_write(const char *dir, const char *name, int first_rec, int records, long truncate_to) {
     char path[256];
     snprintf(path, sizeof path, "%s/%s", dir, name);
+    unlink(path);  // a FIFO a former run left there would block fopen until a reader came
     FILE *f = fopen(path, "wb");
     ck_assert_ptr_nonnull(f);
     uint8_t rec[C_RECORD];
@@ -704,6 +705,20 @@ START_TEST(test_cifar10_truncated_file_is_an_error) {
     // The other split does not read that file.
     ck_assert_int_eq(dataset_cifar10_open("cifar_trunc", 0, 0, 1, &ds, err, sizeof err), 0);
     dataset_close(ds);
+}
+END_TEST
+
+// A FIFO in place of a data file: refused by its type, at once (opening it to read would wait for a
+// writer for ever), the file named.
+START_TEST(test_cifar10_fifo_is_refused_without_blocking) {
+    cifar_fixture("cifar_fifo");
+    ck_assert_int_eq(remove("cifar_fifo/data_batch_2.bin"), 0);
+    ck_assert_int_eq(mkfifo("cifar_fifo/data_batch_2.bin", 0644), 0);
+    char err[512] = "";
+    Dataset *ds = (Dataset *)1;
+    ck_assert_int_eq(dataset_cifar10_open("cifar_fifo", 1, 0, 1, &ds, err, sizeof err), 2);
+    ck_assert_ptr_null(ds);
+    ck_assert_msg(strstr(err, "cifar_fifo/data_batch_2.bin: not a regular file (a FIFO)"), "%s", err);
 }
 END_TEST
 
@@ -938,6 +953,7 @@ static Suite *data_suite(void) {
     tcase_add_test(cifar, test_cifar10_augmentation_reproducible);
     tcase_add_test(cifar, test_cifar10_trivial_augment_and_erasing);
     tcase_add_test(cifar, test_cifar10_truncated_file_is_an_error);
+    tcase_add_test(cifar, test_cifar10_fifo_is_refused_without_blocking);
     tcase_add_test(cifar, test_cifar10_missing_file_is_an_error);
     suite_add_tcase(suite, cifar);
     TCase *loader = tcase_create("loader");

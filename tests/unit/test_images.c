@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <turbojpeg.h>
+#include <unistd.h>
 
 #include "core/backend.h"
 #include "config/config.h"
@@ -25,6 +26,7 @@
 #include "data/dataset.h"
 #include "data/sources/image_dataset.h"
 #include "image/image_augment.h"
+#include "data/sources/imagefolder_list.h"
 #include "image/image_decode.h"
 #include "image/image_decode_region.h"
 #include "image/image_transform.h"
@@ -204,12 +206,91 @@ START_TEST(decode_refuses_bad_input) {
     image_free(&b);
     image_free(&c);
     free(stray);
-    // 20000 x 20000 = 400 MP in the header: refused before any pixel buffer is made.
+    // 20000 x 20000 = 400 MP in the header of a 1.4 KB file: refused before any pixel buffer is made.
     set_jpeg_size(jpeg, len, 20000, 20000);
-    assert_refused(jpeg, len, "megapixels");
+    assert_refused(jpeg, len, "pixels per byte");
     free(jpeg);
     free(prog);
     free(src);
+}
+END_TEST
+
+// SOI, the DQT and DHT segments of jpeg, EOI: a stream of tables only (JPEG's "abbreviated table
+// specification"), which has no frame and so no size. *n: its length.
+static uint8_t *tables_only(const uint8_t *jpeg, size_t len, size_t *n) {
+    uint8_t *t = malloc(len);
+    int dqt = 0, dht = 0;
+    *n = 0;
+    t[(*n)++] = 0xFF, t[(*n)++] = 0xD8;
+    for (size_t i = 2; i + 4 <= len && jpeg[i] == 0xFF && jpeg[i + 1] != 0xDA;) {
+        size_t seg = 2 + ((size_t)jpeg[i + 2] << 8 | jpeg[i + 3]);
+        if (jpeg[i + 1] == 0xDB || jpeg[i + 1] == 0xC4) {
+            memcpy(t + *n, jpeg + i, seg);
+            *n += seg;
+            dqt += jpeg[i + 1] == 0xDB, dht += jpeg[i + 1] == 0xC4;
+        }
+        i += seg;
+    }
+    ck_assert_msg(dqt > 0 && dht > 0, "no tables found (%d DQT, %d DHT)", dqt, dht);
+    t[(*n)++] = 0xFF, t[(*n)++] = 0xD9;
+    return t;
+}
+
+// A tables-only stream parses as a header (TurboJPEG then sets no size): refused by name, with no size
+// read from it; so is a frame the file is far too small to hold, and one past the absolute ceiling.
+START_TEST(decode_refuses_frameless_and_bomb_headers) {
+    uint8_t *src = fx_pattern(128, 96, 3, 3);
+    size_t len, n;
+    uint8_t *jpeg = fx_jpeg(src, 128, 96, 3, 90, TJSAMP_420, 0, &len);
+    uint8_t *tables = tables_only(jpeg, len, &n);
+    assert_refused(tables, n, "no frame header");
+    int w = -1, h = -1;
+    char err[256] = "";
+    ck_assert_int_eq(image_decode_size(tables, n, &w, &h, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "no frame header"), "%s", err);
+    // An 8192 x 8192 frame (192 MiB of RGB) claimed by a file of a few KB: 2^26 pixels need at least
+    // 2^26 / 512 = 131072 bytes even as one grey level.
+    ck_assert_int_lt(len, 8192);
+    set_jpeg_size(jpeg, len, 8192, 8192);
+    assert_refused(jpeg, len, "pixels per byte");
+    ck_assert_int_eq(image_decode_size(jpeg, len, &w, &h, err, sizeof err), 1);
+    // The bounds themselves: IMAGE_MAX_PIXELS_PER_BYTE per byte and IMAGE_MAX_PIXELS in all, inclusive.
+    ck_assert_int_eq(image_decode_check_size(1024, 1024, 1024, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_check_size(1025, 1024, 1024, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "1025 x 1024 pixels claimed by a file of 1024 bytes"), "%s", err);
+    ck_assert_int_eq(image_decode_check_size(32768, 32768, (size_t)1 << 30, err, sizeof err), 0);
+    ck_assert_int_eq(image_decode_check_size(32768, 32769, (size_t)1 << 30, err, sizeof err), 1);
+    ck_assert_msg(strstr(err, "more than the 1073741824 any image may have"), "%s", err);
+    free(tables);
+    free(jpeg);
+    free(src);
+}
+END_TEST
+
+// The most compressible files libjpeg-turbo writes (one grey level, quality 1; grayscale and 4:2:0;
+// baseline with the standard Huffman tables, progressive with the optimised ones and EOB runs) hold at
+// most half IMAGE_MAX_PIXELS_PER_BYTE pixels per byte, and decode; so do the fixtures' smooth patterns.
+START_TEST(decode_keeps_the_most_compressible_jpegs) {
+    const int side = 1024;
+    uint8_t *grey = malloc((size_t)side * side * 3);
+    memset(grey, 128, (size_t)side * side * 3);
+    uint8_t *pattern = fx_pattern(side, side, 3, 5);
+    const struct { const uint8_t *pixels; int channels, quality, subsamp, progressive; } cases[] = {
+        {grey, 1, 1, TJSAMP_GRAY, 0}, {grey, 1, 1, TJSAMP_GRAY, 1}, {grey, 3, 1, TJSAMP_420, 0},
+        {grey, 3, 1, TJSAMP_420, 1},  {pattern, 3, 1, TJSAMP_420, 1}, {pattern, 3, 75, TJSAMP_420, 0}};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        size_t len;
+        uint8_t *jpeg = fx_jpeg(cases[k].pixels, side, side, cases[k].channels, cases[k].quality, cases[k].subsamp,
+                                cases[k].progressive, &len);
+        double per_byte = (double)side * side / (double)len;
+        ck_assert_msg(per_byte <= IMAGE_MAX_PIXELS_PER_BYTE / 2, "case %zu: %.0f pixels per byte", k, per_byte);
+        DecodedImage img = decode_ok(jpeg, len);
+        ck_assert_int_eq(img.width, side);
+        image_free(&img);
+        free(jpeg);
+    }
+    free(pattern);
+    free(grey);
 }
 END_TEST
 
@@ -1183,6 +1264,196 @@ START_TEST(imagefolder_list_cache_is_read_back_and_rebuilt) {
 }
 END_TEST
 
+// ---- untrusted trees: edited caches, FIFOs, link loops, decompression bombs -----------------------------
+
+// A cache rewritten with image_list_save (so its checksum holds) from the true list and class folders
+// with one thing changed by edit; the next open must not trust it: it walks, gets the true samples, and
+// saves the true list again (the same bytes as before the edit).
+typedef void (*ListEdit)(ImageList *l, NameList *classes, const char *outside);
+
+static void assert_edited_cache_rebuilt(const char *root, const char *cache, ListEdit edit, const char *outside,
+                                        const int *levels, const int *labels, int n) {
+    size_t len;
+    uint8_t *good = read_cache(cache, "train", &len);
+    char train[512], split_abs[PATH_MAX], path[512] = "", cmd[256], why[1024] = "";
+    snprintf(train, sizeof train, "%s/train", root);
+    ck_assert_ptr_nonnull(realpath(train, split_abs));
+    snprintf(cmd, sizeof cmd, "ls %s/imagefolder-*-train.list | tr -d '\\n'", cache);
+    ck_assert_int_eq(tu_run_shell(cmd, path, sizeof path), 0);
+    NameList classes = {0};
+    names_add(&classes, "C"), names_add(&classes, "a"), names_add(&classes, "b");
+    ImageList l;
+    ck_assert_msg(image_list_load(path, split_abs, &classes, &l, why, sizeof why) == 0, "%s", why);
+    NameList saved = {0};
+    for (int c = 0; c < classes.count; c++) names_add(&saved, classes.items[c]);
+    edit(&l, &saved, outside);
+    ck_assert_msg(image_list_save(path, split_abs, &saved, &l, why, sizeof why) == 0, "%s", why);
+    ImageList edited;
+    ck_assert_int_eq(image_list_load(path, split_abs, &classes, &edited, why, sizeof why), 1);
+    image_list_free(&l);
+    names_free(&saved);
+    names_free(&classes);
+    Dataset *ds = open_cached(root, cache, 1);
+    assert_samples(ds, levels, labels, n);
+    dataset_close(ds);
+    size_t again_len;
+    uint8_t *again = read_cache(cache, "train", &again_len);
+    ck_assert_msg(again_len == len && memcmp(again, good, len) == 0, "the edited cache was not rebuilt (%s)", why);
+    free(again);
+    free(good);
+}
+
+static void set_file(ImageList *l, int i, const char *rel) {
+    free(l->files.items[i]);
+    l->files.items[i] = strdup(rel);
+}
+
+static void edit_dotdot(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes;
+    char rel[PATH_MAX];
+    snprintf(rel, sizeof rel, "C/../../../%s", outside);  // from <root>/train to the scratch folder
+    set_file(l, 0, rel);
+}
+
+static void edit_absolute(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes;
+    char abs_path[PATH_MAX];
+    ck_assert_ptr_nonnull(realpath(outside, abs_path));
+    set_file(l, 0, abs_path);
+}
+
+static void edit_swap_labels(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes, (void)outside;
+    int32_t t = l->labels[0];  // C/x.JPEG is class 0, b/1.jpg class 2
+    l->labels[0] = l->labels[6], l->labels[6] = t;
+}
+
+static void edit_untracked_folder(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes, (void)outside;
+    set_file(l, 1, "a/elsewhere/10.jpg");
+}
+
+// With that folder's true mtime, so that only the entry's place can give it away.
+static void edit_folder_outside(ImageList *l, NameList *classes, const char *outside) {
+    (void)classes, (void)outside;
+    struct stat st;
+    ck_assert_int_eq(stat(".", &st), 0);  // <root>/train/../..: the scratch folder
+    free(l->dirs.items[0]);
+    l->dirs.items[0] = strdup("../..");
+    l->mtimes[0] = st.st_mtim;
+}
+
+// A class folder that train/ does not hold, every entry still true.
+static void edit_extra_class(ImageList *l, NameList *classes, const char *outside) {
+    (void)l, (void)outside;
+    names_add(classes, "d");
+}
+
+// The checksum only finds damage: a cache edited to read a file outside data.path (through "..", or an
+// absolute path), to swap two labels, to list a file in a folder whose mtime it does not track, to track
+// a folder outside the class folders, or to list other class folders than train/ holds, is walked again
+// and rebuilt, with one log line.
+START_TEST(imagefolder_list_cache_edited_to_point_outside_is_rebuilt) {
+    const char *root = "folder_forged", *cache = "cache_forged", *outside = "forged_secret.jpg";
+    make_ordered_folder(root);
+    rm_rf(cache);
+    mkdir(cache, 0755);
+    fx_write_solid(outside, 40, 30, 250, 250, 250);
+    fx_set_folder_mtimes(root, 1700000000);
+    int levels[7], labels[7];
+    for (int k = 0; k < 7; k++) levels[k] = 20 + 10 * k, labels[k] = order_labels[k];
+    dataset_close(open_cached(root, cache, 1));
+    const ListEdit edits[] = {edit_dotdot,         edit_absolute,       edit_swap_labels,
+                              edit_untracked_folder, edit_folder_outside, edit_extra_class};
+    for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++)
+        assert_edited_cache_rebuilt(root, cache, edits[e], outside, levels, labels, 7);
+}
+END_TEST
+
+// A .jpg that is a FIFO would block the loader thread that opens it for ever: the scan refuses it at
+// open, naming it; a FIFO under another name is left out like any other file. One that takes an image's
+// place after the scan is opened without blocking, refused by its type and replaced.
+START_TEST(imagefolder_refuses_fifos_without_blocking) {
+    make_ordered_folder("folder_fifo");
+    ck_assert_int_eq(mkfifo("folder_fifo/train/b/pipe.jpg", 0644), 0);
+    assert_open_fails("folder_fifo", 1, 10, "folder_fifo/train/b/pipe.jpg is not a regular file (a FIFO)");
+    ck_assert_int_eq(rename("folder_fifo/train/b/pipe.jpg", "folder_fifo/train/b/pipe.txt"), 0);
+    Dataset *ds;
+    char err[512] = "";
+    ck_assert_msg(open_folder("folder_fifo", 1, 10, &ds, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ds->size, 7);
+    ck_assert_int_eq(unlink("folder_fifo/train/a/2.jpg"), 0);
+    ck_assert_int_eq(mkfifo("folder_fifo/train/a/2.jpg", 0644), 0);
+    uint8_t img[32 * 32 * 3];
+    int32_t label;
+    dataset_get(ds, 2, img, &label, NULL);
+    ck_assert_int_eq(image_dataset_skipped(ds), 1);
+    ck_assert_int_le(abs(level_of(img) - (20 + 10 * 3)), 2);  // sample 3 in its place
+    dataset_close(ds);
+}
+END_TEST
+
+// Links to a folder above (the class folder, the split folder, data.path itself) would be walked again
+// and again (os.walk(followlinks=True) goes on until the path is too long): each is passed over, and the
+// samples are those of the tree without them. A link to a folder beside it is no loop and is walked.
+START_TEST(imagefolder_skips_folder_link_loops) {
+    make_ordered_folder("folder_loop");
+    ck_assert_int_eq(symlink("..", "folder_loop/train/a/s/back"), 0);      // to a
+    ck_assert_int_eq(symlink("..", "folder_loop/train/b/split"), 0);      // to train
+    ck_assert_int_eq(symlink("../..", "folder_loop/train/C/root"), 0);    // to folder_loop
+    ck_assert_int_eq(symlink(".", "folder_loop/val/b/self"), 0);
+    for (int train = 1; train >= 0; train--) {
+        Dataset *ds;
+        char err[512] = "";
+        ck_assert_msg(open_folder("folder_loop", train, 10, &ds, err, sizeof err) == 0, "%s", err);
+        int levels[7];
+        for (int k = 0; k < 7; k++) levels[k] = 20 + 10 * k;
+        assert_samples(ds, levels, order_labels, 7);
+        dataset_close(ds);
+    }
+    ck_assert_int_eq(symlink("../C", "folder_loop/train/b/c_again"), 0);
+    Dataset *ds;
+    char err[512] = "";
+    ck_assert_msg(open_folder("folder_loop", 1, 10, &ds, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ds->size, 8);  // C/x.JPEG a second time, as b/c_again/x.JPEG
+    dataset_close(ds);
+}
+END_TEST
+
+// data.max_image_pixels: a sample whose header claims more pixels is replaced like an unreadable one
+// before any pixel buffer is made for it, by `get` and by the decode jobs alike.
+START_TEST(imagefolder_replaces_images_over_max_pixels) {
+    rm_rf("folder_pixels");
+    mkdirs("folder_pixels/train/a");
+    fx_write_solid("folder_pixels/train/a/0_big.jpg", 64, 48, 60, 60, 60);   // 3072 pixels
+    fx_write_solid("folder_pixels/train/a/1_small.jpg", 16, 12, 160, 160, 160);  // 192
+    Dataset *ds;
+    char err[512] = "";
+    ck_assert_msg(open_folder("folder_pixels", 1, 10, &ds, err, sizeof err) == 0, "%s", err);
+    uint8_t img[32 * 32 * 3];
+    int32_t label;
+    dataset_get(ds, 0, img, &label, NULL);
+    ck_assert_int_le(abs(level_of(img) - 60), 2);
+    image_dataset_set_max_pixels(ds, 3072);
+    dataset_get(ds, 0, img, &label, NULL);
+    ck_assert_int_le(abs(level_of(img) - 60), 2);
+    ck_assert_int_eq(image_dataset_skipped(ds), 0);
+    image_dataset_set_max_pixels(ds, 3071);
+    dataset_get(ds, 0, img, &label, NULL);
+    ck_assert_int_le(abs(level_of(img) - 160), 2);
+    ck_assert_int_eq(image_dataset_skipped(ds), 1);
+    ImageJob job;
+    Rng rng;
+    data_rng_seed(&rng, 1, DATA_STREAM_AUGMENT, 0, 0);
+    image_dataset_job(ds, 0, &rng, &job, &label);
+    ck_assert_int_eq(job.sample, 1);
+    ck_assert_int_eq(job.width, 16);
+    free((void *)job.bytes);
+    ck_assert_int_eq(image_dataset_skipped(ds), 2);
+    dataset_close(ds);
+}
+END_TEST
+
 static int load(Config *cfg, const char *const *overrides, int n, char *message, size_t cap) {
     FILE *sink = fmemopen(message, cap, "w");
     int rc = config_load(cfg, NULL, n, (char **)overrides, sink);
@@ -1350,6 +1621,8 @@ static Suite *images_suite(void) {
     tcase_add_test(decode, decode_progressive_equals_baseline);
     tcase_add_test(decode, decode_cmyk_converts_like_pil);
     tcase_add_test(decode, decode_refuses_bad_input);
+    tcase_add_test(decode, decode_refuses_frameless_and_bomb_headers);
+    tcase_add_test(decode, decode_keeps_the_most_compressible_jpegs);
     tcase_add_test(decode, decode_region_equals_full_decode);
     suite_add_tcase(s, decode);
     TCase *transform = tcase_create("transform");
@@ -1372,7 +1645,11 @@ static Suite *images_suite(void) {
     tcase_add_test(folder, imagefolder_refuses_bad_layouts);
     tcase_add_test(folder, image_sides_and_augmentation_through_the_factory);
     tcase_add_test(folder, run_trains_and_evaluates_at_their_own_sides);
+    tcase_add_test(folder, imagefolder_refuses_fifos_without_blocking);
+    tcase_add_test(folder, imagefolder_skips_folder_link_loops);
+    tcase_add_test(folder, imagefolder_replaces_images_over_max_pixels);
     tcase_add_test(folder, imagefolder_list_cache_is_read_back_and_rebuilt);
+    tcase_add_test(folder, imagefolder_list_cache_edited_to_point_outside_is_rebuilt);
     tcase_add_test(folder, imagefolder_list_cache_waits_for_its_folder);
     tcase_add_test(folder, fresh_checkpoint_dir_gets_the_list_cache);
     tcase_add_test(folder, config_image_keys);

@@ -319,6 +319,26 @@ START_TEST(test_refuses_missing_or_empty) {
 }
 END_TEST
 
+// A FIFO named like a shard: opening one for reading would wait for a writer for ever; it is refused by
+// its type at open, and so is a folder of that name. A FIFO under another name is not a shard at all.
+START_TEST(test_refuses_a_fifo_shard_without_blocking) {
+    fresh_dir("rf_fifo");
+    mktar("rf_fifo", "train-0.tar", "pax", GOOD_SAMPLE);
+    ck_assert_int_eq(mkfifo("rf_fifo/notes.jpg", 0644), 0);
+    EncodedSource *src = NULL;
+    char err[512] = "";
+    ck_assert_msg(webdataset_open("rf_fifo", "train", 10, 0, &src, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(src->size, 1);
+    src->destroy(src);
+    ck_assert_int_eq(mkfifo("rf_fifo/train-1.tar", 0644), 0);
+    expect_refused("rf_fifo", "train", 10,
+                   (const char *const[]){"cannot open shard 'rf_fifo/train-1.tar': not a regular file (a FIFO)", NULL});
+    ck_assert_int_eq(unlink("rf_fifo/train-1.tar"), 0);
+    ck_assert_int_eq(mkdir("rf_fifo/train-1.tar", 0755), 0);
+    expect_refused("rf_fifo", "train", 10, (const char *const[]){"not a regular file (a directory)", NULL});
+}
+END_TEST
+
 START_TEST(test_refuses_truncated_and_corrupt) {
     fresh_dir("rf_cut");
     mktar("rf_cut", "train-0.tar", "pax", GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|1'");
@@ -405,6 +425,7 @@ static Suite *webdataset_suite(void) {
     TCase *refuse = tcase_create("refuse");
     tcase_set_timeout(refuse, 60);
     tcase_add_test(refuse, test_refuses_missing_or_empty);
+    tcase_add_test(refuse, test_refuses_a_fifo_shard_without_blocking);
     tcase_add_test(refuse, test_refuses_truncated_and_corrupt);
     tcase_add_test(refuse, test_refuses_incomplete_samples);
     tcase_add_test(refuse, test_read_of_a_shrunk_shard_fails);

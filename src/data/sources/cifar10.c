@@ -11,14 +11,15 @@
 // normalises to -mean/std, not to 0) and a 32x32 window at offset (dy, dx) in [0,8]^2 is cut out, then
 // mirrored left-right with probability 1/2. The numbers are drawn in the order dy, dx, flip from the
 // sample's rng.
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "core/digest.h"
+#include "core/file_open.h"
 #include "data/dataset.h"
 
 #define CIFAR10_PIXELS (CIFAR10_SIDE * CIFAR10_SIDE)
@@ -62,20 +63,25 @@ static void cifar10_destroy(Dataset *ds) {
     free(ds);
 }
 
-// Size of the file in bytes, or -1 with err filled (missing, or not a whole number of records).
-static long cifar10_file_size(const char *path, char *err, size_t err_cap) {
+// Opens one file of the split: its descriptor and size (a positive whole number of records), or -1
+// with err filled (missing, not a regular file, or a size no CIFAR-10 file has).
+static int cifar10_file_open(const char *path, long *size, char *err, size_t err_cap) {
     struct stat st;
-    if (stat(path, &st) != 0) {
+    char why[96];
+    int fd = file_open_regular(path, &st, why, sizeof why);
+    if (fd < 0) {
         snprintf(err, err_cap, "cifar10: cannot open %s: %s (data.path must be the folder with "
-                 "data_batch_1..5.bin and test_batch.bin, i.e. cifar-10-batches-bin)", path, strerror(errno));
+                 "data_batch_1..5.bin and test_batch.bin, i.e. cifar-10-batches-bin)", path, why);
         return -1;
     }
     if (st.st_size == 0 || st.st_size % CIFAR10_RECORD_BYTES != 0) {
         snprintf(err, err_cap, "cifar10: %s is %lld bytes, not a positive multiple of the %d-byte record "
                  "(truncated, or not the binary version?)", path, (long long)st.st_size, CIFAR10_RECORD_BYTES);
+        close(fd);
         return -1;
     }
-    return (long)st.st_size;
+    *size = (long)st.st_size;
+    return fd;
 }
 
 // Reads the files one after another into one buffer; checks every label.
@@ -83,38 +89,39 @@ static int cifar10_read(const char *dir, const char *const *names, int n_files, 
                         int *count, char *err, size_t err_cap) {
     char path[CONFIG_PATH_MAX + 32];
     long sizes[5], total = 0;
-    for (int f = 0; f < n_files; f++) {
-        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
-        sizes[f] = cifar10_file_size(path, err, err_cap);
-        if (sizes[f] < 0) return 2;
-        total += sizes[f];
+    int fds[5], rc = 0, opened = 0;
+    for (; !rc && opened < n_files; opened++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[opened]);
+        fds[opened] = cifar10_file_open(path, &sizes[opened], err, err_cap);
+        if (fds[opened] < 0) rc = 2;
+        else total += sizes[opened];
     }
-    uint8_t *buf = xcalloc((size_t)total, 1);
+    uint8_t *buf = rc ? NULL : xcalloc((size_t)total, 1);
     long at = 0;
-    for (int f = 0; f < n_files; f++) {
+    for (int f = 0; !rc && f < n_files; f++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[f]);
-        FILE *fp = fopen(path, "rb");
-        if (!fp) {
-            snprintf(err, err_cap, "cifar10: cannot open %s: %s", path, strerror(errno));
-            free(buf);
-            return 2;
+        long got = 0;
+        ssize_t n;
+        while (got < sizes[f] && (n = pread(fds[f], buf + at + got, (size_t)(sizes[f] - got), (off_t)got)) > 0)
+            got += n;
+        if (got != sizes[f]) {
+            snprintf(err, err_cap, "cifar10: %s: read %ld of %ld bytes", path, got, sizes[f]);
+            rc = 2;
         }
-        size_t got = fread(buf + at, 1, (size_t)sizes[f], fp);
-        fclose(fp);
-        if (got != (size_t)sizes[f]) {
-            snprintf(err, err_cap, "cifar10: %s: read %zu of %ld bytes", path, got, sizes[f]);
-            free(buf);
-            return 2;
-        }
-        for (long r = 0; r < sizes[f] / CIFAR10_RECORD_BYTES; r++) {
+        for (long r = 0; !rc && r < sizes[f] / CIFAR10_RECORD_BYTES; r++) {
             uint8_t label = buf[at + r * CIFAR10_RECORD_BYTES];
             if (label >= CIFAR10_CLASSES) {
                 snprintf(err, err_cap, "cifar10: %s: record %ld has label %d, not 0..9", path, r, label);
-                free(buf);
-                return 2;
+                rc = 2;
             }
         }
         at += sizes[f];
+    }
+    for (int f = 0; f < opened; f++)
+        if (fds[f] >= 0) close(fds[f]);
+    if (rc) {
+        free(buf);
+        return rc;
     }
     *records = buf;
     *count = (int)(total / CIFAR10_RECORD_BYTES);

@@ -24,6 +24,7 @@ typedef struct ImageSet {
     atomic_uchar *named;           // (size) 1 once sample i's failure was logged by this process
     CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
     int resize;                    // Resize's shorter side before CenterCrop (validation, or augment off)
+    long max_pixels;               // data.max_image_pixels: a header claiming more is refused
 } ImageSet;
 
 // Names sample `index` in the log, the first time it fails in this process only. The rank that read it
@@ -74,6 +75,11 @@ static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int
     if (src->read(src, at, &bytes, &len, label, err, err_cap) != 0) return 1;
     int width, height;
     int rc = image_decode_size(bytes, len, &width, &height, err, err_cap);
+    if (rc == 0 && (long)width * height > s->max_pixels) {
+        snprintf(err, err_cap, "%d x %d = %ld pixels, more than data.max_image_pixels %ld (a decompression bomb?)",
+                 width, height, (long)width * height, s->max_pixels);
+        rc = 1;
+    }
     if (rc == 0 && (*label < 0 || *label >= src->classes)) {
         snprintf(err, err_cap, "label %d outside [0, %d)", *label, src->classes);
         rc = 1;
@@ -141,6 +147,7 @@ Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augme
     s->src = src;
     s->crop = CROP_SCALE_TORCHVISION;
     s->resize = image_val_resize(side);
+    s->max_pixels = IMAGE_DEFAULT_MAX_PIXELS;
     atomic_init(&s->skipped, 0);
     s->named = xcalloc((size_t)src->size, sizeof *s->named);
     Dataset *ds = xcalloc(1, sizeof *ds);
@@ -169,6 +176,13 @@ void image_dataset_set_resize(Dataset *ds, int resize) {
     AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
     AMP_ASSERT(resize >= ds->side, "resize %d below the crop %d", resize, ds->side);
     ((ImageSet *)ds->impl)->resize = resize;
+}
+
+void image_dataset_set_max_pixels(Dataset *ds, long max_pixels) {
+    AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
+    AMP_ASSERT(max_pixels > 0 && max_pixels <= IMAGE_MAX_PIXELS, "max image pixels %ld outside [1, %ld]", max_pixels,
+               IMAGE_MAX_PIXELS);
+    ((ImageSet *)ds->impl)->max_pixels = max_pixels;
 }
 
 long image_dataset_skipped(const Dataset *ds) {

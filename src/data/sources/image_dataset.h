@@ -64,6 +64,11 @@ void image_dataset_set_crop_scale(Dataset *ds, CropScale scale);
 // once, after creation, before any `get`.
 void image_dataset_set_resize(Dataset *ds, int resize);
 
+// The most pixels a sample's header may claim (data.max_image_pixels, in [1, IMAGE_MAX_PIXELS]; default
+// IMAGE_DEFAULT_MAX_PIXELS); a sample claiming more is replaced like an unreadable one, before any
+// pixel buffer is made for it. Set once, after creation, before any `get`.
+void image_dataset_set_max_pixels(Dataset *ds, long max_pixels);
+
 // Samples replaced so far (each replacement counts, so a bad file read every epoch counts every epoch).
 long image_dataset_skipped(const Dataset *ds);
 

@@ -9,7 +9,6 @@
 // open left in checkpoint.dir (imagefolder_list.h); `read` then opens one file by index.
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 
 #include "core/check.h"
 #include "core/digest.h"
+#include "core/file_open.h"
 #include "core/log.h"
 #include "data/dataset.h"
 #include "data/sources/image_dataset.h"
@@ -30,14 +30,23 @@
 
 // ---- the scan ---------------------------------------------------------------------------------------
 
-// 1 when entry `name` of folder `dir` is a folder (symbolic links followed, as os.walk(followlinks=True)).
-static int entry_is_dir(const char *dir, const struct dirent *e) {
-    if (e->d_type == DT_DIR) return 1;
-    if (e->d_type != DT_UNKNOWN && e->d_type != DT_LNK) return 0;
+// The type (S_IFDIR, S_IFREG, S_IFIFO, ...) of entry e of folder dir, symbolic links followed as
+// os.walk(followlinks=True) follows them; 0 when it cannot be stat'ed (a dangling link: read, and
+// replaced, like a file that vanished).
+static mode_t entry_type(const char *dir, const struct dirent *e) {
+    switch (e->d_type) {
+    case DT_DIR: return S_IFDIR;
+    case DT_REG: return S_IFREG;
+    case DT_FIFO: return S_IFIFO;
+    case DT_SOCK: return S_IFSOCK;
+    case DT_CHR: return S_IFCHR;
+    case DT_BLK: return S_IFBLK;
+    default: break;
+    }
     char path[PATH_MAX];
     struct stat st;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    return stat(path, &st) == 0 ? st.st_mode & S_IFMT : 0;
 }
 
 static int is_jpeg_name(const char *name) {
@@ -46,6 +55,8 @@ static int is_jpeg_name(const char *name) {
 }
 
 // The entries of dir: folders into dirs, other entries into files (either may be NULL). 0, or 2 with err.
+// With files: a .jpg/.jpeg name that is a FIFO, socket or device is refused here, at start-up, since
+// reading one would block a loader thread for ever or never end.
 static int list_dir(const char *dir, NameList *dirs, NameList *files, char *err, size_t err_cap) {
     DIR *d = opendir(dir);
     if (!d) {
@@ -53,13 +64,20 @@ static int list_dir(const char *dir, NameList *dirs, NameList *files, char *err,
         return 2;
     }
     struct dirent *e;
-    while ((e = readdir(d))) {
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        NameList *into = entry_is_dir(dir, e) ? dirs : files;
-        if (into) names_add(into, e->d_name);
+        mode_t type = entry_type(dir, e);
+        if (files && type && !S_ISDIR(type) && !S_ISREG(type) && is_jpeg_name(e->d_name)) {
+            snprintf(err, err_cap, "imagefolder: %s/%s is not a regular file (%s); an image must be one", dir,
+                     e->d_name, file_irregular_kind(type));
+            rc = 2;
+        }
+        NameList *into = S_ISDIR(type) ? dirs : files;
+        if (!rc && into) names_add(into, e->d_name);
     }
     closedir(d);
-    return 0;
+    return rc;
 }
 
 // Joins a and b with '/' into out; 0, or 2 with err when the path does not fit.
@@ -90,13 +108,30 @@ typedef struct Folder {
     int list_unsaved;
     NameList classes;
     struct timespec walk_start;
+    long loops;                       // folder links the walk passed over: each led back to a folder above it
+    char loop_example[PATH_MAX];
 } Folder;
+
+// A folder being walked and the folders above it, up to the split folder: their identities, so that a
+// symbolic link back to one of them (a loop, which os.walk(followlinks=True) would follow until the path
+// grew too long) is passed over instead of walked again.
+typedef struct FolderChain {
+    dev_t dev;
+    ino_t ino;
+    const struct FolderChain *up;
+} FolderChain;
+
+static int chain_holds(const FolderChain *c, const struct stat *st) {
+    for (; c; c = c->up)
+        if (c->dev == st->st_dev && c->ino == st->st_ino) return 1;
+    return 0;
+}
 
 // Relative folders under rel (itself included), in the order sorted(os.walk(...)) visits them once
 // sorted: every folder path sorted as a string. Each folder's mtime, taken before it is listed, goes to
-// the list for its cache (imagefolder_list.h). 0, or 2 with err.
-static int walk_dirs(Folder *f, const char *rel, NameList *out, char *err, size_t err_cap) {
-    names_add(out, rel);
+// the list for its cache (imagefolder_list.h). A folder that is one of those above it (up) is left out
+// and counted in f->loops. 0, or 2 with err.
+static int walk_dirs(Folder *f, const char *rel, const FolderChain *up, NameList *out, char *err, size_t err_cap) {
     char dir[PATH_MAX], sub[PATH_MAX];
     int rc = path_join(dir, sizeof dir, f->split_dir, rel, err, err_cap);
     struct stat st;
@@ -104,22 +139,29 @@ static int walk_dirs(Folder *f, const char *rel, NameList *out, char *err, size_
         snprintf(err, err_cap, "imagefolder: cannot open the folder %s: %s", dir, strerror(errno));
         rc = 2;
     }
-    if (!rc) image_list_add_dir(&f->list, rel, st.st_mtim);
+    if (rc) return rc;
+    if (chain_holds(up, &st)) {
+        if (f->loops++ == 0) snprintf(f->loop_example, sizeof f->loop_example, "%s", dir);
+        return 0;
+    }
+    const FolderChain here = {st.st_dev, st.st_ino, up};
+    names_add(out, rel);
+    image_list_add_dir(&f->list, rel, st.st_mtim);
     NameList subs = {0};
-    if (!rc) rc = list_dir(dir, &subs, NULL, err, err_cap);
+    rc = list_dir(dir, &subs, NULL, err, err_cap);
     names_sort(&subs);
     for (int i = 0; !rc && i < subs.count; i++) {
         rc = path_join(sub, sizeof sub, rel, subs.items[i], err, err_cap);
-        if (!rc) rc = walk_dirs(f, sub, out, err, err_cap);
+        if (!rc) rc = walk_dirs(f, sub, &here, out, err, err_cap);
     }
     names_free(&subs);
     return rc;
 }
 
 // Appends class c's JPEGs to f. 0, or 2 with err (unreadable, or no JPEG in the class at all).
-static int scan_class(Folder *f, const char *class_name, int c, char *err, size_t err_cap) {
+static int scan_class(Folder *f, const char *class_name, int c, const FolderChain *top, char *err, size_t err_cap) {
     NameList dirs = {0};
-    int rc = walk_dirs(f, class_name, &dirs, err, err_cap);
+    int rc = walk_dirs(f, class_name, top, &dirs, err, err_cap);
     names_sort(&dirs);
     ImageList *l = &f->list;
     int before = l->files.count;
@@ -171,17 +213,16 @@ static int folder_read(const EncodedSource *src, int index, uint8_t **bytes, siz
     char path[PATH_MAX];
     *label = f->list.labels[index];
     if (path_join(path, sizeof path, f->split_dir, f->list.files.items[index], err, err_cap)) return 1;
-    int fd = open(path, O_RDONLY);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0) {
-        snprintf(err, err_cap, "cannot open: %s", strerror(errno));
-        if (fd >= 0) close(fd);
+    char why[96];
+    int fd = file_open_regular(path, &st, why, sizeof why);
+    if (fd < 0) {
+        snprintf(err, err_cap, "cannot open: %s", why);
         return 1;
     }
-    if (!S_ISREG(st.st_mode) || st.st_size > IMAGEFOLDER_MAX_FILE_BYTES) {
-        snprintf(err, err_cap, S_ISREG(st.st_mode) ? "%lld bytes, more than the %ld MiB an image may have"
-                                                   : "not a regular file (%lld)",
-                 (long long)st.st_size, IMAGEFOLDER_MAX_FILE_BYTES >> 20);
+    if (st.st_size > IMAGEFOLDER_MAX_FILE_BYTES) {
+        snprintf(err, err_cap, "%lld bytes, more than the %ld MiB an image may have", (long long)st.st_size,
+                 IMAGEFOLDER_MAX_FILE_BYTES >> 20);
         close(fd);
         return 1;
     }
@@ -231,10 +272,24 @@ static void folder_destroy(EncodedSource *src) {
 
 // ---- the list, from the cache or a walk -----------------------------------------------------------------
 
-// Walks every class folder of f->split_dir into f->list; 0, or 2 with err.
+// Walks every class folder of f->split_dir into f->list; 0, or 2 with err. A link that loops back is
+// named in one warning.
 static int walk_split(Folder *f, const NameList *classes, char *err, size_t err_cap) {
-    int rc = 0;
-    for (int c = 0; !rc && c < classes->count; c++) rc = scan_class(f, classes->items[c], c, err, err_cap);
+    struct stat root_st, split_st;
+    char root[PATH_MAX];
+    int rc = path_join(root, sizeof root, f->split_dir, "..", err, err_cap);
+    if (!rc && (stat(root, &root_st) != 0 || stat(f->split_dir, &split_st) != 0)) {
+        snprintf(err, err_cap, "imagefolder: cannot open the folder %s: %s", f->split_dir, strerror(errno));
+        rc = 2;
+    }
+    if (rc) return rc;
+    // data.path and the split folder are above every class folder: a link to either is a loop too.
+    const FolderChain data_root = {root_st.st_dev, root_st.st_ino, NULL};
+    const FolderChain top = {split_st.st_dev, split_st.st_ino, &data_root};
+    for (int c = 0; !rc && c < classes->count; c++) rc = scan_class(f, classes->items[c], c, &top, err, err_cap);
+    if (!rc && f->loops)
+        log_warn("imagefolder: %s: passed over %ld folder links that lead back to a folder above them (a loop), "
+                 "e.g. %s", f->split_dir, f->loops, f->loop_example);
     return rc;
 }
 

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core/check.h"
+#include "core/file_open.h"
 
 #define IMAGE_LIST_MAGIC "amptrain imagefolder list v1\n"
 #define IMAGE_LIST_MAGIC_LEN (sizeof IMAGE_LIST_MAGIC - 1)
@@ -220,10 +221,11 @@ static void take_str(Cursor *c, char *out) {
 
 // Reads the whole file; 0, or 1 with why.
 static int read_file(const char *path, uint8_t **data, size_t *len, char *why, size_t why_cap) {
-    int fd = open(path, O_RDONLY);
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size > IMAGE_LIST_MAX_BYTES) {
-        snprintf(why, why_cap, "%s: %s", path, fd < 0 ? strerror(errno) : "larger than any list this writes");
+    char open_why[96];
+    int fd = file_open_regular(path, &st, open_why, sizeof open_why);
+    if (fd < 0 || st.st_size > IMAGE_LIST_MAX_BYTES) {
+        snprintf(why, why_cap, "%s: %s", path, fd < 0 ? open_why : "larger than any list this writes");
         if (fd >= 0) close(fd);
         return 1;
     }
@@ -260,6 +262,68 @@ static int folders_unchanged(const char *split_abs, const ImageList *l, char *wh
         }
     }
     return 0;
+}
+
+// The length of rel's first component when every component of rel is a name (none empty, "." or ".."),
+// so that rel, taken under a folder, stays inside it; 0 otherwise (an absolute path among them).
+static size_t plain_path_head(const char *rel) {
+    size_t head = 0;
+    for (const char *p = rel;; p++) {
+        size_t n = strcspn(p, "/");
+        if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.')) return 0;
+        if (!head) head = n;
+        p += n;
+        if (!*p) return head;
+    }
+}
+
+static int name_ptr_cmp(const void *key, const void *item) { return strcmp(key, *(char *const *)item); }
+
+// The index of the class folder named by rel's first `head` bytes in classes (sorted), or -1.
+static int class_of(const NameList *classes, const char *rel, size_t head) {
+    char name[PATH_MAX];
+    memcpy(name, rel, head);
+    name[head] = '\0';
+    char **hit = bsearch(name, classes->items, (size_t)classes->count, sizeof *classes->items, name_ptr_cmp);
+    return hit ? (int)(hit - classes->items) : -1;
+}
+
+// 0 when every entry of l is one a walk of the split folder could have made: each folder a plain
+// relative path inside a class folder, each file a plain relative path inside the class folder of its
+// label, in one of the folders l lists (whose mtimes vouch for it). 1 with why naming the first that is
+// not: a hand-edited list must not make the run read outside data.path or relabel images.
+static int entries_inside(const NameList *classes, const ImageList *l, char *why, size_t why_cap) {
+    for (int i = 0; i < l->dirs.count; i++) {
+        const char *rel = l->dirs.items[i];
+        size_t head = plain_path_head(rel);
+        if (head == 0 || class_of(classes, rel, head) < 0) {
+            snprintf(why, why_cap, "the folder '%s' is not inside a class folder", rel);
+            return 1;
+        }
+    }
+    char **dirs = xcalloc((size_t)l->dirs.count + 1, sizeof *dirs);
+    memcpy(dirs, l->dirs.items, (size_t)l->dirs.count * sizeof *dirs);
+    qsort(dirs, (size_t)l->dirs.count, sizeof *dirs, name_cmp);
+    int rc = 0;
+    char parent[PATH_MAX];
+    for (int i = 0; !rc && i < l->files.count; i++) {
+        const char *rel = l->files.items[i], *slash = strrchr(rel, '/');
+        size_t head = plain_path_head(rel);
+        const char *label_class = classes->items[l->labels[i]];
+        if (head == 0 || !slash || head != strlen(label_class) || memcmp(rel, label_class, head) != 0) {
+            snprintf(why, why_cap, "the file '%s' is not inside the folder of its class %d (%s)", rel, l->labels[i],
+                     label_class);
+            rc = 1;
+        } else {
+            snprintf(parent, sizeof parent, "%.*s", (int)(slash - rel), rel);
+            if (!bsearch(parent, dirs, (size_t)l->dirs.count, sizeof *dirs, name_ptr_cmp)) {
+                snprintf(why, why_cap, "the file '%s' is in a folder the list does not track", rel);
+                rc = 1;
+            }
+        }
+    }
+    free(dirs);
+    return rc;
 }
 
 // Parses the payload into out; 0, or 1 with why (corrupt, or about another folder or other classes).
@@ -303,7 +367,7 @@ static int parse_payload(Cursor *c, const char *split_abs, const NameList *class
         snprintf(why, why_cap, "its contents do not parse");
         return 1;
     }
-    return 0;
+    return entries_inside(classes, out, why, why_cap);
 }
 
 int image_list_load(const char *path, const char *split_abs, const NameList *classes, ImageList *out, char *why,

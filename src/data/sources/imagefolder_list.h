@@ -9,7 +9,11 @@
 //   - it is about the same folder (the absolute path stored in it) and the same class folders;
 //   - every folder the walk listed still has the modification time it had when it was listed (a file
 //     added, removed or renamed in a folder changes that folder's mtime; so does a sub-folder made);
-//   - the file count and labels agree with what it says.
+//   - the file count and labels agree with what it says;
+//   - every entry is one a walk could have made: a relative path of plain names (none absolute, empty,
+//     "." or ".."), a folder inside a class folder, a file inside its label's class folder and in a
+//     folder the list tracks. The checksum only finds damage: a list edited by hand with a checksum made
+//     to match must still not make the run read outside data.path or relabel images.
 // A cache that fails any of these is named in one log line and rebuilt by a new walk, never trusted.
 // A folder modified less than IMAGE_LIST_SETTLE_S before the walk began is not cached: a change made in
 // the same timestamp tick as the walk's listing would leave its mtime unchanged (git's "racy" entries).

@@ -18,7 +18,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +29,7 @@
 
 #include "core/check.h"
 #include "core/digest.h"
+#include "core/file_open.h"
 
 #define TAR_BLOCK 512
 #define TAR_NAME_MAX 4096        // the longest member name read (pax or GNU long names)
@@ -401,15 +401,12 @@ static int wds_list_shards(WdsIndex *ix, const char *dir, const char *split, cha
     for (int s = 0; s < ix->n_shards; s++) ix->fds[s] = -1;
     for (int s = 0; s < ix->n_shards; s++) {
         struct stat st;
-        ix->fds[s] = open(ix->paths[s], O_RDONLY | O_CLOEXEC);
+        char why[96];
+        ix->fds[s] = file_open_regular(ix->paths[s], &st, why, sizeof why);
         if (ix->fds[s] < 0) {
-            snprintf(err, err_cap, "webdataset: cannot open shard '%s': %s%s", ix->paths[s], strerror(errno),
+            snprintf(err, err_cap, "webdataset: cannot open shard '%s': %s%s", ix->paths[s], why,
                      errno == EMFILE ? " (one descriptor per shard stays open: raise `ulimit -n`, or pack fewer, "
                                        "larger shards)" : "");
-            return 2;
-        }
-        if (fstat(ix->fds[s], &st) != 0 || !S_ISREG(st.st_mode)) {
-            snprintf(err, err_cap, "webdataset: shard '%s' is not a regular file", ix->paths[s]);
             return 2;
         }
     }
