@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,13 +213,32 @@ int tu_gpu_required(void) {
     return require && strcmp(require, "1") == 0;
 }
 
+int tu_skip(const char *suite, const char *fmt, ...) {
+    printf("%s: skipped: ", suite);
+    va_list args;
+    va_start(args, fmt);
+    vprintf(fmt, args);
+    va_end(args);
+    printf("\n");
+    return TU_SKIP_EXIT;
+}
+
 int tu_skip_gpu(const char *suite, const char *why) {
     if (tu_gpu_required()) {
         printf("%s: FAILED: AMPTRAIN_REQUIRE_GPU=1 but the CUDA backend is unavailable: %s\n", suite, why);
         return 1;
     }
-    printf("%s: skipped: %s\n", suite, why);
-    return TU_SKIP_EXIT;
+    return tu_skip(suite, "%s", why);
+}
+
+int tu_leave_launch(const char *suite) {
+    // Open MPI's mpiexec, the launcher tests/tests.cmake starts the MPI suites with.
+    const char *launch_size = getenv("OMPI_COMM_WORLD_SIZE");
+    if (launch_size && atoi(launch_size) > 1)
+        return tu_skip(suite, "it starts MPI jobs of its own, which cannot nest in this launch of %s ranks; "
+                       "it runs without mpiexec or from a launch of one rank", launch_size);
+    tu_forget_launcher();
+    return 0;
 }
 
 void tu_forget_launcher(void) {

@@ -40,10 +40,24 @@ char *tu_read_file(const char *path, size_t *len);
 // otherwise make it join the outer launch.
 void tu_forget_launcher(void);
 
-// Runs a Check suite and returns the process exit status; fork = 0 for suites that hold a CUDA context
-// or an MPI communicator (neither survives fork()).
+// Every suite's main ends in tu_run_suite, after its own set-up (a communicator, backends) and any skip.
+// Runs a Check suite and returns the process exit status (EXIT_SUCCESS, or EXIT_FAILURE when a test
+// failed). fork = 0 for suites that hold a CUDA context or an MPI communicator (neither survives fork());
+// fork = 1 leaves it to Check, which forks each test unless CK_FORK=no is in the environment.
 struct Suite;
 int tu_run_suite(struct Suite *suite, int fork);
+
+// The exit code of a skipped suite, which ctest reports as "Skipped" (SKIP_RETURN_CODE in
+// tests/tests.cmake), never as passed.
+#define TU_SKIP_EXIT 77
+// A suite that cannot run here: prints one line `suite: skipped: reason` and returns TU_SKIP_EXIT for
+// main to return.
+int tu_skip(const char *suite, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+// For suites that start MPI jobs of their own: a job cannot nest in a launch of several ranks, so there
+// the suite skips (returns tu_skip's code); in a launch of one rank or none it calls tu_forget_launcher
+// and returns 0.
+int tu_leave_launch(const char *suite);
 
 // Agreement across the ranks of a communicator, for verdicts asserted on every rank at once:
 // 1 on every rank when ok holds on every rank (MAX of the "bad" flag).
@@ -91,10 +105,8 @@ int tu_end_scenario_leftovers(const char *scenario);
 // 1 if the file exists.
 int tu_file_exists(const char *path);
 
-// GPU suites without a usable GPU: print why and exit with this code, which ctest reports as "Skipped"
-// (SKIP_RETURN_CODE in tests/tests.cmake), never as passed. With AMPTRAIN_REQUIRE_GPU=1 in the
-// environment (the device machine) a missing GPU is a failure instead.
-#define TU_SKIP_EXIT 77
+// GPU suites without a usable GPU: tu_skip. With AMPTRAIN_REQUIRE_GPU=1 in the environment (the device
+// machine) a missing GPU is a failure instead: prints why and returns 1.
 int tu_skip_gpu(const char *suite, const char *why);
 // 1 when AMPTRAIN_REQUIRE_GPU=1: a suite that could still run its CPU part must fail without a GPU.
 int tu_gpu_required(void);

@@ -56,7 +56,7 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
     }
     int64_t tracked = m->num_batches_tracked;
     for (int i = 0; i < m->n_bn; i++) {
-        const BnLayer *bn = m->bn_list[i];
+        const ModelBnLayer *bn = m->bn_list[i];
         char name[PARAM_NAME_MAX + 32];
         int64_t shape[1] = {bn->c};
         snprintf(name, sizeof name, "%s.running_mean", bn->prefix);
@@ -109,7 +109,7 @@ static int read_param(SafetensorsFile *f, const ParamInfo *p, const char *name, 
 }
 
 // One BN statistic: finite, and a variance not negative (its square root normalises evaluation).
-static int read_bn_stat(SafetensorsFile *f, const BnLayer *bn, const char *what, float *dst, char *err,
+static int read_bn_stat(SafetensorsFile *f, const ModelBnLayer *bn, const char *what, float *dst, char *err,
                         size_t err_len) {
     char name[PARAM_NAME_MAX + 32];
     int64_t shape[1] = {bn->c};
@@ -135,7 +135,7 @@ int checkpoint_read_model(SafetensorsFile *f, const Model *m, float *master, flo
         if (read_param(f, p, p->name, scratch, master + p->offset, err, err_len)) goto done;
     }
     for (int i = 0; i < m->n_bn; i++) {
-        const BnLayer *bn = m->bn_list[i];
+        const ModelBnLayer *bn = m->bn_list[i];
         char name[PARAM_NAME_MAX + 32];
         if (read_bn_stat(f, bn, "running_mean", stats + bn->stats_offset, err, err_len) ||
             read_bn_stat(f, bn, "running_var", stats + bn->stats_offset + bn->c, err, err_len))

@@ -31,13 +31,14 @@ typedef struct {
     int line;   // FROM_FILE: 1-based line of the key
 } Where;
 
+// One config_load's reading of the defaults, the file and the overrides into cfg.
 typedef struct {
     Config cfg;
     Where where[CONFIG_MAX_KEYS];   // parallel to config_keys
     DataConfig file_data;           // the data settings after the file, before the overrides
     const char *file;               // the config file as the user named it
     FILE *err;
-} Loader;
+} ConfigReader;
 
 // ---- defaults ----------------------------------------------------------------------------------
 
@@ -139,10 +140,11 @@ static void write_line(FILE *err, char *message) {
     }
 }
 
-static int fail_at(const Loader *L, Where at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail_at(const ConfigReader *L, Where at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 // Prefixes the place: `FILE:LINE: `, `command line: `, or `FILE: ` for the file as a whole.
-static int fail_at(const Loader *L, Where at, const char *fmt, ...) {
+static int fail_at(const ConfigReader *L, Where at, const char *fmt, ...) {
     char message[MESSAGE_MAX];
     int used;
     if (at.origin == FROM_FILE)
@@ -255,7 +257,7 @@ static const char *kind_name(const YtNode *node) {
 }
 
 // "expected X, got Y" with Y as written: quoted text keeps its quotes, so "5" for an int is explained.
-static int fail_expected(const Loader *L, Where at, const char *name, const char *expected,
+static int fail_expected(const ConfigReader *L, Where at, const char *name, const char *expected,
                          const YtNode *node) {
     char buf[NAME_MAX_SHOWN + 8];
     if (node->kind != YT_SCALAR)
@@ -285,7 +287,7 @@ static void describe_range(const ConfigKey *row, char *buf, size_t size) {
         snprintf(buf, size, "in %s%s, %s%s", row->lo_open ? "(" : "[", lo, hi, row->hi_open ? ")" : "]");
 }
 
-static int fail_range(const Loader *L, Where at, const char *name, const ConfigKey *row, double v) {
+static int fail_range(const ConfigReader *L, Where at, const char *name, const ConfigKey *row, double v) {
     char range[96], got[32];
     describe_range(row, range, sizeof range);
     format_double(v, got, sizeof got);
@@ -301,7 +303,7 @@ static int is_float_normal(const ConfigKey *row, double v) {
     return v == 0 || (fabs(v) >= FLT_MIN && fabs(v) <= FLT_MAX);
 }
 
-static int fail_not_normal(const Loader *L, Where at, const char *name, double v) {
+static int fail_not_normal(const ConfigReader *L, Where at, const char *name, double v) {
     char got[32], lo[32], hi[32];
     format_double(v, got, sizeof got);
     format_double(FLT_MIN, lo, sizeof lo);
@@ -311,7 +313,7 @@ static int fail_not_normal(const Loader *L, Where at, const char *name, double v
 }
 
 // An integer in the row's range, into *out; 0 on success, else the error has been reported.
-static int read_integer(const Loader *L, Where at, const char *name, const ConfigKey *row,
+static int read_integer(const ConfigReader *L, Where at, const char *name, const ConfigKey *row,
                         const YtNode *node, long lo, long hi, long *out) {
     long v = 0;
     int parsed = node->kind == YT_SCALAR && !node->quoted ? parse_long(node->scalar, &v) : 0;
@@ -326,7 +328,7 @@ static int read_integer(const Loader *L, Where at, const char *name, const Confi
     return 0;
 }
 
-static int read_list(const Loader *L, Where at, const char *name, const ConfigKey *row,
+static int read_list(const ConfigReader *L, Where at, const char *name, const ConfigKey *row,
                      const YtNode *node, int *out) {
     if (node->kind != YT_SEQ)
         return fail_expected(L, at, name, "a list of 4 integers like [3, 4, 6, 3]", node);
@@ -348,8 +350,8 @@ static int read_list(const Loader *L, Where at, const char *name, const ConfigKe
 }
 
 // Three numbers, one per channel, each in the row's range and a normal fp32 value (they become floats).
-static int read_channels(const Loader *L, Where at, const char *name, const ConfigKey *row, const YtNode *node,
-                         double *out) {
+static int read_channels(const ConfigReader *L, Where at, const char *name, const ConfigKey *row,
+                         const YtNode *node, double *out) {
     if (node->kind != YT_SEQ || node->count != CONFIG_CHANNELS)
         return node->kind == YT_SEQ
                    ? fail_at(L, at, "%s: expected a list of 3 numbers (R, G, B), got %zu", name, node->count)
@@ -378,7 +380,7 @@ static const char *string_value(const YtNode *node) {
     return s;
 }
 
-static int read_enum(const Loader *L, Where at, const char *name, const ConfigKey *row,
+static int read_enum(const ConfigReader *L, Where at, const char *name, const ConfigKey *row,
                      const YtNode *node, char *dst) {
     char choices[160] = "";
     for (int i = 0; i < CONFIG_MAX_CHOICES && row->choices[i]; i++) {
@@ -395,7 +397,7 @@ static int read_enum(const Loader *L, Where at, const char *name, const ConfigKe
 }
 
 // Checks `node` against the row and stores it into L->cfg; 0 on success.
-static int apply_value(Loader *L, const ConfigKey *row, const YtNode *node, Where at) {
+static int apply_value(ConfigReader *L, const ConfigKey *row, const YtNode *node, Where at) {
     char name[KEY_NAME_MAX];
     full_name(row, name, sizeof name);
     char *field = (char *)&L->cfg + row->offset;
@@ -455,7 +457,7 @@ static int apply_value(Loader *L, const ConfigKey *row, const YtNode *node, Wher
 
 // ---- unknown names -----------------------------------------------------------------------------
 
-static int fail_unknown(const Loader *L, Where at, const char *section, const char *key) {
+static int fail_unknown(const ConfigReader *L, Where at, const char *section, const char *key) {
     char written[2 * NAME_MAX_SHOWN + 16], buf_s[NAME_MAX_SHOWN + 8], buf_k[NAME_MAX_SHOWN + 8];
     char hint[128] = "", suggestion[KEY_NAME_MAX];
     if (config_schema_suggest(section, key, suggestion, sizeof suggestion))
@@ -471,7 +473,7 @@ static int fail_unknown(const Loader *L, Where at, const char *section, const ch
 
 // ---- the file ----------------------------------------------------------------------------------
 
-static int apply_section(Loader *L, const char *section, const YtNode *map) {
+static int apply_section(ConfigReader *L, const char *section, const YtNode *map) {
     for (size_t i = 0; i < map->count; i++) {
         Where at = {FROM_FILE, map->key_lines[i]};
         const ConfigKey *row = config_schema_find(section, map->keys[i]);
@@ -482,7 +484,7 @@ static int apply_section(Loader *L, const char *section, const YtNode *map) {
     return 0;
 }
 
-static int apply_document(Loader *L, const YtNode *root) {
+static int apply_document(ConfigReader *L, const YtNode *root) {
     if (root->kind != YT_MAP)
         return fail_at(L, (Where){FROM_FILE, root->line},
                        "the document must be a map of sections (model:, data:, train:, ...), got %s",
@@ -503,7 +505,7 @@ static int apply_document(Loader *L, const YtNode *root) {
     return 0;
 }
 
-static int apply_file(Loader *L, const char *path) {
+static int apply_file(ConfigReader *L, const char *path) {
     char message[MESSAGE_MAX];
     YtNode *root = yt_parse_file(path, message, sizeof message);
     if (!root) {
@@ -519,7 +521,7 @@ static int apply_file(Loader *L, const char *path) {
 // ---- overrides ---------------------------------------------------------------------------------
 
 // The value is YAML too, so `model.layers=[1,1,1,1]` is a list and `log.metrics="a b"` a string.
-static YtNode *parse_override_value(const Loader *L, const char *name, const char *value) {
+static YtNode *parse_override_value(const ConfigReader *L, const char *name, const char *value) {
     char message[MESSAGE_MAX];
     YtNode *node = yt_parse_buffer(value, strlen(value), "value", message, sizeof message);
     if (!node) {
@@ -531,7 +533,7 @@ static YtNode *parse_override_value(const Loader *L, const char *name, const cha
     return node;
 }
 
-static int apply_override(Loader *L, const char *text) {
+static int apply_override(ConfigReader *L, const char *text) {
     Where at = {FROM_COMMAND_LINE, 0};
     char name[2 * NAME_MAX_SHOWN + 2], buf[NAME_MAX_SHOWN + 8];
     const char *eq = strchr(text, '=');
@@ -590,15 +592,15 @@ static int is_preset_key(const ConfigKey *row) {
     return 0;
 }
 
-static Where where_set(const Loader *L, const char *section, const char *key) {
+static Where where_set(const ConfigReader *L, const char *section, const char *key) {
     return L->where[config_schema_find(section, key) - config_keys];
 }
 
-static int was_written(const Loader *L, const char *section, const char *key) {
+static int was_written(const ConfigReader *L, const char *section, const char *key) {
     return where_set(L, section, key).origin != FROM_DEFAULT;
 }
 
-static int apply_arch_preset(Loader *L) {
+static int apply_arch_preset(ConfigReader *L) {
     ModelConfig *m = &L->cfg.model;
     const ArchPreset *p = NULL;
     for (size_t i = 0; i < sizeof arch_presets / sizeof arch_presets[0]; i++) {
@@ -621,7 +623,7 @@ static int apply_arch_preset(Loader *L) {
 }
 
 // torchvision's bottleneck width is int(planes * base_width / 64) * cardinality; 0 is no network.
-static int check_group_width(const Loader *L) {
+static int check_group_width(const ConfigReader *L) {
     const ModelConfig *m = &L->cfg.model;
     if (m->planes * m->base_width / 64 >= 1) return 0;
     const char *blamed = was_written(L, "model", "base_width") ? "base_width" : "planes";
@@ -631,7 +633,7 @@ static int check_group_width(const Loader *L) {
 }
 
 // CIFAR-10 is 32x32 images of 10 classes: what the files hold, whatever the config says.
-static int apply_cifar10_shape(Loader *L) {
+static int apply_cifar10_shape(ConfigReader *L) {
     Config *c = &L->cfg;
     if (strcmp(c->data.source, "cifar10") != 0) return 0;
     if (!c->data.path[0])
@@ -651,7 +653,7 @@ static int apply_cifar10_shape(Loader *L) {
 }
 
 // The JPEG sources read a folder: without data.path there is nothing to read.
-static int check_image_source(const Loader *L) {
+static int check_image_source(const ConfigReader *L) {
     const DataConfig *d = &L->cfg.data;
     if ((strcmp(d->source, "imagefolder") != 0 && strcmp(d->source, "webdataset") != 0) || d->path[0]) return 0;
     return fail_at(L, where_set(L, "data", "source"), "data.source: %s needs data.path (%s)", d->source,
@@ -659,7 +661,7 @@ static int check_image_source(const Loader *L) {
                                                      : "the folder of train-*.tar and val-*.tar shards");
 }
 
-static int check_optimizer(const Loader *L) {
+static int check_optimizer(const ConfigReader *L) {
     const TrainConfig *t = &L->cfg.train;
     char lr[32], min_lr[32];
     format_double(t->lr, lr, sizeof lr);
@@ -677,7 +679,7 @@ static int check_optimizer(const Loader *L) {
     return 0;
 }
 
-static int check_crop_scale(const Loader *L) {
+static int check_crop_scale(const ConfigReader *L) {
     const DataConfig *d = &L->cfg.data;
     if (d->crop_scale_min <= d->crop_scale_max) return 0;
     char lo[32], hi[32];
@@ -687,7 +689,7 @@ static int check_crop_scale(const Loader *L) {
     return fail_at(L, where_set(L, "data", key), "data.%s: crop_scale_min %s exceeds crop_scale_max %s", key, lo, hi);
 }
 
-static int check_checkpoint(const Loader *L) {
+static int check_checkpoint(const ConfigReader *L) {
     const CheckpointConfig *k = &L->cfg.checkpoint;
     if (k->every > 0 && !k->dir[0])
         return fail_at(L, where_set(L, "checkpoint", "every"),
@@ -779,14 +781,14 @@ static size_t field_size(const ConfigKey *row) {
 }
 
 // The key goes back to its default, as if it had not been written.
-static void reset_to_default(Loader *L, const ConfigKey *row) {
+static void reset_to_default(ConfigReader *L, const ConfigKey *row) {
     Config defaults;
     config_defaults(&defaults);
     memcpy((char *)&L->cfg + row->offset, (const char *)&defaults + row->offset, field_size(row));
     L->where[row - config_keys] = (Where){FROM_DEFAULT, 0};
 }
 
-static int check_data_keys_read(Loader *L) {
+static int check_data_keys_read(ConfigReader *L) {
     for (size_t i = 0; i < config_key_count; i++) {
         const ConfigKey *row = &config_keys[i];
         Where at = L->where[i];
@@ -805,7 +807,7 @@ static int check_data_keys_read(Loader *L) {
 // The sides a key left unwritten takes: training and validation at model.image_size, validation resized
 // to round(val_crop x 256 / 224) (torchvision's 256 for 224), Python's round. Then the rule between them:
 // CenterCrop needs the resized image at least as large as the crop (torchvision would pad it).
-static int resolve_sides(Loader *L) {
+static int resolve_sides(ConfigReader *L) {
     DataConfig *d = &L->cfg.data;
     if (!was_written(L, "data", "train_crop")) d->train_crop = L->cfg.model.image_size;
     if (!was_written(L, "data", "val_crop")) d->val_crop = L->cfg.model.image_size;
@@ -819,7 +821,7 @@ static int resolve_sides(Loader *L) {
 
 // data.decode: device hands the loader's threads nothing decoded: what works on the host's pixels, or needs
 // numbers the device jobs do not carry, is refused rather than skipped.
-static int check_device_decode(const Loader *L) {
+static int check_device_decode(const ConfigReader *L) {
     const DataConfig *d = &L->cfg.data;
     if (!is_jpeg_source(d->source) || strcmp(d->decode, "device") != 0) return 0;
     const char *key = NULL, *why = "it runs in the loader, on pixels the host decoded";
@@ -834,14 +836,14 @@ static int check_device_decode(const Loader *L) {
 // cudnn.workspace_mb left unset follows the precision: what measured fastest without exceeding PyTorch's
 // memory (bench/RESULTS.md). AMP: 512 MiB (1 GiB cost 490 MiB more for no speed); fp32: 4 GiB (exact fp32
 // at batch 256 ran 2.8x faster than at 1 GiB, still below PyTorch's memory).
-static void apply_workspace_default(Loader *L) {
+static void apply_workspace_default(ConfigReader *L) {
     if (!was_written(L, "cudnn", "workspace_mb")) L->cfg.cudnn.workspace_mb = L->cfg.amp.enabled ? 512 : 4096;
 }
 
 // The trainer counts a run's steps in an int. Generated data fixes the steps per epoch here (at one rank,
 // the most there can be), so train.epochs without train.steps must not count past INT_MAX; train.steps
 // > 0 bounds the run itself.
-static int check_run_length(const Loader *L) {
+static int check_run_length(const ConfigReader *L) {
     const Config *c = &L->cfg;
     if (c->train.steps > 0 || !is_generated_source(c->data.source)) return 0;
     long global = (long)c->data.batch_size * c->train.accum_steps;
@@ -852,7 +854,7 @@ static int check_run_length(const Loader *L) {
                    c->train.epochs, per_epoch, INT_MAX);
 }
 
-static int apply_rules(Loader *L) {
+static int apply_rules(ConfigReader *L) {
     apply_workspace_default(L);
     int rc = apply_arch_preset(L);
     if (!rc) rc = check_group_width(L);
@@ -871,7 +873,7 @@ static int apply_rules(Loader *L) {
 // ---- public ------------------------------------------------------------------------------------
 
 int config_load(Config *cfg, const char *path, int n_overrides, char **overrides, FILE *err) {
-    Loader L = {.file = path, .err = err};
+    ConfigReader L = {.file = path, .err = err};
     config_defaults(&L.cfg);
     config_defaults(cfg);
     L.file_data = L.cfg.data;

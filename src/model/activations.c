@@ -14,7 +14,7 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 
 // Elements per image of the buffer holding block b's output gradient: block_backward reuses it, once
 // bn3's backward has read it, for the downsample's and then conv3's and conv2's data gradients.
-static size_t block_dout_elems(const Block *b) {
+static size_t block_dout_elems(const ModelBlock *b) {
     return max3(conv_out_elems(&b->conv3.shape), conv_out_elems(&b->conv2.shape), conv_out_elems(&b->conv1.shape));
 }
 
@@ -61,7 +61,7 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
         roomy = max3(roomy, n * block_dout_elems(&m->blocks[i]) * e, n * conv_in_elems(&m->blocks[i].conv1.shape) * e);
     size_t *block_start = xcalloc((size_t)m->n_blocks + 1, sizeof *block_start);
     for (int i = 0; i < m->n_blocks; i++) {
-        const Block *b = &m->blocks[i];
+        const ModelBlock *b = &m->blocks[i];
         BlockActs *ba = &a->blocks[i];
         size_t b1 = n * conv_out_elems(&b->conv1.shape) * e, b2 = n * conv_out_elems(&b->conv2.shape) * e;
         size_t b3 = n * conv_out_elems(&b->conv3.shape) * e;
@@ -81,10 +81,10 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
         if (m->blocks[i].has_down)
             ABOVE(a->blocks[i].down_b, n * conv_out_elems(&m->blocks[i].conv3.shape) * e, block_start[i + 1], NULL, 0);
 
-    const Block *last = &m->blocks[m->n_blocks - 1];
+    const ModelBlock *last = &m->blocks[m->n_blocks - 1];
     ArenaSpan dout = ABOVE(a->d_top, n * block_dout_elems(last) * e, block_start[m->n_blocks], NULL, 0);
     for (int i = m->n_blocks - 1; i >= 0; i--) {
-        const Block *b = &m->blocks[i];
+        const ModelBlock *b = &m->blocks[i];
         size_t t = max3(conv_out_elems(&b->conv1.shape), conv_out_elems(&b->conv2.shape),
                         conv_out_elems(&b->conv3.shape));
         // d_in first holds the residual's gradient (with a downsample, the output's shape), then the

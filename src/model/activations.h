@@ -27,7 +27,7 @@
 #include "core/backend.h"
 #include "model/resnext.h"
 
-// Block i's buffers, (n, h, w, c) in act_dt. Shapes as the Block's layers say.
+// Block i's buffers, (n, h, w, c) in act_dt. Shapes as the ModelBlock's layers say.
 typedef struct BlockActs {
     void *a1, *b1;   // conv1 output, bn1+relu output        (n, h_in, w_in, width); b1, b2 short-lived
                      // when the block recomputes them (model_block_recomputes_bn)

@@ -24,7 +24,7 @@ static ConvLayer conv_make(Model *m, const char *name, int n, int h, int w, int 
     return l;
 }
 
-static void bn_make(Model *m, BnLayer *bn, const char *prefix, int c) {
+static void bn_make(Model *m, ModelBnLayer *bn, const char *prefix, int c) {
     char name[PARAM_NAME_MAX];
     int64_t shape[1] = {c};
     bn->c = c;
@@ -43,7 +43,7 @@ static void place_in_backward_order(Model *m) {
     params_place(&m->params, m->fc_weight);
     params_place(&m->params, m->fc_bias);
     for (int i = m->n_blocks - 1; i >= 0; i--) {
-        Block *b = &m->blocks[i];
+        ModelBlock *b = &m->blocks[i];
         params_place(&m->params, b->bn3.gamma);
         params_place(&m->params, b->bn3.beta);
         if (b->has_down) {
@@ -84,7 +84,7 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int amp) {
         int width = (int)((int64_t)stage_planes * cfg->base_width / 64) * cfg->cardinality;
         int out_c = stage_planes * 4;
         for (int j = 0; j < cfg->layers[s]; j++, bi++) {
-            Block *b = &m->blocks[bi];
+            ModelBlock *b = &m->blocks[bi];
             int stride = (j == 0 && s > 0) ? 2 : 1;
             snprintf(prefix, sizeof prefix, "layer%d.%d", s + 1, j);
 #define LAYER_NAME(suffix) (snprintf(name, sizeof name, "%s.%s", prefix, suffix), name)
@@ -119,7 +119,7 @@ double model_macs_per_image(const Model *m) {
 #define CONV_MACS(l) ((double)(l).shape.out_h * (l).shape.out_w * (l).shape.c_out * (l).shape.kh * (l).shape.kw * ((l).shape.c_in / (l).shape.groups))
     macs += CONV_MACS(m->stem);
     for (int i = 0; i < m->n_blocks; i++) {
-        const Block *b = &m->blocks[i];
+        const ModelBlock *b = &m->blocks[i];
         convs[0] = &b->conv1, convs[1] = &b->conv2, convs[2] = &b->conv3, convs[3] = &b->down;
         for (int k = 0; k < (b->has_down ? 4 : 3); k++) macs += CONV_MACS(*convs[k]);
     }
@@ -175,7 +175,7 @@ static void upload_params(Model *m, Backend *be, float *host) {
     // running_mean 0, running_var 1
     memset(host, 0, m->stats_numel * sizeof(float));
     for (int i = 0; i < m->n_bn; i++) {
-        const BnLayer *bn = m->bn_list[i];
+        const ModelBnLayer *bn = m->bn_list[i];
         for (int k = 0; k < bn->c; k++) host[bn->stats_offset + bn->c + k] = 1.0f;
     }
     be->to_device(be, m->running, host, m->stats_numel * sizeof(float));
@@ -280,8 +280,8 @@ static void prepare_conv(const Model *m, Backend *be, const ConvLayer *l, int n)
 static int block_ends_fused(const Backend *be) { return be->bn_add_bn_forward_train != NULL; }
 
 // The batch norm after convolution l (bn_fwd's call in training).
-static void prepare_bn(const Model *m, Backend *be, const ConvLayer *l, const BnLayer *bn, int n, int residual,
-                       int relu) {
+static void prepare_bn(const Model *m, Backend *be, const ConvLayer *l, const ModelBnLayer *bn, int n,
+                       int residual, int relu) {
     if (be->bn_prepare) be->bn_prepare(be, rows_of(l, n), bn->c, m->act_dt, residual, relu);
 }
 
@@ -289,7 +289,7 @@ void model_prepare_ops(const Model *m, Backend *be, int n) {
     prepare_conv(m, be, &m->stem, n);
     prepare_bn(m, be, &m->stem, &m->stem_bn, n, 0, 1);
     for (int i = 0; i < m->n_blocks; i++) {
-        const Block *b = &m->blocks[i];
+        const ModelBlock *b = &m->blocks[i];
         prepare_conv(m, be, &b->conv1, n), prepare_bn(m, be, &b->conv1, &b->bn1, n, 0, 1);
         prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
@@ -318,8 +318,8 @@ static void conv_fwd(const Pass *p, const ConvLayer *l, const void *x, void *y) 
 #define BN_EPS 1e-5f
 
 // y = relu?(bn(x) + residual?) with batch statistics (train) or running statistics (eval).
-static void bn_fwd(const Pass *p, const BnLayer *bn, int rows, int train, const void *x, const void *residual,
-                   int relu, void *y) {
+static void bn_fwd(const Pass *p, const ModelBnLayer *bn, int rows, int train, const void *x,
+                   const void *residual, int relu, void *y) {
     Model *m = p->m;
     float *rm = m->running + bn->stats_offset, *rv = rm + bn->c;
     const float *gamma = master_of(m, bn->gamma), *beta = master_of(m, bn->beta);
@@ -333,7 +333,7 @@ static void bn_fwd(const Pass *p, const BnLayer *bn, int rows, int train, const 
 }
 
 // The tensors of bn's layer for bn_add_bn_*: input x, its parameters, statistics and gradients.
-static BnArgs bn_args(Model *m, const Activations *act, const BnLayer *bn, const void *x) {
+static BnArgs bn_args(Model *m, const Activations *act, const ModelBnLayer *bn, const void *x) {
     float *rm = m->running + bn->stats_offset, *sm = act->saved + bn->stats_offset;
     return (BnArgs){.x = x, .gamma = master_of(m, bn->gamma), .beta = master_of(m, bn->beta), .running_mean = rm,
                     .running_var = rm + bn->c, .save_mean = sm, .save_invstd = sm + bn->c,
@@ -342,8 +342,8 @@ static BnArgs bn_args(Model *m, const Activations *act, const BnLayer *bn, const
 
 // A downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)), in one op in training where the backend has
 // it; else bn_b's output goes to b_out and is bn_a's residual.
-static void bn_add_bn_fwd(const Pass *p, const BnLayer *bn_a, const BnLayer *bn_b, int rows, int train,
-                          const void *x_a, const void *x_b, void *b_out, void *y) {
+static void bn_add_bn_fwd(const Pass *p, const ModelBnLayer *bn_a, const ModelBnLayer *bn_b, int rows,
+                          int train, const void *x_a, const void *x_b, void *b_out, void *y) {
     if (!train || !block_ends_fused(p->be)) {
         bn_fwd(p, bn_b, rows, train, x_b, NULL, 0, b_out);
         bn_fwd(p, bn_a, rows, train, x_a, b_out, 1, y);
@@ -381,7 +381,7 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
     PoolShape ps = stem_pool_shape(m, n);
     be->maxpool_forward(be, &ps, m->act_dt, act->stem_b, act->stem_pool);
     for (int i = 0; i < m->n_blocks; i++) {
-        const Block *bl = &m->blocks[i];
+        const ModelBlock *bl = &m->blocks[i];
         BlockActs *ba = &act->blocks[i];
         const void *in = block_input(act, i);
         conv_fwd(&p, &bl->conv1, in, ba->a1);
@@ -434,8 +434,8 @@ static void conv_bwd(BackwardCtx *c, const ConvLayer *l, const void *x, const vo
     if (dx) be->conv_backward_data(be, &s, m->act_dt, dy, weight_of(m, l->weight), dx, dx_accumulate);
 }
 
-static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, const void *y, const void *dy,
-                   int relu, void *dx, void *d_residual) {
+static void bn_bwd(BackwardCtx *c, const ModelBnLayer *bn, int rows, const void *x, const void *y,
+                   const void *dy, int relu, void *dx, void *d_residual) {
     Model *m = c->p.m;
     const float *sm = c->p.act->saved + bn->stats_offset, *si = sm + bn->c;
     c->p.be->bn_backward(c->p.be, rows, bn->c, m->act_dt, x, y, dy, relu, master_of(m, bn->gamma), sm, si, dx, 0,
@@ -446,8 +446,9 @@ static void bn_bwd(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, c
 
 // Backward of bn_add_bn_fwd: d(x_a) -> dx_a, d(x_b) -> dx_b (which may be dy); scratch takes the residual's
 // gradient where the backend has no fused op.
-static void bn_add_bn_bwd(BackwardCtx *c, const BnLayer *bn_a, const BnLayer *bn_b, int rows, const void *x_a,
-                          const void *x_b, const void *y, const void *dy, void *dx_a, void *dx_b, void *scratch) {
+static void bn_add_bn_bwd(BackwardCtx *c, const ModelBnLayer *bn_a, const ModelBnLayer *bn_b, int rows,
+                          const void *x_a, const void *x_b, const void *y, const void *dy, void *dx_a,
+                          void *dx_b, void *scratch) {
     Backend *be = c->p.be;
     if (!block_ends_fused(be)) {
         bn_bwd(c, bn_a, rows, x_a, y, dy, 1, dx_a, scratch);
@@ -461,7 +462,7 @@ static void bn_add_bn_bwd(BackwardCtx *c, const BnLayer *bn_a, const BnLayer *bn
 }
 
 // bn's forward output (bn + ReLU, no residual) again into y, from the statistics its forward saved.
-static void bn_recompute(BackwardCtx *c, const BnLayer *bn, int rows, const void *x, void *y) {
+static void bn_recompute(BackwardCtx *c, const ModelBnLayer *bn, int rows, const void *x, void *y) {
     Model *m = c->p.m;
     const float *sm = c->p.act->saved + bn->stats_offset, *si = sm + bn->c;
     c->p.be->bn_forward_saved(c->p.be, rows, bn->c, m->act_dt, x, 1, master_of(m, bn->gamma), master_of(m, bn->beta),
@@ -473,8 +474,8 @@ static void bn_recompute(BackwardCtx *c, const BnLayer *bn, int rows, const void
 // carries the gradient down the bn layers; d_in receives the residual's gradient and then conv1's
 // (accumulated). All three sit above this block's activations. A block that recomputes its bn outputs
 // writes b2, then b1, just before their first reader.
-static void block_backward(BackwardCtx *c, const Block *b, const BlockActs *ba, const void *in, void *dout,
-                           int recompute) {
+static void block_backward(BackwardCtx *c, const ModelBlock *b, const BlockActs *ba, const void *in,
+                           void *dout, int recompute) {
     int n = c->p.n;
     int rows_out = rows_of(&b->conv3, n);
     void *d_in = ba->d_in, *t = ba->d_tmp;

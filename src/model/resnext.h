@@ -24,18 +24,18 @@ typedef struct ConvLayer {
     int weight;       // parameter index
 } ConvLayer;
 
-typedef struct BnLayer {
+typedef struct ModelBnLayer {
     int c;
     int gamma, beta;      // parameter indices
     size_t stats_offset;  // running mean at running[stats_offset], running var at +c; same for saved
     char prefix[PARAM_NAME_MAX];  // "layer1.0.bn1" (for running_mean / running_var names)
-} BnLayer;
+} ModelBnLayer;
 
-typedef struct Block {
+typedef struct ModelBlock {
     ConvLayer conv1, conv2, conv3, down;
-    BnLayer bn1, bn2, bn3, down_bn;
+    ModelBnLayer bn1, bn2, bn3, down_bn;
     int has_down;
-} Block;
+} ModelBlock;
 
 // Called by model_backward each time a parameter's gradient is final (for bucketed allreduce).
 typedef void (*GradReadyFn)(void *ctx, const ParamInfo *param);
@@ -50,12 +50,12 @@ typedef struct Model {
     int64_t num_batches_tracked;  // torchvision's BN counter (same for every BN layer)
 
     ConvLayer stem;        // layer shapes are per image (n = 1); the ops run with the batch's n
-    BnLayer stem_bn;
-    Block *blocks;
+    ModelBnLayer stem_bn;
+    ModelBlock *blocks;
     int n_blocks;
     int fc_in, fc_weight, fc_bias;
     int final_hw;          // spatial size of the last stage, flattened (h*w)
-    BnLayer **bn_list;     // every BN layer in torchvision order (for running-stat names)
+    ModelBnLayer **bn_list;     // every BN layer in torchvision order (for running-stat names)
     int n_bn;
 
     // ---- backend memory -----------------------------------------------------------------------

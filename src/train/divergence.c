@@ -46,7 +46,7 @@ static void name_nonfinite(char *out, size_t cap, const Model *m, const Sgd *opt
         if (first_nonfinite(master + p->offset, p->numel) >= 0) snprintf(out, cap, "%s", p->name), found = 1;
     }
     for (int i = 0; i < m->n_bn && !found; i++) {
-        const BnLayer *bn = m->bn_list[i];
+        const ModelBnLayer *bn = m->bn_list[i];
         if (first_nonfinite(stats + bn->stats_offset, bn->c) >= 0)
             snprintf(out, cap, "%s.running_mean", bn->prefix), found = 1;
         else if (first_nonfinite(stats + bn->stats_offset + bn->c, bn->c) >= 0)

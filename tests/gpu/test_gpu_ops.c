@@ -998,12 +998,8 @@ int main(void) {
     printf("test_gpu_ops: seed %llu (replay with AMPTRAIN_TEST_SEED=%llu)\n", (unsigned long long)base_seed,
            (unsigned long long)base_seed);
 
-    SRunner *sr = srunner_create(gpu_ops_suite());
-    srunner_set_fork_status(sr, CK_NOFORK);  // a CUDA context does not survive fork()
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    const int rc = tu_run_suite(gpu_ops_suite(), 0);  // no fork: a CUDA context does not survive one
     gpu->destroy(gpu);
     cpu->destroy(cpu);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

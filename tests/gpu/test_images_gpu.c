@@ -146,9 +146,8 @@ int main(void) {
     gpu = cuda_backend_create(0, NULL, why, sizeof why);
     if (!gpu) return tu_skip_gpu("test_images_gpu", why);
     if (!gpu->input_decode) {
-        printf("test_images_gpu: skipped: this build has no nvJPEG (CMake found none), so no input_decode on CUDA\n");
         gpu->destroy(gpu);
-        return TU_SKIP_EXIT;
+        return tu_skip("test_images_gpu", "this build has no nvJPEG (CMake found none), so no input_decode on CUDA");
     }
     cpu = cpu_backend_create();
     Suite *s = suite_create("images_gpu");

@@ -88,21 +88,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown scenario '%s'\n", argv[1]);
         return 2;
     }
-    const char *launch_size = getenv("OMPI_COMM_WORLD_SIZE");
-    if (launch_size && atoi(launch_size) > 1) {
-        printf("test_nccl_faults: skipped: this suite starts its own MPI job; run it without mpiexec\n");
-        return TU_SKIP_EXIT;
-    }
+    int skip = tu_leave_launch("test_nccl_faults");
+    if (skip) return skip;
 #ifndef AMPTRAIN_HAVE_NCCL
     return tu_skip_gpu("test_nccl_faults", "this build has no NCCL (it needs CUDA and MPI)");
 #else
     int gpus = cuda_visible_device_count();
     if (gpus < 1) return tu_skip_gpu("test_nccl_faults", "no GPU visible");
-    if (gpus < 2) {
-        printf("test_nccl_faults: skipped: needs 2 GPUs (one rank per GPU), %d visible\n", gpus);
-        return TU_SKIP_EXIT;
-    }
-    tu_forget_launcher();
+    if (gpus < 2) return tu_skip("test_nccl_faults", "needs 2 GPUs (one rank per GPU), %d visible", gpus);
     Suite *s = suite_create("nccl_faults");
     TCase *tc = tcase_create("stopped");
     tcase_set_timeout(tc, 180);

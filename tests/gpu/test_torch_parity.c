@@ -193,11 +193,9 @@ int main(void) {
     int have_gpu = probe != NULL;
     if (probe) probe->destroy(probe);
     parity_path = getenv("AMPTRAIN_PARITY_FILE");
-    if (!parity_path) {
-        printf("test_torch_parity: skipped: AMPTRAIN_PARITY_FILE is not set (dev/device_suite.sh parity "
-               "makes it with tests/parity/export_torchvision.py on a machine with torch)\n");
-        return TU_SKIP_EXIT;
-    }
+    if (!parity_path)
+        return tu_skip("test_torch_parity", "AMPTRAIN_PARITY_FILE is not set (dev/device_suite.sh parity makes it "
+                       "with tests/parity/export_torchvision.py on a machine with torch)");
     char err[512];
     SafetensorsFile *f = st_open(parity_path, err, sizeof err);
     if (!f) {

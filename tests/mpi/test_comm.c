@@ -236,11 +236,8 @@ static Suite *comm_suite(void) {
 
 int main(int argc, char **argv) {
     comm = comm_init(&argc, &argv, 120.0);
-    SRunner *runner = srunner_create(comm_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
+    int rc = tu_run_suite(comm_suite(), 0);
     comm->destroy(comm);
     comm_finalize();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

@@ -183,19 +183,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown scenario '%s'\n", argv[1]);
         return 2;
     }
-    // ctest starts this suite on its own (tests/tests.cmake): under a launch of several ranks the jobs it
-    // starts would nest in that one.
-    const char *launch_size = getenv("OMPI_COMM_WORLD_SIZE");
-    if (launch_size && atoi(launch_size) > 1) {
-        printf("skipped: this suite starts its own MPI jobs; run it without mpiexec (rank %s of %s)\n",
-               getenv("OMPI_COMM_WORLD_RANK"), launch_size);
-        return TU_SKIP_EXIT;
-    }
-    tu_forget_launcher();
-
-    SRunner *runner = srunner_create(comm_faults_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    int skip = tu_leave_launch("test_comm_faults");
+    return skip ? skip : tu_run_suite(comm_faults_suite(), 1);
 }

@@ -563,13 +563,10 @@ static void backend_start(void) {
 int main(int argc, char **argv) {
     comm = comm_init(&argc, &argv, 120.0);
     backend_start();
-    SRunner *runner = srunner_create(data_parallel_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
+    int rc = tu_run_suite(data_parallel_suite(), 0);
     if (grad_comm != comm) grad_comm->destroy(grad_comm);
     be->destroy(be);
     comm->destroy(comm);
     comm_finalize();
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return rc;
 }

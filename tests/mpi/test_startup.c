@@ -252,11 +252,6 @@ static Suite *startup_suite(void) {
 }
 
 int main(void) {
-    const char *launch_size = getenv("OMPI_COMM_WORLD_SIZE");
-    if (launch_size && atoi(launch_size) > 1) {
-        printf("startup: skipped in the %s-rank launch; the MPMD jobs run from the 1-rank launch\n", launch_size);
-        return TU_SKIP_EXIT;
-    }
-    tu_forget_launcher();
-    return tu_run_suite(startup_suite(), 0);
+    int skip = tu_leave_launch("test_startup");
+    return skip ? skip : tu_run_suite(startup_suite(), 0);
 }

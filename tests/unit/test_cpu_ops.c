@@ -899,10 +899,4 @@ static Suite *cpu_ops_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(cpu_ops_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    const int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return tu_run_suite(cpu_ops_suite(), 1); }

@@ -964,10 +964,4 @@ static Suite *data_suite(void) {
     return suite;
 }
 
-int main(void) {
-    SRunner *runner = srunner_create(data_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(data_suite(), 1); }

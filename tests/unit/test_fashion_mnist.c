@@ -158,10 +158,7 @@ static void convert(void) {
 
 int main(void) {
     const char *why = missing_prerequisite();
-    if (why) {
-        printf("test_fashion_mnist: skipped: %s\n", why);
-        return TU_SKIP_EXIT;
-    }
+    if (why) return tu_skip("test_fashion_mnist", "%s", why);
     convert();
     Suite *suite = suite_create("fashion_mnist");
     TCase *tc = tcase_create("end_to_end");

@@ -228,10 +228,8 @@ END_TEST
 int main(void) {
     char out[256], cmd[512];
     snprintf(cmd, sizeof cmd, "%s -c 'import PIL' 2>&1", python());
-    if (tu_run_shell(cmd, out, sizeof out) != 0) {
-        printf("test_images_pil: skipped: %s with Pillow (PIL) is not available\n", python());
-        return TU_SKIP_EXIT;
-    }
+    if (tu_run_shell(cmd, out, sizeof out) != 0)
+        return tu_skip("test_images_pil", "%s with Pillow (PIL) is not available", python());
     Suite *s = suite_create("images_pil");
     TCase *tc = tcase_create("pillow");
     tcase_set_timeout(tc, 120);

@@ -80,7 +80,7 @@ static size_t in_bytes(const Laid *l, const ConvLayer *c) {
 // The end of everything backward reads while block `i`'s backward runs: the activations up to and
 // including that block's (they are laid out in forward order).
 static size_t live_end(const Laid *l, int i) {
-    const Block *b = &l->m.blocks[i];
+    const ModelBlock *b = &l->m.blocks[i];
     const BlockActs *ba = &l->a.blocks[i];
     size_t end = span_of(l, ba->out, 0).offset + out_bytes(l, &b->conv3);
     if (b->has_down) {
@@ -99,7 +99,7 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 
 // What block_backward writes into its output-gradient buffer after bn3's backward read it: the
 // downsample's gradient (output shape), conv3's (b2's shape) and conv2's (b1's shape) data gradients.
-static size_t dout_need(const Laid *l, const Block *b) {
+static size_t dout_need(const Laid *l, const ModelBlock *b) {
     return max3(out_bytes(l, &b->conv3), out_bytes(l, &b->conv2), out_bytes(l, &b->conv1));
 }
 
@@ -117,11 +117,11 @@ static void check_layout(const char *const *overrides, int amp) {
     activations_alloc(&l.a, &l.m, l.be, 2);
     ck_assert_uint_eq(l.a.arena_bytes, activations_arena_bytes(&l.m, 2));  // --dry-run agrees
     const size_t arena_end = l.a.arena_bytes;
-    const Block *last = &l.m.blocks[l.m.n_blocks - 1];
+    const ModelBlock *last = &l.m.blocks[l.m.n_blocks - 1];
     ArenaSpan dout = span_of(&l, l.a.d_top, dout_need(&l, last));
     size_t grads_above_activations = 0, activations_end = live_end(&l, l.m.n_blocks - 1);
     for (int i = l.m.n_blocks - 1; i >= 0; i--) {
-        const Block *b = &l.m.blocks[i];
+        const ModelBlock *b = &l.m.blocks[i];
         const BlockActs *ba = &l.a.blocks[i];
         dout.bytes = dout_need(&l, b);
         size_t t = max3(out_bytes(&l, &b->conv1), out_bytes(&l, &b->conv2), out_bytes(&l, &b->conv3));

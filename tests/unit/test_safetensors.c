@@ -432,10 +432,4 @@ static Suite *safetensors_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *runner = srunner_create(safetensors_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(safetensors_suite(), 1); }

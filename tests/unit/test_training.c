@@ -422,10 +422,4 @@ Suite *training_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *sr = srunner_create(training_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(training_suite(), 1); }

@@ -214,10 +214,4 @@ static Suite *yaml_tree_suite(void) {
     return s;
 }
 
-int main(void) {
-    SRunner *runner = srunner_create(yaml_tree_suite());
-    srunner_run_all(runner, CK_NORMAL);
-    int failed = srunner_ntests_failed(runner);
-    srunner_free(runner);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return tu_run_suite(yaml_tree_suite(), 1); }
