@@ -1,3 +1,4 @@
+#define _GNU_SOURCE  // nftw
 #include "tests/test_util.h"
 
 #include <check.h>
@@ -9,6 +10,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -22,8 +24,21 @@
 
 extern char **environ;
 
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *at) {
+    (void)st, (void)type;
+    return at->level == 0 ? 0 : remove(path);
+}
+
+// A process that no MPI launcher started owns its scratch folder now: what an earlier run of the suite left
+// there (run folders, their checkpoints and locks) goes. Ranks that mpiexec starts leave it alone (they start
+// together; ctest empties an MPI suite's folder before its first launch, tests/tests.cmake).
+static int launched_by_mpi(void) {
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") || getenv("PMIX_RANK");
+}
+
 // See test_util.h: runs before main in every test binary (and in every rank mpiexec starts).
 __attribute__((constructor)) static void tu_enter_scratch(void) {
+    if (!launched_by_mpi()) nftw(AMPTRAIN_TEST_SCRATCH, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
     if (mkdir(AMPTRAIN_TEST_SCRATCH, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "cannot create the scratch folder %s: %s\n", AMPTRAIN_TEST_SCRATCH, strerror(errno));
         exit(EXIT_FAILURE);
