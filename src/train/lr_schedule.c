@@ -3,19 +3,19 @@
 #include <math.h>
 #include <string.h>
 
-double lr_base(const TrainConfig *t, int global_batch) {
+double lr_base(const TrainConfig *t, long global_batch) {
     if (strcmp(t->lr_scaling, "linear") == 0) return t->lr * global_batch / 256.0;
     return t->lr;
 }
 
-double lr_at(const TrainConfig *t, double base, int step, int steps_per_epoch, int total_steps) {
-    if (step < t->warmup_steps) return base * (step + 1) / t->warmup_steps;
+double lr_at(const TrainConfig *t, double base, long step, long steps_per_epoch, long total_steps) {
+    if (step < t->warmup_steps) return base * (double)(step + 1) / t->warmup_steps;
     if (strcmp(t->schedule, "step") == 0) {
-        int epoch = steps_per_epoch > 0 ? step / steps_per_epoch : 0;
-        return base * pow(t->step_gamma, epoch / t->step_every);
+        long epoch = steps_per_epoch > 0 ? step / steps_per_epoch : 0;
+        return base * pow(t->step_gamma, (double)(epoch / t->step_every));
     }
     if (strcmp(t->schedule, "cosine") == 0) {
-        int span = total_steps - t->warmup_steps;
+        long span = total_steps - t->warmup_steps;
         double progress = span > 0 ? (double)(step - t->warmup_steps) / span : 1.0;
         if (progress > 1.0) progress = 1.0;
         return t->min_lr + (base - t->min_lr) * 0.5 * (1.0 + cos(M_PI * progress));

@@ -6,13 +6,13 @@
 #include "config/config.h"
 
 // The base lr after `train.lr_scaling` (global_batch = ranks * per-rank batch * accum_steps).
-double lr_base(const TrainConfig *t, int global_batch);
+double lr_base(const TrainConfig *t, long global_batch);
 
 // lr for optimizer step `step` (0-based) of `total_steps`, with `steps_per_epoch` steps per epoch:
 //   warm-up  step < warmup_steps: base * (step + 1) / warmup_steps
 //   constant base
 //   step     base * step_gamma ^ floor(epoch / step_every)
 //   cosine   min_lr + (base - min_lr) * (1 + cos(pi * t)) / 2, t = (step - warmup) / (total - warmup)
-double lr_at(const TrainConfig *t, double base, int step, int steps_per_epoch, int total_steps);
+double lr_at(const TrainConfig *t, double base, long step, long steps_per_epoch, long total_steps);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -193,4 +194,30 @@ int outputs_prepare(const Config *cfg, int dry_run, char *err, size_t err_len) {
         remove_made_dirs(dir, dir_made);
     }
     return rc;
+}
+
+// Descriptors this process holds now: the entries of /proc/self/fd (less the one the listing holds), or
+// -1 where there is no /proc.
+static int descriptors_open(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n - 1;
+}
+
+int outputs_check_descriptors(int loader_threads, char *err, size_t err_len) {
+    struct rlimit lim;
+    int held = descriptors_open();
+    if (held < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 0;
+    long need = (long)held + loader_threads + OUTPUTS_WRITE_DESCRIPTORS;
+    if (need <= (long)lim.rlim_cur) return 0;
+    snprintf(err, err_len,
+             "file descriptors: this run holds %d once its data is open, and its %d loader thread(s), the checkpoint "
+             "and metrics writes need %d more, but ulimit -n allows %ld: raise it (ulimit -n %ld) or use fewer "
+             "loader threads (data.workers)",
+             held, loader_threads, loader_threads + OUTPUTS_WRITE_DESCRIPTORS, (long)lim.rlim_cur, need);
+    return 2;
 }

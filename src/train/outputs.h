@@ -28,4 +28,14 @@ int outputs_lock_metrics(int fd, const char *path, char *err, size_t err_len);
 // was. Returns 0, or 2 with one line in err naming the key, the path and what failed.
 int outputs_prepare(const Config *cfg, int dry_run, char *err, size_t err_len);
 
+// Descriptors a run needs after start-up, beyond those it holds once its data is open (webdataset keeps
+// every shard open): one per loader thread (an image file each) and OUTPUTS_WRITE_DESCRIPTORS for a
+// checkpoint's write (its temp file, the folder's fsync) and the metrics file, with room to spare.
+#define OUTPUTS_WRITE_DESCRIPTORS 8
+// Called once the data is open: 0 when RLIMIT_NOFILE leaves the descriptors the run will open
+// (loader_threads + OUTPUTS_WRITE_DESCRIPTORS more than it holds now), else 2 with one line in err saying
+// how many it holds, needs and may have (ulimit -n), so a run cannot train for days and then fail to
+// write its checkpoint.
+int outputs_check_descriptors(int loader_threads, char *err, size_t err_len);
+
 #endif

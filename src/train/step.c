@@ -87,7 +87,7 @@ static void graph_step(Trainer *t, const ModelBatch *b, int step_total) {
 void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     Backend *be = t->be;
     Model *m = &t->model;
-    sgd_set_lr(&t->opt, be, (float)lr_at(&t->cfg->train, t->base_lr, (int)t->step, t->steps_per_epoch,
+    sgd_set_lr(&t->opt, be, (float)lr_at(&t->cfg->train, t->base_lr, t->step, t->steps_per_epoch,
                                          (int)t->total_steps));
     const MicroBatch *first = next(ctx, 0);
     if (graph_eligible(t, first, n_micro)) {

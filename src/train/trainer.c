@@ -89,6 +89,11 @@ int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val) {
     return agree_same(comm, "the data", 4, names, list);
 }
 
+// data.workers, or the CPUs this host's ranks may use shared among them (loader_auto_workers).
+static int trainer_loader_threads(const Config *cfg, const Comm *comm) {
+    return cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(comm->local_cpus, comm->local_size);
+}
+
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
     t->times.init_start = clock_seconds();
@@ -99,6 +104,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->eval.val_set, err, sizeof err);
     int device_decode = 0;
     if (rc == 0 && (device_decode = dataset_decode_on_device(&cfg->data, be, err, sizeof err)) < 0) rc = 2;
+    if (rc == 0) rc = outputs_check_descriptors(trainer_loader_threads(cfg, comm), err, sizeof err);
     if ((rc = agree_startup(comm, rc ? 2 : 0, err)) != 0) return rc;
     if ((rc = trainer_agree_data(comm, t->train_set, t->eval.val_set)) != 0) return rc;
     if (device_decode)
@@ -108,7 +114,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     sampler_set_repeats(&t->sampler, cfg->data.repeated_aug);
     t->steps_per_epoch = sampler_steps_per_epoch(&t->sampler);
     t->total_steps = total_steps_of(cfg, t->steps_per_epoch);
-    t->base_lr = lr_base(&cfg->train, cfg->data.batch_size * comm->size * cfg->train.accum_steps);
+    t->base_lr = lr_base(&cfg->train, (long)cfg->data.batch_size * comm->size * cfg->train.accum_steps);
 
     ModelConfig at_train_side = cfg->model;
     at_train_side.image_size = t->train_set->side;
@@ -222,7 +228,7 @@ static void log_step(Trainer *t, int force) {
     lg->pending = (StepRecord){
         .step = t->step,
         .epoch = trainer_last_epoch(t),
-        .lr = lr_at(&t->cfg->train, t->base_lr, (int)t->step - 1, t->steps_per_epoch, (int)t->total_steps),
+        .lr = lr_at(&t->cfg->train, t->base_lr, t->step - 1, t->steps_per_epoch, t->total_steps),
         .images_per_s = steps > 0 ? steps * global_batch / (now - lg->last_time) : 0,
         .step_ms = steps > 0 ? 1e3 * (now - lg->last_time) / steps : 0,
         .memory_mib = be->peak_bytes(be) / 1048576.0,
@@ -329,7 +335,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     InputFeed feed = {0};
     if (t->step < t->total_steps) {
         loader = loader_create(t->train_set, &t->sampler, t->input.device_decode ? LOADER_JOBS : LOADER_PIXELS,
-                               cfg->data.prefetch, cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(t->comm->local_cpus, t->comm->local_size),
+                               cfg->data.prefetch, trainer_loader_threads(cfg, t->comm),
                                t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
         input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s, stop);
     }

@@ -54,6 +54,22 @@ START_TEST(test_config_error_writes_nothing) {
 }
 END_TEST
 
+// A descriptor limit that leaves too few for the loader threads and the final writes is refused at start-up
+// (exit 2, nothing written), not after the run trained; the same run with room to spare starts.
+START_TEST(test_descriptor_limit_refused_at_start) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "ulimit -n 16 && %s " TINY " " QUICK " train.steps=1 data.workers=8 "
+             "checkpoint.dir=fd_run log.metrics=fd_run/m.jsonl 2>&1; echo \"rc=$?\"", AMPTRAIN_BIN);
+    tu_run_shell(cmd, out, sizeof out);
+    ck_assert_msg(strstr(out, "file descriptors: this run holds") && strstr(out, "rc=2"), "%s", out);
+    ck_assert(!tu_file_exists("fd_run"));
+    snprintf(cmd, sizeof cmd, "ulimit -n 64 && %s " TINY " " QUICK " train.steps=1 data.workers=8 "
+             "checkpoint.dir=fd_run log.metrics=fd_run/m.jsonl 2>&1; echo \"rc=$?\"", AMPTRAIN_BIN);
+    tu_run_shell(cmd, out, sizeof out);
+    ck_assert_msg(strstr(out, "rc=0"), "%s", out);
+}
+END_TEST
+
 // An epoch that would end by handing a rank one image (the tiny model's last stage is 1x1) is refused
 // before anything is written, naming data.drop_last; with it the same run trains its full steps. A batch
 // of one is refused as such.
@@ -302,6 +318,7 @@ Suite *cli_suite(void) {
     tcase_add_test(tc, test_help_and_version);
     tcase_add_test(tc, test_usage_errors_exit_2);
     tcase_add_test(tc, test_config_error_writes_nothing);
+    tcase_add_test(tc, test_descriptor_limit_refused_at_start);
     tcase_add_test(tc, test_print_config_round_trips);
     tcase_add_test(tc, test_single_image_last_step_refused_at_start);
     tcase_add_test(tc, test_dry_run_describes_resnext50);
