@@ -14,6 +14,8 @@
 #   loop      the training loop a user runs (data made on the host by the loader, uploaded every step),
 #             batch 256 and 70, AMP, each beside --bench and torch_baseline.py, in 3 alternating repeats;
 #             then torch.compile reduce-overhead at batch 70
+#   ab        the loop before and after a change (AMPTRAIN_BEFORE=the earlier binary), b256 and b70 AMP, twice
+#             each, alternating with PyTorch
 #   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
@@ -121,16 +123,17 @@ stage_benchws() {  # AMP batch 256 with the convolution workspace capped at 1024
     torch_bench 1 256 1
 }
 loop_run() {  # batch amp(1|0) extra-overrides... : one JSON line from the loop's steady-state metrics
+              # ($LOOP_BIN: the amptrain binary to run, build/amptrain unless set; $LOOP_TAG: a tag prefix)
     local batch=$1 amp=$2; shift 2
     local m="$OUT/loop_b${batch}_amp${amp}_$RANDOM.jsonl"
     # The config's synthetic data: 100 batches, no evaluation. An image source (a data.source override) has
     # the size of its files, and amptrain refuses sizes for it.
     local sizes=(data.train_size=$((batch * 100)) data.val_size=0)
     case " $* " in *" data.source="*) sizes=() ;; esac
-    build/amptrain configs/resnext50_32x4d_imagenet.yaml data.batch_size="$batch" "${sizes[@]}" \
+    "${LOOP_BIN:-build/amptrain}" configs/resnext50_32x4d_imagenet.yaml data.batch_size="$batch" "${sizes[@]}" \
         train.steps=90 log.every=10 log.progress=never log.metrics="$m" checkpoint.dir= checkpoint.every=0 \
         amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" "$@" 2>&1 | grep -E "summary|error" >&2
-    python3 - "$m" "$batch" "$amp" "$*" <<'PY' | tee -a "$BENCH"
+    python3 - "$m" "$batch" "$amp" "${LOOP_TAG:-}$*" <<'PY' | tee -a "$BENCH"
 import json, statistics, sys
 recs = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r and "images_per_s" in r]
 steady = [r for r in recs if r["step"] >= 40]
@@ -149,6 +152,17 @@ stage_loop() {
     done
     # the b70 loop is held above torch.compile's reduce-overhead mode (CUDA graphs) too
     torch_compile70
+}
+stage_ab() {  # the loop before and after a change, alternating with PyTorch, b256 then b70 AMP, twice each:
+              # $AMPTRAIN_BEFORE is the earlier build's binary (built on this machine from the earlier commit)
+    [ -x "${AMPTRAIN_BEFORE:-}" ] || { echo "stage ab: set AMPTRAIN_BEFORE to the earlier amptrain binary"; return 1; }
+    for batch in 256 70; do
+        for rep in 1 2; do
+            LOOP_BIN="$AMPTRAIN_BEFORE" LOOP_TAG="before " loop_run "$batch" 1
+            LOOP_TAG="after " loop_run "$batch" 1
+            torch_bench 1 "$batch" 1
+        done
+    done
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
                      # beside torch twice and --bench (no torch.compile)
