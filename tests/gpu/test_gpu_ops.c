@@ -766,9 +766,9 @@ START_TEST(test_softmax_xent) {
     Twin scale = twin_values(DTYPE_F32, &scale_value, 1);
     Twin loss = twin_output(DTYPE_F32, 1), dlogits = twin_output(dt, (size_t)n * classes);
 
-    cpu->softmax_xent(cpu, n, classes, dt, logits.cpu, lab_c, loss.cpu, dlogits.cpu, scaled ? scale.cpu : NULL,
+    cpu->softmax_xent(cpu, n, classes, dt, logits.cpu, lab_c, NULL, 0.0f, loss.cpu, dlogits.cpu, scaled ? scale.cpu : NULL,
                       seed_factor);
-    gpu->softmax_xent(gpu, n, classes, dt, logits.gpu, lab_g, loss.gpu, dlogits.gpu, scaled ? scale.gpu : NULL,
+    gpu->softmax_xent(gpu, n, classes, dt, logits.gpu, lab_g, NULL, 0.0f, loss.gpu, dlogits.gpu, scaled ? scale.gpu : NULL,
                       seed_factor);
     snprintf(what, sizeof what, "softmax_xent %d x %d%s loss", n, classes, scaled ? " scaled" : "");
     expect_close_tol(what, loss, TOL_F32);

@@ -97,7 +97,7 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
         scaler_write(&t.scaler, be, &st);
     }
     model_forward(m, &t.act, be, &mb, 1);
-    model_loss(m, &t.act, be, &mb, amp ? &t.scaler.state->scale : NULL, 1.0f / (float)batch);
+    model_loss(m, &t.act, be, &mb, 0.0f, amp ? &t.scaler.state->scale : NULL, 1.0f / (float)batch);
     model_backward(m, &t.act, be, &mb, 0, NULL, NULL);
 
     char name[256];

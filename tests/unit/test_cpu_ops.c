@@ -516,7 +516,7 @@ typedef struct XentCtx {
 static double xent_objective(void *ctx) {
     XentCtx *x = ctx;
     float loss;
-    be->softmax_xent(be, x->n, x->classes, DTYPE_F32, x->logits, x->labels, &loss, x->dlogits, NULL, 1.0f);
+    be->softmax_xent(be, x->n, x->classes, DTYPE_F32, x->logits, x->labels, NULL, 0.0f, &loss, x->dlogits, NULL, 1.0f);
     return loss;
 }
 
@@ -542,7 +542,7 @@ START_TEST(test_softmax_xent_matches_formula_and_finite_differences) {
     // here 2 ranks and no accumulation, so dlogits = dloss/dz * n * S / (2 n) = dloss/dz * S / 2.
     const float scale = 1024.0f, seed_factor = 1.0f / (2.0f * x.n);
     float loss;
-    be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, &loss, x.dlogits, &scale,
+    be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, NULL, 0.0f, &loss, x.dlogits, &scale,
                      seed_factor);
     ck_assert_double_eq_tol(loss, expect, 1e-5 * expect);
     float *grad = floats(count);
@@ -680,12 +680,12 @@ START_TEST(test_fp16_matches_fp32) {
     const float scale = 65536.0f;
     float loss, loss_h, *dz = floats(n * out);
     half *dzh = to_half(dz, n * out);
-    be->softmax_xent(be, n, out, DTYPE_F32, ly, labels, &loss, dz, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, DTYPE_F32, ly, labels, NULL, 0.0f, &loss, dz, &scale, 1.0f / n);
     float *ly_rounded = floats(n * out);
     for (int i = 0; i < n * out; i++) ly_rounded[i] = half_to_float(lyh[i]);
     float loss_rounded;
-    be->softmax_xent(be, n, out, DTYPE_F32, ly_rounded, labels, &loss_rounded, dz, &scale, 1.0f / n);
-    be->softmax_xent(be, n, out, DTYPE_F16, lyh, labels, &loss_h, dzh, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, DTYPE_F32, ly_rounded, labels, NULL, 0.0f, &loss_rounded, dz, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, DTYPE_F16, lyh, labels, NULL, 0.0f, &loss_h, dzh, &scale, 1.0f / n);
     ck_assert_double_eq_tol(loss_h, loss_rounded, 1e-6 * loss_rounded);  // fp32 math on the same values
     ck_assert_double_eq_tol(loss_h, loss, F16_TOL * loss);
     assert_half_close("softmax_xent dlogits", dzh, dz, n * out);
