@@ -298,7 +298,8 @@ stage_recipe() {  # each feature's block sets rc=1 when its check fails; every b
         AMPTRAIN_REQUIRE_GPU=1 AMPTRAIN_RECIPE_LOSS_FILE=/tmp/recipe/loss.safetensors build/test_recipe_loss || rc=1
     build/amptrain configs/resnext50_32x4d_imagenet.yaml data.batch_size=128 data.train_size=2560 data.val_size=0 \
         train.steps=20 log.every=5 log.progress=never log.metrics= checkpoint.dir= checkpoint.every=0 \
-        data.mixup_alpha=0.2 data.cutmix_alpha=1.0 train.label_smoothing=0.1 2>&1 | grep -E "^step|summary|error" || rc=1
+        data.mixup_alpha=0.2 data.cutmix_alpha=1.0 train.label_smoothing=0.1 2>&1 | grep -E "^step|summary|error"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     # ---- end of loss -------------------------------------------------------------------------------------
     return $rc
 }

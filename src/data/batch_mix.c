@@ -50,10 +50,12 @@ double batch_mix_beta(Rng *r, double alpha) {
 BatchMix batch_mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, long step, int micro, int rank,
                         int h, int w) {
     AMP_ASSERT(mixup_alpha > 0 || cutmix_alpha > 0, "batch_mix_draw: neither MixUp nor CutMix is on");
-    AMP_ASSERT(micro >= 0 && micro < (1 << BATCH_MIX_MICRO_BITS) && rank >= 0 && rank < (1 << (32 - BATCH_MIX_MICRO_BITS)),
+    AMP_ASSERT(micro >= 0 && micro < (1 << BATCH_MIX_MICRO_BITS) && rank >= 0 &&
+                   rank < (1 << (32 - BATCH_MIX_MICRO_BITS)),
                "batch_mix_draw: micro-batch %d or rank %d out of range", micro, rank);
     Rng r;
-    data_rng_seed(&r, seed, DATA_STREAM_MIX, (uint32_t)step, ((uint32_t)rank << BATCH_MIX_MICRO_BITS) | (uint32_t)micro);
+    const uint32_t rank_micro = ((uint32_t)rank << BATCH_MIX_MICRO_BITS) | (uint32_t)micro;
+    data_rng_seed(&r, seed, DATA_STREAM_MIX, (uint32_t)step, rank_micro);
     int cutmix = cutmix_alpha > 0;
     if (mixup_alpha > 0 && cutmix_alpha > 0) cutmix = rng_below(&r, 2) == 1;
     const double lam = batch_mix_beta(&r, cutmix ? cutmix_alpha : mixup_alpha);

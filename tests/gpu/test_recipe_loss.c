@@ -120,9 +120,10 @@ static void check_xent(Backend *be, SafetensorsFile *f) {
             be->to_host(be, &loss, loss_dev, sizeof loss);
             float *grad = host_floats(be, dz, dt, logits.numel);
             const float want = *(const float *)want_loss.data;
-            const double loss_err = fabs(loss - want) / fabs(want), grad_err = tu_rel_error(grad, want_grad.data, logits.numel);
-            printf("  %s xent case %d (smoothing %g, %s) %s: loss %.6f torch %.6f (rel %.1e), gradient rel %.1e\n", be->name,
-                   k, smoothing, lam >= 0 ? "mixed" : "hard", dtype_name(dt), loss, want, loss_err, grad_err);
+            const double loss_err = fabs(loss - want) / fabs(want);
+            const double grad_err = tu_rel_error(grad, want_grad.data, logits.numel);
+            printf("  %s xent case %d (smoothing %g, %s) %s: loss %.6f torch %.6f (rel %.1e), gradient rel %.1e\n",
+                   be->name, k, smoothing, lam >= 0 ? "mixed" : "hard", dtype_name(dt), loss, want, loss_err, grad_err);
             ck_assert_msg(loss_err < 1e-5, "%s case %d %s: loss %.7f, torch's %.7f", be->name, k, dtype_name(dt), loss,
                           want);
             ck_assert_msg(grad_err < (f16 ? 1e-2 : 1e-5), "%s case %d %s: gradient %.2e from torch's", be->name, k,
@@ -147,7 +148,8 @@ static void check_mix(Backend *be, SafetensorsFile *f) {
     for (int k = 0; k < (int)cases.shape[0]; k++) {
         const int cutmix = cv[4 * k] != 0;
         const double lam = cv[4 * k + 1];
-        const BatchMix m = cutmix ? batch_mix_cutmix(lam, (int)cv[4 * k + 2], (int)cv[4 * k + 3], h, w) : batch_mix_mixup(lam);
+        const BatchMix m = cutmix ? batch_mix_cutmix(lam, (int)cv[4 * k + 2], (int)cv[4 * k + 3], h, w)
+                                  : batch_mix_mixup(lam);
         be->to_device(be, mix_dev, &m, sizeof m);
         Tensor want = tensor_f32(f, "mix.%d.%s", k, "images"), want16 = tensor_f32(f, "mix.%d.%s", k, "images_fp16");
         Tensor targets = tensor_f32(f, "mix.%d.%s", k, "targets");

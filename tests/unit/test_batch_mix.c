@@ -107,7 +107,8 @@ START_TEST(test_beta_draws_have_the_distributions_moments_and_cdf) {
         }
         const double mean = sum / n, var = sq / n - mean * mean, cdf = beta_cdf(0.1, a);
         ck_assert_msg(fabs(mean - 0.5) < 0.0125, "alpha %g: mean %g", a, mean);
-        ck_assert_msg(fabs(var - 0.25 / (2 * a + 1)) < 0.005, "alpha %g: variance %g, want %g", a, var, 0.25 / (2 * a + 1));
+        const double want_var = 0.25 / (2 * a + 1);
+        ck_assert_msg(fabs(var - want_var) < 0.005, "alpha %g: variance %g, want %g", a, var, want_var);
         ck_assert_msg(fabs(below / n - cdf) < 0.0125, "alpha %g: P(X < 0.1) %g, want %g", a, below / n, cdf);
     }
     // A tiny alpha puts nearly all the mass at 0 and 1: still finite draws in [0, 1].
@@ -123,10 +124,12 @@ END_TEST
 // ---- keys and the choice between the two -------------------------------------------------------------------
 
 START_TEST(test_draws_are_keyed_by_seed_step_micro_batch_and_rank) {
-    const BatchMix base = batch_mix_draw(0.2, 1.0, 42, 7, 1, 3, 32, 32), again = batch_mix_draw(0.2, 1.0, 42, 7, 1, 3, 32, 32);
+    const BatchMix base = batch_mix_draw(0.2, 1.0, 42, 7, 1, 3, 32, 32);
+    const BatchMix again = batch_mix_draw(0.2, 1.0, 42, 7, 1, 3, 32, 32);
     ck_assert(memcmp(&base, &again, sizeof base) == 0);
-    const BatchMix other[] = {batch_mix_draw(0.2, 1.0, 43, 7, 1, 3, 32, 32), batch_mix_draw(0.2, 1.0, 42, 8, 1, 3, 32, 32),
-                              batch_mix_draw(0.2, 1.0, 42, 7, 0, 3, 32, 32), batch_mix_draw(0.2, 1.0, 42, 7, 1, 2, 32, 32)};
+    const BatchMix other[] = {  // seed, step, micro-batch, rank changed in turn
+        batch_mix_draw(0.2, 1.0, 43, 7, 1, 3, 32, 32), batch_mix_draw(0.2, 1.0, 42, 8, 1, 3, 32, 32),
+        batch_mix_draw(0.2, 1.0, 42, 7, 0, 3, 32, 32), batch_mix_draw(0.2, 1.0, 42, 7, 1, 2, 32, 32)};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
         ck_assert_msg(memcmp(&base, &other[i], sizeof base) != 0, "key change %zu gave the same draw", i);
 }
@@ -186,10 +189,11 @@ START_TEST(test_the_step_trains_on_its_draw) {
         ck_assert_msg(memcmp(t.act.input, want_input, values * dtype_size(m->act_dt)) == 0,
                       "step %ld: the model's input is not the batch mixed by the step's draw", step);
         float mixed, plain;
-        be->softmax_xent(be, n, classes, m->act_dt, t.act.logits, t.act.labels, &draw, 0.1f, &mixed, dlogits, NULL, 1.0f);
-        be->softmax_xent(be, n, classes, m->act_dt, t.act.logits, t.act.labels, NULL, 0.0f, &plain, dlogits, NULL, 1.0f);
-        ck_assert_msg(*t.act.loss == mixed && mixed != plain, "step %ld: loss %g, mixed and smoothed %g, plain %g", step,
-                      *t.act.loss, mixed, plain);
+        const DType logits_dt = m->act_dt;
+        be->softmax_xent(be, n, classes, logits_dt, t.act.logits, t.act.labels, &draw, 0.1f, &mixed, dlogits, NULL, 1);
+        be->softmax_xent(be, n, classes, logits_dt, t.act.logits, t.act.labels, NULL, 0.0f, &plain, dlogits, NULL, 1);
+        ck_assert_msg(*t.act.loss == mixed && mixed != plain, "step %ld: loss %g, mixed and smoothed %g, plain %g",
+                      step, *t.act.loss, mixed, plain);
     }
     ck_assert_msg(kinds[0] > 0 && kinds[1] > 0, "the steps drew only %s", kinds[0] ? "CutMix" : "MixUp");
     be->free(be, want_input);

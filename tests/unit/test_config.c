@@ -541,7 +541,8 @@ static const BadConfig bad_configs[] = {
     // the loss side of the recipe
     {"smoothing.yaml", "train:\n  label_smoothing: 1.5\n", NULL,
      "smoothing.yaml:2: train.label_smoothing: must be in [0, 1] (got 1.5)"},
-    {"ok.yaml", "train:\n  lr: 0.1\n", "data.mixup_alpha=-0.2", "command line: data.mixup_alpha: must be >= 0 (got -0.2)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.mixup_alpha=-0.2",
+     "command line: data.mixup_alpha: must be >= 0 (got -0.2)"},
     {"mix.yaml", "data:\n  cutmix_alpha: -1\n", NULL, "mix.yaml:2: data.cutmix_alpha: must be >= 0 (got -1)"},
     // a file key that neither the file's source nor the command line's reads
     {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n", "data.source=cifar10",

@@ -545,7 +545,8 @@ START_TEST(test_softmax_xent_matches_formula_and_finite_differences) {
     // here 2 ranks and no accumulation, so dlogits = dloss/dz * n * S / (2 n) = dloss/dz * S / 2.
     const float scale = 1024.0f, seed_factor = 1.0f / (2.0f * x.n);
     float loss;
-    be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, NULL, 0.0f, &loss, x.dlogits, &scale, seed_factor);
+    be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, NULL, 0.0f, &loss, x.dlogits, &scale,
+                     seed_factor);
     ck_assert_double_eq_tol(loss, expect, 1e-5 * expect);
     float *grad = floats(count);
     for (size_t i = 0; i < count; i++) grad[i] = x.dlogits[i] / (scale * seed_factor * x.n);
@@ -823,7 +824,8 @@ START_TEST(test_batch_mix_matches_torchvision_arithmetic) {
                     for (int col = 0; col < W; col++)
                         for (int ch = 0; ch < C; ch++) {
                             const int p = (row * W + col) * C + ch;
-                            const float v = mixed_value(m, row, col, in[i * IMAGE + p], in[(i + N - 1) % N * IMAGE + p]);
+                            const float own = in[i * IMAGE + p], rolled = in[(i + N - 1) % N * IMAGE + p];
+                            const float v = mixed_value(m, row, col, own, rolled);
                             want[i * IMAGE + p] = f16 ? half_to_float(half_from_float(v)) : v;
                         }
             if (f16) {
