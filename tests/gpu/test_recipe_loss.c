@@ -29,18 +29,13 @@ static const char *parity_path;
 
 typedef struct Tensor {
     void *data;  // host
-    int ndim;
     int64_t shape[ST_MAX_DIMS];
     size_t numel;
 } Tensor;
 
 static Tensor tensor_read(SafetensorsFile *f, const char *name, StDtype dt) {
-    const StTensor *st = st_find(f, name);
-    ck_assert_msg(st != NULL, "%s lacks %s", parity_path, name);
-    Tensor t = {.data = malloc(st->nbytes + 16), .ndim = st->ndim, .numel = st->numel};
-    memcpy(t.shape, st->shape, sizeof t.shape);
-    char err[512];
-    ck_assert_msg(st_read(f, name, dt, st->ndim, st->shape, t.data, err, sizeof err) == 0, "%s", err);
+    Tensor t;
+    t.data = tu_st_read(f, name, dt, &t.numel, t.shape);
     return t;
 }
 
@@ -50,19 +45,11 @@ static Tensor tensor_f32(SafetensorsFile *f, const char *fmt, int k, const char 
     return tensor_read(f, name, ST_F32);
 }
 
-// Host data (bytes) in backend memory, and back.
+// Host data (bytes) in backend memory.
 static void *upload(Backend *be, const void *host, size_t bytes) {
     void *dev = be->alloc(be, bytes);
     be->to_device(be, dev, host, bytes);
     return dev;
-}
-
-static float *host_floats(Backend *be, const void *dev, DType dt, size_t n) {
-    float *f32 = be->alloc(be, n * sizeof(float)), *host = malloc(n * sizeof(float));
-    be->cast(be, f32, DTYPE_F32, dev, dt, n);
-    be->to_host(be, host, f32, n * sizeof(float));
-    be->free(be, f32);
-    return host;
 }
 
 // fp32 values as dt in backend memory.
@@ -118,7 +105,7 @@ static void check_xent(Backend *be, SafetensorsFile *f) {
                              NULL, 1.0f / n);
             float loss;
             be->to_host(be, &loss, loss_dev, sizeof loss);
-            float *grad = host_floats(be, dz, dt, logits.numel);
+            float *grad = tu_backend_floats(be, dz, dt, logits.numel);
             const float want = *(const float *)want_loss.data;
             const double loss_err = fabs(loss - want) / fabs(want);
             const double grad_err = tu_rel_error(grad, want_grad.data, logits.numel);
@@ -157,7 +144,7 @@ static void check_mix(Backend *be, SafetensorsFile *f) {
             const DType dt = f16 ? DTYPE_F16 : DTYPE_F32;
             void *x = upload_as(be, images.data, images.numel, dt);
             be->batch_mix(be, dt, x, n, h, w, c, mix_dev);
-            float *got = host_floats(be, x, dt, images.numel);
+            float *got = tu_backend_floats(be, x, dt, images.numel);
             const double diff = f16 ? fp16_steps(got, want16.data, images.data, n, (size_t)h * w * c)
                                     : max_abs_diff(got, want.data, images.numel);
             printf("  %s %s case %d (lambda %g -> %g, box x [%d, %d) y [%d, %d)) %s: max difference %.2e%s\n", be->name,
