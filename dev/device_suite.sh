@@ -41,6 +41,8 @@
 #   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
 #             synthetic data, then the JPEGs decoded on the host
+#   recipe    the torchvision recipe's features against PyTorch, one block per feature: label smoothing, MixUp
+#             and CutMix (tests/parity/recipe_loss.py -> test_recipe_loss, then 20 graph-replayed steps with them on)
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
@@ -301,6 +303,19 @@ stage_jpegloop() {  # the loop on 16,384 JPEGs (the 2048 of make_jpegs, each lin
     loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=device
     loop_run 256 1
     loop_run 256 1 data.source=imagefolder data.path=/tmp/jpegs8 data.decode=host
+}
+stage_recipe() {  # each feature's block sets rc=1 when its check fails; every block runs
+    local rc=0
+    mkdir -p /tmp/recipe
+    # ---- loss: label smoothing, MixUp, CutMix ------------------------------------------------------------
+    python3 tests/parity/recipe_loss.py /tmp/recipe/loss.safetensors &&
+        AMPTRAIN_REQUIRE_GPU=1 AMPTRAIN_RECIPE_LOSS_FILE=/tmp/recipe/loss.safetensors build/test_recipe_loss || rc=1
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml data.batch_size=128 data.train_size=2560 data.val_size=0 \
+        train.steps=20 log.every=5 log.progress=never log.metrics= checkpoint.dir= checkpoint.every=0 \
+        data.mixup_alpha=0.2 data.cutmix_alpha=1.0 train.label_smoothing=0.1 2>&1 | grep -E "^step|summary|error"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    # ---- end of loss -------------------------------------------------------------------------------------
+    return $rc
 }
 scaling_run() {  # out-folder extra-flags...
     local out=$1; shift

@@ -102,6 +102,25 @@ int tu_run_shell(const char *cmd, char *output, size_t cap) {
     return WEXITSTATUS(status);
 }
 
+void *tu_st_read(SafetensorsFile *f, const char *name, int dtype, size_t *numel, int64_t *shape) {
+    const StTensor *t = st_find(f, name);
+    ck_assert_msg(t != NULL, "%s lacks %s", st_path(f), name);
+    void *dst = xcalloc(t->nbytes + 1, 1);
+    char err[512];
+    ck_assert_msg(st_read(f, name, (StDtype)dtype, t->ndim, t->shape, dst, err, sizeof err) == 0, "%s", err);
+    if (numel) *numel = t->numel;
+    if (shape) memcpy(shape, t->shape, sizeof t->shape);
+    return dst;
+}
+
+float *tu_backend_floats(Backend *be, const void *src, int dt, size_t n) {
+    float *dev = be->alloc(be, n * sizeof(float)), *host = xcalloc(n + 1, sizeof(float));
+    be->cast(be, dev, DTYPE_F32, src, (DType)dt, n);
+    be->to_host(be, host, dev, n * sizeof(float));
+    be->free(be, dev);
+    return host;
+}
+
 void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta) {
     static const char *const keys[] = {"format", "model", "arch", "amp", "dynamic_scale", "scale", "growth_count",
                                        "skipped_total", "step", "epoch", "samples_done", "seed", "world_size",

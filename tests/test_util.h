@@ -31,6 +31,16 @@ int tu_run_shell(const char *command, char *output, size_t cap);
 typedef void (*TuTensorEdit)(const char *name, int dtype, int64_t *shape, void *data, void *ctx);
 void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta);
 
+// Tensor `name` of safetensors file f read whole, which must be of `dtype` (a StDtype); the test fails when it
+// is missing or not. malloc'd (free it); *numel (may be NULL) its element count, shape (may be NULL,
+// ST_MAX_DIMS entries) its dims.
+struct SafetensorsFile;
+void *tu_st_read(struct SafetensorsFile *f, const char *name, int dtype, size_t *numel, int64_t *shape);
+
+// n values of dtype dt (a DType) in a backend's memory, as host fp32: malloc'd (free it).
+struct Backend;
+float *tu_backend_floats(struct Backend *be, const void *src, int dt, size_t n);
+
 // Writes text to a file (overwrites); returns the path for convenience.
 const char *tu_write_file(const char *path, const char *text);
 // The whole file, malloc'd with a NUL after it (free it), its size in *len (may be NULL); NULL when it

@@ -19,8 +19,8 @@ float *cpu_floats_load(const void *src, DType dt, size_t n);
 void cpu_floats_store(void *dst, DType dt, const float *src, size_t n, int accumulate);
 
 // ---- the ops core/backend_ops.def marks LIST for the CPU: cpu_<op>, one file per family ---------------
-// cpu_conv.c, cpu_batchnorm.c, cpu_pool.c, cpu_linear.c, cpu_loss.c, cpu_optim.c; casts, input and the
-// graph log's accessor in cpu_backend.c; graphs as op logs in cpu_graph.c.
+// cpu_conv.c, cpu_batchnorm.c, cpu_pool.c, cpu_linear.c, cpu_loss.c, cpu_mix.c, cpu_optim.c; casts, input and
+// the graph log's accessor in cpu_backend.c; graphs as op logs in cpu_graph.c.
 #define CPU_DECLARE_LIST(ret, op, params) ret cpu_##op(Backend *be BACKEND_PARAMS(params));
 #define CPU_DECLARE_OWN(ret, op, params)
 #define CPU_DECLARE_NONE(ret, op, params)

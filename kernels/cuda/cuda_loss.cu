@@ -32,15 +32,20 @@ static __device__ float block_sum(float v, float *scratch) {
     return s;
 }
 
-// Row r of logits (n,classes) T: row_loss[r] = logsumexp(z) - z[label];
-// dlogits[r] = (softmax(z) - onehot(label)) * (*scale or 1) * seed_factor, in T.
+// Row r of logits (n,classes) T against the target t of backend_ops.def's softmax_xent (one-hot; mixed with
+// row r-1's label by mix; smoothed):
+// row_loss[r] = -sum_k t_k log softmax(z)_k; dlogits[r] = (softmax(z) - t) * (*scale or 1) * seed_factor, in T.
+// With smoothing 0 and mix NULL every value is computed as by the plain one-hot loss.
 template <typename T>
-__global__ void xent_row_kernel(int classes, const T *logits, const int32_t *labels, float *row_loss,
-                                T *dlogits, const float *scale, float seed_factor) {
+__global__ void xent_row_kernel(int n, int classes, const T *logits, const int32_t *labels, const BatchMix *mix,
+                                float smoothing, float *row_loss, T *dlogits, const float *scale, float seed_factor) {
     __shared__ float scratch[XENT_WARPS];
     const size_t base = (size_t)blockIdx.x * classes;
     const T *z = logits + base;
     const int label = labels[blockIdx.x];
+    const int rolled = mix ? labels[(blockIdx.x + n - 1) % n] : label;
+    const float lam = mix ? mix->lam : 1.0f, rest = mix ? mix->rest : 0.0f;
+    const float uniform = smoothing / (float)classes;
 
     float zmax = -INFINITY;
     for (int k = threadIdx.x; k < classes; k += XENT_THREADS) zmax = fmaxf(zmax, to_f32(z[k]));
@@ -49,13 +54,27 @@ __global__ void xent_row_kernel(int classes, const T *logits, const int32_t *lab
     for (int k = threadIdx.x; k < classes; k += XENT_THREADS) sum += expf(to_f32(z[k]) - zmax);
     sum = block_sum(sum, scratch);
     const float log_sum = logf(sum);
-    if (threadIdx.x == 0) row_loss[blockIdx.x] = log_sum - (to_f32(z[label]) - zmax);
+    // -sum_k t_k log p_k, with -log p_k = log_sum - (z_k - zmax), term by term of t.
+    float all = 0.0f;  // sum_k -log p_k, for the smoothing's uniform part
+    if (smoothing != 0.0f) {
+        for (int k = threadIdx.x; k < classes; k += XENT_THREADS) all += log_sum - (to_f32(z[k]) - zmax);
+        all = block_sum(all, scratch);
+    }
+    if (threadIdx.x == 0) {
+        float row = log_sum - (to_f32(z[label]) - zmax);
+        if (mix) row = lam * row + rest * (log_sum - (to_f32(z[rolled]) - zmax));
+        if (smoothing != 0.0f) row = (1.0f - smoothing) * row + uniform * all;
+        row_loss[blockIdx.x] = row;
+    }
 
     // The seed carries the loss scale, so fp16 gradients downstream stay clear of underflow.
     const float seed = (scale ? *scale : 1.0f) * seed_factor;
     for (int k = threadIdx.x; k < classes; k += XENT_THREADS) {
         const float p = expf(to_f32(z[k]) - zmax - log_sum);
-        from_f32(&dlogits[base + k], (p - (k == label ? 1.0f : 0.0f)) * seed);
+        float t = k == label ? 1.0f : 0.0f;
+        if (mix) t = (k == label ? lam : 0.0f) + (k == rolled ? rest : 0.0f);
+        if (smoothing != 0.0f) t = (1.0f - smoothing) * t + uniform;
+        from_f32(&dlogits[base + k], (p - t) * seed);
     }
 }
 
@@ -69,18 +88,20 @@ __global__ void xent_mean_kernel(int n, const float *row_loss, float *loss_out) 
 }
 
 void cuda_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const void *logits,
-                       const int32_t *labels, float *loss_out, void *dlogits, const float *scale,
-                       float seed_factor) {
+                       const int32_t *labels, const BatchMix *mix, float smoothing, float *loss_out, void *dlogits,
+                       const float *scale, float seed_factor) {
     if (n == 0) return;
     cudaStream_t stream = cuda_state(be)->stream;
     // Freed right after the launches: the allocator reuses it only for work queued behind them.
     float *row_loss = (float *)be->alloc(be, (size_t)n * sizeof(float));  // (n) fp32
     if (logits_dt == DTYPE_F16)
-        xent_row_kernel<__half><<<n, XENT_THREADS, 0, stream>>>(classes, (const __half *)logits, labels, row_loss,
-                                                                 (__half *)dlogits, scale, seed_factor);
+        xent_row_kernel<__half><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const __half *)logits, labels, mix,
+                                                                 smoothing, row_loss, (__half *)dlogits, scale,
+                                                                 seed_factor);
     else
-        xent_row_kernel<float><<<n, XENT_THREADS, 0, stream>>>(classes, (const float *)logits, labels, row_loss,
-                                                                (float *)dlogits, scale, seed_factor);
+        xent_row_kernel<float><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const float *)logits, labels, mix,
+                                                                smoothing, row_loss, (float *)dlogits, scale,
+                                                                seed_factor);
     CUDA_CHECK_LAUNCH();
     xent_mean_kernel<<<1, XENT_THREADS, 0, stream>>>(n, row_loss, loss_out);
     CUDA_CHECK_LAUNCH();

@@ -74,6 +74,8 @@ void config_defaults(Config *cfg) {
     copy_text(d->auto_augment_interpolation, sizeof d->auto_augment_interpolation, "nearest");
     d->random_erase = 0;
     d->repeated_aug = 1;
+    d->mixup_alpha = 0;
+    d->cutmix_alpha = 0;
     d->prefetch = 4;
     copy_text(d->decode, sizeof d->decode, "host");
     d->max_image_pixels = IMAGE_DEFAULT_MAX_PIXELS;
@@ -86,6 +88,7 @@ void config_defaults(Config *cfg) {
     t->momentum = 0.9;
     t->weight_decay = 5e-4;
     t->nesterov = 0;
+    t->label_smoothing = 0;
     copy_text(t->schedule, sizeof t->schedule, "cosine");
     t->warmup_steps = 20;
     t->step_every = 30;
@@ -760,7 +763,8 @@ static int data_key_unread(const char *key, const DataConfig *d, char *why, size
         else
             snprintf(why, size, "only imagefolder and webdataset with data.augment crop a random area; %s does not", s);
     } else {
-        return 0;   // batch_size, prefetch, workers, drop_last, source: every source reads them
+        return 0;   // batch_size, mixup_alpha, cutmix_alpha, prefetch, workers, drop_last, source: every source
+                    // reads them
     }
     return 1;
 }

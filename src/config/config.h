@@ -41,6 +41,8 @@ typedef struct DataConfig {
     char auto_augment_interpolation[12];  // nearest | bilinear: its resampling
     double random_erase;    // RandomErasing's probability after it (0: off)
     int repeated_aug;       // RASampler's repetitions of each sample in an epoch (1: off)
+    double mixup_alpha;     // MixUp's Beta(alpha, alpha) on each training micro-batch (0: off)
+    double cutmix_alpha;    // CutMix's the same (0: off); with both, one of the two per micro-batch
     char decode[8];     // image sources: host | device, where the training JPEGs are decoded and transformed
     long max_image_pixels;  // image sources: a JPEG whose header claims more pixels is refused (decompression bomb)
     int prefetch;       // batches prepared ahead by the loader's workers (0: synchronous)
@@ -55,6 +57,7 @@ typedef struct TrainConfig {
     double momentum;
     double weight_decay;
     int nesterov;
+    double label_smoothing;  // CrossEntropyLoss(label_smoothing) of the training loss (0: off)
     char schedule[16];  // constant | step | cosine
     int warmup_steps;   // linear warm-up from 0 to lr over this many steps
     int step_every;     // schedule step: multiply lr by step_gamma every this many epochs

@@ -102,6 +102,12 @@ const ConfigKey config_keys[] = {
     {"data", "repeated_aug", CK_INT, AT(data.repeated_aug), BETWEEN(1, 16), {0},
      "repeated augmentation (torchvision's RASampler): every sample N times an epoch, each with its own "
      "augmentation, an epoch floor(size / 256) x 256 samples (1: off; data.decode host)"},
+    {"data", "mixup_alpha", CK_FLOAT, AT(data.mixup_alpha), AT_LEAST(0), {0},
+     "torchvision's MixUp(alpha) on every training micro-batch of a rank, after normalisation: lambda ~ "
+     "Beta(alpha, alpha), each image blended with the one before it in the batch, targets alike (0: off)"},
+    {"data", "cutmix_alpha", CK_FLOAT, AT(data.cutmix_alpha), AT_LEAST(0), {0},
+     "torchvision's CutMix(alpha): a box of area 1 - lambda pasted from the image before, lambda corrected to "
+     "the box (0: off); with mixup_alpha too, one of the two per micro-batch, each with probability 1/2"},
     {"data", "decode", CK_ENUM, AT_STR(data.decode), NONE, {"host", "device"},
      "imagefolder/webdataset: where training JPEGs are decoded, cropped and flipped. host: libjpeg-turbo on "
      "the loader's threads; device: the backend's decoder on a thread of its own (CUDA: nvJPEG and kernels, "
@@ -128,6 +134,9 @@ const ConfigKey config_keys[] = {
      "L2 penalty added to every gradient (PyTorch SGD's weight_decay)"},
     {"train", "nesterov", CK_BOOL, AT(train.nesterov), NONE, {0},
      "Nesterov momentum (needs momentum > 0)"},
+    {"train", "label_smoothing", CK_FLOAT, AT(train.label_smoothing), BETWEEN(0, 1), {0},
+     "torch.nn.CrossEntropyLoss(label_smoothing) of the training loss: targets (1 - e) x onehot + e / classes "
+     "(0: off; the validation loss stays plain cross-entropy)"},
     {"train", "schedule", CK_ENUM, AT_STR(train.schedule), NONE, {"constant", "step", "cosine"},
      "learning-rate schedule after warm-up"},
     {"train", "warmup_steps", CK_INT, AT(train.warmup_steps), AT_LEAST(0), {0},

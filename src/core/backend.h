@@ -66,6 +66,18 @@ typedef struct SgdParams {
     int nesterov;
 } SgdParams;
 
+// One micro-batch's MixUp or CutMix (data.mixup_alpha, data.cutmix_alpha; torchvision.transforms.v2 semantics)
+// as batch_mix and softmax_xent read it from backend memory: the host draws it and writes it there before
+// the step, so a replayed graph follows the draws. Sample i is mixed with sample i-1 of the same batch, sample
+// 0 with sample n-1 (torch's batch.roll(1, 0)); its target is lam x onehot(label_i) + rest x onehot(label_i-1).
+typedef struct BatchMix {
+    float lam;      // weight of the sample's own label (and image, MixUp): (float) of the double drawn
+    float rest;     // weight of the rolled sample's: (float)(1 - lam) with 1 - lam in double, as torch's scalar
+    int32_t blend;  // 1: MixUp, every value x * lam + x_rolled * rest; 0: CutMix, the box from the rolled
+                    // image, the rest kept
+    int32_t x1, y1, x2, y2;  // CutMix's box: columns [x1, x2), rows [y1, y2) (empty for MixUp)
+} BatchMix;
+
 #define BACKEND_MARKS 8  // timing-mark slots
 #define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin
 #define BACKEND_INPUT_SLOTS 3   // device input slots of the copy stream (input_upload / input_acquire)

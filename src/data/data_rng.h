@@ -19,6 +19,7 @@ enum {
     DATA_STREAM_SAMPLE = 3,    // synthetic/learnable: label and pool window, key (split, index)
     DATA_STREAM_POOL = 4,      // synthetic/learnable: the pool of N(0,1) values, key (0, 0)
     DATA_STREAM_TEMPLATE = 5,  // learnable: class c's template parameters, key (0, c)
+    DATA_STREAM_MIX = 6,       // MixUp/CutMix of a rank's micro-batch, key (step, rank * 2^10 + micro-batch)
 };
 
 // stream = purpose (4 bits) | a (28 bits: epochs and splits stay far below 2^28) | b (32 bits: index).

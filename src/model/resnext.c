@@ -376,6 +376,7 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
     int n = b->n;
     size_t pixels = (size_t)n * m->cfg.image_size * m->cfg.image_size;
     be->input_normalize(be, pixels, b->images_dt, b->images, &b->affine, m->act_dt, act->input);
+    if (b->mix) be->batch_mix(be, m->act_dt, act->input, n, m->cfg.image_size, m->cfg.image_size, 3, b->mix);
     conv_fwd(&p, &m->stem, act->input, act->stem_a);
     bn_fwd(&p, &m->stem_bn, rows_of(&m->stem, n), train, act->stem_a, NULL, 1, act->stem_b);
     PoolShape ps = stem_pool_shape(m, n);
@@ -402,12 +403,12 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
                        weight_of(m, m->fc_bias), act->logits);
 }
 
-void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, const float *scale,
+void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, float smoothing, const float *scale,
                 float seed_factor) {
     check_batch(act, b);
     DType logits_dt = autocast_dtype(OP_LINEAR, m->amp);
-    be->softmax_xent(be, b->n, m->cfg.num_classes, logits_dt, act->logits, b->labels, act->loss, act->dlogits,
-                     scale, seed_factor);
+    be->softmax_xent(be, b->n, m->cfg.num_classes, logits_dt, act->logits, b->labels, b->mix, smoothing, act->loss,
+                     act->dlogits, scale, seed_factor);
 }
 
 // ---- backward -----------------------------------------------------------------------------------

@@ -74,6 +74,7 @@ typedef struct ModelBatch {
     PixelAffine affine;
     const int32_t *labels;
     int n;
+    const BatchMix *mix;   // backend memory: MixUp/CutMix of the normalised images and the targets; NULL: none
 } ModelBatch;
 
 typedef struct Activations Activations;
@@ -109,11 +110,12 @@ double model_macs_per_image(const Model *m);
 
 // Forward of b->n images (n <= act->max_batch); train=1 uses batch statistics and updates the running
 // statistics (the caller counts num_batches_tracked: a replayed graph runs this without calling it).
-// Result: act->logits (n, classes).
+// With b->mix the normalised images are mixed (batch_mix) before the stem, in act->input, which the stem's
+// backward reads. Result: act->logits (n, classes).
 void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b, int train);
-// Softmax cross-entropy of act->logits against b->labels: act->loss, and act->dlogits seeded with
-// (*scale) * seed_factor (scale: device pointer, NULL = 1).
-void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, const float *scale,
+// Softmax cross-entropy of act->logits against b->labels (mixed by b->mix, label smoothing `smoothing`):
+// act->loss, and act->dlogits seeded with (*scale) * seed_factor (scale: device pointer, NULL = 1).
+void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, float smoothing, const float *scale,
                 float seed_factor);
 // Backward from act->dlogits into m->grads (accumulate=1 adds to what is there). ready() is called for
 // every parameter as soon as its gradient is final, in the order of the flat layout.

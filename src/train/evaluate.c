@@ -72,7 +72,7 @@ EvalRecord evaluate_run(Evaluator *ev, Model *m, Activations *act, Backend *be, 
         ModelBatch batch = {.images = act->images, .images_dt = DTYPE_U8, .affine = affine,
                             .labels = act->labels, .n = count};
         model_forward(m, act, be, &batch, 0);
-        model_loss(m, act, be, &batch, NULL, 0.0f);
+        model_loss(m, act, be, &batch, 0.0f, NULL, 0.0f);  // plain cross-entropy: no smoothing, no mixing
         float loss;
         be->to_host(be, &loss, act->loss, sizeof loss);
         be->cast(be, logits_f32, DTYPE_F32, act->logits, m->act_dt, (size_t)count * classes);

@@ -1,6 +1,8 @@
 // step.c - one optimizer step (step.h): eager, or captured once and replayed as a graph.
 #include "train/step.h"
 
+#include "core/check.h"
+#include "data/batch_mix.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 
@@ -27,7 +29,8 @@ static void micro_step(Trainer *t, const ModelBatch *b, int step_total, int last
     model_forward(m, &t->act, be, b, 1);
     // Seed S / (samples of the whole step): after the sum over ranks (and micro-steps) the gradient is
     // S x the gradient of the global-batch mean loss.
-    model_loss(m, &t->act, be, b, &t->scaler.state->scale, 1.0f / (float)step_total);
+    model_loss(m, &t->act, be, b, (float)t->cfg->train.label_smoothing, &t->scaler.state->scale,
+               1.0f / (float)step_total);
     model_backward(m, &t->act, be, b, accumulate, buckets_on_grad_ready, &t->buckets);
 }
 
@@ -84,14 +87,35 @@ static void graph_step(Trainer *t, const ModelBatch *b, int step_total) {
     g->replayed++;
 }
 
+// This step's MixUp/CutMix draws, one per micro-batch, written where batch_mix and softmax_xent read them:
+// ordered on the compute stream before the step's work, like the learning rate (never inside a capture).
+static void mix_upload(Trainer *t, int n_micro) {
+    const DataConfig *d = &t->cfg->data;
+    const int side = t->model.cfg.image_size;
+    AMP_ASSERT(n_micro <= t->cfg->train.accum_steps, "a step of %d micro-batches, %d configured", n_micro,
+               t->cfg->train.accum_steps);
+    for (int k = 0; k < n_micro; k++)
+        t->mix_host[k] = batch_mix_draw(d->mixup_alpha, d->cutmix_alpha, (uint64_t)t->cfg->train.seed, t->step, k,
+                                        t->comm->rank, side, side);
+    t->be->upload_async(t->be, t->mix, t->mix_host, (size_t)n_micro * sizeof(BatchMix));
+}
+
+// Micro-batch k of the step as the model takes it: staged, with its draw when mixing is on.
+static ModelBatch stage_micro(Trainer *t, const MicroBatch *mb, int k) {
+    ModelBatch b = input_stage(&t->input, &t->act, mb);
+    b.mix = t->mix ? t->mix + k : NULL;
+    return b;
+}
+
 void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     Backend *be = t->be;
     Model *m = &t->model;
     sgd_set_lr(&t->opt, be, (float)lr_at(&t->cfg->train, t->base_lr, t->step, t->steps_per_epoch,
                                          (int)t->total_steps));
+    if (t->mix) mix_upload(t, n_micro);
     const MicroBatch *first = next(ctx, 0);
     if (graph_eligible(t, first, n_micro)) {
-        ModelBatch b = input_stage(&t->input, &t->act, first);
+        ModelBatch b = stage_micro(t, first, 0);
         graph_step(t, &b, first->step_total);
         m->num_batches_tracked++;
         t->step++;
@@ -106,7 +130,7 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
             buckets_begin(&t->buckets, k == n_micro - 1, injection_for(t));
             continue;
         }
-        ModelBatch b = input_stage(&t->input, &t->act, mb);
+        ModelBatch b = stage_micro(t, mb, k);
         micro_step(t, &b, mb->step_total, k == n_micro - 1, wrote_grads, injection_for(t));
         m->num_batches_tracked++;
         wrote_grads = 1;

@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
@@ -133,6 +134,10 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
     evaluate_share_buffers(&t->eval, &t->act, cfg->data.batch_size);
     input_init(&t->input, be, t->train_set, cfg->data.batch_size, device_decode);
+    if (cfg->data.mixup_alpha > 0 || cfg->data.cutmix_alpha > 0) {
+        t->mix = be->alloc(be, (size_t)cfg->train.accum_steps * sizeof(BatchMix));
+        t->mix_host = xcalloc((size_t)cfg->train.accum_steps, sizeof(BatchMix));
+    }
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
     buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
@@ -166,6 +171,8 @@ void trainer_free(Trainer *t) {
     metrics_close(&t->log.metrics);
     if (t->graph.exec) t->be->graph_destroy(t->be, t->graph.exec);
     input_free(&t->input);
+    if (t->mix) t->be->free(t->be, t->mix);
+    free(t->mix_host);
     evaluate_free(&t->eval, t->be);
     if (t->act.arena) activations_free(&t->act, t->be);
     if (t->log.readback) t->be->host_free(t->be, t->log.readback);

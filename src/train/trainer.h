@@ -63,6 +63,10 @@ typedef struct Trainer {
     Dataset *train_set;
     Sampler sampler;
     TrainerInput input;
+    // MixUp/CutMix (data.mixup_alpha, data.cutmix_alpha; NULL both when off): the step's draws, one per
+    // micro-batch, made on the host (mix_host) and uploaded before the step to backend memory (mix), where
+    // batch_mix and softmax_xent read them, so a replayed graph follows them (data/batch_mix.h)
+    BatchMix *mix, *mix_host;  // (train.accum_steps)
     StepGraph graph;
     // Marks the phases of each step on the compute stream (trainer_step_phases); a timed step runs as
     // plain launches.

@@ -748,34 +748,78 @@ END_TEST
 
 // ---- loss -----------------------------------------------------------------------------------------------
 
-// Loop index bits: 0 fp16 logits, 1 ten classes instead of a thousand, 2 a device loss scale.
+// A BatchMix in both backends' memory.
+static Twin twin_mix(const BatchMix *m) {
+    Twin t = {cpu->alloc(cpu, sizeof *m), gpu->alloc(gpu, sizeof *m), 0, DTYPE_U8};
+    cpu->to_device(cpu, t.cpu, m, sizeof *m);
+    gpu->to_device(gpu, t.gpu, m, sizeof *m);
+    return t;
+}
+
+// Loop index bits: 0 fp16 logits, 1 ten classes instead of a thousand, 2 a device loss scale, 3 label
+// smoothing 0.1, 4 mixed targets (lam 0.3, one row's rolled label equal to its own).
 START_TEST(test_softmax_xent) {
     const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
     const int n = _i & 2 ? 5 : 8, classes = _i & 2 ? 10 : 1000, scaled = (_i >> 2) & 1;
+    const float smoothing = (_i >> 3) & 1 ? 0.1f : 0.0f;
+    const int mixed = (_i >> 4) & 1;
     const float seed_factor = 1.0f / (2.0f * n);  // as if 2 ranks
-    char what[128];
+    char what[128], tag[64];
+    snprintf(tag, sizeof tag, "%d x %d%s%s%s", n, classes, scaled ? " scaled" : "", smoothing != 0 ? " smoothed" : "",
+             mixed ? " mixed" : "");
     Twin logits = twin_random(dt, (size_t)n * classes, case_seed(7, _i, 0), -5, 5);
     float lf[8];
     tu_fill_uniform(lf, (size_t)n, case_seed(7, _i, 1), 0.0f, (float)classes);
     int32_t labels_host[8];
     for (int r = 0; r < n; r++) labels_host[r] = (int32_t)lf[r] < classes ? (int32_t)lf[r] : classes - 1;
+    labels_host[2] = labels_host[1];
     int32_t *lab_c = cpu->alloc(cpu, sizeof labels_host), *lab_g = gpu->alloc(gpu, sizeof labels_host);
     cpu->to_device(cpu, lab_c, labels_host, sizeof labels_host);
     gpu->to_device(gpu, lab_g, labels_host, sizeof labels_host);
+    const BatchMix mix_value = {.lam = 0.3f, .rest = 0.7f, .blend = 1};
+    Twin mix = twin_mix(&mix_value);
     const float scale_value = 1024.0f;
     Twin scale = twin_values(DTYPE_F32, &scale_value, 1);
     Twin loss = twin_output(DTYPE_F32, 1), dlogits = twin_output(dt, (size_t)n * classes);
 
-    cpu->softmax_xent(cpu, n, classes, dt, logits.cpu, lab_c, loss.cpu, dlogits.cpu, scaled ? scale.cpu : NULL,
-                      seed_factor);
-    gpu->softmax_xent(gpu, n, classes, dt, logits.gpu, lab_g, loss.gpu, dlogits.gpu, scaled ? scale.gpu : NULL,
-                      seed_factor);
-    snprintf(what, sizeof what, "softmax_xent %d x %d%s loss", n, classes, scaled ? " scaled" : "");
+    cpu->softmax_xent(cpu, n, classes, dt, logits.cpu, lab_c, mixed ? mix.cpu : NULL, smoothing, loss.cpu, dlogits.cpu,
+                      scaled ? scale.cpu : NULL, seed_factor);
+    gpu->softmax_xent(gpu, n, classes, dt, logits.gpu, lab_g, mixed ? mix.gpu : NULL, smoothing, loss.gpu, dlogits.gpu,
+                      scaled ? scale.gpu : NULL, seed_factor);
+    snprintf(what, sizeof what, "softmax_xent %s loss", tag);
     expect_close_tol(what, loss, TOL_F32);
-    snprintf(what, sizeof what, "softmax_xent %d x %d%s dlogits", n, classes, scaled ? " scaled" : "");
+    snprintf(what, sizeof what, "softmax_xent %s dlogits", tag);
     expect_close(what, dlogits);
     cpu->free(cpu, lab_c), gpu->free(gpu, lab_g);
-    twin_free(logits), twin_free(scale), twin_free(loss), twin_free(dlogits);
+    twin_free(logits), twin_free(mix), twin_free(scale), twin_free(loss), twin_free(dlogits);
+}
+END_TEST
+
+// ---- batch mixing -----------------------------------------------------------------------------------------
+
+// Loop index bits: 0 fp16, 1 CutMix instead of MixUp, 2 a ResNeXt input's shape (8 x 224 x 224 x 3) instead of
+// an odd one (5 x 7 x 9 x 3). Both round each product and the sum alone: bitwise equal to the CPU.
+START_TEST(test_batch_mix) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const int cut = (_i >> 1) & 1, big = (_i >> 2) & 1;
+    const int n = big ? 8 : 5, h = big ? 224 : 7, w = big ? 224 : 9, c = 3;
+    const size_t count = (size_t)n * h * w * c, bytes = count * dtype_size(dt);
+    const BatchMix m = cut ? (BatchMix){.lam = 0.59f, .rest = 0.41f, .blend = 0, .x1 = 1, .y1 = 2, .x2 = w, .y2 = h - 1}
+                           : (BatchMix){.lam = 0.137f, .rest = (float)(1.0 - (double)0.137f), .blend = 1};
+    Twin mix = twin_mix(&m);
+    Twin x = twin_random(dt, count, case_seed(13, _i, 0), -2.5f, 2.5f);
+    void *before = download_raw(cpu, x.cpu, bytes);
+    cpu->batch_mix(cpu, dt, x.cpu, n, h, w, c, mix.cpu);
+    gpu->batch_mix(gpu, dt, x.gpu, n, h, w, c, mix.gpu);
+    void *cc = download_raw(cpu, x.cpu, bytes), *gg = download_raw(gpu, x.gpu, bytes);
+    const int same = memcmp(cc, gg, bytes) == 0, changed = memcmp(cc, before, bytes) != 0;
+    printf("  batch_mix %s %d x %d x %d x %d %-27s %s  %s\n", cut ? "CutMix" : "MixUp ", n, h, w, c, "", dtype_name(dt),
+           same ? "bitwise equal to the CPU" : "DIFFERS");
+    ck_assert_msg(changed, "batch_mix changed nothing");
+    ck_assert_msg(same, "batch_mix %s %s differs from the CPU (seed %llu)", cut ? "CutMix" : "MixUp", dtype_name(dt),
+                  (unsigned long long)base_seed);
+    free(before), free(cc), free(gg);
+    twin_free(mix), twin_free(x);
 }
 END_TEST
 
@@ -969,7 +1013,8 @@ static Suite *gpu_ops_suite(void) {
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 4},
         {"linear", test_linear, 4},
-        {"softmax_xent", test_softmax_xent, 8},
+        {"softmax_xent", test_softmax_xent, 32},
+        {"batch_mix", test_batch_mix, 8},
         {"nonfinite_check", test_nonfinite_check, 2 * NONFINITE_CASES},
         {"sgd_step", test_sgd_step, 16},
         {"sgd_step_skipped", test_sgd_step_skipped, 2},

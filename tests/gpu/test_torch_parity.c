@@ -33,25 +33,6 @@ typedef struct Tolerance {
     double logits, loss, grads, cosine;  // relative errors, and the minimum cosine of the gradient vector
 } Tolerance;
 
-static float *read_tensor(SafetensorsFile *f, const char *name, size_t *numel) {
-    const StTensor *t = st_find(f, name);
-    ck_assert_msg(t != NULL, "%s lacks %s", parity_path, name);
-    float *dst = malloc(t->nbytes);
-    char err[512];
-    ck_assert_msg(st_read(f, name, t->dtype, t->ndim, t->shape, dst, err, sizeof err) == 0, "%s", err);
-    if (numel) *numel = t->numel;
-    return dst;
-}
-
-// Backend tensor of n elements of dt -> host fp32.
-static float *to_host_f32(Backend *be, const void *src, DType dt, size_t n) {
-    float *dev = be->alloc(be, n * sizeof(float)), *host = malloc(n * sizeof(float));
-    be->cast(be, dev, DTYPE_F32, src, dt, n);
-    be->to_host(be, host, dev, n * sizeof(float));
-    be->free(be, dev);
-    return host;
-}
-
 static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const char *checkpoint_out) {
     char batch_ov[64], train_ov[64], amp_ov[64];
     snprintf(batch_ov, sizeof batch_ov, "data.batch_size=%d", batch);
@@ -77,8 +58,8 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     be->to_device(be, m->running, stats, m->stats_numel * sizeof(float));
     model_refresh_compute(m, be);
     size_t n_input;
-    float *input = read_tensor(f, "parity.input", &n_input);
-    int32_t *labels = (int32_t *)read_tensor(f, "parity.labels", NULL);
+    float *input = tu_st_read(f, "parity.input", ST_F32, &n_input, NULL);
+    int32_t *labels = tu_st_read(f, "parity.labels", ST_I32, NULL, NULL);
     // torch's input is already normalised fp32: the batch passes it as is (identity affine)
     float *input_dev = be->alloc(be, n_input * sizeof(float));
     be->to_device(be, input_dev, input, n_input * sizeof(float));
@@ -90,30 +71,30 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     // gradients are divided by it again below.
     float scale = 1.0f;
     if (amp) {
-        float *s = read_tensor(f, "parity.amp.scale", NULL);
+        float *s = tu_st_read(f, "parity.amp.scale", ST_F32, NULL, NULL);
         scale = s[0];
         free(s);
         ScalerState st = {.scale = scale};
         scaler_write(&t.scaler, be, &st);
     }
     model_forward(m, &t.act, be, &mb, 1);
-    model_loss(m, &t.act, be, &mb, amp ? &t.scaler.state->scale : NULL, 1.0f / (float)batch);
+    model_loss(m, &t.act, be, &mb, 0.0f, amp ? &t.scaler.state->scale : NULL, 1.0f / (float)batch);
     model_backward(m, &t.act, be, &mb, 0, NULL, NULL);
 
     char name[256];
     const char *ref_tag = "fp64";
     snprintf(name, sizeof name, "parity.%s.logits", ref_tag);
     size_t n_logits;
-    float *want_logits = read_tensor(f, name, &n_logits);
-    float *got_logits = to_host_f32(be, t.act.logits, m->act_dt, n_logits);
+    float *want_logits = tu_st_read(f, name, ST_F32, &n_logits, NULL);
+    float *got_logits = tu_backend_floats(be, t.act.logits, m->act_dt, n_logits);
     snprintf(name, sizeof name, "parity.%s.loss", ref_tag);
-    float *want_loss = read_tensor(f, name, NULL), got_loss;
+    float *want_loss = tu_st_read(f, name, ST_F32, NULL, NULL), got_loss;
     be->to_host(be, &got_loss, t.act.loss, sizeof got_loss);
     double logits_err = tu_rel_error(got_logits, want_logits, n_logits);
     double loss_err = fabs(got_loss - want_loss[0]) / fabs(want_loss[0]);
 
     // Gradients: the whole vector (our layout converted back to torch's per tensor), and the worst tensor.
-    float *grads = to_host_f32(be, m->grads, m->act_dt, m->params.padded_numel);
+    float *grads = tu_backend_floats(be, m->grads, m->act_dt, m->params.padded_numel);
     for (size_t k = 0; k < m->params.padded_numel; k++) grads[k] /= scale;
     double sums[3] = {0};  // diff^2, ref^2, got.ref
     double got2 = 0, worst = 0;
@@ -121,7 +102,7 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.items[i];
         snprintf(name, sizeof name, "parity.%s.grad.%s", ref_tag, p->name);
-        float *want = read_tensor(f, name, NULL), *got = malloc(p->numel * sizeof(float));
+        float *want = tu_st_read(f, name, ST_F32, NULL, NULL), *got = malloc(p->numel * sizeof(float));
         params_to_torch_layout(p, grads + p->offset, got);
         double e = tu_rel_error(got, want, p->numel);
         if (e > worst) worst = e, worst_name = p->name;

@@ -2,7 +2,8 @@
 // 1, 2 and 3 ranks: bitwise-identical master weights, momentum and scaler state on every rank after
 // every step; a skipped step (inf on one rank, or an overflow that only the fp16 sum makes) is skipped
 // everywhere and halves the scale; W ranks with batch b equal one rank with batch b and W accumulation
-// steps; the sampler's shards cover the dataset once; BN statistics averaging and evaluation agree.
+// steps; the sampler's shards cover the dataset once; BN statistics averaging and evaluation agree; MixUp,
+// CutMix and label smoothing keep the ranks identical and the graph path equal to launches.
 //
 // Trainers are built here from config_defaults plus overrides (a ResNeXt small enough that a step takes
 // milliseconds) and driven step by step from their own sampler, the way trainer_run's loader does.
@@ -469,6 +470,46 @@ START_TEST(graph_path_trains_like_launches) {
 }
 END_TEST
 
+// ---- 7c. MixUp, CutMix and label smoothing -------------------------------------------------------------------
+
+// Each rank mixes its own micro-batch with its own draw (data/batch_mix.h), yet the summed gradient keeps every
+// rank's state bitwise the same. The draws reach the device before each step, so the graph path, which captured
+// the step once, trains bitwise like launches (a draw baked into the capture would differ from the next step
+// on). Not vacuous: the same run without mixing and smoothing ends elsewhere.
+START_TEST(mixing_keeps_ranks_identical_and_the_graph_follows_the_draws) {
+    enum { STEPS = 10 };
+    static Config graph_cfg, launch_cfg, plain_cfg;
+    const char *mixing[] = {"data.mixup_alpha=0.2", "data.cutmix_alpha=1.0", "train.label_smoothing=0.1"};
+    make_config(&graph_cfg, (const char *const[]){"data.train_size=92", mixing[0], mixing[1], mixing[2],
+                                                  "train.cuda_graph=on", NULL});
+    make_config(&launch_cfg, (const char *const[]){"data.train_size=92", mixing[0], mixing[1], mixing[2],
+                                                   "train.cuda_graph=off", NULL});
+    make_config(&plain_cfg, (const char *const[]){"data.train_size=92", "train.cuda_graph=off", NULL});
+    Trainer g, l, p;
+    trainer_start(&g, &graph_cfg, comm);
+    trainer_start(&l, &launch_cfg, comm);
+    trainer_start(&p, &plain_cfg, comm);
+    State a = {0}, b = {0}, c = {0};
+    char why[512];
+    for (int step = 1; step <= STEPS; step++) {
+        tu_train_step(&g);
+        tu_train_step(&l);
+        tu_train_step(&p);
+        state_read(&g, &a);
+        state_read(&l, &b);
+        ck_assert_msg(same_on_every_rank(state_hash(&b), why, sizeof why), "mixing, after step %d: %s", step, why);
+        ck_assert_msg(tu_on_every_rank(comm, state_hash(&a) == state_hash(&b)),
+                      "step %d: the graph and launches differ with mixing on", step);
+    }
+    state_read(&p, &c);
+    ck_assert_msg(tu_on_every_rank(comm, memcmp(b.master, c.master, b.n * sizeof(float)) != 0),
+                  "mixing and smoothing left training unchanged");
+    ck_assert_msg(g.graph.replayed >= STEPS - 4, "only %ld of %d steps replayed", g.graph.replayed, STEPS);
+    state_free(&a), state_free(&b), state_free(&c);
+    trainer_free(&g), trainer_free(&l), trainer_free(&p);
+}
+END_TEST
+
 // ---- 8. resume and the batch-norm running statistics ---------------------------------------------------------
 
 static void run_to(Trainer *t, Config *cfg, const char *const *overrides) {
@@ -538,6 +579,7 @@ static Suite *data_parallel_suite(void) {
     tcase_add_test(tc, bn_sync_and_evaluation_agree_on_every_rank);
     tcase_add_test(tc, many_buckets_train_like_one);
     tcase_add_test(tc, graph_path_trains_like_launches);
+    tcase_add_test(tc, mixing_keeps_ranks_identical_and_the_graph_follows_the_draws);
     tcase_add_test(tc, resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_rounding);
     suite_add_tcase(s, tc);
     return s;

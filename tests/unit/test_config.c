@@ -336,13 +336,14 @@ START_TEST(command_line_source_drops_the_files_keys_for_its_source) {
 END_TEST
 
 // The JPEG sources' sides: unwritten ones follow model.image_size (validation resized by round(x 256 / 224),
-// Python's round), written ones stand alone; torchvision's V2 recipe (train 176, resize 232, crop 224) and the
-// augmentation keys print and read back as they are.
+// Python's round), written ones stand alone; torchvision's V2 recipe (train 176, resize 232, crop 224), the
+// augmentation keys, MixUp, CutMix and label smoothing print and read back as they are.
 START_TEST(image_sides_follow_image_size_unless_written) {
     Config c, b;
     load_ok(&c, NULL, 0, NULL);
     ck_assert(c.data.train_crop == 32 && c.data.val_crop == 32 && c.data.val_resize == 37);
     ck_assert(!strcmp(c.data.auto_augment, "none") && c.data.random_erase == 0 && c.data.repeated_aug == 1);
+    ck_assert(c.data.mixup_alpha == 0 && c.data.cutmix_alpha == 0 && c.train.label_smoothing == 0);
     const struct {
         const char *overrides[3];
         int train_crop, val_resize, val_crop;
@@ -366,11 +367,14 @@ START_TEST(image_sides_follow_image_size_unless_written) {
     }
     char *v2[] = {"data.source=imagefolder", "data.path=x", "model.image_size=224", "data.train_crop=176",
                   "data.val_resize=232", "data.auto_augment=ta_wide", "data.auto_augment_interpolation=bilinear",
-                  "data.random_erase=0.1", "data.repeated_aug=4"};
-    load_ok(&c, NULL, 9, v2);
+                  "data.random_erase=0.1", "data.repeated_aug=4", "data.mixup_alpha=0.2", "data.cutmix_alpha=1.0",
+                  "train.label_smoothing=0.1"};
+    load_ok(&c, NULL, 12, v2);
     char *text = printed(&c);
     ck_assert_ptr_nonnull(strstr(text, "\n  train_crop: 176\n  val_resize: 232\n  val_crop: 224\n  auto_augment: ta_wide\n"
-                                       "  auto_augment_interpolation: bilinear\n  random_erase: 0.1\n  repeated_aug: 4\n"));
+                                       "  auto_augment_interpolation: bilinear\n  random_erase: 0.1\n  repeated_aug: 4\n"
+                                       "  mixup_alpha: 0.2\n  cutmix_alpha: 1\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\n  label_smoothing: 0.1\n"));
     tu_write_file("printed_v2.yaml", text);
     load_ok(&b, "printed_v2.yaml", 0, NULL);
     assert_same_values(&c, &b);
@@ -585,6 +589,12 @@ static const BadConfig bad_configs[] = {
      "none, ta_wide, got ta"},
     {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.random_erase=1.5",
      "command line: data.random_erase: must be in [0, 1] (got 1.5)"},
+    // the loss side of the recipe
+    {"smoothing.yaml", "train:\n  label_smoothing: 1.5\n", NULL,
+     "smoothing.yaml:2: train.label_smoothing: must be in [0, 1] (got 1.5)"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.mixup_alpha=-0.2",
+     "command line: data.mixup_alpha: must be >= 0 (got -0.2)"},
+    {"mix.yaml", "data:\n  cutmix_alpha: -1\n", NULL, "mix.yaml:2: data.cutmix_alpha: must be >= 0 (got -1)"},
     // a file key that neither the file's source nor the command line's reads
     {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n", "data.source=cifar10",
      "folder_size.yaml:4: data.train_size: only synthetic and learnable data have a size to choose; imagefolder's"},

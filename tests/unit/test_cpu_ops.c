@@ -511,12 +511,15 @@ typedef struct XentCtx {
     int n, classes;
     float *logits, *dlogits;
     int32_t *labels;
+    const BatchMix *mix;  // NULL: one-hot targets
+    float smoothing;
 } XentCtx;
 
 static double xent_objective(void *ctx) {
     XentCtx *x = ctx;
     float loss;
-    be->softmax_xent(be, x->n, x->classes, DTYPE_F32, x->logits, x->labels, &loss, x->dlogits, NULL, 1.0f);
+    be->softmax_xent(be, x->n, x->classes, DTYPE_F32, x->logits, x->labels, x->mix, x->smoothing, &loss, x->dlogits,
+                     NULL, 1.0f);
     return loss;
 }
 
@@ -542,7 +545,7 @@ START_TEST(test_softmax_xent_matches_formula_and_finite_differences) {
     // here 2 ranks and no accumulation, so dlogits = dloss/dz * n * S / (2 n) = dloss/dz * S / 2.
     const float scale = 1024.0f, seed_factor = 1.0f / (2.0f * x.n);
     float loss;
-    be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, &loss, x.dlogits, &scale,
+    be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, NULL, 0.0f, &loss, x.dlogits, &scale,
                      seed_factor);
     ck_assert_double_eq_tol(loss, expect, 1e-5 * expect);
     float *grad = floats(count);
@@ -556,6 +559,103 @@ START_TEST(test_softmax_xent_matches_formula_and_finite_differences) {
         ck_assert_double_eq_tol(s, 0.0, 1e-4);
     }
     free(x.logits), free(x.dlogits), free(x.labels), free(grad);
+}
+END_TEST
+
+// torch.nn.CrossEntropyLoss(label_smoothing=0.3) on three rows of three classes whose softmax is known in
+// closed form: logits log(1, 2, 3) (softmax 1/6, 2/6, 3/6), equal logits (1/3 each), log(1, 1, 2) (1/4, 1/4,
+// 2/4). Labels 2, 0, 1; targets (1 - 0.3) onehot + 0.1. Then the same with MixUp targets, lam 0.75: each row
+// mixed with the label of the row before it (row 0 with row 2's: the batch rolled by one).
+START_TEST(test_softmax_xent_smoothing_and_mixing_match_hand_computed_targets) {
+    const float logits[9] = {0.0f, (float)log(2.0), (float)log(3.0), 0.5f, 0.5f, 0.5f, 0.0f, 0.0f, (float)log(2.0)};
+    const int32_t labels[3] = {2, 0, 1};
+    const double p[3][3] = {{1.0 / 6, 2.0 / 6, 3.0 / 6}, {1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.25, 0.25, 0.5}};
+    // Targets written out by hand: smoothed one-hot, and smoothed (0.75 own label + 0.25 the row before's).
+    const double hi = 0.7 * 0.75 + 0.1, lo = 0.7 * 0.25 + 0.1;
+    const double plain[3][3] = {{0.1, 0.1, 0.8}, {0.8, 0.1, 0.1}, {0.1, 0.8, 0.1}};
+    const double mixed[3][3] = {{0.1, lo, hi}, {hi, 0.1, lo}, {lo, hi, 0.1}};
+    const BatchMix mix = {.lam = 0.75f, .rest = 0.25f, .blend = 1};
+    for (int with_mix = 0; with_mix < 2; with_mix++) {
+        const double(*t)[3] = with_mix ? mixed : plain;
+        double expect = 0;
+        for (int r = 0; r < 3; r++)
+            for (int k = 0; k < 3; k++) expect -= t[r][k] * log(p[r][k]) / 3;
+        float loss, dz[9];
+        const float scale = 6.0f;  // seed 6 x 1/3: the mean's gradient times the loss scale
+        be->softmax_xent(be, 3, 3, DTYPE_F32, logits, labels, with_mix ? &mix : NULL, 0.3f, &loss, dz, &scale,
+                         1.0f / 3);
+        ck_assert_msg(fabs(loss - expect) < 1e-6, "%s: loss %.8f, hand-computed %.8f", with_mix ? "mixed" : "plain",
+                      loss, expect);
+        for (int r = 0; r < 3; r++)
+            for (int k = 0; k < 3; k++) {
+                const double g = (p[r][k] - t[r][k]) * 2.0;
+                ck_assert_msg(fabs(dz[r * 3 + k] - g) < 1e-6, "%s: dlogits[%d][%d] %.8f, hand-computed %.8f",
+                              with_mix ? "mixed" : "plain", r, k, dz[r * 3 + k], g);
+            }
+    }
+}
+END_TEST
+
+// The loss with smoothing and mixed targets, as a function of the logits: its gradient by finite differences.
+START_TEST(test_softmax_xent_smoothing_and_mixing_match_finite_differences) {
+    const BatchMix mix = {.lam = 0.3f, .rest = 0.7f, .blend = 0};
+    XentCtx x = {.n = 6, .classes = 10, .smoothing = 0.1f};
+    const size_t count = (size_t)x.n * x.classes;
+    x.logits = random_floats(count, 1310, -3, 3);
+    x.dlogits = floats(count);
+    x.labels = calloc(x.n, sizeof(int32_t));
+    for (int r = 0; r < x.n; r++) x.labels[r] = (r * 3 + 1) % x.classes;
+    x.labels[4] = x.labels[3];  // a row mixed with its own class: lam + rest on one target
+    for (int with_mix = 0; with_mix < 2; with_mix++) {
+        x.mix = with_mix ? &mix : NULL;
+        float loss;
+        be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, x.mix, x.smoothing, &loss, x.dlogits,
+                         NULL, 1.0f / x.n);
+        float *grad = copy_floats(x.dlogits, count);  // seed 1/n: the gradient of the mean loss itself
+        assert_fd_close(with_mix ? "softmax_xent mixed and smoothed" : "softmax_xent smoothed", xent_objective, &x,
+                        x.logits, count, grad);
+        // softmax and the target are both distributions: each row of dlogits sums to zero.
+        for (int r = 0; r < x.n; r++) {
+            double s = 0;
+            for (int k = 0; k < x.classes; k++) s += x.dlogits[r * x.classes + k];
+            ck_assert_double_eq_tol(s, 0.0, 1e-6);
+        }
+        free(grad);
+    }
+    free(x.logits), free(x.dlogits), free(x.labels);
+}
+END_TEST
+
+// Without smoothing or mixing the loss is the plain one-hot cross-entropy, bit for bit: the formula written
+// here with the same double-precision steps (max, log-sum-exp, softmax - onehot, x seed, one rounding to
+// fp32). A mix of lam 1 and rest 0 gives the same bits too (its extra terms are exact zeros).
+START_TEST(test_softmax_xent_without_smoothing_or_mixing_is_bitwise_the_one_hot_formula) {
+    enum { N = 5, C = 17 };
+    float *logits = random_floats(N * C, 1320, -6, 6), dz[N * C], dz_mix[N * C], want[N * C];
+    int32_t labels[N] = {3, 16, 0, 3, 9};
+    const float scale = 4096.0f, seed_factor = 1.0f / (3.0f * N);
+    const float seed = scale * seed_factor;
+    double loss_sum = 0;
+    for (int r = 0; r < N; r++) {
+        const float *z = logits + r * C;
+        float zmax = z[0];
+        for (int k = 1; k < C; k++) zmax = z[k] > zmax ? z[k] : zmax;
+        double sum = 0;
+        for (int k = 0; k < C; k++) sum += exp((double)z[k] - zmax);
+        const double log_sum = log(sum);
+        loss_sum += log_sum - ((double)z[labels[r]] - zmax);
+        for (int k = 0; k < C; k++)
+            want[r * C + k] = (float)((exp((double)z[k] - zmax - log_sum) - (k == labels[r] ? 1.0 : 0.0)) * seed);
+    }
+    const float want_loss = (float)(loss_sum / N);
+    float loss, loss_mix;
+    be->softmax_xent(be, N, C, DTYPE_F32, logits, labels, NULL, 0.0f, &loss, dz, &scale, seed_factor);
+    ck_assert_msg(memcmp(&loss, &want_loss, sizeof loss) == 0, "loss %.9g, the formula's %.9g", loss, want_loss);
+    ck_assert_msg(memcmp(dz, want, sizeof dz) == 0, "dlogits differ from the one-hot formula's bits");
+    const BatchMix identity = {.lam = 1.0f, .rest = 0.0f, .blend = 1};
+    be->softmax_xent(be, N, C, DTYPE_F32, logits, labels, &identity, 0.0f, &loss_mix, dz_mix, &scale, seed_factor);
+    ck_assert(memcmp(&loss_mix, &loss, sizeof loss) == 0 && memcmp(dz_mix, dz, sizeof dz) == 0);
+    free(logits);
 }
 END_TEST
 
@@ -680,18 +780,70 @@ START_TEST(test_fp16_matches_fp32) {
     const float scale = 65536.0f;
     float loss, loss_h, *dz = floats(n * out);
     half *dzh = to_half(dz, n * out);
-    be->softmax_xent(be, n, out, DTYPE_F32, ly, labels, &loss, dz, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, DTYPE_F32, ly, labels, NULL, 0.0f, &loss, dz, &scale, 1.0f / n);
     float *ly_rounded = floats(n * out);
     for (int i = 0; i < n * out; i++) ly_rounded[i] = half_to_float(lyh[i]);
     float loss_rounded;
-    be->softmax_xent(be, n, out, DTYPE_F32, ly_rounded, labels, &loss_rounded, dz, &scale, 1.0f / n);
-    be->softmax_xent(be, n, out, DTYPE_F16, lyh, labels, &loss_h, dzh, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, DTYPE_F32, ly_rounded, labels, NULL, 0.0f, &loss_rounded, dz, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, DTYPE_F16, lyh, labels, NULL, 0.0f, &loss_h, dzh, &scale, 1.0f / n);
     ck_assert_double_eq_tol(loss_h, loss_rounded, 1e-6 * loss_rounded);  // fp32 math on the same values
     ck_assert_double_eq_tol(loss_h, loss, F16_TOL * loss);
     assert_half_close("softmax_xent dlogits", dzh, dz, n * out);
     free(lx), free(lw), free(lb), free(ldy), free(lxh), free(lwh), free(lbh), free(ldyh);
     free(ly), free(ldx), free(ldw), free(ldb), free(lyh), free(ldxh), free(ldwh), free(ldbh);
     free(dz), free(dzh), free(ly_rounded);
+}
+END_TEST
+
+// ---- batch mixing -----------------------------------------------------------------------------------
+
+// x[i] with x[i - 1] (x[0] with x[n - 1]) as torchvision.transforms.v2 computes it: MixUp's
+// rolled.mul_(rest).add_(own.mul(lam)), each product and the sum rounded to fp32 (volatile: one rounding per
+// operation whatever the compiler would fuse); CutMix's box copied from the rolled image, the rest kept.
+static float mixed_value(const BatchMix *m, int row, int col, float own, float rolled) {
+    if (!m->blend) return row >= m->y1 && row < m->y2 && col >= m->x1 && col < m->x2 ? rolled : own;
+    volatile float a = rolled * m->rest, b = own * m->lam;
+    return a + b;
+}
+
+START_TEST(test_batch_mix_matches_torchvision_arithmetic) {
+    enum { N = 3, H = 5, W = 4, C = 3, IMAGE = H * W * C, COUNT = N * IMAGE };
+    const BatchMix cases[] = {
+        {.lam = 0.3f, .rest = (float)(1.0 - (double)0.3f), .blend = 1},
+        {.lam = 0.65f, .rest = 0.35f, .blend = 0, .x1 = 1, .y1 = 2, .x2 = 3, .y2 = 5},  // a box at the bottom edge
+        {.lam = 1.0f, .rest = 0.0f, .blend = 0, .x1 = 2, .y1 = 2, .x2 = 2, .y2 = 4},    // an empty box
+    };
+    float *x = random_floats(COUNT, 1330, -2.5f, 2.5f);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            const BatchMix *m = &cases[ci];
+            float in[COUNT], want[COUNT], got[COUNT];
+            for (int i = 0; i < COUNT; i++) in[i] = f16 ? half_to_float(half_from_float(x[i])) : x[i];
+            for (int i = 0; i < N; i++)
+                for (int row = 0; row < H; row++)
+                    for (int col = 0; col < W; col++)
+                        for (int ch = 0; ch < C; ch++) {
+                            const int p = (row * W + col) * C + ch;
+                            const float own = in[i * IMAGE + p], rolled = in[(i + N - 1) % N * IMAGE + p];
+                            const float v = mixed_value(m, row, col, own, rolled);
+                            want[i * IMAGE + p] = f16 ? half_to_float(half_from_float(v)) : v;
+                        }
+            if (f16) {
+                half *h = to_half(in, COUNT);
+                be->batch_mix(be, DTYPE_F16, h, N, H, W, C, m);
+                for (int i = 0; i < COUNT; i++) got[i] = half_to_float(h[i]);
+                free(h);
+            } else {
+                memcpy(got, in, sizeof got);
+                be->batch_mix(be, DTYPE_F32, got, N, H, W, C, m);
+            }
+            ck_assert_msg(memcmp(got, want, sizeof got) == 0, "case %zu %s: the mixed batch differs from torchvision's",
+                          ci, f16 ? "fp16" : "fp32");
+            if (ci == 1) {  // not vacuous: the box changed values, and only inside it
+                ck_assert(got[(2 * W + 1) * C] != in[(2 * W + 1) * C] && got[0] == in[0]);
+            }
+        }
+    free(x);
 }
 END_TEST
 
@@ -889,6 +1041,10 @@ static Suite *cpu_ops_suite(void) {
     tcase_add_test(tc, test_avgpool_matches_mean_and_finite_differences);
     tcase_add_test(tc, test_linear_matches_formula_and_finite_differences);
     tcase_add_test(tc, test_softmax_xent_matches_formula_and_finite_differences);
+    tcase_add_test(tc, test_softmax_xent_smoothing_and_mixing_match_hand_computed_targets);
+    tcase_add_test(tc, test_softmax_xent_smoothing_and_mixing_match_finite_differences);
+    tcase_add_test(tc, test_softmax_xent_without_smoothing_or_mixing_is_bitwise_the_one_hot_formula);
+    tcase_add_test(tc, test_batch_mix_matches_torchvision_arithmetic);
     tcase_add_test(tc, test_fp16_matches_fp32);
     tcase_add_test(tc, test_sgd_step_matches_pytorch_semantics);
     tcase_add_test(tc, test_scaler_update_follows_gradscaler);

@@ -228,7 +228,7 @@ static unsigned char *step_gradients_on(const Config *cfg, int amp, int no_reuse
     PixelNorm norm = {{0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
     ModelBatch b = {.images = images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm), .labels = labels, .n = n};
     model_forward(&m, &act, be, &b, 1);
-    model_loss(&m, &act, be, &b, NULL, 1.0f / (float)n);
+    model_loss(&m, &act, be, &b, 0.0f, NULL, 1.0f / (float)n);
     model_backward(&m, &act, be, &b, 0, NULL, NULL);
     *loss = *act.loss;  // the CPU backend's memory is host memory
     size_t bytes = m.params.padded_numel * dtype_size(m.act_dt);
@@ -582,7 +582,7 @@ static void check_view_evaluates_like_a_model_at_its_side(const char *const *ove
             ModelBatch b = {.images = act.images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm),
                             .labels = act.labels, .n = N};
             model_forward(&train, &act, be, &b, 1);
-            model_loss(&train, &act, be, &b, NULL, 1.0f / N);
+            model_loss(&train, &act, be, &b, 0.0f, NULL, 1.0f / N);
             model_backward(&train, &act, be, &b, 0, NULL, NULL);
             memcpy(at_side.running, train.running, train.stats_numel * sizeof(float));
         }
