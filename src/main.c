@@ -512,8 +512,9 @@ static int run(const Cli *cli, const Config *cfg, const Config *run_cfg, const c
         rc = agree_startup(comm, grad_comm ? 0 : 1, why);
     }
     if (rc == 0) {
-        log_info("amptrain %s: %d rank%s, backend %s, gradients over %s, %s", AMPTRAIN_VERSION, comm->size,
-                 comm->size > 1 ? "s" : "", be->name, grad_comm->name, cfg->amp.enabled ? "AMP (fp16)" : "fp32");
+        log_info("amptrain %s: %d rank%s, backend %s, %s over %s, %s", AMPTRAIN_VERSION, comm->size,
+                 comm->size > 1 ? "s" : "", be->name, cli->eval ? "evaluation sums" : "gradients", grad_comm->name,
+                 cfg->amp.enabled ? "AMP (fp16)" : "fp32");
         rc = cli->bench  ? bench_run(cfg, be, comm, grad_comm, &cli->bench_opt)
              : cli->eval ? eval_file_run(cfg, eval_path, cli->metrics_given ? cfg->log.metrics : "", be, comm)
                          : train(cfg, run_cfg, be, comm, grad_comm);

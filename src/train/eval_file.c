@@ -64,7 +64,7 @@ int eval_file_run(const Config *cfg, const char *path, const char *metrics, Back
     if (rc == 0) {
         const int batch = cfg->data.batch_size;
         model_alloc_and_prepare(&m, be, (uint64_t)cfg->train.seed, batch);
-        Activations act;
+        Activations act = {0};
         activations_alloc(&act, &m, be, batch);
         Evaluator ev = {.val_set = val};
         for (int ema = 0; ema <= mf.has_ema; ema++) {
