@@ -483,18 +483,19 @@ static int train(const Config *cfg, const Config *run_cfg, Backend *be, Comm *co
 // --eval's weights file: checkpoint.resume (auto: as a resume would find it), else model.init, into path.
 // 0, or 2 on every rank with the message printed.
 static int eval_source(const Config *cfg, Comm *comm, char *path, size_t cap) {
-    char err[AGREE_MESSAGE_MAX] = "";
-    const char *resume = cfg->checkpoint.resume;
+    const char *resume = cfg->checkpoint.resume, *init = cfg->model.init;
+    char err[AGREE_MESSAGE_MAX] = "--eval needs the weights to evaluate: checkpoint.resume=FILE or model.init=FILE";
+    path[0] = '\0';
     if (!strcmp(resume, "auto")) {
         int rc = find_resume_agreed(cfg, comm, path, cap);
         if (rc != 0) return rc;
-        snprintf(err, sizeof err, "--eval: checkpoint.resume auto found no checkpoint in %s", cfg->checkpoint.dir);
-    } else {
-        snprintf(path, cap, "%s", resume[0] ? resume : cfg->model.init);
-        snprintf(err, sizeof err, "--eval needs the weights to evaluate: checkpoint.resume=FILE or model.init=FILE");
+        snprintf(err, sizeof err, "--eval needs the weights to evaluate: checkpoint.resume auto found no checkpoint "
+                 "in %s, and model.init is not set", cfg->checkpoint.dir);
+    } else if (resume[0]) {
+        snprintf(path, cap, "%s", resume);
     }
-    if (path[0] && resume[0] && cfg->model.init[0])
-        log_info("model.init %s not read: --eval evaluates checkpoint.resume %s", cfg->model.init, path);
+    if (path[0] && init[0]) log_info("model.init %s not read: --eval evaluates checkpoint.resume %s", init, path);
+    if (!path[0]) snprintf(path, cap, "%s", init);
     return agree_startup(comm, path[0] ? 0 : 2, err);
 }
 

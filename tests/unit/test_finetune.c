@@ -343,9 +343,17 @@ START_TEST(eval_of_a_checkpoint_is_the_runs_last_evaluation) {
     ck_assert_str_eq(evaluated, trained);
     tu_run_shell("ls -lA --time-style=full-iso ev_run", after, sizeof after);
     ck_assert_str_eq(after, before);
-    // without log.metrics on the command line: the line alone, and checkpoint.resume auto finds last
-    rc = tu_run_cli(BASE " --eval checkpoint.dir=ev_run checkpoint.resume=auto", out, sizeof out);
+    // without log.metrics on the command line: the line alone; checkpoint.resume auto finds last (model.init
+    // not read), or else evaluates model.init
+    rc = tu_run_cli(BASE " --eval checkpoint.dir=ev_run checkpoint.resume=auto model.init=absent.safetensors", out,
+                    sizeof out);
+    ck_assert_msg(rc == 0 && strstr(out, "eval  ev_run/last.safetensors  epoch 1") &&
+                      strstr(out, "model.init absent.safetensors not read: --eval evaluates checkpoint.resume "
+                                  "ev_run/last.safetensors"), "exit %d:\n%s", rc, out);
+    rc = tu_run_cli(BASE " --eval checkpoint.dir=no_run checkpoint.resume=auto model.init=ev_run/last.safetensors", out,
+                    sizeof out);
     ck_assert_msg(rc == 0 && strstr(out, "eval  ev_run/last.safetensors  epoch 1"), "exit %d:\n%s", rc, out);
+    ck_assert_msg(!tu_file_exists("no_run"), "--eval made checkpoint.dir:\n%s", out);
     ck_assert_msg(!tu_file_exists("runs"), "--eval wrote the config's outputs:\n%s", out);
     // a second --eval appends its record
     ck_assert_int_eq(tu_run_cli(BASE " --eval model.init=ev_run/last.safetensors log.metrics=ev_out/eval.jsonl", out,
@@ -400,7 +408,9 @@ static const struct {
     {" --eval model.init=tv10.safetensors model.num_classes=7",
      "--eval: tv10.safetensors: tensor 'fc.weight' classifies 10 classes, this model 7: set model.num_classes=10"},
     {" --eval checkpoint.resume=absent.safetensors", "--eval: absent.safetensors: cannot open"},
-    {" --eval checkpoint.dir=empty_dir checkpoint.resume=auto", "--eval: checkpoint.resume auto found no checkpoint in empty_dir"},
+    {" --eval checkpoint.dir=empty_dir checkpoint.resume=auto",
+     "--eval needs the weights to evaluate: checkpoint.resume auto found no checkpoint in empty_dir, and model.init is "
+     "not set"},
     {" --eval --dry-run model.init=tv10.safetensors", "--eval evaluates a file; it does not go with --dry-run"},
 };
 
