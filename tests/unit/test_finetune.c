@@ -30,14 +30,15 @@ static char out[1 << 16];
 
 // ---- files in torchvision's format ----------------------------------------------------------------------
 
-// What write_state_dict changes on the way (all optional): `victim` gets `shape` (same element count) or is
-// left out (drop), `extra` is added as a (4) fp32 tensor, and every name gets `prefix` in front.
+// What write_state_dict changes on the way (all optional): `victim` gets `shape` (same element count), is
+// left out (drop) or gets `first` as its element 0 (is_first), `extra` is added as a (4) fp32 tensor, and
+// every name gets `prefix` in front.
 typedef struct Change {
     const char *victim;
     int drop;
     int ndim;
     int64_t shape[4];
-    float first;        // NaN or inf put into the victim's element 0 when set (is_first)
+    float first;
     int is_first;
     const char *extra;
     const char *prefix;
@@ -106,34 +107,24 @@ static void write_state_dict(const char *path, int classes, uint64_t seed, const
 
 // ---- a run in this process ------------------------------------------------------------------------------
 
-typedef struct Run {
-    Config cfg;
-    Backend *be;
-    Comm *comm;
-    Trainer t;
-} Run;
+static Backend *be;
+static Comm *comm;
 
-static void run_start(Run *r, const char *init) {
+// A trainer of tiny.yaml's model from model.init=init ("": a fresh draw) in cfg, on the CPU backend.
+static void trainer_from(Trainer *t, Config *cfg, const char *init) {
     char init_ov[128];
     snprintf(init_ov, sizeof init_ov, "model.init=%s", init);
-    tu_config(&r->cfg, (const char *[]){"backend.device=cpu", "data.train_size=256", "data.val_size=0",
-                                        "data.prefetch=0", "log.metrics=", "checkpoint.dir=", init_ov, NULL});
-    r->be = cpu_backend_create();
-    r->comm = comm_single_create();
-    ck_assert_int_eq(trainer_init(&r->t, &r->cfg, r->be, r->comm, r->comm), 0);
-}
-
-static void run_stop(Run *r) {
-    trainer_free(&r->t);
-    r->be->destroy(r->be);
-    r->comm->destroy(r->comm);
+    tu_config(cfg, (const char *[]){"backend.device=cpu", "data.train_size=256", "data.val_size=0", "data.prefetch=0",
+                                    "log.metrics=", "checkpoint.dir=", init_ov, NULL});
+    if (!be) be = cpu_backend_create(), comm = comm_single_create();
+    ck_assert_int_eq(trainer_init(t, cfg, be, comm, comm), 0);
 }
 
 // Parameter i of the run in torchvision's layout (malloc'd).
-static float *param_torch(Run *r, int i) {
-    const ParamInfo *p = &r->t.model.params.items[i];
+static float *param_torch(const Trainer *t, int i) {
+    const ParamInfo *p = &t->model.params.items[i];
     float *ours = malloc(p->numel * sizeof(float)), *torch = malloc(p->numel * sizeof(float));
-    r->be->to_host(r->be, ours, r->t.model.master + p->offset, p->numel * sizeof(float));
+    be->to_host(be, ours, t->model.master + p->offset, p->numel * sizeof(float));
     params_to_torch_layout(p, ours, torch);
     free(ours);
     return torch;
@@ -150,23 +141,41 @@ static void assert_file_tensor(SafetensorsFile *f, const char *name, const float
     free(want);
 }
 
+// Every parameter of t is path's tensor bitwise; with `drawn`, fc.weight and fc.bias are drawn's instead.
+static void assert_params_from(const char *path, const Trainer *t, const Trainer *drawn) {
+    char err[512];
+    SafetensorsFile *f = st_open(path, err, sizeof err);
+    ck_assert_msg(f, "%s", err);
+    const Model *m = &t->model;
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.items[i];
+        float *x = param_torch(t, i);
+        if (drawn && (i == m->fc_weight || i == m->fc_bias)) {
+            float *own = param_torch(drawn, i);
+            ck_assert_msg(memcmp(x, own, p->numel * sizeof(float)) == 0, "%s is not the run's own draw", p->name);
+            free(own);
+        } else {
+            assert_file_tensor(f, p->name, x, p->numel);
+        }
+        free(x);
+    }
+    st_close(f);
+}
+
 // ---- model.init -------------------------------------------------------------------------------------------
 
 START_TEST(init_loads_every_tensor_bitwise) {
     write_state_dict("tv10.safetensors", 10, 1, NULL);
-    Run r;
-    run_start(&r, "tv10.safetensors");
+    static Config cfg;
+    Trainer t;
+    trainer_from(&t, &cfg, "tv10.safetensors");
+    assert_params_from("tv10.safetensors", &t, NULL);
     char err[512];
     SafetensorsFile *f = st_open("tv10.safetensors", err, sizeof err);
     ck_assert_msg(f, "%s", err);
-    const Model *m = &r.t.model;
-    for (int i = 0; i < m->params.count; i++) {
-        float *x = param_torch(&r, i);
-        assert_file_tensor(f, m->params.items[i].name, x, m->params.items[i].numel);
-        free(x);
-    }
+    const Model *m = &t.model;
     float *stats = malloc(m->stats_numel * sizeof(float));
-    r.be->to_host(r.be, stats, m->running, m->stats_numel * sizeof(float));
+    be->to_host(be, stats, m->running, m->stats_numel * sizeof(float));
     for (int i = 0; i < m->n_bn; i++) {
         const BnLayer *bn = m->bn_list[i];
         char name[128];
@@ -180,12 +189,12 @@ START_TEST(init_loads_every_tensor_bitwise) {
     ck_assert_int_eq(m->num_batches_tracked, 7);
     // what the file does not hold starts fresh: momentum, the scaler, the position
     float *momentum = malloc(m->params.padded_numel * sizeof(float));
-    r.be->to_host(r.be, momentum, r.t.opt.momentum, m->params.padded_numel * sizeof(float));
+    be->to_host(be, momentum, t.opt.momentum, m->params.padded_numel * sizeof(float));
     for (size_t i = 0; i < m->params.padded_numel; i++) ck_assert_float_eq(momentum[i], 0.0f);
     free(momentum);
-    ck_assert_float_eq(scaler_read(&r.t.scaler, r.be).scale, 65536.0f);
-    ck_assert_int_eq(r.t.step, 0);
-    run_stop(&r);
+    ck_assert_float_eq(scaler_read(&t.scaler, be).scale, 65536.0f);
+    ck_assert_int_eq(t.step, 0);
+    trainer_free(&t);
 }
 END_TEST
 
@@ -193,28 +202,13 @@ END_TEST
 // model.init draws them), everything else the file's; the run says so in one line and trains.
 START_TEST(init_of_other_classes_keeps_the_classifier) {
     write_state_dict("tv7.safetensors", 7, 1, NULL);
-    Run fresh, init;
-    run_start(&fresh, "");
-    run_start(&init, "tv7.safetensors");
-    char err[512];
-    SafetensorsFile *f = st_open("tv7.safetensors", err, sizeof err);
-    ck_assert_msg(f, "%s", err);
-    const Model *m = &init.t.model;
-    for (int i = 0; i < m->params.count; i++) {
-        const ParamInfo *p = &m->params.items[i];
-        float *x = param_torch(&init, i);
-        if (i == m->fc_weight || i == m->fc_bias) {
-            float *drawn = param_torch(&fresh, i);
-            ck_assert_msg(memcmp(x, drawn, p->numel * sizeof(float)) == 0, "%s is not the run's own draw", p->name);
-            free(drawn);
-        } else {
-            assert_file_tensor(f, p->name, x, p->numel);
-        }
-        free(x);
-    }
-    st_close(f);
-    run_stop(&fresh);
-    run_stop(&init);
+    static Config fresh_cfg, init_cfg;
+    Trainer fresh, init;
+    trainer_from(&fresh, &fresh_cfg, "");
+    trainer_from(&init, &init_cfg, "tv7.safetensors");
+    assert_params_from("tv7.safetensors", &init, &fresh);
+    trainer_free(&fresh);
+    trainer_free(&init);
     // 53 parameters and 17 BN layers' 3 buffers, less the classifier's two
     int rc = tu_run_cli(QUICK " train.steps=2 model.init=tv7.safetensors", out, sizeof out);
     ck_assert_msg(rc == 0 && strstr(out, "model.init: 102 tensors from tv7.safetensors; fc.weight, fc.bias left at "
