@@ -45,6 +45,8 @@
 #             and CutMix (tests/parity/recipe_loss.py -> test_recipe_loss, then 20 graph-replayed steps with them on)
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
+#   recipe    the modern recipe's features against PyTorch (tests/parity/recipe_*.py), one delimited block each:
+#             model.init from torchvision's state_dict and --eval against torchvision's eval-mode loss
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
 # The JPEG stages (fmnist, jpegs, jpegloop) need libjpeg-turbo in the bundle: bash dev/devdeps-add-jpeg.sh .devdeps
 # (the build stage prints whether CMake found it).
@@ -315,6 +317,11 @@ stage_recipe() {  # each feature's block sets rc=1 when its check fails; every b
         data.mixup_alpha=0.2 data.cutmix_alpha=1.0 train.label_smoothing=0.1 2>&1 | grep -E "^step|summary|error"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     # ---- end of loss -------------------------------------------------------------------------------------
+    # ---- BEGIN model.init and --eval (tests/parity/recipe_finetune.py) ----
+    python3 tests/parity/recipe_finetune.py --amptrain build/amptrain --work /tmp/recipe_finetune \
+        >"$OUT/recipe_finetune.log" 2>&1 || rc=1
+    grep -E "^(ok|FAIL) |^recipe_finetune:" "$OUT/recipe_finetune.log"
+    # ---- END model.init and --eval ----
     return $rc
 }
 scaling_run() {  # out-folder extra-flags...

@@ -11,9 +11,9 @@
 //             4 the run diverged (train/divergence.h): stopped, the reason on stderr and in the metrics
 //               summary, last.safetensors the newest finite state.
 // Start-up is agreed over ranks (dist/agree.h): every rank parses its command line and loads the config,
-// keeping its message, then each stage (same mode, config, same config, backend, data, same data, resume,
-// outputs) ends with every rank knowing whether any failed, so all exit together with the failing rank's
-// message.
+// keeping its message, then each stage (same mode, config, same config, backend, data, same data, resume
+// or model.init, outputs) ends with every rank knowing whether any failed, so all exit together with the
+// failing rank's message.
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/model_file.h"
 #include "core/backend.h"
 #include "core/check.h"
 #include "config/config.h"
@@ -37,6 +38,7 @@
 #include "model/activations.h"
 #include "model/resnext.h"
 #include "train/bench.h"
+#include "train/eval_file.h"
 #include "train/outputs.h"
 #include "train/run_folder.h"
 #include "train/trainer.h"
@@ -58,9 +60,14 @@ static const char usage_text[] =
     "  -h, --help          this text\n"
     "  --version           print the version and the backends this build has\n"
     "  --print-config      print the merged, validated config as YAML and exit\n"
-    "  --dry-run           validate, check the data, the resume file (loaded as a start would) and the output\n"
-    "                      folders (leaving nothing behind), print parameters, multiply-adds and memory; no\n"
-    "                      training; exits 2 where a start would\n"
+    "  --dry-run           validate, check the data, the resume file or model.init (loaded as a start would)\n"
+    "                      and the output folders (leaving nothing behind), print parameters, multiply-adds\n"
+    "                      and memory; no training; exits 2 where a start would\n"
+    "  --eval              evaluate only: the weights of checkpoint.resume=FILE (auto: the newest checkpoint\n"
+    "                      in checkpoint.dir), else of model.init=FILE, once over the validation split (under\n"
+    "                      mpirun each rank its shard): one line of loss, top-1 and top-5, and one more for\n"
+    "                      the file's EMA weights (module.*) when it has them. No checkpoint, no run folder;\n"
+    "                      a metrics record is appended to log.metrics only when the command line sets it\n"
     "  --bench             benchmark: warm-up, then median step time, images/s and peak memory as one JSON\n"
     "                      line (synthetic data resident on the device, like bench/torch_baseline.py)\n"
     "  --bench-data        the input pipeline alone: the loader's data.workers threads (0: as training would\n"
@@ -80,6 +87,8 @@ static const char usage_text[] =
     "  amptrain configs/tiny.yaml checkpoint.resume=runs/tiny/last.safetensors\n"
     "  amptrain configs/tiny.yaml checkpoint.resume=auto   # continue runs/tiny if it holds a checkpoint, else start\n"
     "  amptrain configs/tiny.yaml checkpoint.overwrite=true   # start over in runs/tiny\n"
+    "  amptrain configs/tiny.yaml model.init=resnext.safetensors   # fine-tune from a torchvision state_dict\n"
+    "  amptrain --eval configs/tiny.yaml checkpoint.resume=runs/tiny/last.safetensors\n"
     "  tools/fashion-mnist data/fashion-mnist && amptrain configs/fashion_mnist.yaml   # a real dataset\n"
     "\n"
     "signals: SIGTERM, SIGINT or SIGUSR1 finish the step, write a checkpoint and exit 0; under Open MPI's\n"
@@ -99,7 +108,8 @@ typedef struct Cli {
     const char *config_path;
     char **overrides;
     int n_overrides;
-    int help, version, print_config, dry_run, bench, bench_data;
+    int help, version, print_config, dry_run, bench, bench_data, eval;
+    int metrics_given;  // log.metrics set on the command line (--eval writes only there)
     BenchOptions bench_opt;
 } Cli;
 
@@ -131,6 +141,8 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->print_config = 1;
         } else if (!strcmp(a, "--dry-run")) {
             cli->dry_run = 1;
+        } else if (!strcmp(a, "--eval")) {
+            cli->eval = 1;
         } else if (!strcmp(a, "--bench")) {
             cli->bench = 1;
         } else if (!strcmp(a, "--bench-profile")) {
@@ -154,6 +166,7 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->config_path = a;
         } else if (cli->config_path && strchr(a, '=')) {
             cli->overrides[cli->n_overrides++] = argv[i];
+            if (!strncmp(a, "log.metrics=", strlen("log.metrics="))) cli->metrics_given = 1;
         } else {
             fprintf(stderr, "amptrain: unexpected argument '%s': give CONFIG first, then section.key=value "
                             "overrides (see amptrain --help)\n", a);
@@ -162,6 +175,11 @@ static int parse_args(int argc, char **argv, Cli *cli) {
     }
     if (!cli->config_path) {
         fprintf(stderr, "amptrain: no CONFIG given\n\n%s", usage_text);
+        return 2;
+    }
+    if (cli->eval && (cli->dry_run || cli->bench || cli->bench_data)) {
+        fprintf(stderr, "amptrain: --eval evaluates a file; it does not go with %s\n",
+                cli->dry_run ? "--dry-run" : cli->bench ? "--bench" : "--bench-data");
         return 2;
     }
     return -1;
@@ -204,6 +222,7 @@ static void mode_text(const Cli *cli, int parse_rc, char *out, size_t cap) {
     else if (cli->bench)
         snprintf(out, cap, "--bench --bench-steps %d --bench-warmup %d%s", cli->bench_opt.steps, cli->bench_opt.warmup,
                  cli->bench_opt.profile ? " --bench-profile" : "");
+    else if (cli->eval) snprintf(out, cap, "--eval");
     else if (cli->dry_run) snprintf(out, cap, "--dry-run");
     else snprintf(out, cap, "training");
 }
@@ -301,6 +320,14 @@ static int agree_config(Comm *comm, const Config *cfg) {
     return rc;
 }
 
+// checkpoint.resume auto: the checkpoint a resume takes from checkpoint.dir into path ("" when there is none),
+// found by every rank in its own folder and agreed. 0, or 2 on every rank with the difference printed.
+static int find_resume_agreed(const Config *cfg, Comm *comm, char *path, size_t cap) {
+    run_folder_find_resume(cfg->checkpoint.dir, path, cap);
+    return agree_same(comm, "the checkpoints checkpoint.resume auto chose", 1, (const char *[]){"checkpoint"},
+                      (const char *[]){path[0] ? path : "none (a fresh start)"});
+}
+
 // The start-up checks a start and --dry-run share (run_folder.h): the folder's lock (rank 0), checkpoint.resume
 // auto resolved (every rank in its own checkpoint.dir, then agreed), the outputs' paths and a fresh start's
 // claim on the folder (rank 0). run_cfg: cfg with checkpoint.resume resolved.
@@ -312,10 +339,7 @@ static int check_start(const Config *cfg, Comm *comm, int dry_run, Config *run_c
     const int automatic = !strcmp(cfg->checkpoint.resume, "auto");
     if (automatic) {
         char *resume = run_cfg->checkpoint.resume;
-        run_folder_find_resume(cfg->checkpoint.dir, resume, sizeof run_cfg->checkpoint.resume);
-        rc = agree_same(comm, "the checkpoints checkpoint.resume auto chose", 1, (const char *[]){"checkpoint"},
-                        (const char *[]){resume[0] ? resume : "none (a fresh start)"});
-        if (rc != 0) return rc;
+        if ((rc = find_resume_agreed(cfg, comm, resume, sizeof run_cfg->checkpoint.resume)) != 0) return rc;
         struct stat st;
         const char *metrics = cfg->log.metrics;
         const int emptied = stat(metrics, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
@@ -332,9 +356,26 @@ static int check_start(const Config *cfg, Comm *comm, int dry_run, Config *run_c
     return agree_startup(comm, rc, err);
 }
 
-// --dry-run, after check_start: the data opens and the resume file loads and passes every check of a start
-// (every rank), the outputs can be written (rank 0: made, probed, then removed again), then the description.
-// Nothing is left on disk (so no file-list cache).
+// --dry-run's model.init on a fresh start: read and checked as trainer_init would (every rank), one line.
+static int dry_run_init(const Config *cfg, Comm *comm) {
+    char err[AGREE_MESSAGE_MAX] = "", line[CONFIG_PATH_MAX + 320];
+    Model m;
+    model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
+    ModelFile mf;
+    int rc = agree_startup(comm, model_file_read("model.init", cfg->model.init, &m, 1, 0, &mf, err, sizeof err), err);
+    if (rc == 0) rc = model_file_agree(comm, &mf, &m, "the weights model.init loaded");
+    if (rc == 0) {
+        model_file_describe(&mf, "model.init", cfg->model.init, &m, line, sizeof line);
+        log_info("%s", line);
+    }
+    model_file_free(&mf);
+    model_free(&m, NULL);
+    return rc;
+}
+
+// --dry-run, after check_start: the data opens and the resume file (or model.init) loads and passes every
+// check of a start (every rank), the outputs can be written (rank 0: made, probed, then removed again), then
+// the description. Nothing is left on disk (so no file-list cache).
 static int dry_run(const Config *cfg, Comm *comm) {
     char err[AGREE_MESSAGE_MAX] = "";
     Dataset *train = NULL, *val = NULL;
@@ -345,6 +386,8 @@ static int dry_run(const Config *cfg, Comm *comm) {
     if (rc == 0 && cfg->checkpoint.resume[0]) {
         int refused = checkpoint_check(cfg->checkpoint.resume, cfg, train, comm->size, comm->rank, err, sizeof err);
         rc = agree_startup(comm, refused ? 2 : 0, err);
+    } else if (rc == 0 && cfg->model.init[0]) {
+        rc = dry_run_init(cfg, comm);
     }
     if (train) dataset_close(train);
     if (val) dataset_close(val);
@@ -437,22 +480,45 @@ static int train(const Config *cfg, const Config *run_cfg, Backend *be, Comm *co
     return rc;
 }
 
-// The backend and the gradient communicator, agreed over ranks, then the benchmark or the training.
-static int run(const Cli *cli, const Config *cfg, const Config *run_cfg, Comm *comm) {
+// --eval's weights file: checkpoint.resume (auto: as a resume would find it), else model.init, into path.
+// 0, or 2 on every rank with the message printed.
+static int eval_source(const Config *cfg, Comm *comm, char *path, size_t cap) {
+    const char *resume = cfg->checkpoint.resume, *init = cfg->model.init;
+    char err[AGREE_MESSAGE_MAX] = "--eval needs the weights to evaluate: checkpoint.resume=FILE or model.init=FILE";
+    path[0] = '\0';
+    if (!strcmp(resume, "auto")) {
+        int rc = find_resume_agreed(cfg, comm, path, cap);
+        if (rc != 0) return rc;
+        snprintf(err, sizeof err, "--eval needs the weights to evaluate: checkpoint.resume auto found no checkpoint "
+                 "in %s, and model.init is not set", cfg->checkpoint.dir);
+    } else if (resume[0]) {
+        snprintf(path, cap, "%s", resume);
+    }
+    if (path[0] && init[0]) log_info("model.init %s not read: --eval evaluates checkpoint.resume %s", init, path);
+    if (!path[0]) snprintf(path, cap, "%s", init);
+    return agree_startup(comm, path[0] ? 0 : 2, err);
+}
+
+// The backend and the gradient communicator (not for --eval, which sums on comm alone), agreed over ranks,
+// then the benchmark, the evaluation of eval_path, or the training.
+static int run(const Cli *cli, const Config *cfg, const Config *run_cfg, const char *eval_path, Comm *comm) {
     char why[AGREE_MESSAGE_MAX] = "";
     Backend *be = select_backend(cfg, comm, why, sizeof why);
     int rc = agree_startup(comm, be ? 0 : 1, why);
     if (rc == 0) rc = agree_same(comm, "the backends", 1, (const char *[]){"backend"}, (const char *[]){be->name});
     Comm *grad_comm = comm;
-    if (rc == 0 && comm->size > 1 && strcmp(be->name, "cpu") != 0) {
+    if (rc == 0 && !cli->eval && comm->size > 1 && strcmp(be->name, "cpu") != 0) {
         grad_comm = comm_nccl_create(comm, cuda_backend_stream(be));
         snprintf(why, sizeof why, "%d ranks on the CUDA backend need NCCL, and this build has none", comm->size);
         rc = agree_startup(comm, grad_comm ? 0 : 1, why);
     }
     if (rc == 0) {
-        log_info("amptrain %s: %d rank%s, backend %s, gradients over %s, %s", AMPTRAIN_VERSION, comm->size,
-                 comm->size > 1 ? "s" : "", be->name, grad_comm->name, cfg->amp.enabled ? "AMP (fp16)" : "fp32");
-        rc = cli->bench ? bench_run(cfg, be, comm, grad_comm, &cli->bench_opt) : train(cfg, run_cfg, be, comm, grad_comm);
+        log_info("amptrain %s: %d rank%s, backend %s, %s over %s, %s", AMPTRAIN_VERSION, comm->size,
+                 comm->size > 1 ? "s" : "", be->name, cli->eval ? "evaluation sums" : "gradients", grad_comm->name,
+                 cfg->amp.enabled ? "AMP (fp16)" : "fp32");
+        rc = cli->bench  ? bench_run(cfg, be, comm, grad_comm, &cli->bench_opt)
+             : cli->eval ? eval_file_run(cfg, eval_path, cli->metrics_given ? cfg->log.metrics : "", be, comm)
+                         : train(cfg, run_cfg, be, comm, grad_comm);
     }
     if (grad_comm && grad_comm != comm) grad_comm->destroy(grad_comm);
     if (be) be->destroy(be);
@@ -501,13 +567,15 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (rc == 0) rc = agree_config(comm, &cfg);
-    // --bench and --bench-data write nothing into the run's folder: only a training start (or its dry run)
-    // is checked against it.
+    // --bench, --bench-data and --eval write nothing into the run's folder: only a training start (or its dry
+    // run) is checked against it.
     static Config run_cfg;
+    static char eval_path[CONFIG_PATH_MAX];
     run_cfg = cfg;
-    if (rc == 0 && !cli.bench && !cli.bench_data) rc = check_start(&cfg, comm, cli.dry_run, &run_cfg);
+    if (rc == 0 && cli.eval) rc = eval_source(&cfg, comm, eval_path, sizeof eval_path);
+    else if (rc == 0 && !cli.bench && !cli.bench_data) rc = check_start(&cfg, comm, cli.dry_run, &run_cfg);
     if (rc == 0 && cli.bench_data) rc = bench_data(&cfg, comm, cli.bench_opt.steps);
-    else if (rc == 0) rc = cli.dry_run ? dry_run(&run_cfg, comm) : run(&cli, &cfg, &run_cfg, comm);
+    else if (rc == 0) rc = cli.dry_run ? dry_run(&run_cfg, comm) : run(&cli, &cfg, &run_cfg, eval_path, comm);
     comm->destroy(comm);
     comm_finalize();
     return rc;

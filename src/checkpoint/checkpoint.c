@@ -91,7 +91,7 @@ static int check_finite(const SafetensorsFile *f, const char *name, const float 
                         size_t err_len) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) {
-            snprintf(err, err_len, "%s: tensor '%s' holds %s at element %zu: refusing to resume from "
+            snprintf(err, err_len, "%s: tensor '%s' holds %s at element %zu: refusing to load "
                      "non-finite values", st_path(f), name, isnan(x[i]) ? "NaN" : x[i] > 0 ? "+inf" : "-inf", i);
             return 1;
         }
@@ -109,11 +109,11 @@ static int read_param(SafetensorsFile *f, const ParamInfo *p, const char *name, 
 }
 
 // One BN statistic: finite, and a variance not negative (its square root normalises evaluation).
-static int read_bn_stat(SafetensorsFile *f, const ModelBnLayer *bn, const char *what, float *dst, char *err,
-                        size_t err_len) {
-    char name[PARAM_NAME_MAX + 32];
+static int read_bn_stat(SafetensorsFile *f, const char *prefix, const ModelBnLayer *bn, const char *what, float *dst,
+                        char *err, size_t err_len) {
+    char name[PARAM_NAME_MAX + 64];
     int64_t shape[1] = {bn->c};
-    snprintf(name, sizeof name, "%s.%s", bn->prefix, what);
+    snprintf(name, sizeof name, "%s%s.%s", prefix, bn->prefix, what);
     if (st_read(f, name, ST_F32, 1, shape, dst, err, err_len) || check_finite(f, name, dst, (size_t)bn->c, err, err_len))
         return 1;
     if (strcmp(what, "running_var") != 0) return 0;
@@ -126,21 +126,23 @@ static int read_bn_stat(SafetensorsFile *f, const ModelBnLayer *bn, const char *
     return 0;
 }
 
-int checkpoint_read_model(SafetensorsFile *f, const Model *m, float *master, float *stats, int64_t *tracked,
-                          char *err, size_t err_len) {
+int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier, float *master,
+                          float *stats, int64_t *tracked, char *err, size_t err_len) {
     float *scratch = xcalloc(m->params.padded_numel, sizeof(float));
+    char name[PARAM_NAME_MAX + 64];
     int rc = 1;
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.items[i];
-        if (read_param(f, p, p->name, scratch, master + p->offset, err, err_len)) goto done;
+        if (skip_classifier && (i == m->fc_weight || i == m->fc_bias)) continue;
+        snprintf(name, sizeof name, "%s%s", prefix, p->name);
+        if (read_param(f, p, name, scratch, master + p->offset, err, err_len)) goto done;
     }
     for (int i = 0; i < m->n_bn; i++) {
         const ModelBnLayer *bn = m->bn_list[i];
-        char name[PARAM_NAME_MAX + 32];
-        if (read_bn_stat(f, bn, "running_mean", stats + bn->stats_offset, err, err_len) ||
-            read_bn_stat(f, bn, "running_var", stats + bn->stats_offset + bn->c, err, err_len))
+        if (read_bn_stat(f, prefix, bn, "running_mean", stats + bn->stats_offset, err, err_len) ||
+            read_bn_stat(f, prefix, bn, "running_var", stats + bn->stats_offset + bn->c, err, err_len))
             goto done;
-        snprintf(name, sizeof name, "%s.num_batches_tracked", bn->prefix);
+        snprintf(name, sizeof name, "%s%s.num_batches_tracked", prefix, bn->prefix);
         if (st_read(f, name, ST_I64, 0, NULL, tracked, err, err_len)) goto done;
         if (*tracked < 0) {
             snprintf(err, err_len, "%s: tensor '%s' is %" PRId64 ": must not be negative", st_path(f), name, *tracked);
@@ -215,7 +217,7 @@ static int load_checked(const char *path, const Model *m, const CheckpointRun *r
     if (checked == 1) log_warn("%s has no data checksum (an older amptrain wrote it): its tensors load unchecked", path);
     CheckpointMeta *meta = &out->meta;
     if (checkpoint_meta_read(f, meta, err, err_len) || checkpoint_meta_check(f, meta, run, err, err_len)) goto done;
-    if (checkpoint_read_model(f, m, out->master, out->stats, &out->tracked, err, err_len)) goto done;
+    if (checkpoint_read_model(f, m, "", 0, out->master, out->stats, &out->tracked, err, err_len)) goto done;
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.items[i];
         char name[PARAM_NAME_MAX + 32];

@@ -48,8 +48,11 @@ int checkpoint_agree_resumed(Trainer *t);
 
 // The model part alone (torchvision names and layouts) into host buffers in our layout: master
 // (padded_numel) fp32, stats (stats_numel) fp32 running mean/var, tracked = num_batches_tracked.
-// Reads a torchvision state_dict exported to safetensors as well as an amptrain checkpoint.
-int checkpoint_read_model(SafetensorsFile *f, const Model *m, float *master, float *stats, int64_t *tracked,
-                          char *err, size_t err_len);
+// Reads a torchvision state_dict exported to safetensors as well as an amptrain checkpoint. Every name is
+// read with prefix in front ("" for the model, "module." for an AveragedModel's copy, model_file.h);
+// skip_classifier leaves fc.weight and fc.bias in master as they were. 0, or 1 with one line in err: a
+// tensor missing, of another dtype or shape (both named), holding NaN or inf, a negative variance or count.
+int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier, float *master,
+                          float *stats, int64_t *tracked, char *err, size_t err_len);
 
 #endif

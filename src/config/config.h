@@ -20,6 +20,8 @@ typedef struct ModelConfig {
     int num_classes;
     int image_size;     // square input side
     int recompute_bn_blocks;  // the first N blocks keep no bn1/bn2 output: backward recomputes them
+    char init[CONFIG_PATH_MAX];  // a fresh run's weights from this safetensors file ("": drawn from train.seed);
+                                 // checkpoint/model_file.h
 } ModelConfig;
 
 typedef struct DataConfig {

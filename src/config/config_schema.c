@@ -57,6 +57,10 @@ const ConfigKey config_keys[] = {
     {"model", "recompute_bn_blocks", CK_INT, AT(model.recompute_bn_blocks), BETWEEN(0, 256), {0},
      "the first N blocks keep no bn1/bn2+ReLU output; backward recomputes it from the saved statistics "
      "(less memory, one elementwise pass each; N above the block count: all)"},
+    {"model", "init", CK_STRING, AT_STR(model.init), NONE, {0},
+     "a fresh run's weights and BN statistics from this safetensors file: a torchvision state_dict or an amptrain "
+     "checkpoint; a classifier of another class count keeps its initial value (\"\": drawn from train.seed; not read "
+     "on a resume)"},
     // ---- data ----
     {"data", "source", CK_ENUM, AT_STR(data.source), NONE,
      {"synthetic", "learnable", "cifar10", "imagefolder", "webdataset"},

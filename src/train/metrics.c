@@ -230,16 +230,22 @@ void metrics_eval(Metrics *mt, const EvalRecord *r) {
     end_bar(mt);
     // A loss that is not finite makes the ranking of the logits meaningless: no accuracy is claimed.
     int finite = isfinite(r->loss);
+    if (r->file) printf("eval  %s%s", r->file, r->ema ? " (EMA weights)" : "");
+    else printf("eval");
     if (finite)
-        printf("eval  epoch %d  step %ld  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld samples)\n", r->epoch, r->step,
+        printf("  epoch %d  step %ld  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld samples)\n", r->epoch, r->step,
                r->loss, 100 * r->top1, 100 * r->top5, r->samples);
     else
-        printf("eval  epoch %d  step %ld  loss %.4f  top-1 and top-5 not finite (the loss is not finite)  "
+        printf("  epoch %d  step %ld  loss %.4f  top-1 and top-5 not finite (the loss is not finite)  "
                "(%ld samples)\n", r->epoch, r->step, r->loss, r->samples);
     fflush(stdout);
     if (mt->jsonl) {
         Record rec = {0};
         text_add(&rec.body, "{\"eval\":true,\"step\":%ld,\"epoch\":%d", r->step, r->epoch);
+        if (r->file) {
+            record_text(&rec, "file", r->file);
+            record_text(&rec, "weights", r->ema ? "ema" : "model");
+        }
         record_number(&rec, "loss", r->loss);
         if (finite) {
             record_number(&rec, "top1", r->top1);

@@ -26,6 +26,8 @@ typedef struct EvalRecord {
     long step;
     double loss, top1, top5;  // over the whole validation split, all ranks
     long samples;
+    const char *file;         // --eval: the weights file evaluated (NULL: the run's own evaluation)
+    int ema;                  // --eval: the file's EMA weights (model_file.h), not its model's
 } EvalRecord;
 
 // The end of a run, as the summary line on stdout and as the metrics file's last record

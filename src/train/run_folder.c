@@ -226,10 +226,10 @@ typedef struct Named {
 
 int run_folder_check_paths(const Config *cfg, const char *resume, char *err, size_t err_len) {
     enum { METRICS, CHECKPOINT, LOCK, CONFIG_COPY, N_OUT };
-    enum { CONFIG_FILE, RESUME, N_IN };
+    enum { CONFIG_FILE, RESUME, INIT, N_IN };
     Named out[N_OUT] = {{"log.metrics", ""}, {"checkpoint.dir's checkpoint", ""}, {"checkpoint.dir's lock", ""},
                         {"checkpoint.dir's config.yaml", ""}};
-    Named in[N_IN] = {{"the config file", ""}, {"checkpoint.resume", ""}};
+    Named in[N_IN] = {{"the config file", ""}, {"checkpoint.resume", ""}, {"model.init", ""}};
     const char *dir = cfg->checkpoint.dir;
     snprintf(out[METRICS].path, sizeof out[METRICS].path, "%s", cfg->log.metrics);
     if (dir[0]) {
@@ -239,6 +239,8 @@ int run_folder_check_paths(const Config *cfg, const char *resume, char *err, siz
     }
     snprintf(in[CONFIG_FILE].path, sizeof in[CONFIG_FILE].path, "%s", cfg->source_path);
     snprintf(in[RESUME].path, sizeof in[RESUME].path, "%s", resume);
+    // a resume does not read model.init
+    snprintf(in[INIT].path, sizeof in[INIT].path, "%s", resume[0] ? "" : cfg->model.init);
     for (int o = 0; o < N_OUT; o++) {
         if (!out[o].path[0]) continue;
         const Named *hit = NULL;
@@ -251,7 +253,7 @@ int run_folder_check_paths(const Config *cfg, const char *resume, char *err, siz
             if (out[p].path[0] && same_file(out[o].path, out[p].path)) hit = &out[p];
         if (hit) {
             snprintf(err, err_len, "%s: '%s' is the same file as %s '%s': an output must not overwrite the config, "
-                     "the resume file or another output", out[o].what, out[o].path, hit->what, hit->path);
+                     "the resume file, model.init or another output", out[o].what, out[o].path, hit->what, hit->path);
             return 2;
         }
     }

@@ -10,8 +10,8 @@
 // auto: the newest valid checkpoint in checkpoint.dir (last.safetensors first, else the other amptrain
 // checkpoints newest first by modification time), or a fresh start when there is none: the same command
 // starts a job and continues it after a requeue.
-// Paths: an output that is the same file as the config file, the resume file or another output is
-// refused.
+// Paths: an output that is the same file as the config file, the resume file, model.init (on a fresh start)
+// or another output is refused.
 // Record: checkpoint.dir/config.yaml holds the merged config of the latest start (as --print-config
 // prints it), unless it is the config file given.
 #ifndef AMPTRAIN_RUN_FOLDER_H
@@ -40,8 +40,8 @@ void run_folder_find_resume(const char *dir, char *path, size_t cap);
 int run_folder_check_fresh(const Config *cfg, char *err, size_t err_len);
 
 // 0 when no output (log.metrics, and in checkpoint.dir the checkpoint, the lock and config.yaml) is the
-// same file as the config file, the resume file (resume, may be "") or another output; else 2 with one
-// line in err naming both.
+// same file as the config file, the resume file (resume, may be ""), model.init (when resume is "") or
+// another output; else 2 with one line in err naming both.
 int run_folder_check_paths(const Config *cfg, const char *resume, char *err, size_t err_len);
 
 // Once the run has started (rank 0): writes config_text to checkpoint.dir/config.yaml and, with

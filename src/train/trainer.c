@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/model_file.h"
 #include "core/check.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -95,6 +96,25 @@ static int trainer_loader_threads(const Config *cfg, const Comm *comm) {
     return cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(comm->local_cpus, comm->local_size);
 }
 
+// model.init on a fresh start: the file's weights and BN statistics over the drawn ones (a classifier of
+// another class count keeps its draw), read by every rank and agreed; momentum, the scaler and the position
+// start fresh.
+static int init_from_file(Trainer *t) {
+    const char *path = t->cfg->model.init;
+    char err[AGREE_MESSAGE_MAX] = "";
+    ModelFile mf;
+    int rc = agree_startup(t->comm, model_file_read("model.init", path, &t->model, 1, 0, &mf, err, sizeof err), err);
+    if (rc == 0) rc = model_file_agree(t->comm, &mf, &t->model, "the weights model.init loaded");
+    if (rc == 0) {
+        model_file_upload(&mf.model, mf.classifier_skipped, &t->model, t->be);
+        char line[CONFIG_PATH_MAX + 320];
+        model_file_describe(&mf, "model.init", path, &t->model, line, sizeof line);
+        log_info("%s", line);
+    }
+    model_file_free(&mf);
+    return rc;
+}
+
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
     t->times.init_start = clock_seconds();
@@ -146,10 +166,13 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     t->best_top1 = -1;
     t->saved_step = -1;
 
+    if (!cfg->checkpoint.resume[0] && cfg->model.init[0] && (rc = init_from_file(t)) != 0) return rc;
     if (cfg->checkpoint.resume[0]) {
         rc = checkpoint_load(t, cfg->checkpoint.resume, err, sizeof err) != 0 ? 2 : 0;
         if ((rc = agree_startup(comm, rc, err)) != 0 || (rc = checkpoint_agree_resumed(t)) != 0) return rc;
         log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, t->epoch, t->step);
+        if (cfg->model.init[0])
+            log_info("model.init %s not read: the weights are the resumed checkpoint's", cfg->model.init);
         restart_fallen_scale(t);
         // The run ends with train.epochs: steps counted at another global batch may leave fewer to go
         // than train.epochs x steps_per_epoch - step.

@@ -53,7 +53,7 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     ck_assert_msg(f != NULL, "%s", err);
     float *master = calloc(m->params.padded_numel, sizeof(float)), *stats = calloc(m->stats_numel, sizeof(float));
     int64_t tracked;
-    ck_assert_msg(checkpoint_read_model(f, m, master, stats, &tracked, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(checkpoint_read_model(f, m, "", 0, master, stats, &tracked, err, sizeof err) == 0, "%s", err);
     be->to_device(be, m->master, master, m->params.padded_numel * sizeof(float));
     be->to_device(be, m->running, stats, m->stats_numel * sizeof(float));
     model_refresh_compute(m, be);

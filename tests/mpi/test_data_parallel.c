@@ -3,7 +3,8 @@
 // every step; a skipped step (inf on one rank, or an overflow that only the fp16 sum makes) is skipped
 // everywhere and halves the scale; W ranks with batch b equal one rank with batch b and W accumulation
 // steps; the sampler's shards cover the dataset once; BN statistics averaging and evaluation agree; MixUp,
-// CutMix and label smoothing keep the ranks identical and the graph path equal to launches.
+// CutMix and label smoothing keep the ranks identical and the graph path equal to launches; a run from a
+// file's weights (model.init) starts and stays identical on every rank.
 //
 // Trainers are built here from config_defaults plus overrides (a ResNeXt small enough that a step takes
 // milliseconds) and driven step by step from their own sampler, the way trainer_run's loader does.
@@ -567,6 +568,36 @@ START_TEST(resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_round
 }
 END_TEST
 
+// ---- 9. a run from a file's weights (model.init) ----------------------------------------------------------
+
+// Every rank reads the file itself; the classifier of another class count stays each rank's own draw from
+// the same seed, so the ranks start identical, differ from a fresh draw, and stay identical step by step.
+START_TEST(init_from_a_file_starts_and_stays_identical) {
+    static Config file_cfg, init_cfg, fresh_cfg;
+    Trainer file_run, init, fresh;
+    run_to(&file_run, &file_cfg, (const char *const[]){"train.steps=2", "model.num_classes=7",
+                                                       "checkpoint.dir=dp_init", NULL});
+    trainer_free(&file_run);
+    comm->barrier(comm);  // rank 0 wrote the file
+    make_config(&init_cfg, (const char *const[]){"model.init=dp_init/last.safetensors", NULL});
+    make_config(&fresh_cfg, NULL);
+    trainer_start(&init, &init_cfg, comm);
+    trainer_start(&fresh, &fresh_cfg, comm);
+    State s = {0}, drawn = {0};
+    state_read(&init, &s), state_read(&fresh, &drawn);
+    char why[512];
+    ck_assert_msg(same_on_every_rank(state_hash(&s), why, sizeof why), "after model.init: %s", why);
+    ck_assert_msg(tu_on_every_rank(comm, master_changed(&drawn, &s)), "model.init left the drawn weights");
+    for (int step = 1; step <= 4; step++) {
+        tu_train_step(&init);
+        state_read(&init, &s);
+        ck_assert_msg(same_on_every_rank(state_hash(&s), why, sizeof why), "after step %d: %s", step, why);
+    }
+    state_free(&s), state_free(&drawn);
+    trainer_free(&init), trainer_free(&fresh);
+}
+END_TEST
+
 static Suite *data_parallel_suite(void) {
     Suite *s = suite_create("data_parallel");
     TCase *tc = tcase_create("cpu");
@@ -581,6 +612,7 @@ static Suite *data_parallel_suite(void) {
     tcase_add_test(tc, graph_path_trains_like_launches);
     tcase_add_test(tc, mixing_keeps_ranks_identical_and_the_graph_follows_the_draws);
     tcase_add_test(tc, resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_rounding);
+    tcase_add_test(tc, init_from_a_file_starts_and_stays_identical);
     suite_add_tcase(s, tc);
     return s;
 }

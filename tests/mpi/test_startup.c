@@ -189,13 +189,15 @@ START_TEST(no_gpu_ends_every_rank) {
 END_TEST
 
 // A rank started in another mode (a flag of its own) meets the others in the first, fixed-size exchange:
-// exit 2 everywhere at once, naming the rank and both modes. Before, --version or --print-config on one
-// rank left the others waiting for it forever, --dry-run or --bench for dist.timeout_s or in
-// MPI_ERR_TRUNCATE.
+// exit 2 everywhere at once, naming the rank and both modes (--eval among them). Before, --version or
+// --print-config on one rank left the others waiting for it forever, --dry-run or --bench for
+// dist.timeout_s or in MPI_ERR_TRUNCATE.
 static const Mismatch modes[] = {
     {"--version", "", "the command lines differ between ranks: the mode is training on rank 1 but --version on rank 0"},
     {"", "--print-config", "the command lines differ between ranks: the mode is --print-config on rank 1 but training on rank 0"},
     {"", "--dry-run", "the command lines differ between ranks: the mode is --dry-run on rank 1 but training on rank 0"},
+    {"--eval", "", "the command lines differ between ranks: the mode is training on rank 1 but --eval on rank 0"},
+    {"--eval", "--dry-run", "the mode is --dry-run on rank 1 but --eval on rank 0"},
     {"", "--bench", "the mode is --bench --bench-steps 30 --bench-warmup 8 on rank 1 but training on rank 0"},
     {"--bench-data", "--bench-data --bench-steps 4", "the mode is --bench-data --bench-steps 4 on rank 1 but --bench-data --bench-steps 30 on rank 0"},
     {"", "--frobnicate", "the mode is a command-line error (exit 2) on rank 1 but training on rank 0"},
@@ -205,6 +207,44 @@ START_TEST(different_modes_are_refused) {
     make_folders();
     const Mismatch *m = &modes[_i];
     assert_refused(run_pair(m->a, m->b), 2, m->expect);
+}
+END_TEST
+
+// --eval under mpiexec: each rank evaluates its shard of the validation split and the sums are reduced,
+// so two ranks report the samples, top-1 and top-5 of one process (the loss to rounding); ranks whose
+// files differ are refused.
+static void eval_line(char *line, size_t cap) {
+    const char *at = strstr(out, "eval  ck.safetensors  ");
+    ck_assert_msg(at != NULL, "no evaluation line in:\n%s", out);
+    snprintf(line, cap, "%.*s", (int)strcspn(at, "\n"), at);
+}
+
+static double field_after(const char *line, const char *key) {
+    const char *at = strstr(line, key);
+    ck_assert_msg(at != NULL, "no '%s' in %s", key, line);
+    return atof(at + strlen(key));
+}
+
+START_TEST(eval_over_two_ranks_is_one_evaluation) {
+    make_folders();
+    make_checkpoint("r0", 2);
+    ck_assert_int_eq(system("cp startup/r0/ck.safetensors startup/r1/ck.safetensors"), 0);
+    char args[1024], one[512], two[512];
+    snprintf(args, sizeof args, "cd startup/r0 && %s %s " QUICK " data.val_size=96 --eval checkpoint.resume=ck.safetensors "
+             "2>&1", AMPTRAIN_BIN, TINY);
+    ck_assert_int_eq(tu_run_shell(args, out, sizeof out), 0);
+    eval_line(one, sizeof one);
+    const char *eval = "data.val_size=96 --eval checkpoint.resume=ck.safetensors";
+    int rc = run_pair(eval, eval);
+    ck_assert_msg(rc == 0, "exit %d:\n%s", rc, out);
+    eval_line(two, sizeof two);
+    ck_assert_msg(strstr(one, "(96 samples)") && strstr(two, "(96 samples)"), "%s\n%s", one, two);
+    ck_assert_double_eq(field_after(two, "top-1 "), field_after(one, "top-1 "));
+    ck_assert_double_eq(field_after(two, "top-5 "), field_after(one, "top-5 "));
+    ck_assert_double_eq_tol(field_after(two, "loss "), field_after(one, "loss "), 2e-4);
+    make_checkpoint("r1", 1);
+    assert_refused(run_pair(eval, eval), 2, "the weights --eval loaded differ between ranks: the digest of the weights "
+                   "and BN statistics read is ");
 }
 END_TEST
 
@@ -247,6 +287,7 @@ static Suite *startup_suite(void) {
     tcase_add_test(tc, no_gpu_ends_every_rank);
     tcase_add_loop_test(tc, different_modes_are_refused, 0, (int)(sizeof modes / sizeof modes[0]));
     tcase_add_test(tc, different_data_is_refused);
+    tcase_add_test(tc, eval_over_two_ranks_is_one_evaluation);
     suite_add_tcase(s, tc);
     return s;
 }
