@@ -40,8 +40,8 @@ void trainer_step(struct Trainer *t, MicroBatchFn next, void *ctx, int n_micro);
 // The same over an array of micro-batches (tests, the benchmark).
 void trainer_step_array(struct Trainer *t, const MicroBatch *micro, int n_micro);
 // Steps 5-10 on the gradients in t->model.grads, summed over ranks already: what every step ends with.
-// Outside trainer_step (the optimizer's parity test), call sgd_set_lr and ema_begin_step before, and
-// ema_end_step after, as trainer_step does.
+// Outside trainer_step (the optimizer's parity test), call sgd_set_lr, ema_begin_step and
+// scaler_begin_step before, and ema_end_step after, as trainer_step does.
 void trainer_apply_gradients(struct Trainer *t);
 // The phases of the last step (waits for it); requires t->timed = 1 before that step.
 StepPhases trainer_step_phases(struct Trainer *t);
