@@ -122,6 +122,26 @@ START_TEST(test_norm_weight_decay_defaults_to_weight_decay) {
 }
 END_TEST
 
+// The keys' ranges: one line naming the key, status 2.
+START_TEST(test_recipe_keys_refuse_values_torch_would_not_take) {
+    const char *bad[] = {"train.ema_decay=1", "train.ema_decay=-0.1", "train.ema_every=0", "train.clip_grad_norm=-1",
+                         "train.norm_weight_decay=-1e-5"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        Config cfg;
+        char *ov[] = {(char *)bad[i]};
+        FILE *err = tmpfile();
+        ck_assert_int_eq(config_load(&cfg, NULL, 1, ov, err), 2);
+        char line[512] = "";
+        rewind(err);
+        ck_assert_ptr_nonnull(fgets(line, sizeof line, err));
+        char key[64];
+        snprintf(key, sizeof key, "%.*s", (int)(strchr(bad[i], '=') - bad[i]), bad[i]);
+        ck_assert_msg(strstr(line, key) != NULL, "'%s' does not name %s", line, key);
+        fclose(err);
+    }
+}
+END_TEST
+
 // ---- clipping ----------------------------------------------------------------------------------------
 
 // An AMP step with max_norm far below the gradient norm: the norm the step used is the L2 norm of the
@@ -405,6 +425,7 @@ static Suite *recipe_optim_suite(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_norm_weight_decay_applies_to_bn_parameters_only);
     tcase_add_test(tc, test_norm_weight_decay_defaults_to_weight_decay);
+    tcase_add_test(tc, test_recipe_keys_refuse_values_torch_would_not_take);
     tcase_add_test(tc, test_clipped_step_matches_a_direct_computation);
     tcase_add_test(tc, test_unreached_max_norm_changes_nothing);
     tcase_add_test(tc, test_nonfinite_norm_skips_the_step);
