@@ -114,6 +114,14 @@ static int same_on_every_rank(uint64_t mine, char *why, size_t cap) {
     return same;
 }
 
+// One step of each of two trainers run side by side, and their states after it.
+static void step_both(Trainer *x, Trainer *y, State *sx, State *sy) {
+    tu_train_step(x);
+    tu_train_step(y);
+    state_read(x, sx);
+    state_read(y, sy);
+}
+
 static int master_changed(const State *before, const State *after) {
     return memcmp(before->master, after->master, after->n * sizeof(float)) != 0;
 }
@@ -410,10 +418,7 @@ START_TEST(many_buckets_train_like_one) {
     State a = {0}, b = {0};
     char why[512];
     for (int step = 1; step <= STEPS; step++) {
-        tu_train_step(&many);
-        tu_train_step(&one);
-        state_read(&many, &a);
-        state_read(&one, &b);
+        step_both(&many, &one, &a, &b);
         ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "%d buckets, after step %d: %s",
                       many.buckets.count, step, why);
         // With 1 or 2 ranks each element's sum is one addition, so where the buckets end cannot change it.
@@ -452,10 +457,7 @@ START_TEST(graph_path_trains_like_launches) {
     State a = {0}, b = {0};
     char why[512];
     for (int step = 1; step <= STEPS; step++) {
-        tu_train_step(&g);
-        tu_train_step(&l);
-        state_read(&g, &a);
-        state_read(&l, &b);
+        step_both(&g, &l, &a, &b);
         ck_assert_msg(tu_on_every_rank(comm, state_hash(&a) == state_hash(&b)), "step %d: the graph and launches differ", step);
         ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "graph, after step %d: %s", step, why);
     }
@@ -493,10 +495,7 @@ START_TEST(recipe_optimizer_keeps_ranks_identical) {
     State a = {0}, b = {0};
     char why[512];
     for (int step = 1; step <= STEPS; step++) {
-        tu_train_step(&g);
-        tu_train_step(&l);
-        state_read(&g, &a);
-        state_read(&l, &b);
+        step_both(&g, &l, &a, &b);
         float norm, norm_l;
         be->to_host(be, &norm, g.opt.grad_norm, sizeof norm);
         be->to_host(be, &norm_l, l.opt.grad_norm, sizeof norm_l);

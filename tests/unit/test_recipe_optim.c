@@ -24,26 +24,6 @@
                     "data.train_size=64", "data.val_size=0", "data.prefetch=0", "log.metrics=", "checkpoint.dir=", \
                     "log.progress=never", "train.schedule=constant", "train.warmup_steps=0"
 
-typedef struct Run {
-    Config cfg;
-    Backend *be;
-    Comm *comm;
-    Trainer t;
-} Run;
-
-static void run_start(Run *r, const char *const *overrides) {
-    tu_config(&r->cfg, overrides);
-    r->be = cpu_backend_create();
-    r->comm = comm_single_create();
-    ck_assert_int_eq(trainer_init(&r->t, &r->cfg, r->be, r->comm, r->comm), 0);
-}
-
-static void run_stop(Run *r) {
-    trainer_free(&r->t);
-    r->be->destroy(r->be);
-    r->comm->destroy(r->comm);
-}
-
 // Host copy of n floats of CPU-backend memory (host memory).
 static float *copy_floats(const float *src, size_t n) {
     float *dst = malloc((n ? n : 1) * sizeof(float));
@@ -62,7 +42,7 @@ static double *unscaled_grads(const Model *m, float scale) {
 }
 
 // Random masters (the BN biases start at zero, where no decay shows), the compute copy refreshed.
-static void randomise_weights(Run *r, uint64_t seed) {
+static void randomise_weights(TuTrainer *r, uint64_t seed) {
     Model *m = &r->t.model;
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.items[i];
@@ -79,8 +59,8 @@ static void randomise_weights(Run *r, uint64_t seed) {
 START_TEST(test_norm_weight_decay_applies_to_bn_parameters_only) {
     const char *ov[] = {SMALL_MODEL, "amp.enabled=false", "train.lr=0.1", "train.weight_decay=0.02",
                         "train.norm_weight_decay=0.005", NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     ck_assert_double_eq(r.cfg.train.norm_weight_decay, 0.005);
     randomise_weights(&r, 7000);
     Model *m = &r.t.model;
@@ -108,7 +88,7 @@ START_TEST(test_norm_weight_decay_applies_to_bn_parameters_only) {
     }
     for (int k = 0; k < 5; k++) ck_assert_msg(checked[k] > 0, "parameter kind %d not seen", k);
     free(before), free(g);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
@@ -151,8 +131,8 @@ END_TEST
 START_TEST(test_clipped_step_matches_a_direct_computation) {
     const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "train.lr=10", "train.weight_decay=1e-3",
                         "train.clip_grad_norm=0.05", NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     Model *m = &r.t.model;
     size_t np = m->params.padded_numel;
     float *before = copy_floats(m->master, np);
@@ -172,7 +152,7 @@ START_TEST(test_clipped_step_matches_a_direct_computation) {
     }
     ck_assert_msg(sqrt(diff2 / want2) < 1e-3, "the clipped step is %g off the direct computation", sqrt(diff2 / want2));
     free(before), free(g);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
@@ -181,16 +161,16 @@ END_TEST
 START_TEST(test_unreached_max_norm_changes_nothing) {
     const char *with[] = {SMALL_MODEL, "amp.init_scale=1024", "train.clip_grad_norm=1e9", NULL};
     const char *without[] = {SMALL_MODEL, "amp.init_scale=1024", NULL};
-    Run a, b;
-    run_start(&a, with);
-    run_start(&b, without);
+    TuTrainer a, b;
+    tu_trainer_start(&a, with);
+    tu_trainer_start(&b, without);
     tu_train_steps(&a.t, 3);
     tu_train_steps(&b.t, 3);
     size_t np = a.t.model.params.padded_numel;
     ck_assert(memcmp(a.t.model.master, b.t.model.master, np * sizeof(float)) == 0);
     ck_assert(*a.t.opt.grad_norm > 0);
-    run_stop(&a);
-    run_stop(&b);
+    tu_trainer_stop(&a);
+    tu_trainer_stop(&b);
 }
 END_TEST
 
@@ -217,8 +197,8 @@ START_TEST(test_nonfinite_norm_skips_the_step) {
     const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "train.clip_grad_norm=0.05", "debug.inject_step=1",
                         "debug.inject_value=.inf", "train.steps=3", "log.every=1", "log.metrics=clip_inf/m.jsonl",
                         NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
     tu_train_step(&r.t);
     float *w = copy_floats(r.t.model.master, np), *mom = copy_floats(r.t.opt.momentum, np);
@@ -234,13 +214,13 @@ START_TEST(test_nonfinite_norm_skips_the_step) {
     ck_assert(memcmp(w, r.t.model.master, np * sizeof(float)) != 0);
     for (size_t i = 0; i < np; i++) ck_assert(isfinite(r.t.model.master[i]));
     free(w), free(mom);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 
     // The same run through trainer_run, for its records.
-    Run f;
-    run_start(&f, ov);
+    TuTrainer f;
+    tu_trainer_start(&f, ov);
     ck_assert_int_eq(trainer_run(&f.t, NULL), 0);
-    run_stop(&f);
+    tu_trainer_stop(&f);
     char *text = tu_read_file("clip_inf/m.jsonl", NULL);
     ck_assert_ptr_nonnull(text);
     const char *s1 = strstr(text, "{\"step\":1,"), *s2 = strstr(text, "{\"step\":2,"), *s3 = strstr(text, "{\"step\":3,");
@@ -275,8 +255,8 @@ START_TEST(test_ema_equals_the_rule_after_n_steps) {
     enum { STEPS = 13, EVERY = 2, WARMUP = 3 };
     const char *ov[] = {SMALL_MODEL, "train.epochs=3", "train.ema_decay=0.9", "train.ema_every=2",
                         "train.warmup_steps=3", "train.clip_grad_norm=1", "train.norm_weight_decay=0", NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     Model *m = &r.t.model;
     ck_assert_int_eq(r.t.steps_per_epoch, 8);
     const double decay = torchvision_decay(0.9, 8, EVERY, 3);
@@ -312,7 +292,7 @@ START_TEST(test_ema_equals_the_rule_after_n_steps) {
     ck_assert(tracked != m->num_batches_tracked);  // an average, not a copy
     ck_assert(memcmp(avg, m->master, np * sizeof(float)) != 0);
     free(avg), free(avg_stats);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
@@ -321,8 +301,8 @@ END_TEST
 START_TEST(test_ema_evaluation_is_the_averaged_model_s) {
     const char *ov[] = {SMALL_MODEL, "data.val_size=24", "train.ema_decay=0.99", "train.ema_every=1", NULL};
     const char *plain[] = {SMALL_MODEL, "data.val_size=24", NULL};
-    Run r, ref;
-    run_start(&r, ov);
+    TuTrainer r, ref;
+    tu_trainer_start(&r, ov);
     tu_train_steps(&r.t, 5);
     EvalRecord first = trainer_evaluate(&r.t);
     ck_assert_int_eq(first.has_ema, 1);
@@ -331,7 +311,7 @@ START_TEST(test_ema_evaluation_is_the_averaged_model_s) {
     ck_assert(first.loss == again.loss && first.top1 == again.top1 && first.ema_loss == again.ema_loss);
     ck_assert(first.loss != first.ema_loss);
     Model *m = &r.t.model;
-    run_start(&ref, plain);
+    tu_trainer_start(&ref, plain);
     memcpy(ref.t.model.master, r.t.ema.params, m->params.padded_numel * sizeof(float));
     memcpy(ref.t.model.running, r.t.ema.stats, m->stats_numel * sizeof(float));
     model_refresh_compute(&ref.t.model, ref.be);
@@ -340,8 +320,8 @@ START_TEST(test_ema_evaluation_is_the_averaged_model_s) {
     ck_assert_msg(want.loss == first.ema_loss && want.top1 == first.ema_top1 && want.top5 == first.ema_top5,
                   "EMA evaluation loss %.9g top-1 %g, the averaged model's %.9g %g", first.ema_loss, first.ema_top1,
                   want.loss, want.top1);
-    run_stop(&ref);
-    run_stop(&r);
+    tu_trainer_stop(&ref);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
@@ -357,14 +337,14 @@ START_TEST(test_resume_restores_the_ema_bitwise) {
     const char *first_half[] = {RECIPE, "train.steps=10", "checkpoint.dir=ema_resume", NULL};
     const char *second_half[] = {RECIPE, "train.steps=20", "checkpoint.resume=ema_resume/last.safetensors", NULL};
 #undef RECIPE
-    Run a, b, c;
-    run_start(&a, straight);
+    TuTrainer a, b, c;
+    tu_trainer_start(&a, straight);
     ck_assert_int_eq(trainer_run(&a.t, NULL), 0);
-    run_start(&b, first_half);
+    tu_trainer_start(&b, first_half);
     ck_assert_int_eq(trainer_run(&b.t, NULL), 0);
     ck_assert_int_eq(b.t.step, 10);
-    run_stop(&b);
-    run_start(&c, second_half);
+    tu_trainer_stop(&b);
+    tu_trainer_start(&c, second_half);
     ck_assert_int_eq(c.t.step, 10);
     ck_assert_int_eq(trainer_run(&c.t, NULL), 0);
     ck_assert_int_eq(c.t.step, 20);
@@ -396,8 +376,8 @@ START_TEST(test_resume_restores_the_ema_bitwise) {
     ck_assert_int_eq(n_averaged, 2);
     ck_assert_int_lt(tracked, 10);
     st_close(f);
-    run_stop(&a);
-    run_stop(&c);
+    tu_trainer_stop(&a);
+    tu_trainer_stop(&c);
 }
 END_TEST
 
@@ -406,16 +386,16 @@ START_TEST(test_resume_without_an_ema_starts_it_from_the_weights) {
     const char *writer[] = {SMALL_MODEL, "train.steps=3", "checkpoint.dir=ema_none", NULL};
     const char *reader[] = {SMALL_MODEL, "train.steps=6", "train.ema_decay=0.9",
                             "checkpoint.resume=ema_none/last.safetensors", NULL};
-    Run w, r;
-    run_start(&w, writer);
+    TuTrainer w, r;
+    tu_trainer_start(&w, writer);
     ck_assert_int_eq(trainer_run(&w.t, NULL), 0);
-    run_stop(&w);
-    run_start(&r, reader);
+    tu_trainer_stop(&w);
+    tu_trainer_start(&r, reader);
     size_t np = r.t.model.params.padded_numel;
     ck_assert(memcmp(r.t.ema.params, r.t.model.master, np * sizeof(float)) == 0);
     ck_assert_int_eq(r.t.ema.n_averaged, 0);
     ck_assert_int_eq(r.t.ema.num_batches_tracked, 3);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
