@@ -45,8 +45,8 @@
 #             and CutMix (tests/parity/recipe_loss.py -> test_recipe_loss, then 20 graph-replayed steps with them on)
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
-#   recipe    the modern recipe's features against PyTorch (tests/parity/recipe_*.py), one delimited block each:
-#             model.init from torchvision's state_dict and --eval against torchvision's eval-mode loss
+#   recipe    the modern recipe's features against PyTorch and torchvision (tests/parity/recipe_*.py), one
+#             delimited block per feature
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
 # The JPEG stages (fmnist, jpegs, jpegloop) need libjpeg-turbo in the bundle: bash dev/devdeps-add-jpeg.sh .devdeps
 # (the build stage prints whether CMake found it).
@@ -332,6 +332,25 @@ scaling_run() {  # out-folder extra-flags...
 }
 stage_scaling() { scaling_run "$OUT/scaling"; }
 stage_scalingnet() { scaling_run "$OUT/scaling-net" --simulate-network; }
+stage_recipe() {
+    local rc=0
+    # ---- recipe: optimizer (train.norm_weight_decay, train.clip_grad_norm, train.ema_decay) --------------
+    # torch SGD with torchvision's decay groups, clip_grad_norm_ and ExponentialMovingAverage against
+    # amptrain's steps on the same gradients (CPU and CUDA); then a ResNeXt-50 run with all three on, whose
+    # checkpoint torchvision loads, the EMA into AveragedModel.
+    mkdir -p /tmp/parity && python3 tests/parity/recipe_optim.py /tmp/parity/recipe_optim.safetensors &&
+        AMPTRAIN_REQUIRE_GPU=1 AMPTRAIN_RECIPE_OPTIM_FILE=/tmp/parity/recipe_optim.safetensors \
+            build/test_recipe_optim_parity | grep -E "recipe_optim|Checks|skipped" || rc=1
+    rm -rf /tmp/recipe_optim_run
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml data.source=synthetic data.batch_size=32 data.val_size=64 \
+        data.train_size=128 train.epochs=1 train.norm_weight_decay=0 train.clip_grad_norm=1 train.ema_decay=0.99998 \
+        train.ema_every=2 train.warmup_steps=1 log.every=1 log.progress=never checkpoint.dir=/tmp/recipe_optim_run \
+        log.metrics=/tmp/recipe_optim_run/metrics.jsonl 2>&1 | grep -E "^eval|summary|error" || rc=1
+    grep -c '"grad_norm"' /tmp/recipe_optim_run/metrics.jsonl || rc=1
+    python3 tests/parity/check_checkpoint.py /tmp/recipe_optim_run/last.safetensors || rc=1
+    # ---- end recipe: optimizer ------------------------------------------------------------------------
+    return $rc
+}
 
 nvidia-smi -L
 for s in "$@"; do

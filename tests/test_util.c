@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "config/config.h"
 #include "checkpoint/safetensors.h"
+#include "dist/dist.h"
 #include "train/trainer.h"
 
 #include <dirent.h>
@@ -354,4 +355,17 @@ void tu_config(Config *cfg, const char *const *overrides) {
     int n = 0;
     while (overrides && overrides[n]) n++;
     ck_assert_int_eq(config_load(cfg, NULL, n, (char **)overrides, stderr), 0);
+}
+
+void tu_trainer_start(TuTrainer *r, const char *const *overrides) {
+    tu_config(&r->cfg, overrides);
+    r->be = cpu_backend_create();
+    r->comm = comm_single_create();
+    ck_assert_int_eq(trainer_init(&r->t, &r->cfg, r->be, r->comm, r->comm), 0);
+}
+
+void tu_trainer_stop(TuTrainer *r) {
+    trainer_free(&r->t);
+    r->be->destroy(r->be);
+    r->comm->destroy(r->comm);
 }

@@ -5,6 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config/config.h"
+#include "train/trainer.h"
+
 // Every test binary links this file, and before main it makes AMPTRAIN_TEST_SCRATCH (its folder under
 // build/test-scratch) the working directory: the relative paths the suites write (checkpoints, configs,
 // logs) land there however the binary was started, never in the checkout or the caller's folder. A binary
@@ -91,8 +94,18 @@ void tu_train_steps(struct Trainer *t, int n);
 
 // A config from the defaults plus overrides ("section.key=value"), NULL-terminated (NULL: none); the
 // test fails if it does not load.
-struct Config;
-void tu_config(struct Config *cfg, const char *const *overrides);
+void tu_config(Config *cfg, const char *const *overrides);
+
+// A trainer on the CPU backend and a single-rank communicator, from tu_config's overrides; the test fails
+// if trainer_init does. tu_trainer_stop frees all three.
+typedef struct TuTrainer {
+    Config cfg;
+    Backend *be;
+    Comm *comm;
+    Trainer t;
+} TuTrainer;
+void tu_trainer_start(TuTrainer *r, const char *const *overrides);
+void tu_trainer_stop(TuTrainer *r);
 
 // A fault scenario of the calling test binary, run as a job of its own (test_comm_faults.c,
 // test_nccl_faults.c): the binary is both the suite and, given a scenario name, the program under test.

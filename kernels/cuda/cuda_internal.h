@@ -87,8 +87,8 @@ int cuda_pick_log_enabled(void);
 
 // ---- the ops core/backend_ops.def marks LIST (or NVJPEG) for CUDA: cuda_<op> ----------------------------
 // cudnn_conv.cu (the convolutions, conv_prepare), cudnn_batchnorm.cu (the batch norms, bn_prepare),
-// cuda_pool.cu, cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu (nonfinite_check, sgd_step,
-// scaler_update, cast), cuda_input.cu (the input slots, input_normalize) and nvjpeg_decode.cu
+// cuda_pool.cu, cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu (nonfinite_check, grad_norm,
+// sgd_step, scaler_update, ema_update, cast), cuda_input.cu (the input slots, input_normalize) and nvjpeg_decode.cu
 // (input_decode; built only when CMake finds nvJPEG: AMPTRAIN_HAVE_NVJPEG).
 #define CUDA_DECLARE_LIST(ret, op, params) ret cuda_##op(Backend *be BACKEND_PARAMS(params));
 #define CUDA_DECLARE_NVJPEG CUDA_DECLARE_LIST

@@ -1,6 +1,6 @@
 // cuda_optim.cu - the AMP end of the step on the device: the inf/NaN check over gradient buffers, the
-// fused unscale + SGD update of fp32 masters (writing the fp16 copies), GradScaler's one-thread update,
-// and fp32 <-> fp16 casts.
+// global gradient norm, the fused unscale + clip + SGD update of fp32 masters (writing the fp16 copies),
+// GradScaler's one-thread update, the weight average (EMA), and fp32 <-> fp16 casts.
 //
 // These kernels are pure memory traffic (the SGD step moves 20 bytes per parameter: fp16 grad in, fp32
 // master and momentum in and out, fp16 copy out), so each thread moves 16-byte vectors through a
@@ -91,19 +91,93 @@ void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, flo
     CUDA_CHECK_LAUNCH();
 }
 
+// ---- grad_norm -----------------------------------------------------------------------------------------
+
+#define NORM_THREADS 256  // the block size of both kernels; a power of two for the tree
+
+// The sum of the NORM_THREADS values in s[] (shared), left in s[0]: a tree in a fixed order, so the same
+// inputs give the same bits.
+static __device__ __forceinline__ void block_tree_sum(float *s) {
+    for (int width = NORM_THREADS / 2; width > 0; width /= 2) {
+        __syncthreads();
+        if ((int)threadIdx.x < width) s[threadIdx.x] = __fadd_rn(s[threadIdx.x], s[threadIdx.x + width]);
+    }
+    __syncthreads();
+}
+
+// grad (n) T -> partial[blockIdx.x] = this block's sum of (grad * (1/S))^2 in fp32. Every thread walks a
+// fixed set of elements in a fixed order: the grid depends on n (and grad's alignment) only.
+template <typename T>
+__global__ void grad_sumsq_kernel(const T *grad, VecSplit sp, const ScalerState *state, float *partial) {
+    constexpr int VEC = 16 / sizeof(T);
+    __shared__ float s[NORM_THREADS];
+    const float inv_scale = __fdiv_rn(1.0f, state->scale);
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    float acc = 0.0f;
+    for (size_t v = tid; v < sp.nvec; v += stride) {
+        const ElemPack<T, VEC> pk = *(const ElemPack<T, VEC> *)(grad + sp.head + v * VEC);
+#pragma unroll
+        for (int j = 0; j < VEC; j++) {
+            const float u = __fmul_rn(to_f32(pk.e[j]), inv_scale);
+            acc = __fmaf_rn(u, u, acc);
+        }
+    }
+    for (size_t r = tid; r < sp.rest; r += stride) {
+        const float u = __fmul_rn(to_f32(grad[scalar_index(r, sp, VEC)]), inv_scale);
+        acc = __fmaf_rn(u, u, acc);
+    }
+    s[threadIdx.x] = acc;
+    block_tree_sum(s);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s[0];
+}
+
+// partial (count) -> *norm = sqrt of their sum, one block.
+__global__ void grad_norm_finish_kernel(const float *partial, unsigned count, float *norm) {
+    __shared__ float s[NORM_THREADS];
+    float acc = 0.0f;
+    for (unsigned i = threadIdx.x; i < count; i += NORM_THREADS) acc = __fadd_rn(acc, partial[i]);
+    s[threadIdx.x] = acc;
+    block_tree_sum(s);
+    if (threadIdx.x == 0) *norm = __fsqrt_rn(s[0]);
+}
+
+void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const ScalerState *state, float *norm) {
+    CudaBackend *cb = cuda_state(be);
+    cudaStream_t stream = cb->stream;
+    const int vec = (int)(16 / dtype_size(dt));
+    const VecOperand ops[1] = {{grad, dtype_size(dt)}};
+    const VecSplit sp = vec_split(n, vec, ops, 1);
+    static_assert(NORM_THREADS == OPTIM_THREADS, "optim_blocks counts blocks of OPTIM_THREADS");
+    const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
+    float *partial = (float *)cuda_scratch_get(cb, blocks * sizeof(float));
+    if (dt == DTYPE_F16)
+        grad_sumsq_kernel<__half><<<blocks, NORM_THREADS, 0, stream>>>((const __half *)grad, sp, state, partial);
+    else
+        grad_sumsq_kernel<float><<<blocks, NORM_THREADS, 0, stream>>>((const float *)grad, sp, state, partial);
+    CUDA_CHECK_LAUNCH();
+    grad_norm_finish_kernel<<<1, NORM_THREADS, 0, stream>>>(partial, blocks, norm);
+    CUDA_CHECK_LAUNCH();
+    cuda_scratch_put(cb, partial);  // stream order: the next user's kernels queue behind these
+}
+
 // ---- sgd_step ------------------------------------------------------------------------------------------
 
 #define SGD_VEC 4  // 16 bytes of fp32 master and momentum, 8 (or 16) bytes of gradient, 8 of fp16 copy
 
-// grad (n) G; master, mom (n) fp32; copy (n) fp16 or NULL. Skipped as a whole when the agreed verdict in
-// state->found_inf is set, so a skipped step leaves every buffer bitwise as it was.
+// grad (n) G; master, mom (n) fp32; copy (n) fp16 or NULL; decay_group (ceil(n / SGD_DECAY_SPAN)) u8 or
+// NULL (a byte per span, read from L1 by the threads of a span); grad_norm (1) or NULL. Skipped as a whole
+// when the agreed verdict in state->found_inf is set, so a skipped step leaves every buffer bitwise as it
+// was and never reads the norm.
 template <typename G>
-__global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, __half *copy,
-                                SgdParams p, const float *lr_ptr, const ScalerState *state) {
+__global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, __half *copy, SgdParams p,
+                                const uint8_t *decay_group, const float *lr_ptr, const float *grad_norm,
+                                const ScalerState *state) {
     if (state->found_inf != 0.0f) return;
     const float lr = *lr_ptr;
     // 1/S once, then a multiply, as GradScaler.unscale_ does (exact for S = 2^k).
     const float inv_scale = __fdiv_rn(1.0f, state->scale);
+    const float clip = grad_norm ? clip_factor_rule(*grad_norm, p.max_norm) : 1.0f;
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t v = tid; v < sp.nvec; v += stride) {
@@ -112,7 +186,9 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
         ElemPack<float, SGD_VEC> w = *(const ElemPack<float, SGD_VEC> *)(master + i);
         ElemPack<float, SGD_VEC> m = *(const ElemPack<float, SGD_VEC> *)(mom + i);
 #pragma unroll
-        for (int j = 0; j < SGD_VEC; j++) sgd_update_rule(to_f32(g.e[j]), inv_scale, lr, &p, &w.e[j], &m.e[j]);
+        for (int j = 0; j < SGD_VEC; j++)
+            sgd_update_rule(to_f32(g.e[j]), inv_scale, clip, sgd_decay_of(&p, decay_group, i + j), lr, &p, &w.e[j],
+                            &m.e[j]);
         *(ElemPack<float, SGD_VEC> *)(master + i) = w;
         *(ElemPack<float, SGD_VEC> *)(mom + i) = m;
         if (copy) {
@@ -124,24 +200,26 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
     }
     for (size_t r = tid; r < sp.rest; r += stride) {
         const size_t i = scalar_index(r, sp, SGD_VEC);
-        sgd_update_rule(to_f32(grad[i]), inv_scale, lr, &p, &master[i], &mom[i]);
+        sgd_update_rule(to_f32(grad[i]), inv_scale, clip, sgd_decay_of(&p, decay_group, i), lr, &p, &master[i],
+                        &mom[i]);
         if (copy) copy[i] = __float2half_rn(master[i]);
     }
 }
 
-void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
-                   void *copy, const SgdParams *p, const float *lr, const ScalerState *state) {
+void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom, void *copy,
+                   const SgdParams *p, const uint8_t *decay_group, const float *lr, const float *grad_norm,
+                   const ScalerState *state) {
     if (n == 0) return;
     cudaStream_t stream = cuda_state(be)->stream;
     const VecOperand ops[4] = {{master, 4}, {mom, 4}, {grad, dtype_size(grad_dt)}, {copy, 2}};
     const VecSplit sp = vec_split(n, SGD_VEC, ops, 4);
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
     if (grad_dt == DTYPE_F16)
-        sgd_step_kernel<__half><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const __half *)grad, master, mom,
-                                                                       (__half *)copy, *p, lr, state);
+        sgd_step_kernel<__half><<<blocks, OPTIM_THREADS, 0, stream>>>(
+            sp, (const __half *)grad, master, mom, (__half *)copy, *p, decay_group, lr, grad_norm, state);
     else
-        sgd_step_kernel<float><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const float *)grad, master, mom,
-                                                                      (__half *)copy, *p, lr, state);
+        sgd_step_kernel<float><<<blocks, OPTIM_THREADS, 0, stream>>>(
+            sp, (const float *)grad, master, mom, (__half *)copy, *p, decay_group, lr, grad_norm, state);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -154,6 +232,39 @@ __global__ void scaler_update_kernel(ScalerState *state, float growth, float bac
 
 void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval, int dynamic) {
     scaler_update_kernel<<<1, 1, 0, cuda_state(be)->stream>>>(state, growth, backoff, interval, dynamic);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- ema_update ----------------------------------------------------------------------------------------
+
+#define EMA_VEC 4
+
+// avg, src (n) fp32; nothing written when ctl->mode is EMA_SKIP.
+__global__ void ema_update_kernel(VecSplit sp, float *avg, const float *src, const EmaControl *ctl_ptr) {
+    const EmaControl ctl = *ctl_ptr;
+    if (ctl.mode == EMA_SKIP) return;
+    const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t v = tid; v < sp.nvec; v += stride) {
+        const size_t i = sp.head + v * EMA_VEC;
+        ElemPack<float, EMA_VEC> a = *(const ElemPack<float, EMA_VEC> *)(avg + i);
+        const ElemPack<float, EMA_VEC> x = *(const ElemPack<float, EMA_VEC> *)(src + i);
+#pragma unroll
+        for (int j = 0; j < EMA_VEC; j++) a.e[j] = ema_update_rule(&ctl, a.e[j], x.e[j]);
+        *(ElemPack<float, EMA_VEC> *)(avg + i) = a;
+    }
+    for (size_t r = tid; r < sp.rest; r += stride) {
+        const size_t i = scalar_index(r, sp, EMA_VEC);
+        avg[i] = ema_update_rule(&ctl, avg[i], src[i]);
+    }
+}
+
+void cuda_ema_update(Backend *be, size_t n, float *avg, const float *src, const EmaControl *ctl) {
+    if (n == 0) return;
+    const VecOperand ops[2] = {{avg, 4}, {src, 4}};
+    const VecSplit sp = vec_split(n, EMA_VEC, ops, 2);
+    const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
+    ema_update_kernel<<<blocks, OPTIM_THREADS, 0, cuda_state(be)->stream>>>(sp, avg, src, ctl);
     CUDA_CHECK_LAUNCH();
 }
 

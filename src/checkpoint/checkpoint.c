@@ -22,6 +22,43 @@ static void model_signature(const Model *m, char *out, size_t n) {
              c->layers[1], c->layers[2], c->layers[3], c->cardinality, c->base_width, c->planes, c->num_classes);
 }
 
+// The BN running statistics and counter of every layer under `prefix` ("" for the model, "module." for the
+// EMA): stats (stats_numel) fp32 in our layout.
+static void write_bn_stats(SafetensorsWriter *w, const Model *m, const char *prefix, const float *stats,
+                           const int64_t *tracked) {
+    for (int i = 0; i < m->n_bn; i++) {
+        const ModelBnLayer *bn = m->bn_list[i];
+        char name[PARAM_NAME_MAX + 32];
+        int64_t shape[1] = {bn->c};
+        snprintf(name, sizeof name, "%s%s.running_mean", prefix, bn->prefix);
+        st_writer_add_copy(w, name, ST_F32, 1, shape, stats + bn->stats_offset);
+        snprintf(name, sizeof name, "%s%s.running_var", prefix, bn->prefix);
+        st_writer_add_copy(w, name, ST_F32, 1, shape, stats + bn->stats_offset + bn->c);
+        snprintf(name, sizeof name, "%s%s.num_batches_tracked", prefix, bn->prefix);
+        st_writer_add_copy(w, name, ST_I64, 0, NULL, tracked);
+    }
+}
+
+// The EMA as torchvision's AveragedModel.state_dict() holds it: module.<every parameter and buffer>, and
+// n_averaged. scratch: (padded_numel) floats.
+static void write_ema(SafetensorsWriter *w, const Ema *e, const Model *m, Backend *be, float *scratch) {
+    size_t np = m->params.padded_numel;
+    float *params = xcalloc(np, sizeof(float)), *stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float));
+    be->to_host(be, params, e->params, np * sizeof(float));
+    be->to_host(be, stats, e->stats, m->stats_numel * sizeof(float));
+    for (int i = 0; i < m->params.count; i++) {
+        const ParamInfo *p = &m->params.items[i];
+        char name[PARAM_NAME_MAX + 32];
+        snprintf(name, sizeof name, CHECKPOINT_EMA_PREFIX "%s", p->name);
+        params_to_torch_layout(p, params + p->offset, scratch + p->offset);
+        st_writer_add_copy(w, name, ST_F32, p->ndim, p->shape, scratch + p->offset);
+    }
+    write_bn_stats(w, m, CHECKPOINT_EMA_PREFIX, stats, &e->num_batches_tracked);
+    int64_t n_averaged = e->n_averaged;
+    st_writer_add_copy(w, CHECKPOINT_EMA_COUNT, ST_I64, 0, NULL, &n_averaged);
+    free(params), free(stats);
+}
+
 int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
     Model *m = &t->model;
     Backend *be = t->be;
@@ -55,17 +92,8 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
         st_writer_add_copy(w, name, ST_F32, p->ndim, p->shape, dst);
     }
     int64_t tracked = m->num_batches_tracked;
-    for (int i = 0; i < m->n_bn; i++) {
-        const ModelBnLayer *bn = m->bn_list[i];
-        char name[PARAM_NAME_MAX + 32];
-        int64_t shape[1] = {bn->c};
-        snprintf(name, sizeof name, "%s.running_mean", bn->prefix);
-        st_writer_add_copy(w, name, ST_F32, 1, shape, stats + bn->stats_offset);
-        snprintf(name, sizeof name, "%s.running_var", bn->prefix);
-        st_writer_add_copy(w, name, ST_F32, 1, shape, stats + bn->stats_offset + bn->c);
-        snprintf(name, sizeof name, "%s.num_batches_tracked", bn->prefix);
-        st_writer_add_copy(w, name, ST_I64, 0, NULL, &tracked);
-    }
+    write_bn_stats(w, m, "", stats, &tracked);
+    if (t->ema.enabled) write_ema(w, &t->ema, m, be, torch_order);
     char signature[256];
     model_signature(m, signature, sizeof signature);
     st_writer_set_meta(w, "format", CHECKPOINT_FORMAT);
@@ -126,6 +154,14 @@ static int read_bn_stat(SafetensorsFile *f, const char *prefix, const ModelBnLay
     return 0;
 }
 
+// A non-negative I64 scalar tensor.
+static int read_count(SafetensorsFile *f, const char *name, int64_t *value, char *err, size_t err_len) {
+    if (st_read(f, name, ST_I64, 0, NULL, value, err, err_len)) return 1;
+    if (*value >= 0) return 0;
+    snprintf(err, err_len, "%s: tensor '%s' is %" PRId64 ": must not be negative", st_path(f), name, *value);
+    return 1;
+}
+
 int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier, float *master,
                           float *stats, int64_t *tracked, char *err, size_t err_len) {
     float *scratch = xcalloc(m->params.padded_numel, sizeof(float));
@@ -143,11 +179,7 @@ int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix
             read_bn_stat(f, prefix, bn, "running_var", stats + bn->stats_offset + bn->c, err, err_len))
             goto done;
         snprintf(name, sizeof name, "%s%s.num_batches_tracked", prefix, bn->prefix);
-        if (st_read(f, name, ST_I64, 0, NULL, tracked, err, err_len)) goto done;
-        if (*tracked < 0) {
-            snprintf(err, err_len, "%s: tensor '%s' is %" PRId64 ": must not be negative", st_path(f), name, *tracked);
-            goto done;
-        }
+        if (read_count(f, name, tracked, err, err_len)) goto done;
     }
     rc = 0;
 done:
@@ -159,12 +191,17 @@ done:
 typedef struct Loaded {
     float *master, *momentum, *stats;  // (padded_numel), (padded_numel), (stats_numel) fp32, our layout
     int64_t tracked;
+    int has_ema;                       // the run averages and the file holds the average: ...
+    float *ema_params, *ema_stats;     // ... its tensors, as master and stats
+    int64_t ema_tracked, n_averaged;
     CheckpointMeta meta;
     ScalerState scaler;                // what the run's scaler starts from
     int epoch, step_in_epoch;          // where the run continues, in its own sampler's steps
 } Loaded;
 
-static void loaded_free(Loaded *l) { free(l->master), free(l->momentum), free(l->stats); }
+static void loaded_free(Loaded *l) {
+    free(l->master), free(l->momentum), free(l->stats), free(l->ema_params), free(l->ema_stats);
+}
 
 // The scaler the run starts from. A static scale (amp.dynamic false) is the config's amp.init_scale
 // whatever the file says: the user chose it; a warning says when the file's differs.
@@ -224,6 +261,15 @@ static int load_checked(const char *path, const Model *m, const CheckpointRun *r
         snprintf(name, sizeof name, CHECKPOINT_MOMENTUM_PREFIX "%s", p->name);
         if (read_param(f, p, name, scratch, out->momentum + p->offset, err, err_len)) goto done;
     }
+    if (run->cfg->train.ema_decay > 0 && st_find(f, CHECKPOINT_EMA_COUNT)) {
+        out->has_ema = 1;
+        out->ema_params = xcalloc(np, sizeof(float));
+        out->ema_stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float));
+        if (checkpoint_read_model(f, m, CHECKPOINT_EMA_PREFIX, 0, out->ema_params, out->ema_stats, &out->ema_tracked,
+                                  err, err_len) ||
+            read_count(f, CHECKPOINT_EMA_COUNT, &out->n_averaged, err, err_len))
+            goto done;
+    }
     const Sampler *s = run->sampler;
     int exact = sampler_resume(s, (int)meta->epoch, meta->samples_done, &out->epoch, &out->step_in_epoch);
     if (!exact)
@@ -260,6 +306,16 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
     be->to_device(be, m->running, l.stats, m->stats_numel * sizeof(float));
     model_refresh_compute(m, be);
     m->num_batches_tracked = l.tracked;
+    if (l.has_ema) {
+        be->to_device(be, t->ema.params, l.ema_params, np * sizeof(float));
+        be->to_device(be, t->ema.stats, l.ema_stats, m->stats_numel * sizeof(float));
+        t->ema.num_batches_tracked = l.ema_tracked;
+        t->ema.n_averaged = (long)l.n_averaged;
+    } else if (t->ema.enabled) {
+        log_warn("%s holds no EMA of the weights (train.ema_decay was off): the average starts from its weights",
+                 path);
+        ema_restart(&t->ema, be, m);
+    }
     scaler_write(&t->scaler, be, &l.scaler);
     t->step = l.meta.step;
     t->epoch = l.epoch;
@@ -300,6 +356,12 @@ int checkpoint_agree_resumed(Trainer *t) {
     digest_device(&d, t->be, m->master, m->params.padded_numel);
     digest_device(&d, t->be, t->opt.momentum, m->params.padded_numel);
     digest_device(&d, t->be, m->running, m->stats_numel);
+    if (t->ema.enabled) {
+        digest_device(&d, t->be, t->ema.params, m->params.padded_numel);
+        digest_device(&d, t->be, t->ema.stats, m->stats_numel);
+        digest_add(&d, &t->ema.n_averaged, sizeof t->ema.n_averaged);
+        digest_add(&d, &t->ema.num_batches_tracked, sizeof t->ema.num_batches_tracked);
+    }
     char values[6][32];
     snprintf(values[0], sizeof values[0], "%ld", t->step);
     snprintf(values[1], sizeof values[1], "%d", t->epoch);
@@ -308,7 +370,7 @@ int checkpoint_agree_resumed(Trainer *t) {
     snprintf(values[4], sizeof values[4], "%d/%d", st.growth_count, st.skipped_total);
     digest_hex(digest_end(&d), values[5]);
     const char *names[] = {"step", "epoch", "step of the epoch", "scale", "growth_count/skipped_total",
-                           "the digest of weights, momentum and BN statistics"};
+                           "the digest of weights, momentum, BN statistics and their EMA"};
     const char *list[] = {values[0], values[1], values[2], values[3], values[4], values[5]};
     return agree_same(t->comm, "the resumed checkpoints", 6, names, list);
 }

@@ -6,6 +6,9 @@
 //   <bn>.running_mean, .running_var BN statistics (averaged over ranks before writing)
 //   <bn>.num_batches_tracked        I64 scalar
 //   amptrain.momentum.<param>       SGD momentum, same layout as the parameter
+//   module.<key>, n_averaged        with train.ema_decay: the EMA of the weights as torchvision's
+//                                   AveragedModel.state_dict() holds it (every model key above under module.,
+//                                   n_averaged I64 scalar)
 // Metadata (strings): format, arch and model shape, then the run's position, scaler and identity
 // (checkpoint_meta.h), and the data region's checksum (safetensors.h).
 // Written atomically (temp file, fsync, rename). Loading checks the checksum, every name, dtype and
@@ -22,12 +25,15 @@
 #include "train/trainer.h"
 
 #define CHECKPOINT_MOMENTUM_PREFIX "amptrain.momentum."
+#define CHECKPOINT_EMA_PREFIX "module."
+#define CHECKPOINT_EMA_COUNT "n_averaged"
 // The metadata `format` of every version of the file; this one writes and reads version 1.
 #define CHECKPOINT_FORMAT_PREFIX "amptrain-checkpoint-"
 #define CHECKPOINT_FORMAT CHECKPOINT_FORMAT_PREFIX "1"
 
 int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len);
-// Restores weights, momentum, BN statistics, scaler state and the data position. Refuses (1, one line in
+// Restores weights, momentum, BN statistics, scaler state, the EMA (with train.ema_decay; a file without one
+// restarts the average from its weights, with a warning) and the data position. Refuses (1, one line in
 // err, the run untouched) a file whose data does not match its checksum (an old file without one loads
 // with a warning), a checkpoint of another model, what no run writes: a tensor holding NaN or inf
 // (named), a negative BN variance, and the metadata checkpoint_meta_check refuses (another seed or other

@@ -12,7 +12,6 @@
 #include "core/log.h"
 #include "dist/agree.h"
 
-#define EMA_PREFIX "module."
 
 static void weights_alloc(ModelWeights *w, const Model *m) {
     w->master = xcalloc(m->params.padded_numel, sizeof(float));
@@ -46,11 +45,11 @@ static int model_has_tensor(const Model *m, const char *name) {
 // Every tensor of the file is the model's (or the EMA copy's), or state amptrain and AveragedModel keep
 // beside it: a deeper network's extra blocks must not load silently into the first ones' names.
 static int check_no_foreign(const SafetensorsFile *f, const Model *m, char *err, size_t err_len) {
-    const size_t ema = strlen(EMA_PREFIX);
+    const size_t ema = strlen(CHECKPOINT_EMA_PREFIX);
     for (size_t i = 0; i < st_count(f); i++) {
         const char *name = st_tensor(f, i)->name;
         if (!strncmp(name, "amptrain.", 9) || !strcmp(name, "n_averaged")) continue;
-        if (model_has_tensor(m, strncmp(name, EMA_PREFIX, ema) ? name : name + ema)) continue;
+        if (model_has_tensor(m, strncmp(name, CHECKPOINT_EMA_PREFIX, ema) ? name : name + ema)) continue;
         snprintf(err, err_len, "%s: tensor '%s' is no part of this model (model.arch %s, layers [%d, %d, %d, %d]): "
                  "a file of another network?", st_path(f), name, m->cfg.arch, m->cfg.layers[0], m->cfg.layers[1],
                  m->cfg.layers[2], m->cfg.layers[3]);
@@ -71,7 +70,7 @@ static int other_classifier(const SafetensorsFile *f, const Model *m, long *clas
 
 static int has_ema(const SafetensorsFile *f) {
     for (size_t i = 0; i < st_count(f); i++)
-        if (!strncmp(st_tensor(f, i)->name, EMA_PREFIX, strlen(EMA_PREFIX))) return 1;
+        if (!strncmp(st_tensor(f, i)->name, CHECKPOINT_EMA_PREFIX, strlen(CHECKPOINT_EMA_PREFIX))) return 1;
     return 0;
 }
 
@@ -121,7 +120,7 @@ static int read_file(const char *path, const Model *m, int skip_other_classifier
     if (want_ema && has_ema(f)) {
         out->has_ema = 1;
         weights_alloc(&out->ema, m);
-        if (checkpoint_read_model(f, m, EMA_PREFIX, out->classifier_skipped, out->ema.master, out->ema.stats,
+        if (checkpoint_read_model(f, m, CHECKPOINT_EMA_PREFIX, out->classifier_skipped, out->ema.master, out->ema.stats,
                                   &out->ema.tracked, err, err_len))
             goto done;
     }

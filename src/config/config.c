@@ -87,8 +87,12 @@ void config_defaults(Config *cfg) {
     t->lr = 0.1;
     t->momentum = 0.9;
     t->weight_decay = 5e-4;
+    t->norm_weight_decay = 5e-4;  // train.weight_decay unless written (resolve_norm_weight_decay)
     t->nesterov = 0;
     t->label_smoothing = 0;
+    t->clip_grad_norm = 0;
+    t->ema_decay = 0;
+    t->ema_every = 32;
     copy_text(t->schedule, sizeof t->schedule, "cosine");
     t->warmup_steps = 20;
     t->step_every = 30;
@@ -682,6 +686,12 @@ static int check_optimizer(const ConfigReader *L) {
     return 0;
 }
 
+// torchvision's --norm-weight-decay left unset puts the normalisation layers' parameters in the one group
+// of --weight-decay: unwritten, it is train.weight_decay.
+static void resolve_norm_weight_decay(ConfigReader *L) {
+    if (!was_written(L, "train", "norm_weight_decay")) L->cfg.train.norm_weight_decay = L->cfg.train.weight_decay;
+}
+
 static int check_crop_scale(const ConfigReader *L) {
     const DataConfig *d = &L->cfg.data;
     if (d->crop_scale_min <= d->crop_scale_max) return 0;
@@ -860,6 +870,7 @@ static int check_run_length(const ConfigReader *L) {
 
 static int apply_rules(ConfigReader *L) {
     apply_workspace_default(L);
+    resolve_norm_weight_decay(L);
     int rc = apply_arch_preset(L);
     if (!rc) rc = check_group_width(L);
     if (!rc) rc = apply_cifar10_shape(L);

@@ -58,8 +58,12 @@ typedef struct TrainConfig {
     double lr;
     double momentum;
     double weight_decay;
+    double norm_weight_decay;  // batch-norm weights and biases (the weight_decay unless written)
     int nesterov;
     double label_smoothing;  // CrossEntropyLoss(label_smoothing) of the training loss (0: off)
+    double clip_grad_norm;     // clip the global gradient norm to this (0: off)
+    double ema_decay;          // EMA of the weights, torchvision's --model-ema-decay (0: off)
+    int ema_every;             // steps between EMA updates (torchvision's --model-ema-steps)
     char schedule[16];  // constant | step | cosine
     int warmup_steps;   // linear warm-up from 0 to lr over this many steps
     int step_every;     // schedule step: multiply lr by step_gamma every this many epochs

@@ -136,11 +136,21 @@ const ConfigKey config_keys[] = {
     {"train", "momentum", CK_FLOAT, AT(train.momentum), CLOSED_OPEN(0, 1), {0}, "SGD momentum"},
     {"train", "weight_decay", CK_FLOAT, AT(train.weight_decay), AT_LEAST(0), {0},
      "L2 penalty added to every gradient (PyTorch SGD's weight_decay)"},
+    {"train", "norm_weight_decay", CK_FLOAT, AT(train.norm_weight_decay), AT_LEAST(0), {0},
+     "weight decay of the batch-norm weights and biases (torchvision's --norm-weight-decay; default "
+     "train.weight_decay)"},
     {"train", "nesterov", CK_BOOL, AT(train.nesterov), NONE, {0},
      "Nesterov momentum (needs momentum > 0)"},
     {"train", "label_smoothing", CK_FLOAT, AT(train.label_smoothing), BETWEEN(0, 1), {0},
      "torch.nn.CrossEntropyLoss(label_smoothing) of the training loss: targets (1 - e) x onehot + e / classes "
      "(0: off; the validation loss stays plain cross-entropy)"},
+    {"train", "clip_grad_norm", CK_FLOAT, AT(train.clip_grad_norm), AT_LEAST(0), {0},
+     "clip the global L2 norm of the unscaled gradients to this, as torch.nn.utils.clip_grad_norm_ (0: off)"},
+    {"train", "ema_decay", CK_FLOAT, AT(train.ema_decay), CLOSED_OPEN(0, 1), {0},
+     "exponential moving average of the weights and BN statistics, torchvision's --model-ema-decay, adjusted "
+     "for the global batch, ema_every and epochs as its train.py does (0: off)"},
+    {"train", "ema_every", CK_INT, AT(train.ema_every), AT_LEAST(1), {0},
+     "the EMA is updated after every ema_every-th step of an epoch (torchvision's --model-ema-steps)"},
     {"train", "schedule", CK_ENUM, AT_STR(train.schedule), NONE, {"constant", "step", "cosine"},
      "learning-rate schedule after warm-up"},
     {"train", "warmup_steps", CK_INT, AT(train.warmup_steps), AT_LEAST(0), {0},
@@ -243,6 +253,8 @@ static const struct {
 } key_aliases[] = {
     {"learning_rate", "train", "lr"},       {"base_lr", "train", "lr"},
     {"wd", "train", "weight_decay"},        {"lr_schedule", "train", "schedule"},
+    {"model_ema_decay", "train", "ema_decay"}, {"model_ema_steps", "train", "ema_every"},
+    {"max_grad_norm", "train", "clip_grad_norm"},
     {"scheduler", "train", "schedule"},     {"num_epochs", "train", "epochs"},
     {"max_steps", "train", "steps"},        {"warmup", "train", "warmup_steps"},
     {"warmup_iters", "train", "warmup_steps"},

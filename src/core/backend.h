@@ -59,11 +59,20 @@ typedef struct ScalerState {
     int32_t skipped_run;   // steps skipped in a row up to the last one (0 after a clean step)
 } ScalerState;
 
-// Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics, dampening 0). The learning rate
-// is not here: it changes every step, so the step reads it from device memory (see sgd_step).
+// Weight-decay groups of one SGD step (torch.optim.SGD's param groups): every SGD_DECAY_SPAN elements of
+// the flat buffers belong to one parameter tensor (model/params.h aligns each tensor to that span), so one
+// byte per span names the group whose weight_decay applies there.
+#define SGD_DECAY_GROUPS 2
+#define SGD_DECAY_SPAN 64
+
+// Hyper-parameters of one SGD step (PyTorch torch.optim.SGD semantics, dampening 0), with gradient
+// clipping by the global norm (torch.nn.utils.clip_grad_norm_). The learning rate is not here: it changes
+// every step, so the step reads it from device memory (see sgd_step).
 typedef struct SgdParams {
-    float momentum, weight_decay;
+    float momentum;
+    float weight_decay[SGD_DECAY_GROUPS];  // by decay group
     int nesterov;
+    float max_norm;  // clip_grad_norm_'s max_norm, applied when sgd_step is given a norm
 } SgdParams;
 
 // One micro-batch's MixUp or CutMix (data.mixup_alpha, data.cutmix_alpha; torchvision.transforms.v2 semantics)
@@ -77,6 +86,15 @@ typedef struct BatchMix {
                     // image, the rest kept
     int32_t x1, y1, x2, y2;  // CutMix's box: columns [x1, x2), rows [y1, y2) (empty for MixUp)
 } BatchMix;
+
+// What ema_update does after this step (torch.optim.swa_utils.AveragedModel.update_parameters), in
+// backend memory: the host writes it before each step, as the learning rate, so a replayed graph follows.
+typedef enum { EMA_SKIP = 0, EMA_COPY = 1, EMA_AVERAGE = 2 } EmaMode;
+typedef struct EmaControl {
+    int32_t mode;  // EmaMode
+    float decay;   // EMA_AVERAGE: avg = decay * avg + weight * src
+    float weight;  // (float)(1 - decay) with 1 - decay taken in double, as torch's Python scalar
+} EmaControl;
 
 #define BACKEND_MARKS 8  // timing-mark slots
 #define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin

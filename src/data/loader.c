@@ -93,16 +93,19 @@ static int loader_setup(Loader *l, LoaderWorker *w, long j) {
 }
 
 // Samples [c * LOADER_CHUNK, ...) of walk index j, already set up in its slot.
+// One sample at a time, so that after loader_abandon a worker that comes back from a stuck read stops
+// before the next sample (the dataset may be gone by then).
 static void loader_produce_chunk(Loader *l, long j, int c) {
     LoaderSlot *s = &l->ring[j % l->slots];
     Batch *b = &s->batch;
     int first = c * LOADER_CHUNK, count = b->count - first < LOADER_CHUNK ? b->count - first : LOADER_CHUNK;
-    if (b->jobs) {
-        dataset_get_job_batch(l->ds, s->indices + first, count, b->epoch, b->jobs + first, b->labels + first);
-    } else {
-        size_t bytes = dataset_image_bytes(l->ds);
-        dataset_get_repeated_batch(l->ds, s->indices + first, s->repetitions + first, count, b->epoch,
-                                   b->images + (size_t)first * bytes, b->labels + first);
+    size_t bytes = b->jobs ? 0 : dataset_image_bytes(l->ds);
+    for (int k = first; k < first + count && !__atomic_load_n(&l->stop, __ATOMIC_RELAXED); k++) {
+        if (b->jobs)
+            dataset_get_job_batch(l->ds, s->indices + k, 1, b->epoch, b->jobs + k, b->labels + k);
+        else
+            dataset_get_repeated_batch(l->ds, s->indices + k, s->repetitions + k, 1, b->epoch,
+                                       b->images + (size_t)k * bytes, b->labels + k);
     }
 }
 

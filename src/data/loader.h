@@ -67,7 +67,8 @@ int loader_auto_workers(int local_cpus, int local_ranks);
 void loader_destroy(Loader *l);
 // After an interrupted loader_next_unless: asks the threads to end and detaches them without waiting for
 // one stuck in a read; the buffers stay allocated (such a thread may still write them) until the process
-// exits. Without threads, loader_destroy.
+// exits, and so must the dataset (such a thread finishes the sample it is reading, then stops). Without
+// threads, loader_destroy.
 void loader_abandon(Loader *l);
 
 #endif

@@ -6,15 +6,19 @@
 #include "core/check.h"
 #include "core/pixels.h"
 
-void evaluate_sync_bn_stats(Model *m, Backend *be, Comm *comm) {
+void evaluate_average_over_ranks(float *values, size_t n, Backend *be, Comm *comm) {
     if (comm->size == 1) return;
-    size_t bytes = m->stats_numel * sizeof(float);
-    float *host = xcalloc(m->stats_numel, sizeof(float));
-    be->to_host(be, host, m->running, bytes);
-    comm->allreduce_sum(comm, host, m->stats_numel, DTYPE_F32);
-    for (size_t i = 0; i < m->stats_numel; i++) host[i] /= (float)comm->size;
-    be->to_device(be, m->running, host, bytes);
+    size_t bytes = n * sizeof(float);
+    float *host = xcalloc(n ? n : 1, sizeof(float));
+    be->to_host(be, host, values, bytes);
+    comm->allreduce_sum(comm, host, n, DTYPE_F32);
+    for (size_t i = 0; i < n; i++) host[i] /= (float)comm->size;
+    be->to_device(be, values, host, bytes);
     free(host);
+}
+
+void evaluate_sync_bn_stats(Model *m, Backend *be, Comm *comm) {
+    evaluate_average_over_ranks(m->running, m->stats_numel, be, comm);
 }
 
 // Top-1 and top-5 hits of one row of logits.

@@ -35,6 +35,8 @@ void evaluate_free(Evaluator *ev, Backend *be);
 
 // Averages BN running statistics across ranks (before evaluation and checkpoints).
 void evaluate_sync_bn_stats(Model *m, Backend *be, Comm *comm);
+// The same for any n fp32 values in backend memory: their mean over ranks on every rank.
+void evaluate_average_over_ranks(float *values, size_t n, Backend *be, Comm *comm);
 // The record of (epoch, step): the model (or its view at the validation side) in evaluation mode over ev's
 // val_set in batches of act->max_batch, summed over ranks (only epoch and step without a val_set). A rank
 // that sees ev->stop set evaluates no further batch, so an evaluation ends within a batch of a stop; its

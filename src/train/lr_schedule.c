@@ -22,3 +22,5 @@ double lr_at(const TrainConfig *t, double base, long step, long steps_per_epoch,
     }
     return base;
 }
+
+int lr_in_warmup(const TrainConfig *t, long step) { return step < t->warmup_steps; }

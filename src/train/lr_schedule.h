@@ -15,4 +15,7 @@ double lr_base(const TrainConfig *t, long global_batch);
 //   cosine   min_lr + (base - min_lr) * (1 + cos(pi * t)) / 2, t = (step - warmup) / (total - warmup)
 double lr_at(const TrainConfig *t, double base, long step, long steps_per_epoch, long total_steps);
 
+// 1 when optimizer step `step` (0-based) is one of the warm-up's.
+int lr_in_warmup(const TrainConfig *t, long step);
+
 #endif

@@ -201,6 +201,7 @@ void metrics_step(Metrics *mt, const StepRecord *r) {
         record_number(&rec, "step_ms", r->step_ms);
         record_number(&rec, "data_wait_ms", r->data_wait_ms);
         record_number(&rec, "memory_mib", r->memory_mib);
+        if (r->has_grad_norm) record_number(&rec, "grad_norm", r->grad_norm);
         record_write(mt, &rec);
     }
     double elapsed = clock_seconds() - mt->start_time;
@@ -225,19 +226,42 @@ void metrics_step(Metrics *mt, const StepRecord *r) {
     }
 }
 
+// ,"<prefix>loss":...,"<prefix>top1":...,"<prefix>top5":... with no accuracy claimed for a loss that is
+// not finite.
+static void record_accuracy(Record *rec, const char *prefix, double loss, double top1, double top5) {
+    char key[32];
+    snprintf(key, sizeof key, "%sloss", prefix);
+    record_number(rec, key, loss);
+    const int finite = isfinite(loss);
+    snprintf(key, sizeof key, "%stop1", prefix);
+    if (finite) record_number(rec, key, top1);
+    else record_null(rec, key, "loss not finite");
+    snprintf(key, sizeof key, "%stop5", prefix);
+    if (finite) record_number(rec, key, top5);
+    else record_null(rec, key, "loss not finite");
+}
+
+// " loss L  top-1 A%  top-5 B%" (or why there are none) for the printed line.
+static void print_accuracy(double loss, double top1, double top5) {
+    if (isfinite(loss))
+        printf("loss %.4f  top-1 %.2f%%  top-5 %.2f%%", loss, 100 * top1, 100 * top5);
+    else
+        printf("loss %.4f  top-1 and top-5 not finite (the loss is not finite)", loss);
+}
+
 void metrics_eval(Metrics *mt, const EvalRecord *r) {
     if (!mt->active) return;
     end_bar(mt);
     // A loss that is not finite makes the ranking of the logits meaningless: no accuracy is claimed.
-    int finite = isfinite(r->loss);
     if (r->file) printf("eval  %s%s", r->file, r->ema ? " (EMA weights)" : "");
     else printf("eval");
-    if (finite)
-        printf("  epoch %d  step %ld  loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld samples)\n", r->epoch, r->step,
-               r->loss, 100 * r->top1, 100 * r->top5, r->samples);
-    else
-        printf("  epoch %d  step %ld  loss %.4f  top-1 and top-5 not finite (the loss is not finite)  "
-               "(%ld samples)\n", r->epoch, r->step, r->loss, r->samples);
+    printf("  epoch %d  step %ld  ", r->epoch, r->step);
+    print_accuracy(r->loss, r->top1, r->top5);
+    if (r->has_ema) {
+        printf("  EMA ");
+        print_accuracy(r->ema_loss, r->ema_top1, r->ema_top5);
+    }
+    printf("  (%ld samples)\n", r->samples);
     fflush(stdout);
     if (mt->jsonl) {
         Record rec = {0};
@@ -246,14 +270,8 @@ void metrics_eval(Metrics *mt, const EvalRecord *r) {
             record_text(&rec, "file", r->file);
             record_text(&rec, "weights", r->ema ? "ema" : "model");
         }
-        record_number(&rec, "loss", r->loss);
-        if (finite) {
-            record_number(&rec, "top1", r->top1);
-            record_number(&rec, "top5", r->top5);
-        } else {
-            record_null(&rec, "top1", "loss not finite");
-            record_null(&rec, "top5", "loss not finite");
-        }
+        record_accuracy(&rec, "", r->loss, r->top1, r->top5);
+        if (r->has_ema) record_accuracy(&rec, "ema_", r->ema_loss, r->ema_top1, r->ema_top5);
         text_add(&rec.body, ",\"samples\":%ld", r->samples);
         record_write(mt, &rec);
     }

@@ -19,6 +19,8 @@ typedef struct StepRecord {
     double step_ms;      // wall time per step over the last logging interval
     double memory_mib;   // peak backend memory (MiB)
     double data_wait_ms; // time per step the loop waited for the loader, over the last logging interval
+    int has_grad_norm;   // train.clip_grad_norm is on: ...
+    double grad_norm;    // ... the step's global norm of the unscaled, summed gradients, before clipping
 } StepRecord;
 
 typedef struct EvalRecord {
@@ -28,6 +30,8 @@ typedef struct EvalRecord {
     long samples;
     const char *file;         // --eval: the weights file evaluated (NULL: the run's own evaluation)
     int ema;                  // --eval: the file's EMA weights (model_file.h), not its model's
+    int has_ema;              // train.ema_decay is on and the average was evaluated too: ...
+    double ema_loss, ema_top1, ema_top5;  // ... its loss, top-1 and top-5 on the same split
 } EvalRecord;
 
 // The end of a run, as the summary line on stdout and as the metrics file's last record
@@ -92,7 +96,8 @@ int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, lo
 void metrics_header(Metrics *mt, const HeaderRecord *r);
 // One record each; a number that is not finite is written as JSON null, named with its value in the
 // record's "not_finite" object. An evaluation whose loss is not finite claims no accuracy (top1 and
-// top5 null, "loss not finite"; the printed line says "not finite").
+// top5 null, "loss not finite"; the printed line says "not finite"); the same for the EMA's ema_loss,
+// ema_top1 and ema_top5. A step record carries grad_norm when clipping is on.
 void metrics_step(Metrics *mt, const StepRecord *r);
 void metrics_eval(Metrics *mt, const EvalRecord *r);
 void metrics_summary(Metrics *mt, const SummaryRecord *r);

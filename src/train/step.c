@@ -34,20 +34,39 @@ static void micro_step(Trainer *t, const ModelBatch *b, int step_total, int last
     model_backward(m, &t->act, be, b, accumulate, buckets_on_grad_ready, &t->buckets);
 }
 
-// After the gradients: the agreed verdict (local check of the reduced buffer, MAX over ranks, all on the
-// device; the compute stream first waits, device-side, for the sums in flight), then SGD and the scaler.
-static void finish_step(Trainer *t) {
+// On the reduced gradients: the agreed verdict (local check of the reduced buffer, MAX over ranks, all on
+// the device), the clip norm, SGD, the scaler and the EMA.
+void trainer_apply_gradients(Trainer *t) {
     Backend *be = t->be;
     Model *m = &t->model;
-    buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
-    t->grad_comm->wait(t->grad_comm);
     float *found_inf = &t->scaler.state->found_inf;
     be->nonfinite_check(be, m->act_dt, m->grads, m->params.padded_numel, found_inf);
     t->grad_comm->allreduce_max_flag(t->grad_comm, found_inf);
     t->grad_comm->wait(t->grad_comm);
     if (t->timed) be->mark_record(be, MARK_VERDICT_DONE);
+    sgd_clip_norm(&t->opt, be, m, &t->scaler);
     sgd_step(&t->opt, be, m, &t->scaler);
     scaler_update(&t->scaler, be);
+    ema_apply(&t->ema, be, m);
+}
+
+// After the gradients: the compute stream waits, device-side, for the sums in flight, then the update.
+static void finish_step(Trainer *t) {
+    buckets_finish(&t->buckets);  // a rank whose last micro-batch was empty still joins every sum
+    t->grad_comm->wait(t->grad_comm);
+    trainer_apply_gradients(t);
+}
+
+// What the host writes before a step: the learning rate and the EMA's decision.
+static void plan_step(Trainer *t) {
+    sgd_set_lr(&t->opt, t->be, (float)lr_at(&t->cfg->train, t->base_lr, t->step, t->steps_per_epoch, t->total_steps));
+    ema_begin_step(&t->ema, t->be, t->step_in_epoch);
+}
+
+// The host's bookkeeping after a step.
+static void end_step(Trainer *t) {
+    ema_end_step(&t->ema, lr_in_warmup(&t->cfg->train, t->step), t->model.num_batches_tracked);
+    t->step++;
 }
 
 // The whole step of one full micro-batch, the same sequence whether it runs or is being captured.
@@ -110,15 +129,14 @@ static ModelBatch stage_micro(Trainer *t, const MicroBatch *mb, int k) {
 void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     Backend *be = t->be;
     Model *m = &t->model;
-    sgd_set_lr(&t->opt, be, (float)lr_at(&t->cfg->train, t->base_lr, t->step, t->steps_per_epoch,
-                                         (int)t->total_steps));
+    plan_step(t);
     if (t->mix) mix_upload(t, n_micro);
     const MicroBatch *first = next(ctx, 0);
     if (graph_eligible(t, first, n_micro)) {
         ModelBatch b = stage_micro(t, first, 0);
         graph_step(t, &b, first->step_total);
         m->num_batches_tracked++;
-        t->step++;
+        end_step(t);
         return;
     }
     int wrote_grads = 0;
@@ -139,7 +157,7 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     if (!wrote_grads) be->zero(be, m->grads, m->params.padded_numel * dtype_size(m->act_dt));
     finish_step(t);
     if (t->timed) be->mark_record(be, MARK_STEP_END);
-    t->step++;
+    end_step(t);
 }
 
 StepPhases trainer_step_phases(Trainer *t) {

@@ -7,8 +7,11 @@
 //   4. on the last micro-step, each gradient bucket is summed across ranks as soon as it is complete
 //   5. one pass over the reduced buffer sets the local inf/NaN flag
 //   6. MAX-allreduce of the flag: every rank holds the same verdict
-//   7. SGD step or skip (device-side, reads the verdict)
-//   8. GradScaler's update of S (device-side)
+//   7. with train.clip_grad_norm: the global norm of the unscaled reduced gradients (device-side; the same
+//      on every rank, which all hold the same reduced buffer)
+//   8. SGD step or skip (device-side, reads the verdict, and the norm for its clip factor)
+//   9. GradScaler's update of S (device-side)
+//  10. with train.ema_decay: the EMA update this step calls for (device-side, reads what the host wrote)
 // Nothing waits for the host inside the step; loss and scale come back asynchronously for logging.
 #ifndef AMPTRAIN_STEP_H
 #define AMPTRAIN_STEP_H
@@ -36,6 +39,10 @@ struct Trainer;
 void trainer_step(struct Trainer *t, MicroBatchFn next, void *ctx, int n_micro);
 // The same over an array of micro-batches (tests, the benchmark).
 void trainer_step_array(struct Trainer *t, const MicroBatch *micro, int n_micro);
+// Steps 5-10 on the gradients in t->model.grads, summed over ranks already: what every step ends with.
+// Outside trainer_step (the optimizer's parity test), call sgd_set_lr, ema_begin_step and
+// scaler_begin_step before, and ema_end_step after, as trainer_step does.
+void trainer_apply_gradients(struct Trainer *t);
 // The phases of the last step (waits for it); requires t->timed = 1 before that step.
 StepPhases trainer_step_phases(struct Trainer *t);
 

@@ -160,8 +160,9 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     }
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
+    ema_init(&t->ema, be, &t->model, &cfg->train, (long)cfg->data.batch_size * comm->size * cfg->train.accum_steps);
     buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
-    t->log.readback = be->host_alloc(be, 2 * sizeof(float) + sizeof(ScalerState));
+    t->log.readback = be->host_alloc(be, 3 * sizeof(float) + sizeof(ScalerState));
     divergence_init(&t->div, be);
     t->best_top1 = -1;
     t->saved_step = -1;
@@ -201,11 +202,12 @@ void trainer_free(Trainer *t) {
     if (t->log.readback) t->be->host_free(t->be, t->log.readback);
     divergence_free(&t->div, t->be);
     buckets_free(&t->buckets);
+    ema_free(&t->ema, t->be);
     sgd_free(&t->opt, t->be);
     scaler_free(&t->scaler, t->be);
     model_free(&t->model, t->be);
     sampler_free(&t->sampler);
-    if (t->train_set) dataset_close(t->train_set);
+    if (t->train_set && !t->loader_abandoned) dataset_close(t->train_set);
     if (t->eval.val_set) dataset_close(t->eval.val_set);
     memset(t, 0, sizeof *t);
 }
@@ -218,7 +220,11 @@ int trainer_last_epoch(const Trainer *t) {
 }
 
 EvalRecord trainer_evaluate(Trainer *t) {
-    return evaluate_run(&t->eval, &t->model, &t->act, t->be, t->comm, trainer_last_epoch(t), t->step);
+    EvalRecord r = evaluate_run(&t->eval, &t->model, &t->act, t->be, t->comm, trainer_last_epoch(t), t->step);
+    if (!t->ema.enabled || !t->eval.val_set || r.samples < t->eval.val_set->size) return r;
+    EvalRecord e = ema_evaluate(&t->ema, &t->eval, &t->model, &t->act, t->be, t->comm, r.epoch, r.step);
+    if (e.samples == r.samples) r.has_ema = 1, r.ema_loss = e.loss, r.ema_top1 = e.top1, r.ema_top5 = e.top5;
+    return r;
 }
 
 // ---- the loop ------------------------------------------------------------------------------------
@@ -232,6 +238,8 @@ static void log_flush(Trainer *t) {
     memcpy(&st, lg->readback + 1, sizeof st);
     float state_flag = lg->readback[1 + sizeof st / sizeof(float)];
     StepRecord r = lg->pending;
+    r.has_grad_norm = t->opt.grad_norm != NULL;
+    r.grad_norm = lg->readback[2 + sizeof st / sizeof(float)];
     r.loss = lg->readback[0];
     r.scale = st.scale;
     r.skipped_total = st.skipped_total;
@@ -252,6 +260,8 @@ static void log_step(Trainer *t, int force) {
     be->readback_begin(be, lg->readback + 1, t->scaler.state, sizeof(ScalerState));
     divergence_check_state_async(&t->div, &t->model, &t->opt, be);
     be->readback_begin(be, lg->readback + 1 + sizeof(ScalerState) / sizeof(float), t->div.flag, sizeof(float));
+    if (t->opt.grad_norm)
+        be->readback_begin(be, lg->readback + 2 + sizeof(ScalerState) / sizeof(float), t->opt.grad_norm, sizeof(float));
     double now = clock_seconds();
     long steps = t->step - lg->last_step;
     long global_batch = (long)t->cfg->data.batch_size * t->comm->size * t->cfg->train.accum_steps;
@@ -290,6 +300,7 @@ static void save_checkpoint(Trainer *t, const char *tag) {
     if (!dir[0]) return;
     log_flush(t);
     evaluate_sync_bn_stats(&t->model, t->be, t->comm);
+    ema_sync_stats(&t->ema, &t->model, t->be, t->comm);
     // After the sync every rank holds the same state, so all reach the same verdict.
     if (divergence_check_state(&t->div, &t->model, &t->opt, t->be, t->step)) {
         metrics_note(&t->log.metrics, "%s.safetensors not written at step %ld: the state is not finite", tag, t->step);
@@ -398,7 +409,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     double end = clock_seconds();
     input_feed_stop(&feed);
     // A worker stuck in a read must not hold back the checkpoint of the steps done.
-    if (feed.interrupted) loader_abandon(loader);
+    if (feed.interrupted) loader_abandon(loader), t->loader_abandoned = 1;
     else if (loader) loader_destroy(loader);
     t->train_seconds = end - start;
     t->total_seconds = end - t->times.init_start;

@@ -15,6 +15,7 @@
 #include "model/activations.h"
 #include "model/resnext.h"
 #include "train/divergence.h"
+#include "train/ema.h"
 #include "train/evaluate.h"
 #include "train/grad_buckets.h"
 #include "train/input.h"
@@ -28,7 +29,8 @@
 // before an evaluation, a checkpoint, the end), so the step never waits for the device.
 typedef struct TrainerLog {
     Metrics metrics;
-    float *readback;           // host_alloc'ed: [0] loss, then a ScalerState, then the state check's flag
+    float *readback;           // host_alloc'ed: [0] loss, then a ScalerState, the state check's flag, the
+                               // gradient norm (with clipping)
     StepRecord pending;        // the record whose device values are on their way back (has_pending)
     int has_pending;
     long last_step;            // the step of the last record
@@ -59,6 +61,7 @@ typedef struct Trainer {
     Activations act;   // this rank's per-step buffers at data.batch_size
     LossScaler scaler;
     Sgd opt;
+    Ema ema;           // the weights' moving average (train.ema_decay; enabled 0: none)
     GradBuckets buckets;
     Dataset *train_set;
     Sampler sampler;
@@ -71,6 +74,7 @@ typedef struct Trainer {
     // Marks the phases of each step on the compute stream (trainer_step_phases); a timed step runs as
     // plain launches.
     int timed;
+    int loader_abandoned;  // a loader thread stuck in a read may still touch train_set: it is never closed
     Evaluator eval;
     double best_top1;   // the best validation top-1 of this run (best.safetensors), -1 before one
     Divergence div;
@@ -107,7 +111,8 @@ int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val);
 // stays the newest finite one. checkpoint.keep > 1 keeps step-<step>.safetensors files too;
 // best.safetensors follows the best validation top-1.
 int trainer_run(Trainer *t, volatile sig_atomic_t *stop);
-// Validation loss / top-1 / top-5 over all ranks at the current position (evaluate.h).
+// Validation loss / top-1 / top-5 over all ranks at the current position (evaluate.h), and the EMA's
+// (has_ema) when it is on and the first evaluation was not stopped.
 EvalRecord trainer_evaluate(Trainer *t);
 // The 1-based number of the epoch the last step done belonged to (0 before the first step): the one
 // epoch number step lines, evaluation lines, the metrics file and the summary all show.

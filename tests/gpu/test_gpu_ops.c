@@ -888,16 +888,23 @@ static Twin twin_state(const ScalerState *st) {
 }
 
 // Loop index bits: 0 fp16 grads, 1 nesterov, 2 no fp16 copy, 3 range starting one element in (the
-// unaligned head path). The update is a fixed sequence of fp32 operations, so the tolerance on the
+// unaligned head path), 4 two weight-decay groups (a group byte per 64 elements of the range) and a clip
+// norm (factor about 1/3). The update is a fixed sequence of fp32 operations, so the tolerance on the
 // masters and momenta is far tighter than 1e-4: only a contracted multiply-add could differ, by an ulp.
 START_TEST(test_sgd_step) {
     const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int nesterov = (_i >> 1) & 1, with_copy = !((_i >> 2) & 1);
+    const int nesterov = (_i >> 1) & 1, with_copy = !((_i >> 2) & 1), grouped = (_i >> 4) & 1;
     const size_t off = (_i >> 3) & 1, n = N_SGD - off;
-    const SgdParams p = {0.9f, 1e-4f, nesterov};
+    const SgdParams p = {0.9f, {1e-4f, grouped ? 3e-2f : 1e-4f}, nesterov, 1.0f};
     const ScalerState st = scaler_state(1024.0f, 17, 0.0f, 3);
-    const float lr_value = 0.1f;
-    Twin lr = twin_values(DTYPE_F32, &lr_value, 1);
+    const float lr_value = 0.1f, norm_value = 3.0f;
+    Twin lr = twin_values(DTYPE_F32, &lr_value, 1), norm = twin_values(DTYPE_F32, &norm_value, 1);
+    const size_t spans = (n + SGD_DECAY_SPAN - 1) / SGD_DECAY_SPAN;
+    uint8_t *groups = malloc(spans);
+    for (size_t k = 0; k < spans; k++) groups[k] = (uint8_t)((k * 7 + base_seed) % 3 == 0);
+    uint8_t *groups_cpu = cpu->alloc(cpu, spans), *groups_gpu = gpu->alloc(gpu, spans);
+    cpu->to_device(cpu, groups_cpu, groups, spans);
+    gpu->to_device(gpu, groups_gpu, groups, spans);
     char what[128];
     Twin grad = twin_random(dt, N_SGD, case_seed(9, _i, 0), -1000, 1000);
     Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(9, _i, 1), -1, 1);
@@ -906,10 +913,13 @@ START_TEST(test_sgd_step) {
     Twin state = twin_state(&st);
     const size_t go = off * dtype_size(dt);
     cpu->sgd_step(cpu, n, dt, (char *)grad.cpu + go, (float *)master.cpu + off, (float *)mom.cpu + off,
-                  with_copy ? (char *)copy.cpu + 2 * off : NULL, &p, lr.cpu, state.cpu);
+                  with_copy ? (char *)copy.cpu + 2 * off : NULL, &p, grouped ? groups_cpu : NULL, lr.cpu,
+                  grouped ? norm.cpu : NULL, state.cpu);
     gpu->sgd_step(gpu, n, dt, (char *)grad.gpu + go, (float *)master.gpu + off, (float *)mom.gpu + off,
-                  with_copy ? (char *)copy.gpu + 2 * off : NULL, &p, lr.gpu, state.gpu);
-    const char *variant = nesterov ? "nesterov" : "momentum";
+                  with_copy ? (char *)copy.gpu + 2 * off : NULL, &p, grouped ? groups_gpu : NULL, lr.gpu,
+                  grouped ? norm.gpu : NULL, state.gpu);
+    const char *variant = grouped ? (nesterov ? "nesterov groups clip" : "momentum groups clip")
+                                  : (nesterov ? "nesterov" : "momentum");
     snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu master", variant, dtype_name(dt), off);
     expect_close_tol(what, master, 1e-6);
     snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu momentum", variant, dtype_name(dt), off);
@@ -923,17 +933,20 @@ START_TEST(test_sgd_step) {
         snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu fp16 copy", variant, dtype_name(dt), off);
         expect_close(what, copy);
     }
+    cpu->free(cpu, groups_cpu), gpu->free(gpu, groups_gpu), free(groups);
     twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state), twin_free(lr);
+    twin_free(norm);
 }
 END_TEST
 
-// With the agreed verdict set, nothing is written: masters, momenta and copies keep every bit.
+// With the agreed verdict set, nothing is written: masters, momenta and copies keep every bit, and a NaN
+// norm (what such a step's gradients give) is never used.
 START_TEST(test_sgd_step_skipped) {
     const DType dt = _i ? DTYPE_F16 : DTYPE_F32;
-    const SgdParams p = {0.9f, 1e-4f, 0};
+    const SgdParams p = {0.9f, {1e-4f, 1e-4f}, 0, 1.0f};
     const ScalerState st = scaler_state(1024.0f, 17, 1.0f, 3);
-    const float lr_value = 0.1f;
-    Twin lr = twin_values(DTYPE_F32, &lr_value, 1);
+    const float lr_value = 0.1f, norm_value = NAN;
+    Twin lr = twin_values(DTYPE_F32, &lr_value, 1), norm = twin_values(DTYPE_F32, &norm_value, 1);
     Twin grad = twin_random(dt, N_SGD, case_seed(10, _i, 0), -1000, 1000);
     Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 1), -1, 1);
     Twin mom = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 2), -0.1f, 0.1f);
@@ -941,7 +954,7 @@ START_TEST(test_sgd_step_skipped) {
     Twin state = twin_state(&st);
     void *m0 = download_raw(gpu, master.gpu, N_SGD * 4), *v0 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c0 = download_raw(gpu, copy.gpu, N_SGD * 2);
-    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, lr.gpu, state.gpu);
+    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, NULL, lr.gpu, norm.gpu, state.gpu);
     void *m1 = download_raw(gpu, master.gpu, N_SGD * 4), *v1 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c1 = download_raw(gpu, copy.gpu, N_SGD * 2);
     printf("  sgd_step skipped (found_inf 1)                             %s  %s\n", dtype_name(dt),
@@ -951,6 +964,65 @@ START_TEST(test_sgd_step_skipped) {
     ck_assert_msg(memcmp(c0, c1, N_SGD * 2) == 0, "skipped sgd_step changed the fp16 copies");
     free(m0), free(v0), free(c0), free(m1), free(v1), free(c1);
     twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state), twin_free(lr);
+    twin_free(norm);
+}
+END_TEST
+
+// Loop index bits: 0 fp16 gradients, 1 range starting one element in, 2 an inf planted in the range. The
+// GPU sums squares in fp32 (a tree), the CPU in double: 1e-5 apart at most on 10^5 terms. The GPU's norm
+// of one buffer is the same bits every time (every rank computes it on the same reduced buffer).
+START_TEST(test_grad_norm) {
+    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
+    const size_t off = (_i >> 1) & 1, n = N_SGD - off;
+    const int planted = (_i >> 2) & 1;
+    float *v = malloc(N_SGD * sizeof(float));
+    tu_fill_uniform(v, N_SGD, case_seed(13, _i, 0), -1000, 1000);
+    if (planted) v[N_SGD / 2] = INFINITY;
+    Twin grad = twin_values(dt, v, N_SGD);
+    free(v);
+    const ScalerState st = scaler_state(512.0f, 0, 0.0f, 0);
+    Twin state = twin_state(&st);
+    Twin norm = twin_output(DTYPE_F32, 1);
+    const size_t go = off * dtype_size(dt);
+    cpu->grad_norm(cpu, dt, (char *)grad.cpu + go, n, state.cpu, norm.cpu);
+    gpu->grad_norm(gpu, dt, (char *)grad.gpu + go, n, state.gpu, norm.gpu);
+    float c, g, again;
+    cpu->to_host(cpu, &c, norm.cpu, sizeof c);
+    gpu->to_host(gpu, &g, norm.gpu, sizeof g);
+    gpu->grad_norm(gpu, dt, (char *)grad.gpu + go, n, state.gpu, norm.gpu);
+    gpu->to_host(gpu, &again, norm.gpu, sizeof again);
+    printf("  grad_norm %s offset %zu%s: gpu %.9g cpu %.9g\n", dtype_name(dt), off, planted ? " inf planted" : "", g,
+           c);
+    ck_assert_msg(memcmp(&g, &again, sizeof g) == 0, "grad_norm differs between two runs: %a, %a", g, again);
+    if (planted) {
+        ck_assert_msg(isinf(g) && isinf(c), "an inf in the gradients: norm gpu %g cpu %g", g, c);
+    } else {
+        ck_assert_msg(fabsf(g - c) <= 1e-5f * c, "grad_norm (%s, seed %llu): gpu %.9g cpu %.9g", dtype_name(dt),
+                      (unsigned long long)base_seed, g, c);
+    }
+    twin_free(grad), twin_free(state), twin_free(norm);
+}
+END_TEST
+
+// ema_update's three modes, aligned and one element in: the rule is three fp32 operations each rounded on
+// its own, so the GPU matches the CPU bitwise.
+START_TEST(test_ema_update) {
+    const EmaControl ctl = {_i % 3, 0.998908f, (float)(1.0 - 0.998908)};
+    const size_t off = (size_t)(_i / 3), n = N_SGD - off;
+    Twin avg = twin_random(DTYPE_F32, N_SGD, case_seed(14, _i, 0), -1, 1);
+    Twin src = twin_random(DTYPE_F32, N_SGD, case_seed(14, _i, 1), -1, 1);
+    Twin c = {cpu->alloc(cpu, sizeof ctl), gpu->alloc(gpu, sizeof ctl), 1, DTYPE_F32};
+    cpu->to_device(cpu, c.cpu, &ctl, sizeof ctl);
+    gpu->to_device(gpu, c.gpu, &ctl, sizeof ctl);
+    void *before = download_raw(gpu, avg.gpu, N_SGD * 4);
+    cpu->ema_update(cpu, n, (float *)avg.cpu + off, (const float *)src.cpu + off, c.cpu);
+    gpu->ema_update(gpu, n, (float *)avg.gpu + off, (const float *)src.gpu + off, c.gpu);
+    void *got = download_raw(gpu, avg.gpu, N_SGD * 4), *want = download_raw(cpu, avg.cpu, N_SGD * 4);
+    printf("  ema_update mode %d offset %zu: %s\n", ctl.mode, off, memcmp(got, want, N_SGD * 4) ? "DIFFERS" : "bitwise");
+    ck_assert_msg(memcmp(got, want, N_SGD * 4) == 0, "ema_update mode %d offset %zu: GPU and CPU differ", ctl.mode, off);
+    if (ctl.mode == EMA_SKIP) ck_assert_msg(memcmp(got, before, N_SGD * 4) == 0, "ema_update skip wrote");
+    free(before), free(got), free(want);
+    twin_free(avg), twin_free(src), twin_free(c);
 }
 END_TEST
 
@@ -1016,8 +1088,10 @@ static Suite *gpu_ops_suite(void) {
         {"softmax_xent", test_softmax_xent, 32},
         {"batch_mix", test_batch_mix, 8},
         {"nonfinite_check", test_nonfinite_check, 2 * NONFINITE_CASES},
-        {"sgd_step", test_sgd_step, 16},
+        {"sgd_step", test_sgd_step, 32},
         {"sgd_step_skipped", test_sgd_step_skipped, 2},
+        {"grad_norm", test_grad_norm, 8},
+        {"ema_update", test_ema_update, 6},
         {"scaler_update", test_scaler_update, SCALER_CASES},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

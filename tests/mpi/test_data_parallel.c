@@ -116,6 +116,14 @@ static int same_on_every_rank(uint64_t mine, char *why, size_t cap) {
     return same;
 }
 
+// One step of each of two trainers run side by side, and their states after it.
+static void step_both(Trainer *x, Trainer *y, State *sx, State *sy) {
+    tu_train_step(x);
+    tu_train_step(y);
+    state_read(x, sx);
+    state_read(y, sy);
+}
+
 static int master_changed(const State *before, const State *after) {
     return memcmp(before->master, after->master, after->n * sizeof(float)) != 0;
 }
@@ -412,10 +420,7 @@ START_TEST(many_buckets_train_like_one) {
     State a = {0}, b = {0};
     char why[512];
     for (int step = 1; step <= STEPS; step++) {
-        tu_train_step(&many);
-        tu_train_step(&one);
-        state_read(&many, &a);
-        state_read(&one, &b);
+        step_both(&many, &one, &a, &b);
         ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "%d buckets, after step %d: %s",
                       many.buckets.count, step, why);
         // With 1 or 2 ranks each element's sum is one addition, so where the buckets end cannot change it.
@@ -454,10 +459,7 @@ START_TEST(graph_path_trains_like_launches) {
     State a = {0}, b = {0};
     char why[512];
     for (int step = 1; step <= STEPS; step++) {
-        tu_train_step(&g);
-        tu_train_step(&l);
-        state_read(&g, &a);
-        state_read(&l, &b);
+        step_both(&g, &l, &a, &b);
         ck_assert_msg(tu_on_every_rank(comm, state_hash(&a) == state_hash(&b)), "step %d: the graph and launches differ", step);
         ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "graph, after step %d: %s", step, why);
     }
@@ -508,6 +510,56 @@ START_TEST(mixing_keeps_ranks_identical_and_the_graph_follows_the_draws) {
     ck_assert_msg(g.graph.replayed >= STEPS - 4, "only %ld of %d steps replayed", g.graph.replayed, STEPS);
     state_free(&a), state_free(&b), state_free(&c);
     trainer_free(&g), trainer_free(&l), trainer_free(&p);
+}
+END_TEST
+
+// ---- 7d. the recipe's optimizer: decay groups, clipping, EMA ----------------------------------------------
+
+// train.norm_weight_decay, train.clip_grad_norm (low enough to clip every step) and the EMA (updated every
+// other step, the first three steps warm-up copies), graph and launches: every rank holds the same masters,
+// momentum, scaler state, gradient norm and EMA weights after every step, and the graph the same as
+// launches. The norm is computed on the reduced buffer every rank holds, so it is the same bits everywhere;
+// the EMA's BN statistics are per rank (as the model's) until a sync, which then makes them equal.
+START_TEST(recipe_optimizer_keeps_ranks_identical) {
+    enum { STEPS = 9 };
+    static Config graph_cfg, launch_cfg;
+    const char *common[] = {"train.norm_weight_decay=0", "train.clip_grad_norm=0.05", "train.ema_decay=0.9",
+                            "train.ema_every=2", "train.warmup_steps=3"};
+    make_config(&graph_cfg, (const char *const[]){common[0], common[1], common[2], common[3], common[4],
+                                                  "train.cuda_graph=on", NULL});
+    make_config(&launch_cfg, (const char *const[]){common[0], common[1], common[2], common[3], common[4],
+                                                   "train.cuda_graph=off", NULL});
+    Trainer g, l;
+    trainer_start(&g, &graph_cfg, comm);
+    trainer_start(&l, &launch_cfg, comm);
+    size_t np = g.model.params.padded_numel, ns = g.model.stats_numel;
+    float *ema = xcalloc(np, sizeof(float)), *ema_l = xcalloc(np, sizeof(float)), *stats = xcalloc(ns, sizeof(float));
+    State a = {0}, b = {0};
+    char why[512];
+    for (int step = 1; step <= STEPS; step++) {
+        step_both(&g, &l, &a, &b);
+        float norm, norm_l;
+        be->to_host(be, &norm, g.opt.grad_norm, sizeof norm);
+        be->to_host(be, &norm_l, l.opt.grad_norm, sizeof norm_l);
+        be->to_host(be, ema, g.ema.params, np * sizeof(float));
+        be->to_host(be, ema_l, l.ema.params, np * sizeof(float));
+        uint64_t h = tu_fnv1a(tu_fnv1a(state_hash(&a), &norm, sizeof norm), ema, np * sizeof(float));
+        uint64_t h_l = tu_fnv1a(tu_fnv1a(state_hash(&b), &norm_l, sizeof norm_l), ema_l, np * sizeof(float));
+        ck_assert_msg(same_on_every_rank(h, why, sizeof why), "after step %d: %s", step, why);
+        ck_assert_msg(tu_on_every_rank(comm, h == h_l), "step %d: the graph and launches differ", step);
+        ck_assert_msg(tu_on_every_rank(comm, norm > 0.05f && isfinite(norm)), "step %d: norm %g does not clip", step,
+                      norm);
+    }
+    ck_assert_int_gt(g.ema.n_averaged, 0);
+    ck_assert_msg(g.graph.replayed >= STEPS - 3, "only %ld of %d steps replayed", g.graph.replayed, STEPS);
+    ema_sync_stats(&g.ema, &g.model, be, comm);
+    be->to_host(be, stats, g.ema.stats, ns * sizeof(float));
+    ck_assert_msg(same_on_every_rank(tu_fnv1a(TU_FNV_OFFSET, stats, ns * sizeof(float)), why, sizeof why),
+                  "EMA statistics after the sync: %s", why);
+    free(ema), free(ema_l), free(stats);
+    state_free(&a), state_free(&b);
+    trainer_free(&g);
+    trainer_free(&l);
 }
 END_TEST
 
@@ -611,6 +663,7 @@ static Suite *data_parallel_suite(void) {
     tcase_add_test(tc, many_buckets_train_like_one);
     tcase_add_test(tc, graph_path_trains_like_launches);
     tcase_add_test(tc, mixing_keeps_ranks_identical_and_the_graph_follows_the_draws);
+    tcase_add_test(tc, recipe_optimizer_keeps_ranks_identical);
     tcase_add_test(tc, resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_rounding);
     tcase_add_test(tc, init_from_a_file_starts_and_stays_identical);
     suite_add_tcase(s, tc);

@@ -850,22 +850,31 @@ END_TEST
 // ---- optimizer and loss scaler ----------------------------------------------------------------------
 
 START_TEST(test_sgd_step_matches_pytorch_semantics) {
-    // torch.optim.SGD (dampening 0) on grads unscaled by 1/S:
-    //   g = grad / S + wd * p;  buf = momentum * buf + g;  d = nesterov ? g + momentum * buf : buf;
+    // torch.optim.SGD (dampening 0) with two param groups, on grads unscaled by 1/S and clipped by
+    // clip_grad_norm_'s factor c = min(1, max_norm / (norm + 1e-6)) (c = 1 without a norm):
+    //   g = grad / S * c + wd[group] * p;  buf = momentum * buf + g;  d = nesterov ? g + momentum * buf : buf;
     //   p -= lr * d
+    // The groups of 257 elements: spans of 64, the last one partial.
+    const uint8_t groups[5] = {0, 1, 1, 0, 1};
     const struct {
         float lr;
         SgdParams p;
         DType grad_dt;
+        int with_groups;
+        float norm;  // 0: no clipping
     } cases[] = {
-        {0.1f, {0.9f, 1e-4f, 0}, DTYPE_F16},
-        {0.1f, {0.9f, 1e-4f, 1}, DTYPE_F16},
-        {0.05f, {0.0f, 0.0f, 0}, DTYPE_F32},
-        {0.2f, {0.5f, 5e-4f, 1}, DTYPE_F32},
+        {0.1f, {0.9f, {1e-4f, 1e-4f}, 0, 0}, DTYPE_F16, 0, 0},
+        {0.1f, {0.9f, {1e-4f, 0.0f}, 1, 0}, DTYPE_F16, 1, 0},
+        {0.05f, {0.0f, {0.0f, 0.0f}, 0, 0}, DTYPE_F32, 0, 0},
+        {0.2f, {0.5f, {5e-4f, 2e-2f}, 1, 0}, DTYPE_F32, 1, 0},
+        {0.1f, {0.9f, {1e-4f, 0.0f}, 0, 0.5f}, DTYPE_F16, 1, 20.0f},   // clipped to a fortieth
+        {0.1f, {0.9f, {1e-4f, 0.0f}, 0, 50.0f}, DTYPE_F32, 1, 20.0f},  // below max_norm: c = 1
     };
     const size_t n = 257;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const SgdParams *p = &cases[k].p;
+        const uint8_t *group = cases[k].with_groups ? groups : NULL;
+        const float *norm = cases[k].norm > 0 ? &cases[k].norm : NULL;
         float *master = random_floats(n, 1500 + k, -1, 1), *mom = random_floats(n, 1510 + k, -0.1f, 0.1f);
         float *grad32 = random_floats(n, 1520 + k, -4096, 4096);  // scaled gradients, S = 4096
         half *grad16 = to_half(grad32, n);
@@ -873,15 +882,17 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
         half *copy = calloc(n, sizeof(half));
         ScalerState st = {.scale = 4096.0f, .found_inf = 0};
 
+        const double c = norm ? fmin(1.0, (double)p->max_norm / ((double)*norm + 1e-6)) : 1.0;
         double *want_master = calloc(n, sizeof(double)), *want_mom = calloc(n, sizeof(double));
         for (size_t i = 0; i < n; i++) {
             const double graw = cases[k].grad_dt == DTYPE_F16 ? half_to_float(grad16[i]) : grad32[i];
-            const double g = graw / st.scale + (double)p->weight_decay * master[i];
+            const double wd = p->weight_decay[group ? group[i / 64] : 0];
+            const double g = graw / st.scale * c + wd * master[i];
             want_mom[i] = (double)p->momentum * mom[i] + g;
             const double d = p->nesterov ? g + (double)p->momentum * want_mom[i] : want_mom[i];
             want_master[i] = master[i] - (double)cases[k].lr * d;
         }
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, &cases[k].lr, &st);
+        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, group, &cases[k].lr, norm, &st);
         for (size_t i = 0; i < n; i++) {
             ck_assert_double_eq_tol(master[i], want_master[i], 1e-6);
             ck_assert_double_eq_tol(mom[i], want_mom[i], 1e-6);
@@ -890,14 +901,16 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
         }
 
         // NULL copy: only the fp32 state moves.
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, NULL, p, &cases[k].lr, &st);
+        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, NULL, p, group, &cases[k].lr, norm, &st);
 
-        // found_inf: master, momentum and copy stay bitwise as they were.
+        // found_inf: master, momentum and copy stay bitwise as they were, whatever the norm says.
         float *master_before = copy_floats(master, n), *mom_before = copy_floats(mom, n);
         half *copy_before = calloc(n, sizeof(half));
         memcpy(copy_before, copy, n * sizeof(half));
         st.found_inf = 1.0f;
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, &cases[k].lr, &st);
+        const float nan_norm = NAN;
+        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, group, &cases[k].lr, norm ? &nan_norm : NULL,
+                     &st);
         ck_assert_mem_eq(master, master_before, n * sizeof(float));
         ck_assert_mem_eq(mom, mom_before, n * sizeof(float));
         ck_assert_mem_eq(copy, copy_before, n * sizeof(half));
@@ -905,6 +918,75 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
         free(master), free(mom), free(grad32), free(grad16), free(copy), free(want_master), free(want_mom);
         free(master_before), free(mom_before), free(copy_before);
     }
+}
+END_TEST
+
+// A norm that overflowed to +inf from finite gradients scales them to 0: only the weight decay moves the
+// weights (torch: clip_coef = max_norm / inf = 0), nothing turns NaN.
+START_TEST(test_sgd_step_with_an_infinite_norm_keeps_only_the_decay) {
+    const size_t n = 64;
+    const SgdParams p = {0.0f, {0.5f, 0.5f}, 0, 1.0f};
+    const float lr = 0.1f, norm = INFINITY;
+    float *master = random_floats(n, 1530, -1, 1), *mom = floats(n), *grad = random_floats(n, 1531, -1e30f, 1e30f);
+    float *before = copy_floats(master, n);
+    ScalerState st = {.scale = 1.0f};
+    be->sgd_step(be, n, DTYPE_F32, grad, master, mom, NULL, &p, NULL, &lr, &norm, &st);
+    for (size_t i = 0; i < n; i++) ck_assert_float_eq(master[i], before[i] - 0.1f * (0.5f * before[i]));
+    free(master), free(mom), free(grad), free(before);
+}
+END_TEST
+
+// The norm of grad / S against a direct double-precision sum, fp16 and fp32 gradients, and inf/NaN through.
+START_TEST(test_grad_norm_matches_a_double_sum) {
+    const size_t n = 1000;
+    float *grad32 = random_floats(n, 1540, -3000, 3000);
+    half *grad16 = to_half(grad32, n);
+    for (int dt = DTYPE_F32; dt <= DTYPE_F16; dt++) {
+        const void *grad = dt == DTYPE_F16 ? (const void *)grad16 : (const void *)grad32;
+        ScalerState st = {.scale = 512.0f};
+        double sum = 0;
+        for (size_t i = 0; i < n; i++) {
+            const double g = (dt == DTYPE_F16 ? half_to_float(grad16[i]) : grad32[i]) / 512.0;
+            sum += g * g;
+        }
+        float norm = -1;
+        be->grad_norm(be, (DType)dt, grad, n, &st, &norm);
+        ck_assert_msg(fabs(norm - sqrt(sum)) <= 1e-6 * sqrt(sum), "%s: norm %.9g, want %.9g", dtype_name((DType)dt),
+                      norm, sqrt(sum));
+    }
+    float bad[3] = {1, INFINITY, 1}, nan_bad[3] = {1, NAN, 1}, norm;
+    ScalerState st = {.scale = 1.0f};
+    be->grad_norm(be, DTYPE_F32, bad, 3, &st, &norm);
+    ck_assert(isinf(norm));
+    be->grad_norm(be, DTYPE_F32, nan_bad, 3, &st, &norm);
+    ck_assert(isnan(norm));
+    be->grad_norm(be, DTYPE_F32, bad, 0, &st, &norm);
+    ck_assert_float_eq(norm, 0.0f);
+    free(grad32), free(grad16);
+}
+END_TEST
+
+// ema_update: skip writes nothing, copy copies, average is decay * avg + weight * src with both products
+// rounded to fp32 before the sum (a hand-computed case: 0.75 * 4 + 0.25 * 8 = 5; 0.5 * 3 + 0.5 * 2 = 2.5).
+START_TEST(test_ema_update_modes) {
+    float avg[2] = {4, 3}, src[2] = {8, 2};
+    EmaControl skip = {EMA_SKIP, 0.75f, 0.25f}, copy = {EMA_COPY, 0.75f, 0.25f};
+    EmaControl average = {EMA_AVERAGE, 0.75f, 0.25f}, half_half = {EMA_AVERAGE, 0.5f, 0.5f};
+    be->ema_update(be, 2, avg, src, &skip);
+    ck_assert(avg[0] == 4 && avg[1] == 3);
+    be->ema_update(be, 1, avg, src, &average);
+    ck_assert(avg[0] == 5 && avg[1] == 3);
+    be->ema_update(be, 2, avg, src, &half_half);
+    ck_assert(avg[0] == 6.5f && avg[1] == 2.5f);
+    be->ema_update(be, 2, avg, src, &copy);
+    ck_assert(avg[0] == 8 && avg[1] == 2);
+    // Rounding: each product is an fp32 value before the addition.
+    float a = 0.1f, x = 0.7f;
+    const EmaControl c = {EMA_AVERAGE, 0.999f, (float)(1.0 - 0.999)};
+    volatile float p1 = c.decay * a, p2 = c.weight * x;
+    const float want = p1 + p2;
+    be->ema_update(be, 1, &a, &x, &c);
+    ck_assert_msg(a == want, "%a, want %a", a, want);
 }
 END_TEST
 
@@ -1047,6 +1129,9 @@ static Suite *cpu_ops_suite(void) {
     tcase_add_test(tc, test_batch_mix_matches_torchvision_arithmetic);
     tcase_add_test(tc, test_fp16_matches_fp32);
     tcase_add_test(tc, test_sgd_step_matches_pytorch_semantics);
+    tcase_add_test(tc, test_sgd_step_with_an_infinite_norm_keeps_only_the_decay);
+    tcase_add_test(tc, test_grad_norm_matches_a_double_sum);
+    tcase_add_test(tc, test_ema_update_modes);
     tcase_add_test(tc, test_scaler_update_follows_gradscaler);
     tcase_add_test(tc, test_nonfinite_check_finds_inf_and_nan_anywhere);
     tcase_add_test(tc, test_cast_rounds_to_nearest_even_and_overflows_to_inf);

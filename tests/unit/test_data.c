@@ -906,7 +906,8 @@ static void *set_stop_later(void *arg) {
 // still stuck in get. Without a stop flag the same wait would last until the worker came back.
 START_TEST(test_loader_wait_ends_on_stop) {
     static int hang_from = 8;
-    Dataset ds = {.name = "hanging", .size = 64, .side = 4, .classes = 2, .get = hanging_get, .impl = &hang_from};
+    // static: the abandoned worker finishes its stuck sample after this test has returned
+    static Dataset ds = {.name = "hanging", .size = 64, .side = 4, .classes = 2, .get = hanging_get, .impl = &hang_from};
     Sampler s;
     sampler_init(&s, ds.size, 8, 1, 0, 1, 0, 1);
     atomic_store(&hang_released, 0);

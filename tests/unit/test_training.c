@@ -22,26 +22,6 @@
 #define SMALL_MODEL "model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=8", \
                     "data.train_size=64", "data.val_size=0", "data.prefetch=0", "log.metrics=", "checkpoint.dir="
 
-typedef struct Run {
-    Config cfg;
-    Backend *be;
-    Comm *comm;
-    Trainer t;
-} Run;
-
-static void run_start(Run *r, const char *const *overrides) {
-    tu_config(&r->cfg, overrides);
-    r->be = cpu_backend_create();
-    r->comm = comm_single_create();
-    ck_assert_int_eq(trainer_init(&r->t, &r->cfg, r->be, r->comm, r->comm), 0);
-}
-
-static void run_stop(Run *r) {
-    trainer_free(&r->t);
-    r->be->destroy(r->be);
-    r->comm->destroy(r->comm);
-}
-
 // Host copies of the fp32 masters and momentum (the CPU backend's memory is host memory).
 static float *copy_floats(const float *src, size_t n) {
     float *dst = malloc(n * sizeof(float));
@@ -49,7 +29,7 @@ static float *copy_floats(const float *src, size_t n) {
     return dst;
 }
 
-static ScalerState scaler_now(Run *r) { return scaler_read(&r->t.scaler, r->be); }
+static ScalerState scaler_now(TuTrainer *r) { return scaler_read(&r->t.scaler, r->be); }
 
 static int floats_equal(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
@@ -95,8 +75,8 @@ END_TEST
 // halved, growth counter reset; the steps after it train again.
 START_TEST(test_injected_inf_skips_exactly_that_step) {
     const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "debug.inject_step=2", "debug.inject_value=.inf", NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
     tu_train_step(&r.t);
     tu_train_step(&r.t);
@@ -115,29 +95,29 @@ START_TEST(test_injected_inf_skips_exactly_that_step) {
     ck_assert(!floats_equal(w, r.t.model.master, np));
     ck_assert_int_eq(scaler_now(&r).skipped_total, 1);
     free(w), free(mom);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
 START_TEST(test_nan_injection_also_skips) {
     const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "debug.inject_step=0", "debug.inject_value=.nan", NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
     float *w = copy_floats(r.t.model.master, np);
     tu_train_step(&r.t);
     ck_assert(floats_equal(w, r.t.model.master, np));
     ck_assert_float_eq(scaler_now(&r).scale, 512.0f);
     free(w);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
 // The scale grows exactly at growth_interval clean steps in a row (GradScaler's rule) through the trainer.
 START_TEST(test_scale_grows_at_the_interval) {
     const char *ov[] = {SMALL_MODEL, "amp.init_scale=256", "amp.growth_interval=3", NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     float expect[] = {256, 256, 512, 512, 512, 1024};
     for (int s = 0; s < 6; s++) {
         tu_train_step(&r.t);
@@ -145,7 +125,7 @@ START_TEST(test_scale_grows_at_the_interval) {
         ck_assert_int_eq(st.skipped_total, 0);
         ck_assert_float_eq(st.scale, expect[s]);
     }
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
@@ -164,9 +144,9 @@ static double cosine(const float *a, const float *b, size_t n) {
 START_TEST(test_amp_step_agrees_with_fp32_step) {
     const char *amp_ov[] = {SMALL_MODEL, "amp.init_scale=1024", "train.weight_decay=0", "train.momentum=0", NULL};
     const char *fp32_ov[] = {SMALL_MODEL, "amp.enabled=false", "train.weight_decay=0", "train.momentum=0", NULL};
-    Run a, f;
-    run_start(&a, amp_ov);
-    run_start(&f, fp32_ov);
+    TuTrainer a, f;
+    tu_trainer_start(&a, amp_ov);
+    tu_trainer_start(&f, fp32_ov);
     size_t np = a.t.model.params.padded_numel;
     ck_assert_uint_eq(np, f.t.model.params.padded_numel);
     float *w0 = copy_floats(f.t.model.master, np);
@@ -187,8 +167,8 @@ START_TEST(test_amp_step_agrees_with_fp32_step) {
     double fc_err = tu_rel_error(da + fc->offset, df + fc->offset, fc->numel);
     ck_assert_msg(fc_err < 1e-2, "classifier update differs by %g", fc_err);
     free(w0), free(da), free(df);
-    run_stop(&a);
-    run_stop(&f);
+    tu_trainer_stop(&a);
+    tu_trainer_stop(&f);
 }
 END_TEST
 
@@ -200,10 +180,10 @@ END_TEST
 // into, as the fp32 benchmark path once did, trains on the previous batch and fails here.)
 static void train_three_ways(const char *amp) {
     const char *ov[] = {SMALL_MODEL, amp, NULL};
-    Run host, bytes, floats;
-    run_start(&host, ov);
-    run_start(&bytes, ov);
-    run_start(&floats, ov);
+    TuTrainer host, bytes, floats;
+    tu_trainer_start(&host, ov);
+    tu_trainer_start(&bytes, ov);
+    tu_trainer_start(&floats, ov);
     const Dataset *ds = host.t.train_set;
     int b = host.cfg.data.batch_size;
     size_t image = dataset_image_bytes(ds);
@@ -229,7 +209,7 @@ static void train_three_ways(const char *amp) {
     ck_assert_msg(floats_equal(host.t.model.master, bytes.t.model.master, np), "%s: resident bytes differ", amp);
     ck_assert_msg(floats_equal(host.t.model.master, floats.t.model.master, np), "%s: fp32 images differ", amp);
     free(raw), free(normalised), free(labels), free(idx);
-    run_stop(&host), run_stop(&bytes), run_stop(&floats);
+    tu_trainer_stop(&host), tu_trainer_stop(&bytes), tu_trainer_stop(&floats);
 }
 
 START_TEST(test_every_batch_path_trains_on_its_batch) {
@@ -241,8 +221,8 @@ END_TEST
 START_TEST(test_tiny_model_learns) {
     const char *ov[] = {"data.train_size=1024", "data.val_size=256", "train.epochs=4", "log.metrics=",
                         "checkpoint.dir=", "data.prefetch=0", "log.progress=never", "log.every=1000", NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     EvalRecord before = trainer_evaluate(&r.t);
     ck_assert_int_eq(trainer_run(&r.t, NULL), 0);
     ck_assert_int_eq(r.t.eval.has_last, 1);
@@ -251,13 +231,13 @@ START_TEST(test_tiny_model_learns) {
     ck_assert_msg(after.loss < 0.5 * before.loss, "validation loss %g -> %g", before.loss, after.loss);
     ck_assert_msg(after.top1 > 0.6, "top-1 %g", after.top1);
     ck_assert_int_eq(after.samples, 256);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 END_TEST
 
 // ---- checkpoints -----------------------------------------------------------------------------------
 
-static void run_steps(Run *r) { ck_assert_int_eq(trainer_run(&r->t, NULL), 0); }
+static void run_steps(TuTrainer *r) { ck_assert_int_eq(trainer_run(&r->t, NULL), 0); }
 
 // N steps straight vs N/2, checkpoint, resume, N/2 more: bitwise-identical masters, momentum, scale.
 // The checkpoint falls mid-epoch (16 steps per epoch) so the sampler position is restored too.
@@ -271,14 +251,14 @@ START_TEST(test_resume_is_bitwise_identical) {
     const char *second_half[] = {SMALL_MODEL, "data.train_size=128", "train.epochs=3", "train.steps=24",
                                  "train.schedule=constant", "train.warmup_steps=5", "amp.growth_interval=4",
                                  "log.progress=never", "checkpoint.resume=resume_test/last.safetensors", NULL};
-    Run a, b, c;
-    run_start(&a, straight);
+    TuTrainer a, b, c;
+    tu_trainer_start(&a, straight);
     run_steps(&a);
-    run_start(&b, first_half);
+    tu_trainer_start(&b, first_half);
     run_steps(&b);
     ck_assert_int_eq(b.t.step, 12);
-    run_stop(&b);
-    run_start(&c, second_half);
+    tu_trainer_stop(&b);
+    tu_trainer_start(&c, second_half);
     ck_assert_int_eq(c.t.step, 12);
     run_steps(&c);
     ck_assert_int_eq(c.t.step, 24);
@@ -290,8 +270,8 @@ START_TEST(test_resume_is_bitwise_identical) {
     ck_assert_int_eq(sa.growth_count, sc.growth_count);
     ck_assert_int_eq(sa.skipped_total, sc.skipped_total);
     ck_assert(floats_equal(a.t.model.running, c.t.model.running, a.t.model.stats_numel));
-    run_stop(&a);
-    run_stop(&c);
+    tu_trainer_stop(&a);
+    tu_trainer_stop(&c);
 }
 END_TEST
 
@@ -300,10 +280,10 @@ static void write_small_checkpoint(const char *dir) {
     char dir_override[256];
     snprintf(dir_override, sizeof dir_override, "checkpoint.dir=%s", dir);
     const char *ov[] = {SMALL_MODEL, "train.steps=3", "log.progress=never", dir_override, NULL};
-    Run r;
-    run_start(&r, ov);
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
     run_steps(&r);
-    run_stop(&r);
+    tu_trainer_stop(&r);
 }
 
 // Resuming from `path` must fail with a message containing `expect`.
@@ -370,10 +350,10 @@ START_TEST(test_corrupted_checkpoints_are_refused) {
     {
         const char *ov[] = {SMALL_MODEL, "model.planes=16", "train.steps=1", "log.progress=never",
                             "checkpoint.dir=ckpt_other", NULL};
-        Run r;
-        run_start(&r, ov);
+        TuTrainer r;
+        tu_trainer_start(&r, ov);
         run_steps(&r);
-        run_stop(&r);
+        tu_trainer_stop(&r);
     }
     assert_resume_refused("ckpt_other/last.safetensors", "checkpoint is for model");
     // 5. a missing file
