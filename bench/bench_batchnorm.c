@@ -33,30 +33,22 @@ static const char *MODE_NAME[MODES] = {"cuDNN", "own", "auto"};
 
 typedef struct BnShape {
     const char *name;
-    int hw;         // spatial size (h * w) per image
+    int hw;  // spatial size (h * w) per image
     int c;
-    int residual;   // add the shortcut before the ReLU (bn3)
+    int residual;  // add the shortcut before the ReLU (bn3)
     int relu;
-    int count;      // layers of this shape in ResNeXt-50 32x4d
+    int count;  // layers of this shape in ResNeXt-50 32x4d
 } BnShape;
 
 static const BnShape SHAPES[] = {
-    {"stem bn1", 112 * 112, 64, 0, 1, 1},
-    {"layer1 bn1/bn2", 56 * 56, 128, 0, 1, 6},
-    {"layer1 bn3", 56 * 56, 256, 1, 1, 3},
-    {"layer1 downsample", 56 * 56, 256, 0, 0, 1},
-    {"layer2.0 bn1", 56 * 56, 256, 0, 1, 1},
-    {"layer2 bn1/bn2", 28 * 28, 256, 0, 1, 7},
-    {"layer2 bn3", 28 * 28, 512, 1, 1, 4},
-    {"layer2 downsample", 28 * 28, 512, 0, 0, 1},
-    {"layer3.0 bn1", 28 * 28, 512, 0, 1, 1},
-    {"layer3 bn1/bn2", 14 * 14, 512, 0, 1, 11},
-    {"layer3 bn3", 14 * 14, 1024, 1, 1, 6},
-    {"layer3 downsample", 14 * 14, 1024, 0, 0, 1},
-    {"layer4.0 bn1", 14 * 14, 1024, 0, 1, 1},
-    {"layer4 bn1/bn2", 7 * 7, 1024, 0, 1, 5},
-    {"layer4 bn3", 7 * 7, 2048, 1, 1, 3},
-    {"layer4 downsample", 7 * 7, 2048, 0, 0, 1},
+    {"stem bn1", 112 * 112, 64, 0, 1, 1},     {"layer1 bn1/bn2", 56 * 56, 128, 0, 1, 6},
+    {"layer1 bn3", 56 * 56, 256, 1, 1, 3},    {"layer1 downsample", 56 * 56, 256, 0, 0, 1},
+    {"layer2.0 bn1", 56 * 56, 256, 0, 1, 1},  {"layer2 bn1/bn2", 28 * 28, 256, 0, 1, 7},
+    {"layer2 bn3", 28 * 28, 512, 1, 1, 4},    {"layer2 downsample", 28 * 28, 512, 0, 0, 1},
+    {"layer3.0 bn1", 28 * 28, 512, 0, 1, 1},  {"layer3 bn1/bn2", 14 * 14, 512, 0, 1, 11},
+    {"layer3 bn3", 14 * 14, 1024, 1, 1, 6},   {"layer3 downsample", 14 * 14, 1024, 0, 0, 1},
+    {"layer4.0 bn1", 14 * 14, 1024, 0, 1, 1}, {"layer4 bn1/bn2", 7 * 7, 1024, 0, 1, 5},
+    {"layer4 bn3", 7 * 7, 2048, 1, 1, 3},     {"layer4 downsample", 7 * 7, 2048, 0, 0, 1},
 };
 #define SHAPE_COUNT ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -98,19 +90,19 @@ static Buffers buffers_make(Backend *be, size_t elems, int c) {
 }
 
 static void buffers_free(Backend *be, Buffers *b) {
-    void *all[] = {b->x, b->res, b->y, b->dy, b->dx, b->dres, b->gamma, b->beta, b->rmean, b->rvar, b->smean,
-                   b->sinv, b->dgamma, b->dbeta};
+    void *all[] = {b->x,    b->res,   b->y,    b->dy,    b->dx,   b->dres,   b->gamma,
+                   b->beta, b->rmean, b->rvar, b->smean, b->sinv, b->dgamma, b->dbeta};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
 }
 
 static void forward(Backend *be, const BnShape *s, int rows, Buffers *b) {
-    be->bn_forward_train(be, rows, s->c, DTYPE_F16, b->x, s->residual ? b->res : NULL, s->relu, b->gamma, b->beta,
-                         b->rmean, b->rvar, 0.1f, 1e-5f, b->smean, b->sinv, b->y);
+    be->bn_forward_train(be, rows, s->c, DTYPE_F16, b->x, s->residual ? b->res : NULL, s->relu, b->gamma,
+                         b->beta, b->rmean, b->rvar, 0.1f, 1e-5f, b->smean, b->sinv, b->y);
 }
 
 static void backward(Backend *be, const BnShape *s, int rows, Buffers *b) {
-    be->bn_backward(be, rows, s->c, DTYPE_F16, b->x, s->relu ? b->y : NULL, b->dy, s->relu, b->gamma, b->smean,
-                    b->sinv, b->dx, 0, b->dgamma, b->dbeta, 0, s->residual ? b->dres : NULL);
+    be->bn_backward(be, rows, s->c, DTYPE_F16, b->x, s->relu ? b->y : NULL, b->dy, s->relu, b->gamma,
+                    b->smean, b->sinv, b->dx, 0, b->dgamma, b->dbeta, 0, s->residual ? b->dres : NULL);
 }
 
 static int compare_floats(const void *a, const void *b) {
@@ -205,8 +197,10 @@ typedef struct BlockEnd {
     int hw, c;
 } BlockEnd;
 
-static const BlockEnd ENDS[] = {
-    {"layer1.0", 56 * 56, 256}, {"layer2.0", 28 * 28, 512}, {"layer3.0", 14 * 14, 1024}, {"layer4.0", 7 * 7, 2048}};
+static const BlockEnd ENDS[] = {{"layer1.0", 56 * 56, 256},
+                                {"layer2.0", 28 * 28, 512},
+                                {"layer3.0", 14 * 14, 1024},
+                                {"layer4.0", 7 * 7, 2048}};
 #define END_COUNT ((int)(sizeof ENDS / sizeof ENDS[0]))
 
 // fused: bn_add_bn under auto (our own fused kernels); else the two calls each way on auto's pairs, bn_b's
@@ -229,26 +223,28 @@ static void end_run(void *ctx, int phase) {
     if (phase == 0 && r->fused) {
         be->bn_add_bn_forward_train(be, r->rows, r->c, DTYPE_F16, &aa, &ba, 1, 0.1f, 1e-5f, a->res, a->y);
     } else if (phase == 0) {
-        be->bn_forward_train(be, r->rows, r->c, DTYPE_F16, b->x, NULL, 0, b->gamma, b->beta, b->rmean, b->rvar, 0.1f,
-                             1e-5f, b->smean, b->sinv, a->res);
-        be->bn_forward_train(be, r->rows, r->c, DTYPE_F16, a->x, a->res, 1, a->gamma, a->beta, a->rmean, a->rvar, 0.1f,
-                             1e-5f, a->smean, a->sinv, a->y);
+        be->bn_forward_train(be, r->rows, r->c, DTYPE_F16, b->x, NULL, 0, b->gamma, b->beta, b->rmean,
+                             b->rvar, 0.1f, 1e-5f, b->smean, b->sinv, a->res);
+        be->bn_forward_train(be, r->rows, r->c, DTYPE_F16, a->x, a->res, 1, a->gamma, a->beta, a->rmean,
+                             a->rvar, 0.1f, 1e-5f, a->smean, a->sinv, a->y);
     } else if (r->fused) {
-        be->bn_add_bn_backward(be, r->rows, r->c, DTYPE_F16, &aa, &ba, a->y, a->dy, 1, a->dx, b->dx, 0, a->dres);
+        be->bn_add_bn_backward(be, r->rows, r->c, DTYPE_F16, &aa, &ba, a->y, a->dy, 1, a->dx, b->dx, 0,
+                               a->dres);
     } else {
-        be->bn_backward(be, r->rows, r->c, DTYPE_F16, a->x, a->y, a->dy, 1, a->gamma, a->smean, a->sinv, a->dx, 0,
-                        a->dgamma, a->dbeta, 0, a->dres);
-        be->bn_backward(be, r->rows, r->c, DTYPE_F16, b->x, NULL, a->dres, 0, b->gamma, b->smean, b->sinv, b->dx, 0,
-                        b->dgamma, b->dbeta, 0, NULL);
+        be->bn_backward(be, r->rows, r->c, DTYPE_F16, a->x, a->y, a->dy, 1, a->gamma, a->smean, a->sinv,
+                        a->dx, 0, a->dgamma, a->dbeta, 0, a->dres);
+        be->bn_backward(be, r->rows, r->c, DTYPE_F16, b->x, NULL, a->dres, 0, b->gamma, b->smean, b->sinv,
+                        b->dx, 0, b->dgamma, b->dbeta, 0, NULL);
     }
 }
 
 // Times both ways per block end and checks that they agree on y, dx_a and dx_b; returns 1 on a disagreement.
 static int time_block_ends(Backend *gpu, int n) {
-    printf("\ndownsampling block ends (bn3 + residual + ReLU with the shortcut's bn), ms: two calls each way on "
-           "auto's pairs against bn_add_bn's fused kernels\n");
-    printf("%-10s %9s %5s | %-9s %-9s | %-9s %-9s | %s\n", "block", "rows", "c", "fwd two", "fwd fused", "bwd two",
-           "bwd fused", "fused vs two");
+    printf(
+        "\ndownsampling block ends (bn3 + residual + ReLU with the shortcut's bn), ms: two calls each way on "
+        "auto's pairs against bn_add_bn's fused kernels\n");
+    printf("%-10s %9s %5s | %-9s %-9s | %-9s %-9s | %s\n", "block", "rows", "c", "fwd two", "fwd fused",
+           "bwd two", "bwd fused", "fused vs two");
     double step[2] = {0, 0};
     int failed = 0;
     for (int i = 0; i < END_COUNT; i++) {
@@ -289,18 +285,19 @@ static int time_block_ends(Backend *gpu, int n) {
 
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 256, ends_only = argc > 2 && !strcmp(argv[2], "ends");
-    setvbuf(stdout, NULL, _IOLBF, 0);  // a row as soon as it is timed: a run cut short by a timeout keeps its rows
+    setvbuf(stdout, NULL, _IOLBF,
+            0);  // a row as soon as it is timed: a run cut short by a timeout keeps its rows
     char why[256] = "";
     Backend *gpu = cuda_backend_create(0, NULL, why, sizeof why);
     if (!gpu) {
         fprintf(stderr, "bench_batchnorm: no CUDA backend: %s\n", why);
         return 1;
     }
-    printf("batch norm, fp16 NHWC, batch %d: median of %d calls, ms (GB/s of the least bytes a call moves)\n", n,
-           TIMED_RUNS);
-    printf("%-20s %9s %5s %4s %5s | %-17s %-17s %-17s | %-17s %-17s %-17s | %s\n", "layer", "rows", "c", "add",
-           "count", "cuDNN forward", "own forward", "auto forward", "cuDNN backward", "own backward", "auto backward",
-           "own, auto vs cuDNN");
+    printf("batch norm, fp16 NHWC, batch %d: median of %d calls, ms (GB/s of the least bytes a call moves)\n",
+           n, TIMED_RUNS);
+    printf("%-20s %9s %5s %4s %5s | %-17s %-17s %-17s | %-17s %-17s %-17s | %s\n", "layer", "rows", "c",
+           "add", "count", "cuDNN forward", "own forward", "auto forward", "cuDNN backward", "own backward",
+           "auto backward", "own, auto vs cuDNN");
     double step[MODES][2] = {{0}};  // [mode][phase] ms per training step
     int failed = 0;
     for (int i = 0; i < (ends_only ? 0 : SHAPE_COUNT); i++) {
@@ -334,8 +331,8 @@ int main(int argc, char **argv) {
     }
     printf("one step's batch norm (every layer, weighted by count):");
     for (int m = 0; m < MODES; m++)
-        printf("%s %s forward %.2f + backward %.2f = %.2f ms", m ? ";" : "", MODE_NAME[m], step[m][0], step[m][1],
-               step[m][0] + step[m][1]);
+        printf("%s %s forward %.2f + backward %.2f = %.2f ms", m ? ";" : "", MODE_NAME[m], step[m][0],
+               step[m][1], step[m][0] + step[m][1]);
     printf("\n");
     failed |= time_block_ends(gpu, n);
     gpu->destroy(gpu);

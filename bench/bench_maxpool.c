@@ -42,7 +42,8 @@ static void *device_copy_of(Backend *be, const void *host, size_t bytes) {
 static size_t halves_differing(const _Float16 *a, const _Float16 *b, size_t n) {
     size_t differ = 0;
     for (size_t i = 0; i < n; i++)
-        if (!(isnan((float)a[i]) && isnan((float)b[i])) && memcmp(&a[i], &b[i], sizeof(_Float16)) != 0) differ++;
+        if (!(isnan((float)a[i]) && isnan((float)b[i])) && memcmp(&a[i], &b[i], sizeof(_Float16)) != 0)
+            differ++;
     return differ;
 }
 
@@ -55,7 +56,8 @@ static PoolShape stem_pool(int n, int h, int w) {
 static int check_against_cpu(Backend *gpu, Backend *cpu, PoolShape s) {
     const size_t nx = (size_t)s.n * s.h * s.w * s.c, ny = (size_t)s.n * s.out_h * s.out_w * s.c;
     _Float16 *x = random_halves(nx, 1, 1009), *dy = random_halves(ny, 2, 0);
-    _Float16 *y_cpu = malloc(ny * 2), *y_gpu = malloc(ny * 2), *dx_cpu = malloc(nx * 2), *dx_gpu = malloc(nx * 2);
+    _Float16 *y_cpu = malloc(ny * 2), *y_gpu = malloc(ny * 2), *dx_cpu = malloc(nx * 2),
+             *dx_gpu = malloc(nx * 2);
     void *gx = device_copy_of(gpu, x, nx * 2), *gdy = device_copy_of(gpu, dy, ny * 2);
     void *gy = gpu->alloc(gpu, ny * 2), *gdx = gpu->alloc(gpu, nx * 2);
 
@@ -68,8 +70,8 @@ static int check_against_cpu(Backend *gpu, Backend *cpu, PoolShape s) {
     gpu->maxpool_backward(gpu, &s, DTYPE_F16, gx, gy, gdy, gdx);
     gpu->to_host(gpu, dx_gpu, gdx, nx * 2);
     const size_t dx_differ = halves_differing(dx_gpu, dx_cpu, nx);
-    printf("check %dx%dx%dx%d fp16: forward %zu, backward %zu of %zu elements differ from the CPU\n", s.n, s.h, s.w,
-           s.c, y_differ, dx_differ, nx);
+    printf("check %dx%dx%dx%d fp16: forward %zu, backward %zu of %zu elements differ from the CPU\n", s.n,
+           s.h, s.w, s.c, y_differ, dx_differ, nx);
 
     gpu->free(gpu, gx), gpu->free(gpu, gdy), gpu->free(gpu, gy), gpu->free(gpu, gdx);
     free(x), free(dy), free(y_cpu), free(y_gpu), free(dx_cpu), free(dx_gpu);
@@ -103,8 +105,9 @@ static void time_backward(Backend *gpu, PoolShape s) {
     qsort(ms, TIMED_RUNS, sizeof ms[0], compare_floats);
     const float median = ms[TIMED_RUNS / 2];
     const double bytes = 2.0 * (2.0 * nx + 2.0 * ny);
-    printf("maxpool_backward %dx%dx%dx%d fp16 k3 s2 p1: median %.4f ms (min %.4f, max %.4f) over %d runs, %.0f GB/s\n",
-           s.n, s.h, s.w, s.c, median, ms[0], ms[TIMED_RUNS - 1], TIMED_RUNS, bytes / (median * 1e-3) / 1e9);
+    printf(
+        "maxpool_backward %dx%dx%dx%d fp16 k3 s2 p1: median %.4f ms (min %.4f, max %.4f) over %d runs, %.0f GB/s\n",
+        s.n, s.h, s.w, s.c, median, ms[0], ms[TIMED_RUNS - 1], TIMED_RUNS, bytes / (median * 1e-3) / 1e9);
     gpu->free(gpu, x), gpu->free(gpu, dy), gpu->free(gpu, y), gpu->free(gpu, dx);
 }
 
@@ -117,7 +120,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     Backend *cpu = cpu_backend_create();
-    const int failed = check_against_cpu(gpu, cpu, stem_pool(2, 112, 112)) | check_against_cpu(gpu, cpu, stem_pool(2, 111, 113));
+    const int failed = check_against_cpu(gpu, cpu, stem_pool(2, 112, 112)) |
+                       check_against_cpu(gpu, cpu, stem_pool(2, 111, 113));
     if (failed) {
         fprintf(stderr, "bench_maxpool: the GPU differs from the CPU reference\n");
         return 1;

@@ -168,8 +168,10 @@ static int parse_args(int argc, char **argv, Cli *cli) {
             cli->overrides[cli->n_overrides++] = argv[i];
             if (!strncmp(a, "log.metrics=", strlen("log.metrics="))) cli->metrics_given = 1;
         } else {
-            fprintf(stderr, "amptrain: unexpected argument '%s': give CONFIG first, then section.key=value "
-                            "overrides (see amptrain --help)\n", a);
+            fprintf(stderr,
+                    "amptrain: unexpected argument '%s': give CONFIG first, then section.key=value "
+                    "overrides (see amptrain --help)\n",
+                    a);
             return 2;
         }
     }
@@ -179,7 +181,9 @@ static int parse_args(int argc, char **argv, Cli *cli) {
     }
     if (cli->eval && (cli->dry_run || cli->bench || cli->bench_data)) {
         fprintf(stderr, "amptrain: --eval evaluates a file; it does not go with %s\n",
-                cli->dry_run ? "--dry-run" : cli->bench ? "--bench" : "--bench-data");
+                cli->dry_run ? "--dry-run"
+                : cli->bench ? "--bench"
+                             : "--bench-data");
         return 2;
     }
     return -1;
@@ -187,44 +191,53 @@ static int parse_args(int argc, char **argv, Cli *cli) {
 
 static void print_version(void) {
     int gpus = cuda_visible_device_count();
-    printf("amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
-           AMPTRAIN_VERSION,
+    printf(
+        "amptrain %s (backends: cpu%s; communicators: single%s%s; JPEG decode: host%s; visible GPUs: %d)\n",
+        AMPTRAIN_VERSION,
 #ifdef AMPTRAIN_HAVE_CUDA
-           ", cuda (architectures " AMPTRAIN_CUDA_ARCHITECTURES ")",
+        ", cuda (architectures " AMPTRAIN_CUDA_ARCHITECTURES ")",
 #else
-           "",
+        "",
 #endif
 #ifdef AMPTRAIN_HAVE_MPI
-           ", mpi",
+        ", mpi",
 #else
-           "",
+        "",
 #endif
 #ifdef AMPTRAIN_HAVE_NCCL
-           ", nccl",
+        ", nccl",
 #else
-           "",
+        "",
 #endif
 #ifdef AMPTRAIN_HAVE_NVJPEG
-           ", device (nvJPEG)",
+        ", device (nvJPEG)",
 #else
-           "",
+        "",
 #endif
-           gpus);
+        gpus);
 }
 
 // What this rank was asked to do, with everything that changes its collective calls, as one line.
 static void mode_text(const Cli *cli, int parse_rc, char *out, size_t cap) {
-    if (parse_rc > 0) snprintf(out, cap, "a command-line error (exit %d)", parse_rc);
-    else if (cli->help) snprintf(out, cap, "--help");
-    else if (cli->version) snprintf(out, cap, "--version");
-    else if (cli->print_config) snprintf(out, cap, "--print-config");
-    else if (cli->bench_data) snprintf(out, cap, "--bench-data --bench-steps %d", cli->bench_opt.steps);
+    if (parse_rc > 0)
+        snprintf(out, cap, "a command-line error (exit %d)", parse_rc);
+    else if (cli->help)
+        snprintf(out, cap, "--help");
+    else if (cli->version)
+        snprintf(out, cap, "--version");
+    else if (cli->print_config)
+        snprintf(out, cap, "--print-config");
+    else if (cli->bench_data)
+        snprintf(out, cap, "--bench-data --bench-steps %d", cli->bench_opt.steps);
     else if (cli->bench)
-        snprintf(out, cap, "--bench --bench-steps %d --bench-warmup %d%s", cli->bench_opt.steps, cli->bench_opt.warmup,
-                 cli->bench_opt.profile ? " --bench-profile" : "");
-    else if (cli->eval) snprintf(out, cap, "--eval");
-    else if (cli->dry_run) snprintf(out, cap, "--dry-run");
-    else snprintf(out, cap, "training");
+        snprintf(out, cap, "--bench --bench-steps %d --bench-warmup %d%s", cli->bench_opt.steps,
+                 cli->bench_opt.warmup, cli->bench_opt.profile ? " --bench-profile" : "");
+    else if (cli->eval)
+        snprintf(out, cap, "--eval");
+    else if (cli->dry_run)
+        snprintf(out, cap, "--dry-run");
+    else
+        snprintf(out, cap, "training");
 }
 
 static void print_dry_run(const Config *cfg) {
@@ -242,16 +255,18 @@ static void print_dry_run(const Config *cfg) {
     double weights = (double)m.params.padded_numel * (8 + dtype_size(m.act_dt) * (cfg->amp.enabled ? 2 : 1));
     printf("model        %s: layers [%d,%d,%d,%d], cardinality %d, base width %d, planes %d, %d classes, "
            "%dx%d input (evaluation %dx%d)\n",
-           cfg->model.arch, cfg->model.layers[0], cfg->model.layers[1], cfg->model.layers[2], cfg->model.layers[3],
-           cfg->model.cardinality, cfg->model.base_width, cfg->model.planes, cfg->model.num_classes,
-           cfg->data.train_crop, cfg->data.train_crop, cfg->data.val_crop, cfg->data.val_crop);
+           cfg->model.arch, cfg->model.layers[0], cfg->model.layers[1], cfg->model.layers[2],
+           cfg->model.layers[3], cfg->model.cardinality, cfg->model.base_width, cfg->model.planes,
+           cfg->model.num_classes, cfg->data.train_crop, cfg->data.train_crop, cfg->data.val_crop,
+           cfg->data.val_crop);
     printf("parameters   %zu (%d tensors)\n", m.params.numel, m.params.count);
     printf("multiply-adds per image  %.3f G\n", model_macs_per_image(&m) / 1e9);
-    printf("precision    %s\n", cfg->amp.enabled ? "AMP: fp16 activations and compute weights, fp32 masters"
-                                                 : "fp32");
-    printf("memory per rank (estimate, batch %d): activations and their gradients %.1f MiB, weights+optimizer "
-           "%.1f MiB; on CUDA also up to %d MiB of convolution workspace (cudnn.workspace_mb)\n",
-           cfg->data.batch_size, acts / 1048576.0, weights / 1048576.0, cfg->cudnn.workspace_mb);
+    printf("precision    %s\n",
+           cfg->amp.enabled ? "AMP: fp16 activations and compute weights, fp32 masters" : "fp32");
+    printf(
+        "memory per rank (estimate, batch %d): activations and their gradients %.1f MiB, weights+optimizer "
+        "%.1f MiB; on CUDA also up to %d MiB of convolution workspace (cudnn.workspace_mb)\n",
+        cfg->data.batch_size, acts / 1048576.0, weights / 1048576.0, cfg->cudnn.workspace_mb);
     model_free(&m, NULL);
 }
 
@@ -274,9 +289,9 @@ static CudaOptions cuda_options_from_config(const Config *cfg) {
     o.conv_tf32 = cfg->cudnn.tf32;
     o.matmul_tf32 = cfg->cudnn.matmul_tf32;
     o.conv_workspace_cap = (size_t)cfg->cudnn.workspace_mb << 20;
-    o.batch_norm = !strcmp(bn, "own")                               ? CUDA_BN_OWN
+    o.batch_norm = !strcmp(bn, "own")                            ? CUDA_BN_OWN
                    : !strcmp(bn, "auto") && cfg->cudnn.benchmark ? CUDA_BN_AUTO
-                                                                   : CUDA_BN_CUDNN;
+                                                                 : CUDA_BN_CUDNN;
     o.device_max_connections = !strcmp(cfg->data.decode, "device") ? 32 : 0;
     return o;
 }
@@ -362,7 +377,8 @@ static int dry_run_init(const Config *cfg, Comm *comm) {
     Model m;
     model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
     ModelFile mf;
-    int rc = agree_startup(comm, model_file_read("model.init", cfg->model.init, &m, 1, 0, &mf, err, sizeof err), err);
+    int rc = agree_startup(
+        comm, model_file_read("model.init", cfg->model.init, &m, 1, 0, &mf, err, sizeof err), err);
     if (rc == 0) rc = model_file_agree(comm, &mf, &m, "the weights model.init loaded");
     if (rc == 0) {
         model_file_describe(&mf, "model.init", cfg->model.init, &m, line, sizeof line);
@@ -384,7 +400,8 @@ static int dry_run(const Config *cfg, Comm *comm) {
     rc = agree_startup(comm, rc, err);
     if (rc == 0) rc = trainer_agree_data(comm, train, val);
     if (rc == 0 && cfg->checkpoint.resume[0]) {
-        int refused = checkpoint_check(cfg->checkpoint.resume, cfg, train, comm->size, comm->rank, err, sizeof err);
+        int refused =
+            checkpoint_check(cfg->checkpoint.resume, cfg, train, comm->size, comm->rank, err, sizeof err);
         rc = agree_startup(comm, refused ? 2 : 0, err);
     } else if (rc == 0 && cfg->model.init[0]) {
         rc = dry_run_init(cfg, comm);
@@ -404,14 +421,20 @@ static int bench_data(const Config *cfg, Comm *comm, int batches) {
     char err[AGREE_MESSAGE_MAX] = "";
     Dataset *ds = NULL;
     Backend *be = NULL;
-    int rc = agree_startup(comm, dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &ds, err, sizeof err), err);
+    int rc = agree_startup(comm,
+                           dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir,
+                                              &ds, err, sizeof err),
+                           err);
     if (rc == 0) rc = trainer_agree_data(comm, ds, NULL);
     if (rc == 0 && !strcmp(cfg->data.decode, "device")) {
         be = select_backend(cfg, comm, err, sizeof err);
         rc = agree_startup(comm, be ? 0 : 1, err);
-        if (rc == 0) rc = agree_startup(comm, dataset_decode_on_device(&cfg->data, be, err, sizeof err) < 0 ? 2 : 0, err);
+        if (rc == 0)
+            rc = agree_startup(comm, dataset_decode_on_device(&cfg->data, be, err, sizeof err) < 0 ? 2 : 0,
+                               err);
     }
-    if (rc == 0) bench_data_run(cfg, ds, be, comm->size, comm->rank, batches, comm->rank == 0 ? stdout : NULL);
+    if (rc == 0)
+        bench_data_run(cfg, ds, be, comm->size, comm->rank, batches, comm->rank == 0 ? stdout : NULL);
     // --bench-data makes no checkpoint.dir: a list walked while it was missing is only said not to be cached.
     if (rc == 0) dataset_save_cache(ds, cfg->checkpoint.dir);
     dataset_close(ds);
@@ -423,16 +446,29 @@ static void print_summary(Trainer *t, const Config *cfg) {
     Backend *be = t->be;
     ScalerState st = scaler_read(&t->scaler, be);
     long run_steps = t->step - t->first_step;
-    metrics_summary(&t->log.metrics, &(SummaryRecord){
-        .outcome = t->outcome, .reason = t->div.reason, .steps = t->step, .epoch = trainer_last_epoch(t), .world = t->comm->size, .amp = cfg->amp.enabled,
-        .seconds = t->train_seconds, .images_per_s = t->train_seconds > 0 ? t->images_seen / t->train_seconds : 0,
-        .backend = be->name, .peak_mib = be->peak_bytes(be) / 1048576.0, .skipped_total = st.skipped_total,
-        .scale = st.scale, .final_loss = t->log.last_loss, .eval = t->eval.has_last ? &t->eval.last : NULL,
-        .startup_s = t->times.startup_s, .build_s = t->times.build_s, .choices_s = t->times.choices_s,
-        .total_s = t->total_seconds,
-        .steady_images_per_s = t->steady_images_per_s,
-        .data_wait_ms = run_steps > 0 ? 1e3 * t->log.data_wait_total_s / run_steps : 0,
-        .graph_steps = t->graph.replayed});
+    metrics_summary(
+        &t->log.metrics,
+        &(SummaryRecord){.outcome = t->outcome,
+                         .reason = t->div.reason,
+                         .steps = t->step,
+                         .epoch = trainer_last_epoch(t),
+                         .world = t->comm->size,
+                         .amp = cfg->amp.enabled,
+                         .seconds = t->train_seconds,
+                         .images_per_s = t->train_seconds > 0 ? t->images_seen / t->train_seconds : 0,
+                         .backend = be->name,
+                         .peak_mib = be->peak_bytes(be) / 1048576.0,
+                         .skipped_total = st.skipped_total,
+                         .scale = st.scale,
+                         .final_loss = t->log.last_loss,
+                         .eval = t->eval.has_last ? &t->eval.last : NULL,
+                         .startup_s = t->times.startup_s,
+                         .build_s = t->times.build_s,
+                         .choices_s = t->times.choices_s,
+                         .total_s = t->total_seconds,
+                         .steady_images_per_s = t->steady_images_per_s,
+                         .data_wait_ms = run_steps > 0 ? 1e3 * t->log.data_wait_total_s / run_steps : 0,
+                         .graph_steps = t->graph.replayed});
 }
 
 // The run has started (rank 0): checkpoint.dir keeps the merged config (run_folder.h) and the metrics file
@@ -452,9 +488,12 @@ static void begin_run(Trainer *t, const Config *cfg) {
     digest_hex(digest_end(&d), hash);
     free(text);
     gethostname(host, sizeof host - 1);
-    metrics_header(&t->log.metrics, &(HeaderRecord){.version = AMPTRAIN_VERSION, .host = host, .world = t->comm->size,
-                                                .config_hash = hash, .start_step = t->step,
-                                                .resumed_from = t->cfg->checkpoint.resume});
+    metrics_header(&t->log.metrics, &(HeaderRecord){.version = AMPTRAIN_VERSION,
+                                                    .host = host,
+                                                    .world = t->comm->size,
+                                                    .config_hash = hash,
+                                                    .start_step = t->step,
+                                                    .resumed_from = t->cfg->checkpoint.resume});
 }
 
 // The training run from a checked start: cfg as given, run_cfg with checkpoint.resume resolved. A resume at
@@ -484,17 +523,21 @@ static int train(const Config *cfg, const Config *run_cfg, Backend *be, Comm *co
 // 0, or 2 on every rank with the message printed.
 static int eval_source(const Config *cfg, Comm *comm, char *path, size_t cap) {
     const char *resume = cfg->checkpoint.resume, *init = cfg->model.init;
-    char err[AGREE_MESSAGE_MAX] = "--eval needs the weights to evaluate: checkpoint.resume=FILE or model.init=FILE";
+    char err[AGREE_MESSAGE_MAX] =
+        "--eval needs the weights to evaluate: checkpoint.resume=FILE or model.init=FILE";
     path[0] = '\0';
     if (!strcmp(resume, "auto")) {
         int rc = find_resume_agreed(cfg, comm, path, cap);
         if (rc != 0) return rc;
-        snprintf(err, sizeof err, "--eval needs the weights to evaluate: checkpoint.resume auto found no checkpoint "
-                 "in %s, and model.init is not set", cfg->checkpoint.dir);
+        snprintf(err, sizeof err,
+                 "--eval needs the weights to evaluate: checkpoint.resume auto found no checkpoint "
+                 "in %s, and model.init is not set",
+                 cfg->checkpoint.dir);
     } else if (resume[0]) {
         snprintf(path, cap, "%s", resume);
     }
-    if (path[0] && init[0]) log_info("model.init %s not read: --eval evaluates checkpoint.resume %s", init, path);
+    if (path[0] && init[0])
+        log_info("model.init %s not read: --eval evaluates checkpoint.resume %s", init, path);
     if (!path[0]) snprintf(path, cap, "%s", init);
     return agree_startup(comm, path[0] ? 0 : 2, err);
 }
@@ -505,17 +548,19 @@ static int run(const Cli *cli, const Config *cfg, const Config *run_cfg, const c
     char why[AGREE_MESSAGE_MAX] = "";
     Backend *be = select_backend(cfg, comm, why, sizeof why);
     int rc = agree_startup(comm, be ? 0 : 1, why);
-    if (rc == 0) rc = agree_same(comm, "the backends", 1, (const char *[]){"backend"}, (const char *[]){be->name});
+    if (rc == 0)
+        rc = agree_same(comm, "the backends", 1, (const char *[]){"backend"}, (const char *[]){be->name});
     Comm *grad_comm = comm;
     if (rc == 0 && !cli->eval && comm->size > 1 && strcmp(be->name, "cpu") != 0) {
         grad_comm = comm_nccl_create(comm, cuda_backend_stream(be));
-        snprintf(why, sizeof why, "%d ranks on the CUDA backend need NCCL, and this build has none", comm->size);
+        snprintf(why, sizeof why, "%d ranks on the CUDA backend need NCCL, and this build has none",
+                 comm->size);
         rc = agree_startup(comm, grad_comm ? 0 : 1, why);
     }
     if (rc == 0) {
         log_info("amptrain %s: %d rank%s, backend %s, %s over %s, %s", AMPTRAIN_VERSION, comm->size,
-                 comm->size > 1 ? "s" : "", be->name, cli->eval ? "evaluation sums" : "gradients", grad_comm->name,
-                 cfg->amp.enabled ? "AMP (fp16)" : "fp32");
+                 comm->size > 1 ? "s" : "", be->name, cli->eval ? "evaluation sums" : "gradients",
+                 grad_comm->name, cfg->amp.enabled ? "AMP (fp16)" : "fp32");
         rc = cli->bench  ? bench_run(cfg, be, comm, grad_comm, &cli->bench_opt)
              : cli->eval ? eval_file_run(cfg, eval_path, cli->metrics_given ? cfg->log.metrics : "", be, comm)
                          : train(cfg, run_cfg, be, comm, grad_comm);
@@ -551,9 +596,11 @@ int main(int argc, char **argv) {
     Comm *comm = comm_init(&argc, &argv, cfg.dist.timeout_s);
     char mode[160];
     mode_text(&cli, parse_rc, mode, sizeof mode);
-    int agreed = agree_same(comm, "the command lines", 1, (const char *[]){"the mode"}, (const char *[]){mode});
+    int agreed =
+        agree_same(comm, "the command lines", 1, (const char *[]){"the mode"}, (const char *[]){mode});
     if (agreed == 0 && parse_rc > 0) agreed = parse_rc;  // the message is above
-    if (agreed == 0 && parse_rc == 0 && comm->rank == 0) cli.help ? (void)fputs(usage_text, stdout) : print_version();
+    if (agreed == 0 && parse_rc == 0 && comm->rank == 0)
+        cli.help ? (void)fputs(usage_text, stdout) : print_version();
     if (agreed != 0 || parse_rc >= 0) {
         comm->destroy(comm);
         comm_finalize();
@@ -572,10 +619,14 @@ int main(int argc, char **argv) {
     static Config run_cfg;
     static char eval_path[CONFIG_PATH_MAX];
     run_cfg = cfg;
-    if (rc == 0 && cli.eval) rc = eval_source(&cfg, comm, eval_path, sizeof eval_path);
-    else if (rc == 0 && !cli.bench && !cli.bench_data) rc = check_start(&cfg, comm, cli.dry_run, &run_cfg);
-    if (rc == 0 && cli.bench_data) rc = bench_data(&cfg, comm, cli.bench_opt.steps);
-    else if (rc == 0) rc = cli.dry_run ? dry_run(&run_cfg, comm) : run(&cli, &cfg, &run_cfg, eval_path, comm);
+    if (rc == 0 && cli.eval)
+        rc = eval_source(&cfg, comm, eval_path, sizeof eval_path);
+    else if (rc == 0 && !cli.bench && !cli.bench_data)
+        rc = check_start(&cfg, comm, cli.dry_run, &run_cfg);
+    if (rc == 0 && cli.bench_data)
+        rc = bench_data(&cfg, comm, cli.bench_opt.steps);
+    else if (rc == 0)
+        rc = cli.dry_run ? dry_run(&run_cfg, comm) : run(&cli, &cfg, &run_cfg, eval_path, comm);
     comm->destroy(comm);
     comm_finalize();
     return rc;

@@ -39,8 +39,8 @@ uint8_t *fx_jpeg(const uint8_t *pixels, int w, int h, int channels, int quality,
     int format = channels == 1 ? TJPF_GRAY : channels == 3 ? TJPF_RGB : TJPF_CMYK;
     unsigned char *jpeg = NULL;
     unsigned long size = 0;
-    int rc = tjCompress2(tj, pixels, w, 0, h, format, &jpeg, &size, channels == 1 ? TJSAMP_GRAY : subsamp, quality,
-                         progressive ? TJFLAG_PROGRESSIVE : 0);
+    int rc = tjCompress2(tj, pixels, w, 0, h, format, &jpeg, &size, channels == 1 ? TJSAMP_GRAY : subsamp,
+                         quality, progressive ? TJFLAG_PROGRESSIVE : 0);
     ck_assert_msg(rc == 0, "tjCompress2: %s", tjGetErrorStr2(tj));
     tjDestroy(tj);
     uint8_t *out = malloc(size);

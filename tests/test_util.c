@@ -122,10 +122,12 @@ float *tu_backend_floats(Backend *be, const void *src, int dt, size_t n) {
     return host;
 }
 
-void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta) {
-    static const char *const keys[] = {"format", "model", "arch", "amp", "dynamic_scale", "scale", "growth_count",
-                                       "skipped_total", "step", "epoch", "samples_done", "seed", "world_size",
-                                       "batch_size", "accum_steps", "dataset", "train_samples", "dataset_digest"};
+void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx,
+                        const char *const *meta) {
+    static const char *const keys[] = {
+        "format",       "model",         "arch",        "amp",     "dynamic_scale", "scale",
+        "growth_count", "skipped_total", "step",        "epoch",   "samples_done",  "seed",
+        "world_size",   "batch_size",    "accum_steps", "dataset", "train_samples", "dataset_digest"};
     char err[1024];
     SafetensorsFile *f = st_open(src, err, sizeof err);
     ck_assert_msg(f != NULL, "%s", err);
@@ -133,7 +135,8 @@ void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, voi
     for (size_t i = 0; i < st_count(f); i++) {
         const StTensor *t = st_tensor(f, i);
         void *data = xcalloc(t->nbytes ? t->nbytes : 1, 1);
-        ck_assert_msg(st_read(f, t->name, t->dtype, t->ndim, t->shape, data, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(st_read(f, t->name, t->dtype, t->ndim, t->shape, data, err, sizeof err) == 0, "%s",
+                      err);
         int64_t shape[ST_MAX_DIMS];
         memcpy(shape, t->shape, sizeof shape);
         if (edit) edit(t->name, (int)t->dtype, shape, data, ctx);
@@ -186,7 +189,8 @@ static const char *tu_self_path(void) {
 void tu_run_scenario(TuRun *run, int ranks, const char *mpiexec_args, const char *scenario) {
     char command[8192];
     if (ranks > 0)
-        snprintf(command, sizeof command, "timeout 120 mpiexec --allow-run-as-root --oversubscribe %s -np %d '%s' %s 2>&1",
+        snprintf(command, sizeof command,
+                 "timeout 120 mpiexec --allow-run-as-root --oversubscribe %s -np %d '%s' %s 2>&1",
                  mpiexec_args, ranks, tu_self_path(), scenario);
     else
         snprintf(command, sizeof command, "timeout 120 '%s' %s 2>&1", tu_self_path(), scenario);
@@ -208,10 +212,11 @@ void tu_run_scenario(TuRun *run, int ranks, const char *mpiexec_args, const char
 void tu_timeout_line(char *buf, size_t n, const char *what, long step, double seconds) {
     char host[256] = "?";
     gethostname(host, sizeof host - 1);
-    snprintf(buf, n,
-             "[rank 0] error: collective %s (step %ld) on rank 0 (host %s) waited %.1f s for rank 1 (host %s) "
-             "(dist.timeout_s); a peer rank died or stalled; aborting",
-             what, step, host, seconds, host);
+    snprintf(
+        buf, n,
+        "[rank 0] error: collective %s (step %ld) on rank 0 (host %s) waited %.1f s for rank 1 (host %s) "
+        "(dist.timeout_s); a peer rank died or stalled; aborting",
+        what, step, host, seconds, host);
 }
 
 int tu_end_scenario_leftovers(const char *scenario) {
@@ -229,7 +234,8 @@ int tu_end_scenario_leftovers(const char *scenario) {
         size_t len = fread(cmdline, 1, sizeof cmdline - 1, f);
         fclose(f);
         // argv[0] NUL argv[1] NUL: this binary, running the scenario
-        if (len > self_len + 1 && strcmp(cmdline, self) == 0 && strcmp(cmdline + self_len + 1, scenario) == 0) {
+        if (len > self_len + 1 && strcmp(cmdline, self) == 0 &&
+            strcmp(cmdline + self_len + 1, scenario) == 0) {
             kill(pid, SIGKILL);
             found++;
         }
@@ -270,8 +276,10 @@ int tu_leave_launch(const char *suite) {
     // Open MPI's mpiexec, the launcher tests/tests.cmake starts the MPI suites with.
     const char *launch_size = getenv("OMPI_COMM_WORLD_SIZE");
     if (launch_size && atoi(launch_size) > 1)
-        return tu_skip(suite, "it starts MPI jobs of its own, which cannot nest in this launch of %s ranks; "
-                       "it runs without mpiexec or from a launch of one rank", launch_size);
+        return tu_skip(suite,
+                       "it starts MPI jobs of its own, which cannot nest in this launch of %s ranks; "
+                       "it runs without mpiexec or from a launch of one rank",
+                       launch_size);
     tu_forget_launcher();
     return 0;
 }
@@ -326,7 +334,8 @@ uint64_t tu_train_step(Trainer *t) {
     int accum = t->cfg->train.accum_steps, b = t->cfg->data.batch_size;
     size_t bytes = dataset_image_bytes(t->train_set);
     uint8_t *images = xcalloc((size_t)accum * b * bytes, 1);
-    int32_t *labels = xcalloc((size_t)accum * b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
+    int32_t *labels = xcalloc((size_t)accum * b, sizeof(int32_t)),
+            *indices = xcalloc((size_t)b, sizeof(int32_t));
     MicroBatch *micro = xcalloc((size_t)accum, sizeof *micro);
     int total = sampler_step_total(&t->sampler, t->epoch, t->step_in_epoch);
     for (int m = 0; m < accum; m++) {

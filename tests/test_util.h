@@ -32,7 +32,8 @@ int tu_run_shell(const char *command, char *output, size_t cap);
 // change each tensor's shape and data (dtype: a StDtype) before it is written; meta (NULL: none) is
 // NULL-terminated "key", "value" pairs that replace values.
 typedef void (*TuTensorEdit)(const char *name, int dtype, int64_t *shape, void *data, void *ctx);
-void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx, const char *const *meta);
+void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx,
+                        const char *const *meta);
 
 // Tensor `name` of safetensors file f read whole, which must be of `dtype` (a StDtype); the test fails when it
 // is missing or not. malloc'd (free it); *numel (may be NULL) its element count, shape (may be NULL,

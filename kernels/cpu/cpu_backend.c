@@ -11,11 +11,11 @@
 #include "image/image_job_decode.h"
 
 typedef struct CpuState {
-    size_t current_bytes;  // bytes handed out by alloc and not yet freed
-    size_t peak_bytes;     // the high-water mark of current_bytes
+    size_t current_bytes;         // bytes handed out by alloc and not yet freed
+    size_t peak_bytes;            // the high-water mark of current_bytes
     double marks[BACKEND_MARKS];  // seconds on a monotonic clock (timing marks)
-    OpLog *capture;        // the graph being captured (cpu_graph.c), NULL when none
-    Backend ops;           // the backend's own ops while a capture has swapped in the recording ones
+    OpLog *capture;               // the graph being captured (cpu_graph.c), NULL when none
+    Backend ops;                  // the backend's own ops while a capture has swapped in the recording ones
 } CpuState;
 
 // ---- graph capture state (cpu_graph.c records; the backend keeps) -----------------------------------
@@ -113,9 +113,7 @@ static void cpu_host_free(Backend *be, void *ptr) {
 static void cpu_readback_wait(Backend *be) { (void)be; }
 
 // Everything has run by the time a call returns, so a mark is simply the time now.
-static void cpu_mark_record(Backend *be, int slot) {
-    ((CpuState *)be->impl)->marks[slot] = clock_seconds();
-}
+static void cpu_mark_record(Backend *be, int slot) { ((CpuState *)be->impl)->marks[slot] = clock_seconds(); }
 
 static float cpu_mark_elapsed_ms(Backend *be, int from, int to) {
     const CpuState *st = be->impl;
@@ -138,7 +136,8 @@ static void cpu_input_decode(Backend *be, int slot, void *dst, int count, int si
     const size_t bytes = (size_t)side * side * 3;
     char err[512];
     for (int i = 0; i < count; i++)
-        failed[i] = (uint8_t)(image_job_decode(&jobs[i], side, (uint8_t *)dst + (size_t)i * bytes, err, sizeof err) != 0);
+        failed[i] = (uint8_t)(image_job_decode(&jobs[i], side, (uint8_t *)dst + (size_t)i * bytes, err,
+                                               sizeof err) != 0);
 }
 
 void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src, const PixelAffine *affine,
@@ -149,8 +148,10 @@ void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *s
             size_t i = p * 3 + ch;
             float x = src_dt == DTYPE_U8 ? (float)((const uint8_t *)src)[i] : ((const float *)src)[i];
             float v = x * affine->scale[ch] + affine->shift[ch];
-            if (dst_dt == DTYPE_F16) ((half *)dst)[i] = half_from_float(v);
-            else ((float *)dst)[i] = v;
+            if (dst_dt == DTYPE_F16)
+                ((half *)dst)[i] = half_from_float(v);
+            else
+                ((float *)dst)[i] = v;
         }
 }
 

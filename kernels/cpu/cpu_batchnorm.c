@@ -28,8 +28,8 @@ static void bn_apply(int rows, int c, DType dt, const float *xf, const void *res
 
 void cpu_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                           int relu, const float *gamma, const float *beta, float *running_mean,
-                          float *running_var, float momentum, float eps, float *save_mean,
-                          float *save_invstd, void *y) {
+                          float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
+                          void *y) {
     (void)be;
     // torch refuses one value per channel too: the unbiased variance would divide by zero.
     AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
@@ -104,9 +104,8 @@ void cpu_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x,
 }
 
 void cpu_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
-                     int relu, const float *gamma, const float *save_mean, const float *save_invstd,
-                     void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
-                     void *d_residual) {
+                     int relu, const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
+                     int accumulate, void *dgamma, void *dbeta, int accumulate_params, void *d_residual) {
     (void)be;
     const size_t count = (size_t)rows * c;
     float *xf = cpu_floats_load(x, dt, count);    // (rows, c)

@@ -107,9 +107,9 @@ void cpu_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const v
                               void *dw, int accumulate) {
     (void)be;
     const int cig = s->c_in / s->groups, cog = s->c_out / s->groups;
-    float *xf = cpu_floats_load(x, dt, conv_x_count(s));     // (n, h, w, c_in)
-    float *dyf = cpu_floats_load(dy, dt, conv_y_count(s));   // (n, out_h, out_w, c_out)
-    float *dwf = cpu_scratch(conv_w_count(s));               // (c_out, kh, kw, c_in/g)
+    float *xf = cpu_floats_load(x, dt, conv_x_count(s));    // (n, h, w, c_in)
+    float *dyf = cpu_floats_load(dy, dt, conv_y_count(s));  // (n, out_h, out_w, c_out)
+    float *dwf = cpu_scratch(conv_w_count(s));              // (c_out, kh, kw, c_in/g)
 
     for (int n = 0; n < s->n; n++)
         for (int oy = 0; oy < s->out_h; oy++)

@@ -16,8 +16,12 @@
 
 // The fields of its argument record: `type name;`, the struct itself for (S, type, name).
 #define RECORD_FIELDS(params) BACKEND_SEQ_END(RECORD_FIELDS_A params)
-#define RECORD_FIELDS_A(kind, type, name) type name; RECORD_FIELDS_B
-#define RECORD_FIELDS_B(kind, type, name) type name; RECORD_FIELDS_A
+#define RECORD_FIELDS_A(kind, type, name)                                                                    \
+    type name;                                                                                               \
+    RECORD_FIELDS_B
+#define RECORD_FIELDS_B(kind, type, name)                                                                    \
+    type name;                                                                                               \
+    RECORD_FIELDS_A
 #define RECORD_FIELDS_A_END
 #define RECORD_FIELDS_B_END
 
@@ -43,24 +47,25 @@
 // The live Backend (its ops restored by then) travels with every record. Only ops returning void can be
 // recorded: the recording's type would not match the Backend's field otherwise.
 
-#define CAPTURE_RECORD(op, params)                                                                          \
-    typedef struct {                                                                                        \
-        Backend *be;                                                                                        \
-        RECORD_FIELDS(params)                                                                               \
-    } record_##op##_args;                                                                                   \
-    static void replay_##op(const void *rec) {                                                              \
-        const record_##op##_args *r = rec;                                                                  \
-        r->be->op(r->be RECORD_ARGS(params));                                                               \
-    }                                                                                                       \
-    static void record_##op(Backend *be BACKEND_PARAMS(params)) {                                           \
-        record_##op##_args r = {be RECORD_VALUES(params)};                                                  \
-        op_log_append(cpu_graph_log(be), replay_##op, &r, sizeof r);                                        \
+#define CAPTURE_RECORD(op, params)                                                                           \
+    typedef struct {                                                                                         \
+        Backend *be;                                                                                         \
+        RECORD_FIELDS(params)                                                                                \
+    } record_##op##_args;                                                                                    \
+    static void replay_##op(const void *rec) {                                                               \
+        const record_##op##_args *r = rec;                                                                   \
+        r->be->op(r->be RECORD_ARGS(params));                                                                \
+    }                                                                                                        \
+    static void record_##op(Backend *be BACKEND_PARAMS(params)) {                                            \
+        record_##op##_args r = {be RECORD_VALUES(params)};                                                   \
+        op_log_append(cpu_graph_log(be), replay_##op, &r, sizeof r);                                         \
     }
 #define CAPTURE_RUN(op, params)
 // A refusal names every parameter and uses none.
-#define CAPTURE_REFUSE(op, params)                                                                          \
-    static void refuse_##op(Backend *be BACKEND_PARAMS(params)) {                                           \
-        amp_fatal(__FILE__, __LINE__, "cpu backend: " #op " during a graph capture (a replay cannot repeat it)"); \
+#define CAPTURE_REFUSE(op, params)                                                                           \
+    static void refuse_##op(Backend *be BACKEND_PARAMS(params)) {                                            \
+        amp_fatal(__FILE__, __LINE__,                                                                        \
+                  "cpu backend: " #op " during a graph capture (a replay cannot repeat it)");                \
     }
 
 #pragma GCC diagnostic push

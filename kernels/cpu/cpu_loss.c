@@ -7,13 +7,14 @@
 
 static int label_of(const int32_t *labels, int r, int classes) {
     const int label = labels[r];
-    AMP_ASSERT(label >= 0 && label < classes, "softmax_xent: label %d of row %d not in [0, %d)", label, r, classes);
+    AMP_ASSERT(label >= 0 && label < classes, "softmax_xent: label %d of row %d not in [0, %d)", label, r,
+               classes);
     return label;
 }
 
 void cpu_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const void *logits,
-                      const int32_t *labels, const BatchMix *mix, float smoothing, float *loss_out, void *dlogits,
-                      const float *scale, float seed_factor) {
+                      const int32_t *labels, const BatchMix *mix, float smoothing, float *loss_out,
+                      void *dlogits, const float *scale, float seed_factor) {
     (void)be;
     const size_t count = (size_t)n * classes;
     float *zf = cpu_floats_load(logits, logits_dt, count);  // (n, classes): logits, then the seed

@@ -32,9 +32,9 @@ void cpu_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const Scal
     *norm = (float)sqrt(sum);
 }
 
-void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom, void *copy,
-                  const SgdParams *p, const uint8_t *decay_group, const float *lr, const float *grad_norm,
-                  const ScalerState *state) {
+void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
+                  void *copy, const SgdParams *p, const uint8_t *decay_group, const float *lr,
+                  const float *grad_norm, const ScalerState *state) {
     (void)be;
     // A skipped step writes nothing, so master, momentum and the fp16 copy stay bitwise as they were.
     if (state->found_inf != 0.0f) return;
@@ -42,8 +42,8 @@ void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float 
     const float clip = grad_norm ? clip_factor_rule(*grad_norm, p->max_norm) : 1.0f;
     half *copy16 = copy;
     for (size_t i = 0; i < n; i++) {
-        sgd_update_rule(dtype_load(grad, grad_dt, i), inv_scale, clip, sgd_decay_of(p, decay_group, i), *lr, p,
-                        &master[i], &mom[i]);
+        sgd_update_rule(dtype_load(grad, grad_dt, i), inv_scale, clip, sgd_decay_of(p, decay_group, i), *lr,
+                        p, &master[i], &mom[i]);
         if (copy16) copy16[i] = half_from_float(master[i]);
     }
 }

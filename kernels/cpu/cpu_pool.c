@@ -14,7 +14,7 @@ void cpu_maxpool_forward(Backend *be, const PoolShape *s, DType dt, const void *
     (void)be;
     const size_t y_count = (size_t)s->n * s->out_h * s->out_w * s->c;
     float *xf = cpu_floats_load(x, dt, (size_t)s->n * s->h * s->w * s->c);  // (n, h, w, c)
-    float *yf = cpu_scratch(y_count);                                        // (n, out_h, out_w, c)
+    float *yf = cpu_scratch(y_count);                                       // (n, out_h, out_w, c)
 
     for (int n = 0; n < s->n; n++)
         for (int oy = 0; oy < s->out_h; oy++)

@@ -24,22 +24,22 @@ void *cuda_backend_stream(Backend *be) {
     return NULL;
 }
 
-void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode) {
-    (void)be, (void)mode;
-}
+void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode) { (void)be, (void)mode; }
 
 int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction) {
     (void)be, (void)s, (void)dt, (void)direction;
     return -1;
 }
 
-int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn, int *backward_cudnn) {
+int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn,
+                                int *backward_cudnn) {
     (void)be, (void)save_mean, (void)forward_cudnn, (void)backward_cudnn;
     return 0;
 }
 
-int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu, int *forward_cudnn,
-                                  int *backward_cudnn) {
-    (void)be, (void)rows, (void)c, (void)dt, (void)residual, (void)relu, (void)forward_cudnn, (void)backward_cudnn;
+int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu,
+                                  int *forward_cudnn, int *backward_cudnn) {
+    (void)be, (void)rows, (void)c, (void)dt, (void)residual, (void)relu, (void)forward_cudnn,
+        (void)backward_cudnn;
     return 0;
 }

@@ -21,27 +21,28 @@
 #define ALLOC_BUCKETS 4096  // hash buckets for the blocks held by the caller
 
 typedef struct Block {
-    void *ptr;          // device memory from cudaMalloc
-    size_t size;        // its class size in bytes
-    int cls;            // its size class
-    int graph;          // a captured graph may read or write it: never handed to anyone else
-    struct Block *next; // the next block in its free list, hash bucket or the graphs' list
+    void *ptr;           // device memory from cudaMalloc
+    size_t size;         // its class size in bytes
+    int cls;             // its size class
+    int graph;           // a captured graph may read or write it: never handed to anyone else
+    struct Block *next;  // the next block in its free list, hash bucket or the graphs' list
 } Block;
 
 struct CudaAllocator {
-    pthread_mutex_t lock;            // the loader thread may allocate while the trainer does
-    Block *free_list[ALLOC_CLASSES]; // cached blocks per class
-    Block *held[ALLOC_BUCKETS];      // blocks handed out, by pointer hash
-    Block *graph_kept;               // blocks the graphs use that their holder gave back
-    int capturing;                   // between cuda_alloc_capture_begin and _end
-    int graphs;                      // live graphs
+    pthread_mutex_t lock;             // the loader thread may allocate while the trainer does
+    Block *free_list[ALLOC_CLASSES];  // cached blocks per class
+    Block *held[ALLOC_BUCKETS];       // blocks handed out, by pointer hash
+    Block *graph_kept;                // blocks the graphs use that their holder gave back
+    int capturing;                    // between cuda_alloc_capture_begin and _end
+    int graphs;                       // live graphs
     size_t current, peak, reserved;
 };
 
 // The class of a request and its rounded size.
 static int alloc_class(size_t bytes, size_t *rounded) {
     if (bytes <= ALLOC_SMALL_LIMIT) {
-        size_t r = bytes == 0 ? ALLOC_SMALL_STEP : (bytes + ALLOC_SMALL_STEP - 1) / ALLOC_SMALL_STEP * ALLOC_SMALL_STEP;
+        size_t r = bytes == 0 ? ALLOC_SMALL_STEP
+                              : (bytes + ALLOC_SMALL_STEP - 1) / ALLOC_SMALL_STEP * ALLOC_SMALL_STEP;
         *rounded = r;
         return (int)(r / ALLOC_SMALL_STEP) - 1;
     }
@@ -76,8 +77,9 @@ static Block *alloc_fresh_block(CudaAllocator *a, size_t rounded, int cls) {
     }
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        amp_fatal(__FILE__, __LINE__, "cudaMalloc of %zu bytes failed: %s (allocated %zu, reserved %zu bytes)",
-                  rounded, cudaGetErrorString(err), a->current, a->reserved);
+        amp_fatal(__FILE__, __LINE__,
+                  "cudaMalloc of %zu bytes failed: %s (allocated %zu, reserved %zu bytes)", rounded,
+                  cudaGetErrorString(err), a->current, a->reserved);
     }
     Block *b = (Block *)xcalloc(1, sizeof(Block));
     b->ptr = ptr;

@@ -57,7 +57,7 @@ static void cuda_be_upload_async(Backend *be, void *dst, const void *host_src, s
     int slot = cb->upload_next;
     cb->upload_next = (slot + 1) % BACKEND_UPLOAD_SLOTS;
     CUDA_CHECK(cudaEventSynchronize(cb->upload_done[slot]));  // its previous copy has left the buffer
-    if (cb->upload_bytes[slot] < bytes) {  // grows once, on the first batches
+    if (cb->upload_bytes[slot] < bytes) {                     // grows once, on the first batches
         if (cb->upload_stage[slot]) CUDA_CHECK(cudaFreeHost(cb->upload_stage[slot]));
         CUDA_CHECK(cudaMallocHost(&cb->upload_stage[slot], bytes));
         cb->upload_bytes[slot] = bytes;
@@ -98,7 +98,9 @@ static void cuda_be_readback_begin(Backend *be, void *host_dst, const void *src,
     CUDA_CHECK(cudaEventRecord(cb->readback_done, cb->stream));
 }
 
-static void cuda_be_readback_wait(Backend *be) { CUDA_CHECK(cudaEventSynchronize(cuda_state(be)->readback_done)); }
+static void cuda_be_readback_wait(Backend *be) {
+    CUDA_CHECK(cudaEventSynchronize(cuda_state(be)->readback_done));
+}
 
 extern "C" void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode) { cuda_state(be)->bn_mode = mode; }
 
@@ -144,7 +146,9 @@ float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx)
 
 int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }
 
-void *cuda_scratch_get(CudaBackend *cb, size_t bytes) { return cuda_alloc_get(cuda_backend_state(cb)->alloc, bytes); }
+void *cuda_scratch_get(CudaBackend *cb, size_t bytes) {
+    return cuda_alloc_get(cuda_backend_state(cb)->alloc, bytes);
+}
 
 void cuda_scratch_put(CudaBackend *cb, void *ptr) { cuda_alloc_put(cuda_backend_state(cb)->alloc, ptr); }
 
@@ -290,7 +294,8 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
         // No driver at all reads "CUDA driver version is insufficient": say what it means here first.
         int absent = err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver;
         snprintf(why, why_len, "%s (cudaGetDeviceCount: %s)",
-                 absent ? "no GPU: no NVIDIA device, or no driver new enough for this CUDA runtime" : "no usable GPU",
+                 absent ? "no GPU: no NVIDIA device, or no driver new enough for this CUDA runtime"
+                        : "no usable GPU",
                  cudaGetErrorString(err));
         return NULL;
     }
@@ -337,14 +342,17 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
                                     CUBLAS_WORKSPACE_BYTES));
     // fp16 GEMMs use tensor cores under either mode; this only decides whether fp32 GEMMs may drop
     // to TF32 (cuda_linear.cu also picks the compute type from matmul_tf32).
-    CUBLAS_CHECK(cublasSetMathMode(cb->cublas, o.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    CUBLAS_CHECK(
+        cublasSetMathMode(cb->cublas, o.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
 
     Backend *be = &st->be;
     cuda_backend_fill_ops(be);
     be->impl = cb;
     if (widened)
-        log_info("CUDA_DEVICE_MAX_CONNECTIONS=%d (CUDA's hardware work queues; nvJPEG's engines wait behind the "
-                 "training step with the default 8)", o.device_max_connections);
+        log_info(
+            "CUDA_DEVICE_MAX_CONNECTIONS=%d (CUDA's hardware work queues; nvJPEG's engines wait behind the "
+            "training step with the default 8)",
+            o.device_max_connections);
     return be;
 }
 

@@ -16,12 +16,12 @@ extern "C" {
 // A pair names the forward's kernels, then the backward's; a backward runs on cuDNN only where cuDNN took
 // the call and has what it needs from the forward (cudnn_batchnorm.cu), else on our own.
 typedef enum CudaBnMode {
-    CUDA_BN_CUDNN = 0,         // cuDNN forward, cuDNN backward (the default)
-    CUDA_BN_OWN,               // our own forward and backward
-    CUDA_BN_AUTO,              // per shape, the fastest pair timed by bn_prepare (cuDNN's pair if not prepared)
-    CUDA_BN_OWN_CUDNN,         // our own forward, cuDNN's backward: the pair auto may pick, fixed (tests); never
-                               // on an add+ReLU shape (cuDNN's backward needs its own forward's reserve)
-    CUDA_BN_CUDNN_OWN,         // cuDNN's forward, our own backward: likewise
+    CUDA_BN_CUDNN = 0,  // cuDNN forward, cuDNN backward (the default)
+    CUDA_BN_OWN,        // our own forward and backward
+    CUDA_BN_AUTO,       // per shape, the fastest pair timed by bn_prepare (cuDNN's pair if not prepared)
+    CUDA_BN_OWN_CUDNN,  // our own forward, cuDNN's backward: the pair auto may pick, fixed (tests); never
+                        // on an add+ReLU shape (cuDNN's backward needs its own forward's reserve)
+    CUDA_BN_CUDNN_OWN,  // cuDNN's forward, our own backward: likewise
 } CudaBnMode;
 
 // The backend's settings, fixed when it is made (the config's cudnn section; data.decode).

@@ -21,17 +21,19 @@
 #include "kernels/cuda/cuda_elem.cuh"
 
 #define BN_REDUCE_THREADS 256
-#define BN_REDUCE_MAX_PACKS 32      // channel packs per reduction block (threadIdx.x)
-#define BN_REDUCE_BLOCKS_PER_SM 4   // reduction grid: about this many blocks per SM
-#define BN_APPLY_BLOCKS_PER_SM 8    // elementwise grid: about this many blocks per SM (a few waves)
-#define BN_MERGE_CHANNELS 32        // merge kernels: channels per block (threadIdx.x) ...
-#define BN_MERGE_LANES 8            // ... and chunk lanes (threadIdx.y)
+#define BN_REDUCE_MAX_PACKS 32     // channel packs per reduction block (threadIdx.x)
+#define BN_REDUCE_BLOCKS_PER_SM 4  // reduction grid: about this many blocks per SM
+#define BN_APPLY_BLOCKS_PER_SM 8   // elementwise grid: about this many blocks per SM (a few waves)
+#define BN_MERGE_CHANNELS 32       // merge kernels: channels per block (threadIdx.x) ...
+#define BN_MERGE_LANES 8           // ... and chunk lanes (threadIdx.y)
 #define BN_CHANNEL_THREADS 256     // the small per-channel kernels
 
 // ---- device helpers ---------------------------------------------------------------------------------
 
 // v as the stored element would read back (fp16 rounding), so a mask decided here equals y > 0.
-static __device__ __forceinline__ float bn_round_trip(float v, __half) { return __half2float(__float2half_rn(v)); }
+static __device__ __forceinline__ float bn_round_trip(float v, __half) {
+    return __half2float(__float2half_rn(v));
+}
 static __device__ __forceinline__ float bn_round_trip(float v, float) { return v; }
 
 // The VEC per-channel fp32 values of one pack (ch = its first channel) into registers.
@@ -93,8 +95,8 @@ static __device__ void bn_merge_chunks(const float *part_a, const float *part_b,
 
 // The affine map of a training forward from its statistics, as every kernel here forms it (explicit
 // fma, so the forward, a recompute and a mask from x all see the same scale and shift bits).
-static __device__ __forceinline__ void bn_affine(float gamma, float beta, float mean, float invstd, float *scale,
-                                                 float *shift) {
+static __device__ __forceinline__ void bn_affine(float gamma, float beta, float mean, float invstd,
+                                                 float *scale, float *shift) {
     *scale = gamma * invstd;
     *shift = __fmaf_rn(-mean, *scale, beta);
 }
@@ -104,7 +106,8 @@ static __device__ __forceinline__ void bn_affine(float gamma, float beta, float 
 // grid (slices, chunks), block (px, py): block (bx, by) sums channel packs [bx*px, bx*px+px) over rows
 // [by*chunk_rows, ...), shifted by row 0. x (rows, c) T -> part_s, part_q (chunks, c) fp32
 template <typename T, int VEC>
-__global__ void bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_rows, float *part_s, float *part_q) {
+__global__ void bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_rows, float *part_s,
+                                        float *part_q) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
     const int pack = blockIdx.x * blockDim.x + threadIdx.x;
     const int active = pack < c / VEC;
@@ -144,7 +147,8 @@ __global__ void bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_r
     bn_block_sum_lanes<VEC>(s, buf);
     bn_block_sum_lanes<VEC>(q, buf);
     if (threadIdx.y == 0 && active) {
-        float *ps = part_s + (size_t)blockIdx.y * c + pack * VEC, *pq = part_q + (size_t)blockIdx.y * c + pack * VEC;
+        float *ps = part_s + (size_t)blockIdx.y * c + pack * VEC,
+              *pq = part_q + (size_t)blockIdx.y * c + pack * VEC;
 #pragma unroll
         for (int k = 0; k < VEC; k++) ps[k] = s[k], pq[k] = q[k];
     }
@@ -154,10 +158,10 @@ __global__ void bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_r
 // the running statistics (unbiased variance, as torch), saves mean and invstd and leaves the affine map.
 // x (rows, c) T (row 0: the shift); part_* (chunks, c) fp32 -> save_*, scale, shift (c) fp32
 template <typename T>
-__global__ void bn_stats_merge_kernel(const T *x, const float *part_s, const float *part_q, int chunks, int rows,
-                                      int c, const float *gamma, const float *beta, float *running_mean,
-                                      float *running_var, float momentum, float eps, float *save_mean,
-                                      float *save_invstd, float *scale, float *shift) {
+__global__ void bn_stats_merge_kernel(const T *x, const float *part_s, const float *part_q, int chunks,
+                                      int rows, int c, const float *gamma, const float *beta,
+                                      float *running_mean, float *running_var, float momentum, float eps,
+                                      float *save_mean, float *save_invstd, float *scale, float *shift) {
     const int ch = blockIdx.x * BN_MERGE_CHANNELS + threadIdx.x;
     double s, q;
     bn_merge_chunks(part_s, part_q, chunks, c, ch, &s, &q);
@@ -168,7 +172,8 @@ __global__ void bn_stats_merge_kernel(const T *x, const float *part_s, const flo
     save_mean[ch] = (float)mean;
     save_invstd[ch] = invstd;
     if (running_mean) running_mean[ch] = (1.0f - momentum) * running_mean[ch] + momentum * (float)mean;
-    if (running_var) running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)(m2 / (n - 1.0));
+    if (running_var)
+        running_var[ch] = (1.0f - momentum) * running_var[ch] + momentum * (float)(m2 / (n - 1.0));
     bn_affine(gamma[ch], beta[ch], (float)mean, invstd, &scale[ch], &shift[ch]);
 }
 
@@ -177,7 +182,9 @@ __global__ void bn_stats_merge_kernel(const T *x, const float *part_s, const flo
 __global__ void bn_eval_affine_kernel(int c, const float *gamma, const float *beta, const float *running_mean,
                                       const float *running_var, float eps, float *scale, float *shift) {
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-    if (ch < c) bn_affine(gamma[ch], beta[ch], running_mean[ch], rsqrtf(running_var[ch] + eps), &scale[ch], &shift[ch]);
+    if (ch < c)
+        bn_affine(gamma[ch], beta[ch], running_mean[ch], rsqrtf(running_var[ch] + eps), &scale[ch],
+                  &shift[ch]);
 }
 
 __global__ void bn_saved_affine_kernel(int c, const float *gamma, const float *beta, const float *save_mean,
@@ -217,9 +224,10 @@ static __device__ __forceinline__ void bn_residual_pack(float *r, const float *r
 // by rscale, rshift before the add.
 // x, residual (nullable), y (rows, c) T; scale, shift, rscale, rshift (c) fp32; mask (rows * c / VEC) u8
 template <typename T, int VEC, bool AFFINE_RES>
-__global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows, int c,
-                                int chunk_rows, const float *scale, const float *shift, const float *rscale,
-                                const float *rshift, T *__restrict__ y, uint8_t *__restrict__ mask) {
+__global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows,
+                                int c, int chunk_rows, const float *scale, const float *shift,
+                                const float *rscale, const float *rshift, T *__restrict__ y,
+                                uint8_t *__restrict__ mask) {
     const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
     if (pack >= packs_per_row) return;
     float sc[VEC], sh[VEC], rsc[VEC], rsh[VEC];
@@ -266,7 +274,8 @@ __global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ r
 // values of the forward's affine map, for BN_MASK_FROM_X).
 template <typename T, int VEC>
 static __device__ __forceinline__ void bn_masked_grad(int source, const T *y, const uint8_t *mask, size_t j,
-                                                      const float *xv, const float *a, const float *b, float *g) {
+                                                      const float *xv, const float *a, const float *b,
+                                                      float *g) {
     if (source == BN_MASK_FROM_Y) {
         float yv[VEC];
         pack_load<T, VEC>(y + j * VEC, yv);
@@ -299,8 +308,9 @@ static __device__ __forceinline__ void bn_mask_affine_load(int source, const flo
 
 // x and dy of one pack in rows r and r + step: j[u] the pack's index in row r + u * step.
 template <typename T, int VEC>
-static __device__ __forceinline__ void bn_load_two_rows(const T *x, const T *dy, int r, int step, int packs_per_row,
-                                                        int pack, size_t *j, float (*xv)[VEC], float (*g)[VEC]) {
+static __device__ __forceinline__ void bn_load_two_rows(const T *x, const T *dy, int r, int step,
+                                                        int packs_per_row, int pack, size_t *j,
+                                                        float (*xv)[VEC], float (*g)[VEC]) {
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         j[u] = (size_t)(r + u * step) * packs_per_row + pack;
@@ -315,10 +325,11 @@ static __device__ __forceinline__ void bn_load_two_rows(const T *x, const T *dy,
 //   -> part_g, part_gx, part_gx2 (chunks, c) fp32
 template <typename T, int VEC, bool DUAL>
 __global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__restrict__ y,
-                                           const T *__restrict__ dy, int source, const uint8_t *__restrict__ mask,
-                                           const float *a, const float *b, int rows, int c, int chunk_rows,
-                                           const float *save_mean, float *part_g, float *part_gx,
-                                           const T *__restrict__ x2, const float *mean2, float *part_gx2) {
+                                           const T *__restrict__ dy, int source,
+                                           const uint8_t *__restrict__ mask, const float *a, const float *b,
+                                           int rows, int c, int chunk_rows, const float *save_mean,
+                                           float *part_g, float *part_gx, const T *__restrict__ x2,
+                                           const float *mean2, float *part_gx2) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
     const int pack = blockIdx.x * blockDim.x + threadIdx.x;
     const int packs_per_row = c / VEC, active = pack < packs_per_row, ch = pack * VEC;
@@ -386,9 +397,10 @@ __global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__r
 // (k_0 formed in fp64, so folding the mean into it costs no more than an fp32 rounding of each term).
 // part_* (chunks, c) fp32 -> dgamma, dbeta (c) T; coef (3, c) fp32: k_g, k_x, k_0
 template <typename T>
-__global__ void bn_backward_merge_kernel(const float *part_g, const float *part_gx, int chunks, int rows, int c,
-                                         const float *gamma, const float *save_mean, const float *save_invstd,
-                                         T *dgamma, T *dbeta, int accumulate_params, float *coef) {
+__global__ void bn_backward_merge_kernel(const float *part_g, const float *part_gx, int chunks, int rows,
+                                         int c, const float *gamma, const float *save_mean,
+                                         const float *save_invstd, T *dgamma, T *dbeta, int accumulate_params,
+                                         float *coef) {
     const int ch = blockIdx.x * BN_MERGE_CHANNELS + threadIdx.x;
     double sg, sgx;
     bn_merge_chunks(part_g, part_gx, chunks, c, ch, &sg, &sgx);
@@ -420,9 +432,10 @@ static __device__ __forceinline__ void bn_backward_pack(const float *xv, const f
 // reading it, so dx2 may be dy (neither is __restrict__).
 // x2v: the pack of x2 (DUAL only).
 template <bool DUAL, typename T, int VEC>
-static __device__ __forceinline__ void bn_backward_store_second(T *d_residual, T *dx2, size_t j, const float *g,
-                                                                const float *x2v, const float *k_g2,
-                                                                const float *k_x2, const float *k_02) {
+static __device__ __forceinline__ void bn_backward_store_second(T *d_residual, T *dx2, size_t j,
+                                                                const float *g, const float *x2v,
+                                                                const float *k_g2, const float *k_x2,
+                                                                const float *k_02) {
     if (!DUAL) {
         if (d_residual) pack_store<T, VEC>(d_residual + j * VEC, g);
         return;
@@ -438,10 +451,11 @@ static __device__ __forceinline__ void bn_backward_store_second(T *d_residual, T
 // x, y, dy, dx, d_residual, x2, dx2 (rows, c) T; mask (rows * c / VEC) u8; a, b (c), coef, coef2 (3, c) fp32
 template <typename T, int VEC, bool DUAL>
 static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const T *y, const T *dy, int source,
-                                                              const uint8_t *mask, const float *a, const float *b,
-                                                              int rows, int c, int chunk_rows, const float *coef,
-                                                              T *dx, int accumulate, T *d_residual, const T *x2,
-                                                              const float *coef2, T *dx2) {
+                                                              const uint8_t *mask, const float *a,
+                                                              const float *b, int rows, int c, int chunk_rows,
+                                                              const float *coef, T *dx, int accumulate,
+                                                              T *d_residual, const T *x2, const float *coef2,
+                                                              T *dx2) {
     const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
     if (pack >= packs_per_row) return;
     float k_g[VEC], k_x[VEC], k_0[VEC], av[VEC], bv[VEC], k_g2[VEC], k_x2[VEC], k_02[VEC];
@@ -492,12 +506,13 @@ static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const 
 
 // One layer's: no output aliases an input, so every pointer is __restrict__.
 template <typename T, int VEC>
-__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
-                                         int source, const uint8_t *__restrict__ mask, const float *a, const float *b,
-                                         int rows, int c, int chunk_rows, const float *coef, T *__restrict__ dx,
-                                         int accumulate, T *__restrict__ d_residual) {
-    bn_backward_apply_rows<T, VEC, false>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx, accumulate,
-                                          d_residual, NULL, NULL, NULL);
+__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y,
+                                         const T *__restrict__ dy, int source,
+                                         const uint8_t *__restrict__ mask, const float *a, const float *b,
+                                         int rows, int c, int chunk_rows, const float *coef,
+                                         T *__restrict__ dx, int accumulate, T *__restrict__ d_residual) {
+    bn_backward_apply_rows<T, VEC, false>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx,
+                                          accumulate, d_residual, NULL, NULL, NULL);
 }
 
 // bn_add_bn's (x2, coef2, dx2: the shortcut's layer): dx2 may be dy (each element written after its read), so
@@ -505,11 +520,11 @@ __global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__res
 template <typename T, int VEC>
 __global__ void bn_add_bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy,
                                                 int source, const uint8_t *__restrict__ mask, const float *a,
-                                                const float *b, int rows, int c, int chunk_rows, const float *coef,
-                                                T *__restrict__ dx, int accumulate, const T *__restrict__ x2,
-                                                const float *coef2, T *dx2) {
-    bn_backward_apply_rows<T, VEC, true>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx, accumulate,
-                                         NULL, x2, coef2, dx2);
+                                                const float *b, int rows, int c, int chunk_rows,
+                                                const float *coef, T *__restrict__ dx, int accumulate,
+                                                const T *__restrict__ x2, const float *coef2, T *dx2) {
+    bn_backward_apply_rows<T, VEC, true>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx,
+                                         accumulate, NULL, x2, coef2, dx2);
 }
 
 // ---- launch helpers -----------------------------------------------------------------------------------
@@ -558,18 +573,18 @@ static void with_flag(bool flag, F &&launch) {
 
 // y = act(scale * x + shift + residual) over (rows, c) dt, the residual mapped by rscale, rshift first when
 // they are given (bn_add_bn); mask (nullable) gets the ReLU bits
-static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
-                     const float *scale, const float *shift, const float *rscale, const float *rshift, void *y,
-                     uint8_t *mask) {
+static void bn_apply(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
+                     int relu, const float *scale, const float *shift, const float *rscale,
+                     const float *rshift, void *y, uint8_t *mask) {
     const int vec = pack_width(dt, c, {x, residual, y});
     const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_APPLY_BLOCKS_PER_SM);
     with_pack(dt, vec, [&](auto pk) {
         with_flag(rscale != NULL, [&](auto affine_res) {
             typedef typename decltype(pk)::type T;
             bn_apply_kernel<T, decltype(pk)::vec, decltype(affine_res)::value>
-                <<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>((const T *)x, (const T *)residual, relu, rows, c,
-                                                                 cut.chunk_rows, scale, shift, rscale, rshift, (T *)y,
-                                                                 mask);
+                <<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>((const T *)x, (const T *)residual, relu,
+                                                                 rows, c, cut.chunk_rows, scale, shift,
+                                                                 rscale, rshift, (T *)y, mask);
         });
     });
     CUDA_CHECK_LAUNCH();
@@ -591,27 +606,28 @@ static void bn_stats(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
     const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
-        bn_stats_partial_kernel<T, decltype(pk)::vec>
-            <<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>((const T *)x, rows, c, cut.chunk_rows, part_s, part_q);
+        bn_stats_partial_kernel<T, decltype(pk)::vec><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
+            (const T *)x, rows, c, cut.chunk_rows, part_s, part_q);
         CUDA_CHECK_LAUNCH();
-        bn_stats_merge_kernel<T><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
-            (const T *)x, part_s, part_q, cut.chunks, rows, c, gamma, beta, running_mean, running_var, momentum, eps,
-            save_mean, save_invstd, scale, shift);
+        bn_stats_merge_kernel<T>
+            <<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
+                (const T *)x, part_s, part_q, cut.chunks, rows, c, gamma, beta, running_mean, running_var,
+                momentum, eps, save_mean, save_invstd, scale, shift);
         CUDA_CHECK_LAUNCH();
     });
 }
 
 int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
-                          int relu, const float *gamma, const float *beta, float *running_mean,
-                          float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
-                          void *y, uint8_t *mask) {
+                         int relu, const float *gamma, const float *beta, float *running_mean,
+                         float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
+                         void *y, uint8_t *mask) {
     if (pack_width(dt, c, {x, residual, y}) != BN_MASK_PACK) mask = NULL;
     const size_t part = bn_stats_part_bytes(cb, rows, c, dt, x), cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * part + 2 * cvec);
     float *part_s = (float *)ws, *part_q = (float *)(ws + part);
     float *scale = (float *)(ws + 2 * part), *shift = (float *)(ws + 2 * part + cvec);
-    bn_stats(cb, rows, c, dt, x, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd, part_s,
-             part_q, scale, shift);
+    bn_stats(cb, rows, c, dt, x, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
+             save_invstd, part_s, part_q, scale, shift);
     bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, NULL, NULL, y, mask);
     return mask != NULL;
 }
@@ -619,22 +635,23 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
 int bn_own_add_bn_forward_train(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
                                 int relu, float momentum, float eps, void *y, uint8_t *mask) {
     if (pack_width(dt, c, {a->x, b->x, y}) != BN_MASK_PACK) mask = NULL;
-    const size_t part_a = bn_stats_part_bytes(cb, rows, c, dt, a->x), part_b = bn_stats_part_bytes(cb, rows, c, dt, b->x);
+    const size_t part_a = bn_stats_part_bytes(cb, rows, c, dt, a->x),
+                 part_b = bn_stats_part_bytes(cb, rows, c, dt, b->x);
     const size_t part = part_a > part_b ? part_a : part_b, cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * part + 4 * cvec), *affine = ws + 2 * part;
     float *part_s = (float *)ws, *part_q = (float *)(ws + part);
     float *scale_a = (float *)affine, *shift_a = (float *)(affine + cvec);
     float *scale_b = (float *)(affine + 2 * cvec), *shift_b = (float *)(affine + 3 * cvec);
-    bn_stats(cb, rows, c, dt, a->x, a->gamma, a->beta, a->running_mean, a->running_var, momentum, eps, a->save_mean,
-             a->save_invstd, part_s, part_q, scale_a, shift_a);
-    bn_stats(cb, rows, c, dt, b->x, b->gamma, b->beta, b->running_mean, b->running_var, momentum, eps, b->save_mean,
-             b->save_invstd, part_s, part_q, scale_b, shift_b);
+    bn_stats(cb, rows, c, dt, a->x, a->gamma, a->beta, a->running_mean, a->running_var, momentum, eps,
+             a->save_mean, a->save_invstd, part_s, part_q, scale_a, shift_a);
+    bn_stats(cb, rows, c, dt, b->x, b->gamma, b->beta, b->running_mean, b->running_var, momentum, eps,
+             b->save_mean, b->save_invstd, part_s, part_q, scale_b, shift_b);
     bn_apply(cb, rows, c, dt, a->x, b->x, relu, scale_a, shift_a, scale_b, shift_b, y, mask);
     return mask != NULL;
 }
 
-void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
-                         const float *gamma, const float *beta, const float *running_mean,
+void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
+                         int relu, const float *gamma, const float *beta, const float *running_mean,
                          const float *running_var, float eps, void *y) {
     const size_t cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * cvec);
@@ -645,8 +662,9 @@ void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void 
     bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, NULL, NULL, y, NULL);
 }
 
-void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
-                          const float *beta, const float *save_mean, const float *save_invstd, void *y) {
+void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void *x, int relu,
+                          const float *gamma, const float *beta, const float *save_mean,
+                          const float *save_invstd, void *y) {
     const size_t cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 2 * cvec);
     float *scale = (float *)ws, *shift = (float *)(ws + cvec);
@@ -658,16 +676,18 @@ void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void
 
 // bn_own_backward, and with second (bn_add_bn) the second batch norm's backward in the same two passes: its
 // sums beside the first's, its dx (dx2) written where d_residual would be.
-static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
-                            BnMaskSource mask_source, const float *beta, const uint8_t *mask, const float *gamma,
-                            const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
-                            void *dbeta, int accumulate_params, void *d_residual, const BnArgs *second, void *dx2) {
+static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y,
+                            const void *dy, BnMaskSource mask_source, const float *beta, const uint8_t *mask,
+                            const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
+                            int accumulate, void *dgamma, void *dbeta, int accumulate_params,
+                            void *d_residual, const BnArgs *second, void *dx2) {
     const void *x2 = second ? second->x : NULL;
     int vec = pack_width(dt, c, {x, y, dy, dx, d_residual, x2, dx2});
     if (mask_source == BN_MASK_BITS && vec != BN_MASK_PACK) mask_source = BN_MASK_FROM_Y;  // bits per 8 only
     if (mask_source != BN_MASK_FROM_Y) vec = pack_width(dt, c, {x, dy, dx, d_residual, x2, dx2});
     const BnRowCut cut = bn_row_cut(cb, rows, c, vec, BN_REDUCE_BLOCKS_PER_SM);
-    const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)), cvec = bn_align((size_t)c * sizeof(float));
+    const size_t part = bn_align((size_t)cut.chunks * c * sizeof(float)),
+                 cvec = bn_align((size_t)c * sizeof(float));
     char *ws = (char *)cuda_workspace(cb, 3 * part + 8 * cvec);
     float *part_g = (float *)ws, *part_gx = (float *)(ws + part), *part_gx2 = (float *)(ws + 2 * part);
     float *coef = (float *)(ws + 3 * part), *coef2 = (float *)(ws + 3 * part + 3 * cvec);
@@ -683,8 +703,8 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
         constexpr bool DUAL = decltype(dual)::value;
         const dim3 merge_grid(bn_merge_blocks(c)), merge_block(BN_MERGE_CHANNELS, BN_MERGE_LANES);
         bn_backward_partial_kernel<T, VEC, DUAL><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
-            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, cut.chunk_rows, save_mean,
-            part_g, part_gx, (const T *)x2, DUAL ? second->save_mean : NULL, part_gx2);
+            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, cut.chunk_rows,
+            save_mean, part_g, part_gx, (const T *)x2, DUAL ? second->save_mean : NULL, part_gx2);
         CUDA_CHECK_LAUNCH();
         bn_backward_merge_kernel<T><<<merge_grid, merge_block, 0, cb->stream>>>(
             part_g, part_gx, cut.chunks, rows, c, gamma, save_mean, save_invstd, (T *)dgamma, (T *)dbeta,
@@ -699,12 +719,12 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
         const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
         if (DUAL)
             bn_add_bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
-                (T *)dx, accumulate, (const T *)x2, coef2, (T *)dx2);
+                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows,
+                coef, (T *)dx, accumulate, (const T *)x2, coef2, (T *)dx2);
         else
             bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows, coef,
-                (T *)dx, accumulate, (T *)d_residual);
+                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows,
+                coef, (T *)dx, accumulate, (T *)d_residual);
         CUDA_CHECK_LAUNCH();
     };
     with_pack(dt, vec, [&](auto pk) { with_flag(second != NULL, [&](auto dual) { launch(pk, dual); }); });
@@ -714,13 +734,13 @@ void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
                      BnMaskSource mask_source, const float *beta, const uint8_t *mask, const float *gamma,
                      const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
                      void *dbeta, int accumulate_params, void *d_residual) {
-    bn_backward_run(cb, rows, c, dt, x, y, dy, mask_source, beta, mask, gamma, save_mean, save_invstd, dx, accumulate,
-                    dgamma, dbeta, accumulate_params, d_residual, NULL, NULL);
+    bn_backward_run(cb, rows, c, dt, x, y, dy, mask_source, beta, mask, gamma, save_mean, save_invstd, dx,
+                    accumulate, dgamma, dbeta, accumulate_params, d_residual, NULL, NULL);
 }
 
 void bn_own_add_bn_backward(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
-                            const void *y, const void *dy, BnMaskSource mask_source, const uint8_t *mask, void *dx_a,
-                            void *dx_b, int accumulate_params) {
-    bn_backward_run(cb, rows, c, dt, a->x, y, dy, mask_source, a->beta, mask, a->gamma, a->save_mean, a->save_invstd,
-                    dx_a, 0, a->dgamma, a->dbeta, accumulate_params, NULL, b, dx_b);
+                            const void *y, const void *dy, BnMaskSource mask_source, const uint8_t *mask,
+                            void *dx_a, void *dx_b, int accumulate_params) {
+    bn_backward_run(cb, rows, c, dt, a->x, y, dy, mask_source, a->beta, mask, a->gamma, a->save_mean,
+                    a->save_invstd, dx_a, 0, a->dgamma, a->dbeta, accumulate_params, NULL, b, dx_b);
 }

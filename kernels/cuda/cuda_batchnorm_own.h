@@ -26,9 +26,9 @@ size_t bn_own_mask_bytes(int rows, int c);
 // pass; mask (nullable, bn_own_mask_bytes) receives the ReLU bits. Buffers as backend_ops.def's bn_forward_train.
 // Returns 1 when it wrote the mask.
 int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
-                          int relu, const float *gamma, const float *beta, float *running_mean,
-                          float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
-                          void *y, uint8_t *mask);
+                         int relu, const float *gamma, const float *beta, float *running_mean,
+                         float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
+                         void *y, uint8_t *mask);
 
 // bn_add_bn's training forward (backend_ops.def): y = act(bn_a(x_a) + bn_b(x_b)); each layer's statistics in one
 // read of its x, then one pass reading both and writing y (bn_b's output is never rounded nor written); mask
@@ -38,11 +38,12 @@ int bn_own_add_bn_forward_train(CudaBackend *cb, int rows, int c, DType dt, cons
 
 // y = act(x * scale + shift + residual) with scale, shift from the running (eval) or saved (recompute)
 // statistics: one pass.
-void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual, int relu,
-                         const float *gamma, const float *beta, const float *running_mean,
+void bn_own_forward_eval(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
+                         int relu, const float *gamma, const float *beta, const float *running_mean,
                          const float *running_var, float eps, void *y);
-void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
-                          const float *beta, const float *save_mean, const float *save_invstd, void *y);
+void bn_own_forward_saved(CudaBackend *cb, int rows, int c, DType dt, const void *x, int relu,
+                          const float *gamma, const float *beta, const float *save_mean,
+                          const float *save_invstd, void *y);
 
 // Backward: sums in one read of x and dy (and the mask source), then dx (= or +=) and d_residual
 // (nullable) in one pass. beta: the forward's, for BN_MASK_FROM_X; mask: for BN_MASK_BITS.
@@ -54,7 +55,7 @@ void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
 // bn_add_bn's backward: one read of x_a, x_b and dy (and the mask source) for both layers' sums, then one
 // pass writing dx_a and dx_b (which may be dy). mask_source: BN_MASK_BITS (with mask) or BN_MASK_FROM_Y.
 void bn_own_add_bn_backward(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
-                            const void *y, const void *dy, BnMaskSource mask_source, const uint8_t *mask, void *dx_a,
-                            void *dx_b, int accumulate_params);
+                            const void *y, const void *dy, BnMaskSource mask_source, const uint8_t *mask,
+                            void *dx_a, void *dx_b, int accumulate_params);
 
 #endif

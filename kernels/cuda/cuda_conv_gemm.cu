@@ -36,20 +36,20 @@ static int conv_gemm_rows(const ConvShape *s) { return s->n * s->h * s->w; }
 
 // x (rows, c_in), w (c_out, c_in) -> y (rows, c_out)
 void conv_gemm_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {
-    conv_gemm(cb, dt, CUBLAS_OP_T, CUBLAS_OP_N, s->c_out, conv_gemm_rows(s), s->c_in, w, s->c_in, x, s->c_in, 0.0f,
-              y, s->c_out);
+    conv_gemm(cb, dt, CUBLAS_OP_T, CUBLAS_OP_N, s->c_out, conv_gemm_rows(s), s->c_in, w, s->c_in, x, s->c_in,
+              0.0f, y, s->c_out);
 }
 
 // dy (rows, c_out), w (c_out, c_in) -> dx (rows, c_in) (= or +=)
-void conv_gemm_backward_data(CudaBackend *cb, const ConvShape *s, DType dt, const void *dy, const void *w, void *dx,
-                             int accumulate) {
-    conv_gemm(cb, dt, CUBLAS_OP_N, CUBLAS_OP_N, s->c_in, conv_gemm_rows(s), s->c_out, w, s->c_in, dy, s->c_out,
-              accumulate ? 1.0f : 0.0f, dx, s->c_in);
+void conv_gemm_backward_data(CudaBackend *cb, const ConvShape *s, DType dt, const void *dy, const void *w,
+                             void *dx, int accumulate) {
+    conv_gemm(cb, dt, CUBLAS_OP_N, CUBLAS_OP_N, s->c_in, conv_gemm_rows(s), s->c_out, w, s->c_in, dy,
+              s->c_out, accumulate ? 1.0f : 0.0f, dx, s->c_in);
 }
 
 // x (rows, c_in), dy (rows, c_out) -> dw (c_out, c_in) (= or +=)
 void conv_gemm_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
                                void *dw, int accumulate) {
-    conv_gemm(cb, dt, CUBLAS_OP_N, CUBLAS_OP_T, s->c_in, s->c_out, conv_gemm_rows(s), x, s->c_in, dy, s->c_out,
-              accumulate ? 1.0f : 0.0f, dw, s->c_in);
+    conv_gemm(cb, dt, CUBLAS_OP_N, CUBLAS_OP_T, s->c_in, s->c_out, conv_gemm_rows(s), x, s->c_in, dy,
+              s->c_out, accumulate ? 1.0f : 0.0f, dw, s->c_in);
 }

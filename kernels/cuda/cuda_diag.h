@@ -21,8 +21,8 @@ int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, i
 int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn, int *backward_cudnn);
 // The pair cudnn.batch_norm auto chose for this shape (bn_prepare); 0 when the shape was not prepared under
 // auto.
-int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu, int *forward_cudnn,
-                                  int *backward_cudnn);
+int cuda_backend_bn_prepared_pair(Backend *be, int rows, int c, DType dt, int residual, int relu,
+                                  int *forward_cudnn, int *backward_cudnn);
 
 #ifdef __cplusplus
 }

@@ -62,11 +62,15 @@ struct PackOf {
 template <typename F>
 static void with_pack(DType dt, int vec, F &&launch) {
     if (dt == DTYPE_F16) {
-        if (vec > 1) launch(PackOf<__half, 8>());
-        else launch(PackOf<__half, 1>());
+        if (vec > 1)
+            launch(PackOf<__half, 8>());
+        else
+            launch(PackOf<__half, 1>());
     } else {
-        if (vec > 1) launch(PackOf<float, 4>());
-        else launch(PackOf<float, 1>());
+        if (vec > 1)
+            launch(PackOf<float, 4>());
+        else
+            launch(PackOf<float, 1>());
     }
 }
 

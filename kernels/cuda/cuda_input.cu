@@ -44,13 +44,15 @@ __global__ void input_normalize_kernel(size_t count, const S *src, PixelAffine a
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
         const int ch = (int)(i % 3);
         const float v = __fadd_rn(__fmul_rn((float)src[i], a.scale[ch]), a.shift[ch]);  // as the CPU rounds
-        if constexpr (sizeof(D) == 2) dst[i] = __float2half_rn(v);
-        else dst[i] = v;
+        if constexpr (sizeof(D) == 2)
+            dst[i] = __float2half_rn(v);
+        else
+            dst[i] = v;
     }
 }
 
-void cuda_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src, const PixelAffine *affine,
-                          DType dst_dt, void *dst) {
+void cuda_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *src,
+                          const PixelAffine *affine, DType dst_dt, void *dst) {
     const size_t count = pixels * 3;
     if (count == 0) return;
     cudaStream_t stream = cuda_state(be)->stream;
@@ -59,12 +61,16 @@ void cuda_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *
     const unsigned blocks = (unsigned)(want < 8192 ? want : 8192);
     AMP_ASSERT(src_dt == DTYPE_U8 || src_dt == DTYPE_F32, "input_normalize: source must be u8 or fp32");
     if (src_dt == DTYPE_U8 && dst_dt == DTYPE_F16)
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const uint8_t *)src, *affine, (__half *)dst);
+        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const uint8_t *)src, *affine,
+                                                               (__half *)dst);
     else if (src_dt == DTYPE_U8)
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const uint8_t *)src, *affine, (float *)dst);
+        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const uint8_t *)src, *affine,
+                                                               (float *)dst);
     else if (dst_dt == DTYPE_F16)
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const float *)src, *affine, (__half *)dst);
+        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const float *)src, *affine,
+                                                               (__half *)dst);
     else
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const float *)src, *affine, (float *)dst);
+        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const float *)src, *affine,
+                                                               (float *)dst);
     CUDA_CHECK_LAUNCH();
 }

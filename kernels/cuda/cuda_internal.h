@@ -23,15 +23,17 @@ extern "C" {
 
 // One check macro per library (CUDA_CHECK: core/cuda_check.h): name the failing expression, file and
 // line, then end the job.
-#define CUDNN_CHECK(expr)                                                                           \
-    do {                                                                                            \
-        cudnnStatus_t st_ = (expr);                                                                 \
-        if (st_ != CUDNN_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudnnGetErrorString(st_)); \
+#define CUDNN_CHECK(expr)                                                                                    \
+    do {                                                                                                     \
+        cudnnStatus_t st_ = (expr);                                                                          \
+        if (st_ != CUDNN_STATUS_SUCCESS)                                                                     \
+            amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudnnGetErrorString(st_));                        \
     } while (0)
-#define CUBLAS_CHECK(expr)                                                                          \
-    do {                                                                                            \
-        cublasStatus_t st_ = (expr);                                                                \
-        if (st_ != CUBLAS_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cublasGetStatusString(st_)); \
+#define CUBLAS_CHECK(expr)                                                                                   \
+    do {                                                                                                     \
+        cublasStatus_t st_ = (expr);                                                                         \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                                    \
+            amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cublasGetStatusString(st_));                      \
     } while (0)
 // After every kernel launch.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
@@ -42,19 +44,19 @@ typedef struct CudaJpeg CudaJpeg;            // nvjpeg_decode.cu: nvJPEG's handl
 
 typedef struct CudaBackend {
     int device;
-    cudaStream_t stream;          // the compute stream: every op, in order
-    cudaStream_t copy_stream;     // input uploads (cuda_input.cu), handed over by the events below
+    cudaStream_t stream;       // the compute stream: every op, in order
+    cudaStream_t copy_stream;  // input uploads (cuda_input.cu), handed over by the events below
     cudaEvent_t input_uploaded[BACKEND_INPUT_SLOTS];  // recorded on copy_stream after a slot's upload
     cudaEvent_t input_consumed[BACKEND_INPUT_SLOTS];  // recorded on stream after a slot was read
     cudnnHandle_t cudnn;
     cublasHandle_t cublas;
-    int cudnn_benchmark;          // cudnn.benchmark: timed algorithm search once per shape
-    int allow_tf32;               // fp32 convolutions may use TF32 (cudnn.tf32)
-    int matmul_tf32;              // the fp32 classifier matmul may use TF32 (cudnn.matmul_tf32)
-    size_t conv_workspace_cap;    // largest convolution workspace an algorithm may use (cudnn.workspace_mb)
-    int bn_mode;                  // CudaBnMode (cuda_backend.h): whose kernels train batch norm (cudnn.batch_norm)
-    int sm_count;                 // multiprocessors: how finely reductions are cut
-    void *workspace;              // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
+    int cudnn_benchmark;        // cudnn.benchmark: timed algorithm search once per shape
+    int allow_tf32;             // fp32 convolutions may use TF32 (cudnn.tf32)
+    int matmul_tf32;            // the fp32 classifier matmul may use TF32 (cudnn.matmul_tf32)
+    size_t conv_workspace_cap;  // largest convolution workspace an algorithm may use (cudnn.workspace_mb)
+    int bn_mode;      // CudaBnMode (cuda_backend.h): whose kernels train batch norm (cudnn.batch_norm)
+    int sm_count;     // multiprocessors: how finely reductions are cut
+    void *workspace;  // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
     size_t workspace_bytes;
     CudaConvCache *conv_cache;
     cudaEvent_t readback_done;
@@ -65,12 +67,14 @@ typedef struct CudaBackend {
     size_t upload_bytes[BACKEND_UPLOAD_SLOTS];
     cudaEvent_t upload_done[BACKEND_UPLOAD_SLOTS];
     int upload_next;
-    CudaBnCache *bn_cache;        // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
-    CudaJpeg *jpeg;               // NULL until the first input_decode (builds with nvJPEG); cuda_jpeg_destroy
+    CudaBnCache *bn_cache;  // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
+    CudaJpeg *jpeg;         // NULL until the first input_decode (builds with nvJPEG); cuda_jpeg_destroy
 } CudaBackend;
 
 static inline CudaBackend *cuda_state(Backend *be) { return (CudaBackend *)be->impl; }
-static inline cudnnDataType_t cudnn_dtype(DType dt) { return dt == DTYPE_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT; }
+static inline cudnnDataType_t cudnn_dtype(DType dt) {
+    return dt == DTYPE_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
 
 // Workspace of at least `bytes` on the compute stream (cuda_backend.cu).
 void *cuda_workspace(CudaBackend *cb, size_t bytes);
@@ -106,8 +110,8 @@ void cuda_conv_cache_destroy(CudaBackend *cb);
 // TF32 or pedantic fp32 as the caller's precision rule says). The classifier (cuda_linear.cu) and the
 // 1x1 convolutions (cuda_conv_gemm.cu) run through it.
 static inline void cuda_gemm(CudaBackend *cb, DType dt, cublasComputeType_t compute, cublasOperation_t op_a,
-                             cublasOperation_t op_b, int m, int n, int k, const void *a, int lda, const void *b,
-                             int ldb, float beta, void *c, int ldc) {
+                             cublasOperation_t op_b, int m, int n, int k, const void *a, int lda,
+                             const void *b, int ldb, float beta, void *c, int ldc) {
     const float alpha = 1.0f;
     const cudaDataType_t t = dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
     CUBLAS_CHECK(cublasGemmEx(cb->cublas, op_a, op_b, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c, t, ldc,
@@ -117,8 +121,8 @@ static inline void cuda_gemm(CudaBackend *cb, DType dt, cublasComputeType_t comp
 // ---- cuda_conv_gemm.cu: 1x1 stride-1 ungrouped convolutions as one cuBLAS GEMM ----------------------
 int conv_gemm_eligible(const ConvShape *s);
 void conv_gemm_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
-void conv_gemm_backward_data(CudaBackend *cb, const ConvShape *s, DType dt, const void *dy, const void *w, void *dx,
-                             int accumulate);
+void conv_gemm_backward_data(CudaBackend *cb, const ConvShape *s, DType dt, const void *dy, const void *w,
+                             void *dx, int accumulate);
 void conv_gemm_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
                                void *dw, int accumulate);
 

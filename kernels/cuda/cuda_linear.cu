@@ -18,8 +18,9 @@ static cublasComputeType_t linear_compute_type(const CudaBackend *cb, DType dt) 
 }
 
 // C (m,n) = op(A) op(B) + beta C, all column-major in dtype dt (cuda_gemm under the classifier's rule).
-static void linear_gemm(CudaBackend *cb, DType dt, cublasOperation_t op_a, cublasOperation_t op_b, int m, int n,
-                        int k, const void *a, int lda, const void *b, int ldb, float beta, void *c, int ldc) {
+static void linear_gemm(CudaBackend *cb, DType dt, cublasOperation_t op_a, cublasOperation_t op_b, int m,
+                        int n, int k, const void *a, int lda, const void *b, int ldb, float beta, void *c,
+                        int ldc) {
     cuda_gemm(cb, dt, linear_compute_type(cb, dt), op_a, op_b, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -27,7 +28,8 @@ static void linear_gemm(CudaBackend *cb, DType dt, cublasOperation_t op_a, cubla
 template <typename T>
 __global__ void linear_bias_fill_kernel(int n, int out, const T *b, T *y) {
     const size_t total = (size_t)n * out;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
         y[i] = b[i % out];
 }
 
@@ -55,9 +57,11 @@ void cuda_linear_forward(Backend *be, int n, int in, int out, DType dt, const vo
     CudaBackend *cb = cuda_state(be);
     const unsigned blocks = linear_blocks((size_t)n * out);
     if (dt == DTYPE_F16)
-        linear_bias_fill_kernel<__half><<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const __half *)b, (__half *)y);
+        linear_bias_fill_kernel<__half>
+            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const __half *)b, (__half *)y);
     else
-        linear_bias_fill_kernel<float><<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const float *)b, (float *)y);
+        linear_bias_fill_kernel<float>
+            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const float *)b, (float *)y);
     CUDA_CHECK_LAUNCH();
     linear_gemm(cb, dt, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, 1.0f, y, out);
 }
@@ -70,10 +74,10 @@ void cuda_linear_backward(Backend *be, int n, int in, int out, DType dt, const v
     linear_gemm(cb, dt, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, beta_params, dw, in);
     const unsigned blocks = (unsigned)((out + LINEAR_THREADS - 1) / LINEAR_THREADS);
     if (dt == DTYPE_F16)
-        linear_bias_grad_kernel<__half><<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const __half *)dy,
-                                                                                  (__half *)db, accumulate);
+        linear_bias_grad_kernel<__half>
+            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const __half *)dy, (__half *)db, accumulate);
     else
-        linear_bias_grad_kernel<float><<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const float *)dy,
-                                                                                 (float *)db, accumulate);
+        linear_bias_grad_kernel<float>
+            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const float *)dy, (float *)db, accumulate);
     CUDA_CHECK_LAUNCH();
 }

@@ -9,7 +9,6 @@
 #define XENT_THREADS 256  // a multiple of 32; classes (1000) spread over a block's threads
 #define XENT_WARPS (XENT_THREADS / 32)
 
-
 // Reductions over a block of XENT_THREADS threads; every thread gets the result. `scratch` holds one
 // float per warp and is reused, hence the barrier before the warps write into it.
 static __device__ float block_max(float v, float *scratch) {
@@ -37,8 +36,9 @@ static __device__ float block_sum(float v, float *scratch) {
 // row_loss[r] = -sum_k t_k log softmax(z)_k; dlogits[r] = (softmax(z) - t) * (*scale or 1) * seed_factor, in T.
 // With smoothing 0 and mix NULL every value is computed as by the plain one-hot loss.
 template <typename T>
-__global__ void xent_row_kernel(int n, int classes, const T *logits, const int32_t *labels, const BatchMix *mix,
-                                float smoothing, float *row_loss, T *dlogits, const float *scale, float seed_factor) {
+__global__ void xent_row_kernel(int n, int classes, const T *logits, const int32_t *labels,
+                                const BatchMix *mix, float smoothing, float *row_loss, T *dlogits,
+                                const float *scale, float seed_factor) {
     __shared__ float scratch[XENT_WARPS];
     const size_t base = (size_t)blockIdx.x * classes;
     const T *z = logits + base;
@@ -88,20 +88,20 @@ __global__ void xent_mean_kernel(int n, const float *row_loss, float *loss_out) 
 }
 
 void cuda_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const void *logits,
-                       const int32_t *labels, const BatchMix *mix, float smoothing, float *loss_out, void *dlogits,
-                       const float *scale, float seed_factor) {
+                       const int32_t *labels, const BatchMix *mix, float smoothing, float *loss_out,
+                       void *dlogits, const float *scale, float seed_factor) {
     if (n == 0) return;
     cudaStream_t stream = cuda_state(be)->stream;
     // Freed right after the launches: the allocator reuses it only for work queued behind them.
     float *row_loss = (float *)be->alloc(be, (size_t)n * sizeof(float));  // (n) fp32
     if (logits_dt == DTYPE_F16)
-        xent_row_kernel<__half><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const __half *)logits, labels, mix,
-                                                                 smoothing, row_loss, (__half *)dlogits, scale,
-                                                                 seed_factor);
+        xent_row_kernel<__half><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const __half *)logits, labels,
+                                                                mix, smoothing, row_loss, (__half *)dlogits,
+                                                                scale, seed_factor);
     else
         xent_row_kernel<float><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const float *)logits, labels, mix,
-                                                                smoothing, row_loss, (float *)dlogits, scale,
-                                                                seed_factor);
+                                                               smoothing, row_loss, (float *)dlogits, scale,
+                                                               seed_factor);
     CUDA_CHECK_LAUNCH();
     xent_mean_kernel<<<1, XENT_THREADS, 0, stream>>>(n, row_loss, loss_out);
     CUDA_CHECK_LAUNCH();

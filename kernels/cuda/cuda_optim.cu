@@ -142,7 +142,8 @@ __global__ void grad_norm_finish_kernel(const float *partial, unsigned count, fl
     if (threadIdx.x == 0) *norm = __fsqrt_rn(s[0]);
 }
 
-void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const ScalerState *state, float *norm) {
+void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const ScalerState *state,
+                    float *norm) {
     CudaBackend *cb = cuda_state(be);
     cudaStream_t stream = cb->stream;
     const int vec = (int)(16 / dtype_size(dt));
@@ -152,9 +153,11 @@ void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const Sca
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
     float *partial = (float *)cuda_scratch_get(cb, blocks * sizeof(float));
     if (dt == DTYPE_F16)
-        grad_sumsq_kernel<__half><<<blocks, NORM_THREADS, 0, stream>>>((const __half *)grad, sp, state, partial);
+        grad_sumsq_kernel<__half>
+            <<<blocks, NORM_THREADS, 0, stream>>>((const __half *)grad, sp, state, partial);
     else
-        grad_sumsq_kernel<float><<<blocks, NORM_THREADS, 0, stream>>>((const float *)grad, sp, state, partial);
+        grad_sumsq_kernel<float>
+            <<<blocks, NORM_THREADS, 0, stream>>>((const float *)grad, sp, state, partial);
     CUDA_CHECK_LAUNCH();
     grad_norm_finish_kernel<<<1, NORM_THREADS, 0, stream>>>(partial, blocks, norm);
     CUDA_CHECK_LAUNCH();
@@ -170,9 +173,9 @@ void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const Sca
 // when the agreed verdict in state->found_inf is set, so a skipped step leaves every buffer bitwise as it
 // was and never reads the norm.
 template <typename G>
-__global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, __half *copy, SgdParams p,
-                                const uint8_t *decay_group, const float *lr_ptr, const float *grad_norm,
-                                const ScalerState *state) {
+__global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, __half *copy,
+                                SgdParams p, const uint8_t *decay_group, const float *lr_ptr,
+                                const float *grad_norm, const ScalerState *state) {
     if (state->found_inf != 0.0f) return;
     const float lr = *lr_ptr;
     // 1/S once, then a multiply, as GradScaler.unscale_ does (exact for S = 2^k).
@@ -187,8 +190,8 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
         ElemPack<float, SGD_VEC> m = *(const ElemPack<float, SGD_VEC> *)(mom + i);
 #pragma unroll
         for (int j = 0; j < SGD_VEC; j++)
-            sgd_update_rule(to_f32(g.e[j]), inv_scale, clip, sgd_decay_of(&p, decay_group, i + j), lr, &p, &w.e[j],
-                            &m.e[j]);
+            sgd_update_rule(to_f32(g.e[j]), inv_scale, clip, sgd_decay_of(&p, decay_group, i + j), lr, &p,
+                            &w.e[j], &m.e[j]);
         *(ElemPack<float, SGD_VEC> *)(master + i) = w;
         *(ElemPack<float, SGD_VEC> *)(mom + i) = m;
         if (copy) {
@@ -200,15 +203,15 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
     }
     for (size_t r = tid; r < sp.rest; r += stride) {
         const size_t i = scalar_index(r, sp, SGD_VEC);
-        sgd_update_rule(to_f32(grad[i]), inv_scale, clip, sgd_decay_of(&p, decay_group, i), lr, &p, &master[i],
-                        &mom[i]);
+        sgd_update_rule(to_f32(grad[i]), inv_scale, clip, sgd_decay_of(&p, decay_group, i), lr, &p,
+                        &master[i], &mom[i]);
         if (copy) copy[i] = __float2half_rn(master[i]);
     }
 }
 
-void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom, void *copy,
-                   const SgdParams *p, const uint8_t *decay_group, const float *lr, const float *grad_norm,
-                   const ScalerState *state) {
+void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float *master, float *mom,
+                   void *copy, const SgdParams *p, const uint8_t *decay_group, const float *lr,
+                   const float *grad_norm, const ScalerState *state) {
     if (n == 0) return;
     cudaStream_t stream = cuda_state(be)->stream;
     const VecOperand ops[4] = {{master, 4}, {mom, 4}, {grad, dtype_size(grad_dt)}, {copy, 2}};
@@ -226,11 +229,13 @@ void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float
 // ---- scaler_update -------------------------------------------------------------------------------------
 
 // GradScaler's rule on the device, one thread (src/amp/update_rules.h, as the CPU backend).
-__global__ void scaler_update_kernel(ScalerState *state, float growth, float backoff, int interval, int dynamic) {
+__global__ void scaler_update_kernel(ScalerState *state, float growth, float backoff, int interval,
+                                     int dynamic) {
     scaler_update_rule(state, growth, backoff, interval, dynamic);
 }
 
-void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval, int dynamic) {
+void cuda_scaler_update(Backend *be, ScalerState *state, float growth, float backoff, int interval,
+                        int dynamic) {
     scaler_update_kernel<<<1, 1, 0, cuda_state(be)->stream>>>(state, growth, backoff, interval, dynamic);
     CUDA_CHECK_LAUNCH();
 }
@@ -302,8 +307,10 @@ void cuda_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_
     const VecSplit sp = vec_split(n, CAST_VEC, ops, 2);
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
     if (src_dt == DTYPE_F32)
-        cast_kernel<float, __half><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const float *)src, (__half *)dst);
+        cast_kernel<float, __half>
+            <<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const float *)src, (__half *)dst);
     else
-        cast_kernel<__half, float><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const __half *)src, (float *)dst);
+        cast_kernel<__half, float>
+            <<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const __half *)src, (float *)dst);
     CUDA_CHECK_LAUNCH();
 }

@@ -18,12 +18,12 @@
 #define POOL_THREADS 256
 #define POOL_MAX_BLOCKS 4224  // 32 blocks of 256 threads per SM on 132 SMs; the loops are grid-stride
 
-
 // Max-pool kernels take the image from blockIdx.y and index within it in 32 bits: 64-bit division by a
 // runtime value costs tens of instructions, which the gather would pay five times per element.
 static void pool_check_indexing(const PoolShape *s) {
     AMP_ASSERT(s->n <= 65535 && (size_t)s->h * s->w * s->c < ((size_t)1 << 32),
-               "maxpool: batch %d or image %dx%dx%d too large for the kernels' indexing", s->n, s->h, s->w, s->c);
+               "maxpool: batch %d or image %dx%dx%d too large for the kernels' indexing", s->n, s->h, s->w,
+               s->c);
 }
 
 static dim3 pool_image_grid(const PoolShape *s, size_t per_image) {
@@ -140,7 +140,8 @@ __global__ void maxpool_gather_kernel(PoolShape s, const unsigned char *route, c
         for (int oy = pool_first_window(iy, s.pad, s.k, s.stride); oy <= oy_end; oy++) {
             for (int ox = pool_first_window(ix, s.pad, s.k, s.stride); ox <= ox_end; ox++) {
                 const size_t o = (((size_t)b * s.out_h + oy) * s.out_w + ox) * s.c + ch;
-                const unsigned char here = (unsigned char)((iy - (oy * s.stride - s.pad)) * s.k + (ix - (ox * s.stride - s.pad)));
+                const unsigned char here =
+                    (unsigned char)((iy - (oy * s.stride - s.pad)) * s.k + (ix - (ox * s.stride - s.pad)));
                 const ElemPack<unsigned char, VEC> r = *(const ElemPack<unsigned char, VEC> *)(route + o);
                 bool any = false;
 #pragma unroll
@@ -244,15 +245,16 @@ static __device__ __forceinline__ void store_routed_sum(T *dst, const uint4 *ter
 // (c / pack) threads, the channel pack fastest.
 template <typename T>
 __global__ void __launch_bounds__(POOL_K3S2_MAX_THREADS, POOL_K3S2_MIN_BLOCKS)
-maxpool_backward_k3s2_kernel(PoolShape s, int cols, int band_steps, const T *x, const T *y, const T *dy, T *dx) {
+    maxpool_backward_k3s2_kernel(PoolShape s, int cols, int band_steps, const T *x, const T *y, const T *dy,
+                                 T *dx) {
     typedef PackWords<T> W;
     const int vec = 16 / (int)sizeof(T);
     const int cv_count = s.c / vec;
     const int cv = (int)threadIdx.x % cv_count;
-    const int col = (int)threadIdx.x / cv_count;      // 0: the halo column
-    const int n = (int)blockIdx.x * cols - 1 + col;    // window column, -1 .. out_w (+ tile overhang)
-    const bool owner = col > 0 && n <= s.out_w;       // writes dx columns 2n-1, 2n
-    const int m0 = (int)blockIdx.y * band_steps;       // first window row written
+    const int col = (int)threadIdx.x / cv_count;     // 0: the halo column
+    const int n = (int)blockIdx.x * cols - 1 + col;  // window column, -1 .. out_w (+ tile overhang)
+    const bool owner = col > 0 && n <= s.out_w;      // writes dx columns 2n-1, 2n
+    const int m0 = (int)blockIdx.y * band_steps;     // first window row written
     const int m_end = min(m0 + band_steps, s.out_h + 1);
     const size_t image = blockIdx.z;
     const T *xb = x + image * s.h * s.w * s.c + cv * vec;
@@ -278,7 +280,8 @@ maxpool_backward_k3s2_kernel(PoolShape s, int cols, int band_steps, const T *x, 
 
     int m = max(m0 - 1, 0);
     // Row 2m-1 of the window (its top row), then carried from the bottom row of the step before.
-    uint4 top_l = load_x(2 * m - 1, 2 * n - 1), top_c = load_x(2 * m - 1, 2 * n), top_r = load_x(2 * m - 1, 2 * n + 1);
+    uint4 top_l = load_x(2 * m - 1, 2 * n - 1), top_c = load_x(2 * m - 1, 2 * n),
+          top_r = load_x(2 * m - 1, 2 * n + 1);
     uint4 above_left_8 = zero4, above_6 = zero4, above_7 = zero4;  // R(m-1,n-1)[8], R(m-1,n)[6], R(m-1,n)[7]
     for (; m < m_end; m++) {
         const uint4 mid_c = load_x(2 * m, 2 * n), mid_r = load_x(2 * m, 2 * n + 1);
@@ -341,10 +344,12 @@ template <typename T, int VEC>
 static void maxpool_backward_launch(cudaStream_t stream, const PoolShape *s, const void *x, const void *y,
                                     const void *dy, void *dx, unsigned char *route) {
     const dim3 route_grid = pool_image_grid(s, (size_t)s->out_h * s->out_w * (s->c / VEC));
-    maxpool_route_kernel<T, VEC><<<route_grid, POOL_THREADS, 0, stream>>>(*s, (const T *)x, (const T *)y, route);
+    maxpool_route_kernel<T, VEC>
+        <<<route_grid, POOL_THREADS, 0, stream>>>(*s, (const T *)x, (const T *)y, route);
     CUDA_CHECK_LAUNCH();
     const dim3 gather_grid = pool_image_grid(s, (size_t)s->h * s->w * (s->c / VEC));
-    maxpool_gather_kernel<T, VEC><<<gather_grid, POOL_THREADS, 0, stream>>>(*s, route, (const T *)dy, (T *)dx);
+    maxpool_gather_kernel<T, VEC>
+        <<<gather_grid, POOL_THREADS, 0, stream>>>(*s, route, (const T *)dy, (T *)dx);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -360,8 +365,8 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 // The fused backward: column tiles as wide as POOL_K3S2_MAX_THREADS allows, bands of about
 // POOL_K3S2_BAND_STEPS window rows, both evened out so no block is left with a sliver.
 template <typename T>
-static void maxpool_backward_k3s2_launch(cudaStream_t stream, const PoolShape *s, const void *x, const void *y,
-                                         const void *dy, void *dx) {
+static void maxpool_backward_k3s2_launch(cudaStream_t stream, const PoolShape *s, const void *x,
+                                         const void *y, const void *dy, void *dx) {
     pool_check_indexing(s);
     const int cv_count = s->c / (16 / (int)sizeof(T));
     const int tiles = ceil_div(s->out_w + 1, POOL_K3S2_MAX_THREADS / cv_count - 1);
@@ -369,8 +374,8 @@ static void maxpool_backward_k3s2_launch(cudaStream_t stream, const PoolShape *s
     const int bands = ceil_div(s->out_h + 1, POOL_K3S2_BAND_STEPS);
     const int band_steps = ceil_div(s->out_h + 1, bands);
     const dim3 grid((unsigned)tiles, (unsigned)bands, (unsigned)s->n);
-    maxpool_backward_k3s2_kernel<T><<<grid, (cols + 1) * cv_count, 0, stream>>>(*s, cols, band_steps, (const T *)x,
-                                                                                (const T *)y, (const T *)dy, (T *)dx);
+    maxpool_backward_k3s2_kernel<T><<<grid, (cols + 1) * cv_count, 0, stream>>>(
+        *s, cols, band_steps, (const T *)x, (const T *)y, (const T *)dy, (T *)dx);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -380,14 +385,16 @@ void cuda_maxpool_forward(Backend *be, const PoolShape *s, DType dt, const void 
     const dim3 blocks = pool_image_grid(s, (size_t)s->out_h * s->out_w * (s->c / vec));
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
-        maxpool_forward_kernel<T, decltype(pk)::vec><<<blocks, POOL_THREADS, 0, stream>>>(*s, (const T *)x, (T *)y);
+        maxpool_forward_kernel<T, decltype(pk)::vec>
+            <<<blocks, POOL_THREADS, 0, stream>>>(*s, (const T *)x, (T *)y);
     });
     CUDA_CHECK_LAUNCH();
 }
 
 void cuda_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void *x, const void *y,
                            const void *dy, void *dx) {
-    AMP_ASSERT(s->k * s->k < POOL_NO_ROUTE, "maxpool_backward: window %d too large for a one-byte route", s->k);
+    AMP_ASSERT(s->k * s->k < POOL_NO_ROUTE, "maxpool_backward: window %d too large for a one-byte route",
+               s->k);
     cudaStream_t stream = cuda_state(be)->stream;
     const int vec = pack_width(dt, s->c, {x, y, dy, dx});
     if (maxpool_k3s2_fits(s, vec)) {
@@ -399,7 +406,8 @@ void cuda_maxpool_backward(Backend *be, const PoolShape *s, DType dt, const void
     // Freed right after the launches: the allocator reuses it only for work queued behind them.
     unsigned char *route = (unsigned char *)be->alloc(be, (size_t)s->n * s->out_h * s->out_w * s->c);
     with_pack(dt, vec, [&](auto pk) {
-        maxpool_backward_launch<typename decltype(pk)::type, decltype(pk)::vec>(stream, s, x, y, dy, dx, route);
+        maxpool_backward_launch<typename decltype(pk)::type, decltype(pk)::vec>(stream, s, x, y, dy, dx,
+                                                                                route);
     });
     be->free(be, route);
 }
@@ -411,7 +419,8 @@ template <typename T, int VEC>
 __global__ void avgpool_forward_kernel(int n, int hw, int c, const T *x, T *y) {
     const int cv_count = c / VEC;
     const size_t total = (size_t)n * cv_count;
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x) {
         const int cv = (int)(t % cv_count);
         const int b = (int)(t / cv_count);
         const T *xb = x + (size_t)b * hw * c + (size_t)cv * VEC;
@@ -434,7 +443,8 @@ template <typename T, int VEC>
 __global__ void avgpool_backward_kernel(int n, int hw, int c, const T *dy, T *dx) {
     const int cv_count = c / VEC;
     const size_t total = (size_t)n * hw * cv_count;
-    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (size_t)gridDim.x * blockDim.x) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x) {
         const int cv = (int)(t % cv_count);
         const size_t row = t / cv_count;  // b * hw + p
         const int b = (int)(row / hw);
@@ -452,7 +462,8 @@ void cuda_avgpool_forward(Backend *be, int n, int hw, int c, DType dt, const voi
     const unsigned blocks = pool_blocks((size_t)n * (c / vec));
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
-        avgpool_forward_kernel<T, decltype(pk)::vec><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const T *)x, (T *)y);
+        avgpool_forward_kernel<T, decltype(pk)::vec>
+            <<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const T *)x, (T *)y);
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -463,8 +474,8 @@ void cuda_avgpool_backward(Backend *be, int n, int hw, int c, DType dt, const vo
     const unsigned blocks = pool_blocks((size_t)n * hw * (c / vec));
     with_pack(dt, vec, [&](auto pk) {
         typedef typename decltype(pk)::type T;
-        avgpool_backward_kernel<T, decltype(pk)::vec><<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const T *)dy,
-                                                                                         (T *)dx);
+        avgpool_backward_kernel<T, decltype(pk)::vec>
+            <<<blocks, POOL_THREADS, 0, stream>>>(n, hw, c, (const T *)dy, (T *)dx);
     });
     CUDA_CHECK_LAUNCH();
 }

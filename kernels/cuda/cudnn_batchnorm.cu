@@ -46,17 +46,17 @@
 // ---- the per-layer reserve-space table ------------------------------------------------------------
 
 typedef struct BnLayer {
-    const float *save_mean;     // the key: this layer's save_mean buffer
-    int cudnn;                  // 1: the last training forward of this layer ran on cuDNN
-    int backward_cudnn;         // 1: its backward may run on cuDNN (the pair asks for it, cuDNN has what it needs)
-    int add_bn;                 // 1: the last forward was bn_add_bn's fused one, this layer its first (a)
-    BnMaskSource own_mask;      // the last forward ran our own path: where its backward finds the mask
-    cudnnBatchNormOps_t ops;    // the ops it ran, or cuDNN's name for them after our own forward
+    const float *save_mean;  // the key: this layer's save_mean buffer
+    int cudnn;               // 1: the last training forward of this layer ran on cuDNN
+    int backward_cudnn;  // 1: its backward may run on cuDNN (the pair asks for it, cuDNN has what it needs)
+    int add_bn;          // 1: the last forward was bn_add_bn's fused one, this layer its first (a)
+    BnMaskSource own_mask;    // the last forward ran our own path: where its backward finds the mask
+    cudnnBatchNormOps_t ops;  // the ops it ran, or cuDNN's name for them after our own forward
     int rows, c;
     DType dt;
-    float eps;                  // the forward's eps: cuDNN's backward must see the same
-    const float *beta;          // (c) fp32, the forward's beta
-    void *reserve;              // cuDNN's reserve space or our own ReLU bits, from be->alloc
+    float eps;          // the forward's eps: cuDNN's backward must see the same
+    const float *beta;  // (c) fp32, the forward's beta
+    void *reserve;      // cuDNN's reserve space or our own ReLU bits, from be->alloc
     size_t reserve_bytes, reserve_capacity;
 } BnLayer;
 
@@ -157,8 +157,8 @@ static BnShapeChoice *bn_choice_find(Backend *be, int rows, int c, DType dt, int
 
 static BnShapeChoice *bn_choice_add(Backend *be, const BnShapeChoice *choice) {
     CudaBnCache *cache = bn_cache_of(be);
-    cache->choices = (BnShapeChoice *)bn_table_room(cache->choices, cache->choice_count, &cache->choice_capacity,
-                                                    sizeof(BnShapeChoice));
+    cache->choices = (BnShapeChoice *)bn_table_room(cache->choices, cache->choice_count,
+                                                    &cache->choice_capacity, sizeof(BnShapeChoice));
     cache->choices[cache->choice_count] = *choice;
     return &cache->choices[cache->choice_count++];
 }
@@ -203,7 +203,8 @@ __global__ void bn_param_grads_store_kernel(const float *src, int c, int half, v
 // d_residual = dy masked by the ReLU (y > 0), for a BN_ACTIVATION layer whose caller wants it.
 // y, dy, d_residual (count) dt
 __global__ void bn_relu_mask_kernel(const void *y, const void *dy, int half, size_t count, void *d_residual) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += (size_t)gridDim.x * blockDim.x)
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
+         i += (size_t)gridDim.x * blockDim.x)
         bn_store(d_residual, i, half, bn_load(y, i, half) > 0.0f ? bn_load(dy, i, half) : 0.0f);
 }
 
@@ -279,8 +280,8 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
     size_t ws_bytes = 0, reserve_bytes = 0;
     int ok = BN_CUDNN_TRY(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
                  cb->cudnn, mode, ops, d.act, z_desc, d.act, d.param, act, &ws_bytes)) &&
-             BN_CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cb->cudnn, mode, ops, act, d.act,
-                                                                               &reserve_bytes));
+             BN_CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(cb->cudnn, mode, ops, act,
+                                                                               d.act, &reserve_bytes));
     if (ok) {
         BnLayer *layer = bn_layer_get(be, save_mean);
         bn_layer_reserve(be, layer, reserve_bytes);
@@ -288,8 +289,8 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
         const float one = 1.0f, zero = 0.0f;
         ok = BN_CUDNN_TRY(cudnnBatchNormalizationForwardTrainingEx(
             cb->cudnn, mode, ops, &one, &zero, d.act, x, z_desc, residual, d.act, y, d.param, gamma, beta,
-            (double)momentum, running_mean, running_var, (double)eps, save_mean, save_invstd, act, ws, ws_bytes,
-            layer->reserve, reserve_bytes));
+            (double)momentum, running_mean, running_var, (double)eps, save_mean, save_invstd, act, ws,
+            ws_bytes, layer->reserve, reserve_bytes));
         layer->cudnn = ok;
         layer->add_bn = 0;
         layer->ops = ops;
@@ -305,22 +306,24 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
 
 // Whether cuDNN's backward can follow our own forward for this shape: its ops need no reserve space (plain
 // BN, BN_ACTIVATION; cuDNN then recomputes the ReLU mask from x and the saved statistics).
-static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt, const void *residual, int relu) {
+static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt, const void *residual,
+                                         int relu) {
     if (residual || !bn_cudnn_may_take(c, dt, residual, relu)) return 0;
     const cudnnBatchNormOps_t ops = bn_ops_for(residual != NULL, relu);
     BnDescs d;
     bn_descs_create(&d, rows, c, dt);
     size_t reserve_bytes = 1;
     const int ok = BN_CUDNN_TRY(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
-        cuda_state(be)->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, ops == CUDNN_BATCHNORM_OPS_BN ? NULL : d.relu,
-        d.act, &reserve_bytes));
+        cuda_state(be)->cudnn, CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops,
+        ops == CUDNN_BATCHNORM_OPS_BN ? NULL : d.relu, d.act, &reserve_bytes));
     bn_descs_destroy(&d);
     return ok && reserve_bytes == 0;
 }
 
 // A layer's entry before our own forward runs: no reserve, and room for the ReLU bits where that forward may
 // write them (residual + ReLU in fp16 packs of 8); returns where they go, or NULL.
-static uint8_t *bn_layer_own_start(Backend *be, BnLayer *layer, int rows, int c, DType dt, int residual, int relu) {
+static uint8_t *bn_layer_own_start(Backend *be, BnLayer *layer, int rows, int c, DType dt, int residual,
+                                   int relu) {
     layer->reserve_bytes = 0;
     if (!(relu && residual && dt == DTYPE_F16 && c % BN_MASK_PACK == 0)) return NULL;
     bn_layer_reserve(be, layer, bn_own_mask_bytes(rows, c));
@@ -334,7 +337,10 @@ static void bn_layer_own_done(BnLayer *layer, int rows, int c, DType dt, int res
     layer->backward_cudnn = backward_cudnn;
     layer->add_bn = add_bn;
     layer->ops = bn_ops_for(residual, relu);
-    layer->own_mask = !relu ? BN_MASK_NONE : wrote_mask ? BN_MASK_BITS : residual ? BN_MASK_FROM_Y : BN_MASK_FROM_X;
+    layer->own_mask = !relu        ? BN_MASK_NONE
+                      : wrote_mask ? BN_MASK_BITS
+                      : residual   ? BN_MASK_FROM_Y
+                                   : BN_MASK_FROM_X;
     layer->rows = rows;
     layer->c = c;
     layer->dt = dt;
@@ -352,8 +358,8 @@ static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const v
     BnLayer *layer = bn_layer_get(be, save_mean);
     uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, residual != NULL, relu);
     const int wrote_mask = bn_own_forward_train(cuda_state(be), rows, c, dt, x, residual, relu, gamma, beta,
-                                                running_mean, running_var, momentum, eps, save_mean, save_invstd,
-                                                y, mask);
+                                                running_mean, running_var, momentum, eps, save_mean,
+                                                save_invstd, y, mask);
     bn_layer_own_done(layer, rows, c, dt, residual != NULL, relu, eps, beta, wrote_mask, backward_cudnn, 0);
 }
 
@@ -369,20 +375,22 @@ static void bn_forward_train_pair(Backend *be, BnPair pair, int rows, int c, DTy
         bn_layer_lookup(be, save_mean)->backward_cudnn = pair.backward_cudnn;
         return;
     }
-    bn_forward_train_own(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var, momentum, eps,
-                         save_mean, save_invstd, y, pair.backward_cudnn);
+    bn_forward_train_own(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var, momentum,
+                         eps, save_mean, save_invstd, y, pair.backward_cudnn);
 }
 
 // x, residual (nullable), y (rows, c) dt; gamma, beta, running_*, save_* (c) fp32
-void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual, int relu,
-                           const float *gamma, const float *beta, float *running_mean, float *running_var,
-                           float momentum, float eps, float *save_mean, float *save_invstd, void *y) {
+void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
+                           int relu, const float *gamma, const float *beta, float *running_mean,
+                           float *running_var, float momentum, float eps, float *save_mean,
+                           float *save_invstd, void *y) {
     // torch refuses one value per channel too: the unbiased variance would divide by zero.
     AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
     AMP_ASSERT(eps >= CUDNN_BN_MIN_EPSILON, "batch norm eps %g below cuDNN's minimum %g", (double)eps,
                CUDNN_BN_MIN_EPSILON);
-    bn_forward_train_pair(be, bn_pair_for(be, rows, c, dt, residual != NULL, relu), rows, c, dt, x, residual, relu,
-                          gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd, y);
+    bn_forward_train_pair(be, bn_pair_for(be, rows, c, dt, residual != NULL, relu), rows, c, dt, x, residual,
+                          relu, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                          y);
 }
 
 // ---- bn_add_bn: a downsampling block's end in one op --------------------------------------------------
@@ -396,11 +404,11 @@ static int bn_add_bn_fused(Backend *be) {
 }
 
 // a, b: x (rows, c) dt, parameters and statistics (c) fp32; scratch, y (rows, c) dt
-void cuda_bn_add_bn_forward_train(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, int relu,
-                                  float momentum, float eps, void *scratch, void *y) {
+void cuda_bn_add_bn_forward_train(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                                  int relu, float momentum, float eps, void *scratch, void *y) {
     if (!bn_add_bn_fused(be)) {
-        cuda_bn_forward_train(be, rows, c, dt, b->x, NULL, 0, b->gamma, b->beta, b->running_mean, b->running_var,
-                              momentum, eps, b->save_mean, b->save_invstd, scratch);
+        cuda_bn_forward_train(be, rows, c, dt, b->x, NULL, 0, b->gamma, b->beta, b->running_mean,
+                              b->running_var, momentum, eps, b->save_mean, b->save_invstd, scratch);
         cuda_bn_forward_train(be, rows, c, dt, a->x, scratch, relu, a->gamma, a->beta, a->running_mean,
                               a->running_var, momentum, eps, a->save_mean, a->save_invstd, y);
         return;
@@ -416,16 +424,17 @@ void cuda_bn_add_bn_forward_train(Backend *be, int rows, int c, DType dt, const 
 
 // a, b: x (rows, c) dt, gamma and saved statistics (c) fp32, dgamma, dbeta (c) dt; y, dy, dx_a, dx_b (dy or
 // apart), scratch (rows, c) dt
-void cuda_bn_add_bn_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, const void *y,
-                             const void *dy, int relu, void *dx_a, void *dx_b, int accumulate_params, void *scratch) {
+void cuda_bn_add_bn_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                             const void *y, const void *dy, int relu, void *dx_a, void *dx_b,
+                             int accumulate_params, void *scratch) {
     const BnLayer *layer = bn_layer_lookup(be, a->save_mean);
     if (!(layer && layer->add_bn && layer->rows == rows && layer->c == c && layer->dt == dt &&
           (layer->own_mask != BN_MASK_NONE) == (relu != 0))) {
         // the forward made two calls: so does the backward, each on the path its forward's entry names
         cuda_bn_backward(be, rows, c, dt, a->x, y, dy, relu, a->gamma, a->save_mean, a->save_invstd, dx_a, 0,
                          a->dgamma, a->dbeta, accumulate_params, scratch);
-        cuda_bn_backward(be, rows, c, dt, b->x, NULL, scratch, 0, b->gamma, b->save_mean, b->save_invstd, dx_b, 0,
-                         b->dgamma, b->dbeta, accumulate_params, NULL);
+        cuda_bn_backward(be, rows, c, dt, b->x, NULL, scratch, 0, b->gamma, b->save_mean, b->save_invstd,
+                         dx_b, 0, b->dgamma, b->dbeta, accumulate_params, NULL);
         return;
     }
     bn_own_add_bn_backward(cuda_state(be), rows, c, dt, a, b, y, dy, relu ? layer->own_mask : BN_MASK_NONE,
@@ -436,16 +445,17 @@ void cuda_bn_add_bn_backward(Backend *be, int rows, int c, DType dt, const BnArg
 
 // One memory-bound pass: y = act(x * scale + shift + residual) with the running statistics.
 // x, residual (nullable), y (rows, c) dt; gamma, beta, running_* (c) fp32
-void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, const void *residual, int relu,
-                          const float *gamma, const float *beta, const float *running_mean,
+void cuda_bn_forward_eval(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
+                          int relu, const float *gamma, const float *beta, const float *running_mean,
                           const float *running_var, float eps, void *y) {
-    bn_own_forward_eval(cuda_state(be), rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var, eps,
-                        y);
+    bn_own_forward_eval(cuda_state(be), rows, c, dt, x, residual, relu, gamma, beta, running_mean,
+                        running_var, eps, y);
 }
 
 // bn_forward_train's y again from its saved statistics: one memory-bound pass (backend_ops.def).
-void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu, const float *gamma,
-                           const float *beta, const float *save_mean, const float *save_invstd, void *y) {
+void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x, int relu,
+                           const float *gamma, const float *beta, const float *save_mean,
+                           const float *save_invstd, void *y) {
     bn_own_forward_saved(cuda_state(be), rows, c, dt, x, relu, gamma, beta, save_mean, save_invstd, y);
 }
 
@@ -455,8 +465,8 @@ void cuda_bn_forward_saved(Backend *be, int rows, int c, DType dt, const void *x
 // overwritten. 0 (nothing written) when cuDNN declines.
 static int bn_backward_cudnn(Backend *be, const BnLayer *layer, int rows, int c, DType dt, const void *x,
                              const void *y, const void *dy, const float *gamma, const float *save_mean,
-                             const float *save_invstd, void *dx, void *dgamma, void *dbeta, int accumulate_params,
-                             void *d_residual) {
+                             const float *save_invstd, void *dx, void *dgamma, void *dbeta,
+                             int accumulate_params, void *d_residual) {
     CudaBackend *cb = cuda_state(be);
     const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
     const cudnnBatchNormOps_t ops = layer->ops;
@@ -473,16 +483,17 @@ static int bn_backward_cudnn(Backend *be, const BnLayer *layer, int rows, int c,
     if (ok) {
         // Workspace: cuDNN's, then dgamma/dbeta in fp32 (2, c), then dz when BN_ADD_ACTIVATION must
         // produce one the caller did not ask for.
-        const size_t params_off = bn_align(ws_bytes), dz_off = params_off + bn_align(2 * (size_t)c * sizeof(float));
+        const size_t params_off = bn_align(ws_bytes),
+                     dz_off = params_off + bn_align(2 * (size_t)c * sizeof(float));
         const int dz_scratch = with_add && !d_residual;
         char *ws = (char *)cuda_workspace(cb, dz_off + (dz_scratch ? count * dtype_size(dt) : 0));
         float *dparams = (float *)(ws + params_off);
         void *dz = with_add ? (d_residual ? d_residual : (void *)(ws + dz_off)) : NULL;
         const float one = 1.0f, zero = 0.0f;
         ok = BN_CUDNN_TRY(cudnnBatchNormalizationBackwardEx(
-            cb->cudnn, mode, ops, &one, &zero, &one, &zero, d.act, x, y_desc, y_desc ? y : NULL, d.act, dy, dz_desc,
-            dz, d.act, dx, d.param, gamma, layer->beta, dparams, dparams + c, (double)layer->eps, save_mean,
-            save_invstd, act, ws, ws_bytes, layer->reserve, layer->reserve_bytes));
+            cb->cudnn, mode, ops, &one, &zero, &one, &zero, d.act, x, y_desc, y_desc ? y : NULL, d.act, dy,
+            dz_desc, dz, d.act, dx, d.param, gamma, layer->beta, dparams, dparams + c, (double)layer->eps,
+            save_mean, save_invstd, act, ws, ws_bytes, layer->reserve, layer->reserve_bytes));
         if (ok) {
             bn_param_grads_store_kernel<<<bn_channel_blocks(c), BN_PARAM_THREADS, 0, cb->stream>>>(
                 dparams, c, dt == DTYPE_F16, dgamma, dbeta, accumulate_params);
@@ -503,8 +514,9 @@ static int bn_backward_cudnn(Backend *be, const BnLayer *layer, int rows, int c,
 
 // x, y, dy, dx, d_residual (nullable) (rows, c) dt; gamma, save_* (c) fp32; dgamma, dbeta (c) dt
 void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
-                      int relu, const float *gamma, const float *save_mean, const float *save_invstd, void *dx,
-                      int accumulate, void *dgamma, void *dbeta, int accumulate_params, void *d_residual) {
+                      int relu, const float *gamma, const float *save_mean, const float *save_invstd,
+                      void *dx, int accumulate, void *dgamma, void *dbeta, int accumulate_params,
+                      void *d_residual) {
     const BnLayer *layer = bn_layer_lookup(be, save_mean);
     // The layer's last forward ran this shape (its entry describes what this backward reads).
     const int same_shape = layer && layer->rows == rows && layer->c == c && layer->dt == dt &&
@@ -526,7 +538,8 @@ void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, con
 // Fills n elements of dt with values spread over [lo, hi) from a hash of the index (timing data: no
 // constant channel, about half the ReLU inputs positive).
 __global__ void bn_fill_kernel(void *dst, size_t n, int half, float lo, float hi) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         const uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(i >> 13);
         bn_store(dst, i, half, lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f));
     }
@@ -548,8 +561,8 @@ static void bn_time_forward(void *ctx) {
     BnTiming *t = (BnTiming *)ctx;
     float *p = t->params;
     const int c = t->c;
-    bn_forward_train_pair(t->be, t->pair, t->rows, c, t->dt, t->x, t->d_residual ? t->dy : NULL, t->relu, p, p + c,
-                          p + 2 * c, p + 3 * c, 0.1f, 1e-5f, p + 4 * c, p + 5 * c, t->y);
+    bn_forward_train_pair(t->be, t->pair, t->rows, c, t->dt, t->x, t->d_residual ? t->dy : NULL, t->relu, p,
+                          p + c, p + 2 * c, p + 3 * c, 0.1f, 1e-5f, p + 4 * c, p + 5 * c, t->y);
 }
 
 static void bn_time_backward(void *ctx) {
@@ -569,13 +582,14 @@ static void bn_time_pair(BnTiming *t, BnPair pair, float *forward_ms, float *bac
 }
 
 static void bn_fill(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, float hi) {
-    bn_fill_kernel<<<bn_elementwise_blocks(n), BN_PARAM_THREADS, 0, cb->stream>>>(dst, n, dt == DTYPE_F16, lo, hi);
+    bn_fill_kernel<<<bn_elementwise_blocks(n), BN_PARAM_THREADS, 0, cb->stream>>>(dst, n, dt == DTYPE_F16, lo,
+                                                                                  hi);
     CUDA_CHECK_LAUNCH();
 }
 
 // AMPTRAIN_CONV_LOG=1: each pair's forward + backward ms, the one kept marked *.
-static void bn_log_pairs(int rows, int c, DType dt, int residual, int relu, const int *allowed, const float *forward_ms,
-                         const float *backward_ms, int best) {
+static void bn_log_pairs(int rows, int c, DType dt, int residual, int relu, const int *allowed,
+                         const float *forward_ms, const float *backward_ms, int best) {
     static const char *names[4] = {"own+own", "cudnn+cudnn", "cudnn+own", "own+cudnn"};
     fprintf(stderr, "bn: rows %d c %d %s%s%s:", rows, c, dtype_name(dt), residual ? " +residual" : "",
             relu ? " +relu" : "");
@@ -602,13 +616,14 @@ void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int r
     t.dparams = cuda_scratch_get(cb, 2 * (size_t)c * dtype_size(dt));
     bn_fill(cb, t.x, count, dt, -2.0f, 3.0f);  // a non-zero mean, as after a convolution
     bn_fill(cb, t.dy, count, dt, -1.0f, 1.0f);
-    bn_fill(cb, t.params, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);              // gamma, beta
-    bn_fill(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);      // running statistics
+    bn_fill(cb, t.params, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);          // gamma, beta
+    bn_fill(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);  // running statistics
 
     static const BnPair pairs[4] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}};
     const void *res = residual ? t.dy : NULL;
     const int cudnn_takes = bn_cudnn_may_take(c, dt, res, relu);
-    const int allowed[4] = {1, cudnn_takes, cudnn_takes, bn_cudnn_backward_follows_own(be, rows, c, dt, res, relu)};
+    const int allowed[4] = {1, cudnn_takes, cudnn_takes,
+                            bn_cudnn_backward_follows_own(be, rows, c, dt, res, relu)};
     float forward_ms[4] = {0}, backward_ms[4] = {0};
     int best = 0;
     for (int i = 0; i < 4; i++) {
@@ -618,9 +633,11 @@ void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int r
     }
     const BnShapeChoice choice = {rows, c, residual, relu, dt, pairs[best]};
     bn_choice_add(be, &choice);
-    if (cuda_pick_log_enabled()) bn_log_pairs(rows, c, dt, residual, relu, allowed, forward_ms, backward_ms, best);
+    if (cuda_pick_log_enabled())
+        bn_log_pairs(rows, c, dt, residual, relu, allowed, forward_ms, backward_ms, best);
     bn_layer_forget(be, t.params + 4 * c);
-    cuda_scratch_put(cb, t.x), cuda_scratch_put(cb, t.y), cuda_scratch_put(cb, t.dy), cuda_scratch_put(cb, t.dx);
+    cuda_scratch_put(cb, t.x), cuda_scratch_put(cb, t.y), cuda_scratch_put(cb, t.dy),
+        cuda_scratch_put(cb, t.dx);
     cuda_scratch_put(cb, t.d_residual), cuda_scratch_put(cb, t.params), cuda_scratch_put(cb, t.dparams);
 }
 

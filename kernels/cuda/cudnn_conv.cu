@@ -47,17 +47,17 @@ typedef enum { CONV_FWD = 0, CONV_BWD_DATA = 1, CONV_BWD_FILTER = 2 } ConvDirect
 typedef struct ConvPlan {
     ConvShape shape;
     DType dt;
-    cudnnTensorDescriptor_t x_desc;      // (n, h, w, c_in) NHWC
-    cudnnTensorDescriptor_t y_desc;      // (n, out_h, out_w, c_out) NHWC
-    cudnnFilterDescriptor_t w_desc;      // (c_out, kh, kw, c_in/g) OHWI
+    cudnnTensorDescriptor_t x_desc;  // (n, h, w, c_in) NHWC
+    cudnnTensorDescriptor_t y_desc;  // (n, out_h, out_w, c_out) NHWC
+    cudnnFilterDescriptor_t w_desc;  // (c_out, kh, kw, c_in/g) OHWI
     cudnnConvolutionDescriptor_t conv_desc;
-    int chosen[3];                       // per ConvDirection: 1 once its algorithm is picked
+    int chosen[3];  // per ConvDirection: 1 once its algorithm is picked
     cudnnConvolutionFwdAlgo_t fwd_algo;
     cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
-    cudnnMathType_t math[3];             // per ConvDirection: the math type the algorithm was chosen under
-    int gemm[3];                         // per ConvDirection: 1 runs as a cuBLAS GEMM (cuda_conv_gemm.cu)
-    size_t workspace[3];                 // per ConvDirection: bytes the chosen algorithm needs
+    cudnnMathType_t math[3];  // per ConvDirection: the math type the algorithm was chosen under
+    int gemm[3];              // per ConvDirection: 1 runs as a cuBLAS GEMM (cuda_conv_gemm.cu)
+    size_t workspace[3];      // per ConvDirection: bytes the chosen algorithm needs
 } ConvPlan;
 
 struct CudaConvCache {
@@ -80,7 +80,9 @@ static cudnnMathType_t conv_math_type(const CudaBackend *cb, DType dt) {
 
 // The descriptor's math type: the base one (conv_math_type) for a search or heuristic query, a
 // direction's chosen one before that direction runs (one descriptor serves the three directions).
-static void conv_set_math(ConvPlan *p, cudnnMathType_t m) { CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv_desc, m)); }
+static void conv_set_math(ConvPlan *p, cudnnMathType_t m) {
+    CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv_desc, m));
+}
 
 static void conv_plan_init(CudaBackend *cb, ConvPlan *p, const ConvShape *s, DType dt) {
     memset(p, 0, sizeof *p);
@@ -90,8 +92,8 @@ static void conv_plan_init(CudaBackend *cb, ConvPlan *p, const ConvShape *s, DTy
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x_desc));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x_desc, CUDNN_TENSOR_NHWC, t, s->n, s->c_in, s->h, s->w));
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->y_desc));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->y_desc, CUDNN_TENSOR_NHWC, t, s->n, s->c_out, s->out_h,
-                                           s->out_w));
+    CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(p->y_desc, CUDNN_TENSOR_NHWC, t, s->n, s->c_out, s->out_h, s->out_w));
     CUDNN_CHECK(cudnnCreateFilterDescriptor(&p->w_desc));
     CUDNN_CHECK(cudnnSetFilter4dDescriptor(p->w_desc, t, CUDNN_TENSOR_NHWC, s->c_out, s->c_in / s->groups,
                                            s->kh, s->kw));
@@ -170,18 +172,18 @@ typedef struct ConvCandidates {
     int timed;                            // 1: the list is a timed search's, fastest first
 } ConvCandidates;
 
-#define CONV_CANDIDATES_FROM(cands, perf, n, was_timed)                                            \
-    do {                                                                                           \
-        (cands)->count = (n);                                                                      \
-        (cands)->timed = (was_timed);                                                              \
-        for (int i_ = 0; i_ < (n); i_++) {                                                         \
-            (cands)->algo[i_] = (int)(perf)[i_].algo;                                              \
-            (cands)->status[i_] = (perf)[i_].status;                                               \
-            (cands)->memory[i_] = (perf)[i_].memory;                                               \
-            (cands)->deterministic[i_] = (perf)[i_].determinism == CUDNN_DETERMINISTIC;            \
-            (cands)->math[i_] = (perf)[i_].mathType;                                               \
-            (cands)->time_ms[i_] = (was_timed) ? (perf)[i_].time : -1.0f;                          \
-        }                                                                                          \
+#define CONV_CANDIDATES_FROM(cands, perf, n, was_timed)                                                      \
+    do {                                                                                                     \
+        (cands)->count = (n);                                                                                \
+        (cands)->timed = (was_timed);                                                                        \
+        for (int i_ = 0; i_ < (n); i_++) {                                                                   \
+            (cands)->algo[i_] = (int)(perf)[i_].algo;                                                        \
+            (cands)->status[i_] = (perf)[i_].status;                                                         \
+            (cands)->memory[i_] = (perf)[i_].memory;                                                         \
+            (cands)->deterministic[i_] = (perf)[i_].determinism == CUDNN_DETERMINISTIC;                      \
+            (cands)->math[i_] = (perf)[i_].mathType;                                                         \
+            (cands)->time_ms[i_] = (was_timed) ? (perf)[i_].time : -1.0f;                                    \
+        }                                                                                                    \
     } while (0)
 
 // Whether a candidate's math type keeps the precision asked for: fp16 any; fp32 CUDNN_FMA_MATH, and
@@ -207,8 +209,10 @@ static int conv_candidates_pick(const CudaBackend *cb, DType dt, const ConvCandi
     int fastest = -1, best = -1;
     for (int i = 0; i < c->count; i++) {
         if (!usable[i]) continue;
-        if (fastest < 0) fastest = best = i;
-        else if (c->timed && c->time_ms[i] <= c->time_ms[fastest] * CONV_NEAR_FASTEST && c->memory[i] < c->memory[best])
+        if (fastest < 0)
+            fastest = best = i;
+        else if (c->timed && c->time_ms[i] <= c->time_ms[fastest] * CONV_NEAR_FASTEST &&
+                 c->memory[i] < c->memory[best])
             best = i;
         if (!c->timed) break;
     }
@@ -230,11 +234,12 @@ static size_t conv_search_workspace(const CudaBackend *cb, const ConvPlan *p, Co
         size_t bytes = 0;
         cudnnStatus_t st;  // an algorithm that does not support the shape fails here and is left out
         if (d == CONV_FWD)
-            st = cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
-                                                         (cudnnConvolutionFwdAlgo_t)a, &bytes);
+            st = cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc,
+                                                         p->y_desc, (cudnnConvolutionFwdAlgo_t)a, &bytes);
         else if (d == CONV_BWD_DATA)
             st = cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
-                                                              p->x_desc, (cudnnConvolutionBwdDataAlgo_t)a, &bytes);
+                                                              p->x_desc, (cudnnConvolutionBwdDataAlgo_t)a,
+                                                              &bytes);
         else
             st = cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                                 p->w_desc, (cudnnConvolutionBwdFilterAlgo_t)a,
@@ -245,7 +250,9 @@ static size_t conv_search_workspace(const CudaBackend *cb, const ConvPlan *p, Co
 }
 
 // A search's own workspace, from the allocator (NULL for 0 bytes); conv_search_scratch_put hands it back.
-static void *conv_search_scratch_get(CudaBackend *cb, size_t bytes) { return bytes ? cuda_scratch_get(cb, bytes) : NULL; }
+static void *conv_search_scratch_get(CudaBackend *cb, size_t bytes) {
+    return bytes ? cuda_scratch_get(cb, bytes) : NULL;
+}
 static void conv_search_scratch_put(CudaBackend *cb, void *ptr) {
     if (ptr) cuda_scratch_put(cb, ptr);
 }
@@ -266,15 +273,15 @@ static const char *conv_math_name(cudnnMathType_t m) {
 static void conv_log_pick(const ConvPlan *p, ConvDirection d, const ConvCandidates *c, int pick) {
     if (!cuda_pick_log_enabled()) return;
     const ConvShape *s = &p->shape;
-    fprintf(stderr, "conv: n=%d %dx%d c %d->%d k%d s%d g%d %s %s:", s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
-            s->stride, s->groups, dtype_name(p->dt), conv_direction_name(d));
+    fprintf(stderr, "conv: n=%d %dx%d c %d->%d k%d s%d g%d %s %s:", s->n, s->h, s->w, s->c_in, s->c_out,
+            s->kh, s->stride, s->groups, dtype_name(p->dt), conv_direction_name(d));
     for (int i = 0; i < c->count; i++) {
         if (c->status[i] != CUDNN_STATUS_SUCCESS) {
             fprintf(stderr, " [a%d %s failed]", c->algo[i], conv_math_name(c->math[i]));
             continue;
         }
-        fprintf(stderr, " %s[a%d %s %.3f %.0fM]", i == pick ? "*" : "", c->algo[i], conv_math_name(c->math[i]),
-                (double)c->time_ms[i], (double)c->memory[i] / (1 << 20));
+        fprintf(stderr, " %s[a%d %s %.3f %.0fM]", i == pick ? "*" : "", c->algo[i],
+                conv_math_name(c->math[i]), (double)c->time_ms[i], (double)c->memory[i] / (1 << 20));
     }
     fprintf(stderr, "\n");
 }
@@ -287,9 +294,11 @@ static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d,
     int i = conv_candidates_pick(cb, p->dt, c, prefer_deterministic);
     conv_log_pick(p, d, c, i);
     const ConvShape *s = &p->shape;
-    AMP_ASSERT(i >= 0, "conv %s: no cuDNN algorithm for n=%d h=%d w=%d c_in=%d c_out=%d k=%dx%d stride=%d "
-               "pad=%d groups=%d %s", conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh,
-               s->kw, s->stride, s->pad, s->groups, dtype_name(p->dt));
+    AMP_ASSERT(i >= 0,
+               "conv %s: no cuDNN algorithm for n=%d h=%d w=%d c_in=%d c_out=%d k=%dx%d stride=%d "
+               "pad=%d groups=%d %s",
+               conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh, s->kw, s->stride, s->pad,
+               s->groups, dtype_name(p->dt));
     p->workspace[d] = c->memory[i];
     p->math[d] = c->math[i];
     *picked_ms = c->time_ms[i];
@@ -304,9 +313,12 @@ static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d,
 // a = dy, b = w, out = dx; backward filter: a = x, b = dy, out = dw.
 static void conv_gemm_run(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
                           void *out) {
-    if (d == CONV_FWD) conv_gemm_forward(cb, &p->shape, p->dt, a, b, out);
-    else if (d == CONV_BWD_DATA) conv_gemm_backward_data(cb, &p->shape, p->dt, a, b, out, 0);
-    else conv_gemm_backward_filter(cb, &p->shape, p->dt, a, b, out, 0);
+    if (d == CONV_FWD)
+        conv_gemm_forward(cb, &p->shape, p->dt, a, b, out);
+    else if (d == CONV_BWD_DATA)
+        conv_gemm_backward_data(cb, &p->shape, p->dt, a, b, out, 0);
+    else
+        conv_gemm_backward_filter(cb, &p->shape, p->dt, a, b, out, 0);
 }
 
 // One call of the GEMM route, for cuda_time_ms.
@@ -334,10 +346,14 @@ static float conv_gemm_time(CudaBackend *cb, const ConvPlan *p, ConvDirection d,
 
 // Whether direction d runs on the GEMM route: timed (gemm_ms >= 0), when it beat cuDNN's pick (picked_ms);
 // untimed, for exact fp32 on an eligible shape. Logged with AMPTRAIN_CONV_LOG=1.
-static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms, float picked_ms) {
-    if (!conv_gemm_eligible(&p->shape)) p->gemm[d] = 0;
-    else if (gemm_ms >= 0.0f) p->gemm[d] = gemm_ms < picked_ms;
-    else p->gemm[d] = p->dt == DTYPE_F32 && !cb->allow_tf32;
+static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms,
+                             float picked_ms) {
+    if (!conv_gemm_eligible(&p->shape))
+        p->gemm[d] = 0;
+    else if (gemm_ms >= 0.0f)
+        p->gemm[d] = gemm_ms < picked_ms;
+    else
+        p->gemm[d] = p->dt == DTYPE_F32 && !cb->allow_tf32;
     if (p->gemm[d]) p->workspace[d] = 0;
     if (cuda_pick_log_enabled() && conv_gemm_eligible(&p->shape))
         fprintf(stderr, "conv:   %s as a GEMM: %.3f ms -> %s\n", conv_direction_name(d), (double)gemm_ms,
@@ -353,24 +369,24 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
     float gemm_ms = -1.0f, picked_ms = -1.0f;  // the GEMM route's and cuDNN's pick's times, when timed
     int n = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
-                                                       CONV_ALGO_CANDIDATES, &n, perf));
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc,
+                                                       p->y_desc, CONV_ALGO_CANDIDATES, &n, perf));
     CONV_CANDIDATES_FROM(&cands, perf, n, 0);
     if (cb->cudnn_benchmark) {
         size_t ws_bytes = conv_search_workspace(cb, p, CONV_FWD);
         void *ws = conv_search_scratch_get(cb, ws_bytes);
-        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cb->cudnn, p->x_desc, x, p->w_desc, w, p->conv_desc,
-                                                           p->y_desc, y, CONV_ALGO_CANDIDATES, &n, perf, ws,
-                                                           ws_bytes));
+        CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(cb->cudnn, p->x_desc, x, p->w_desc, w,
+                                                           p->conv_desc, p->y_desc, y, CONV_ALGO_CANDIDATES,
+                                                           &n, perf, ws, ws_bytes));
         conv_search_scratch_put(cb, ws);
         gemm_ms = conv_gemm_time(cb, p, CONV_FWD, x, w, y);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
-    p->fwd_algo =
-        (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark, &picked_ms);
+    p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark,
+                                                              &picked_ms);
     size_t exact = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc, p->y_desc,
-                                                        p->fwd_algo, &exact));
+    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc,
+                                                        p->y_desc, p->fwd_algo, &exact));
     if (exact > p->workspace[CONV_FWD]) p->workspace[CONV_FWD] = exact;
     conv_gemm_decide(cb, p, CONV_FWD, gemm_ms, picked_ms);
 }
@@ -390,18 +406,18 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
         const ConvShape *s = &p->shape;
         size_t ws_bytes = conv_search_workspace(cb, p, CONV_BWD_DATA);
         void *ws = conv_search_scratch_get(cb, ws_bytes);
-        void *out = accumulate ? cuda_scratch_get(cb, (size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt)) : dx;
-        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(cb->cudnn, p->w_desc, w, p->y_desc, dy,
-                                                                p->conv_desc, p->x_desc, out, CONV_ALGO_CANDIDATES,
-                                                                &n, perf, ws, ws_bytes));
+        void *out =
+            accumulate ? cuda_scratch_get(cb, (size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt)) : dx;
+        CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
+            cb->cudnn, p->w_desc, w, p->y_desc, dy, p->conv_desc, p->x_desc, out, CONV_ALGO_CANDIDATES, &n,
+            perf, ws, ws_bytes));
         gemm_ms = conv_gemm_time(cb, p, CONV_BWD_DATA, dy, w, out);
         if (accumulate) cuda_scratch_put(cb, out);
         conv_search_scratch_put(cb, ws);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
-    p->bwd_data_algo =
-        (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands, !cb->cudnn_benchmark,
-                                                        &picked_ms);
+    p->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands,
+                                                                       !cb->cudnn_benchmark, &picked_ms);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                              p->x_desc, p->bwd_data_algo, &exact));
@@ -426,17 +442,16 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
         void *ws = conv_search_scratch_get(cb, ws_bytes);
         size_t dw_bytes = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) * dtype_size(p->dt);
         void *out = accumulate ? cuda_scratch_get(cb, dw_bytes) : dw;
-        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(cb->cudnn, p->x_desc, x, p->y_desc, dy,
-                                                                  p->conv_desc, p->w_desc, out,
-                                                                  CONV_ALGO_CANDIDATES, &n, perf, ws, ws_bytes));
+        CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            cb->cudnn, p->x_desc, x, p->y_desc, dy, p->conv_desc, p->w_desc, out, CONV_ALGO_CANDIDATES, &n,
+            perf, ws, ws_bytes));
         gemm_ms = conv_gemm_time(cb, p, CONV_BWD_FILTER, x, dy, out);
         if (accumulate) cuda_scratch_put(cb, out);
         conv_search_scratch_put(cb, ws);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
-    p->bwd_filter_algo =
-        (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_FILTER, &cands, !cb->cudnn_benchmark,
-                                                          &picked_ms);
+    p->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_FILTER, &cands,
+                                                                           !cb->cudnn_benchmark, &picked_ms);
     size_t exact = 0;
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                                p->w_desc, p->bwd_filter_algo, &exact));
@@ -456,12 +471,13 @@ void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt) {
     const size_t x_bytes = (size_t)s->n * s->h * s->w * s->c_in * esz;
     const size_t y_bytes = (size_t)s->n * s->out_h * s->out_w * s->c_out * esz;
     const size_t w_bytes = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) * esz;
-    void *x = cuda_scratch_get(cb, x_bytes), *y = cuda_scratch_get(cb, y_bytes), *w = cuda_scratch_get(cb, w_bytes);
+    void *x = cuda_scratch_get(cb, x_bytes), *y = cuda_scratch_get(cb, y_bytes),
+         *w = cuda_scratch_get(cb, w_bytes);
     // 0x3c in every byte: 1.0586 in fp16, 0.0115 in fp32; finite, so no algorithm is timed on NaN
     CUDA_CHECK(cudaMemsetAsync(x, 0x3c, x_bytes, cb->stream));
     CUDA_CHECK(cudaMemsetAsync(y, 0x3c, y_bytes, cb->stream));
     CUDA_CHECK(cudaMemsetAsync(w, 0x3c, w_bytes, cb->stream));
-    if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);                   // writes y
+    if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);                    // writes y
     if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, y, w, x, 0);      // dy = y, writes dx = x
     if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, y, w, 0);  // writes dw = w
     cuda_scratch_put(cb, x), cuda_scratch_put(cb, y), cuda_scratch_put(cb, w);
@@ -482,13 +498,13 @@ void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x,
     void *ws = cuda_workspace(cb, p->workspace[CONV_FWD]);
     conv_set_math(p, p->math[CONV_FWD]);
     const float alpha = 1.0f, beta = 0.0f;
-    CUDNN_CHECK(cudnnConvolutionForward(cb->cudnn, &alpha, p->x_desc, x, p->w_desc, w, p->conv_desc, p->fwd_algo,
-                                        ws, p->workspace[CONV_FWD], &beta, p->y_desc, y));
+    CUDNN_CHECK(cudnnConvolutionForward(cb->cudnn, &alpha, p->x_desc, x, p->w_desc, w, p->conv_desc,
+                                        p->fwd_algo, ws, p->workspace[CONV_FWD], &beta, p->y_desc, y));
 }
 
 // dy (n,out_h,out_w,c_out) dt, w (c_out,kh,kw,c_in/g) dt -> dx (n,h,w,c_in) dt (= or +=)
-void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w, void *dx,
-                             int accumulate) {
+void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
+                             void *dx, int accumulate) {
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w, dx, accumulate);
@@ -497,13 +513,13 @@ void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const vo
     conv_set_math(p, p->math[CONV_BWD_DATA]);
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     CUDNN_CHECK(cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->w_desc, w, p->y_desc, dy, p->conv_desc,
-                                             p->bwd_data_algo, ws, p->workspace[CONV_BWD_DATA], &beta, p->x_desc,
-                                             dx));
+                                             p->bwd_data_algo, ws, p->workspace[CONV_BWD_DATA], &beta,
+                                             p->x_desc, dx));
 }
 
 // x (n,h,w,c_in) dt, dy (n,out_h,out_w,c_out) dt -> dw (c_out,kh,kw,c_in/g) dt (= or +=)
-void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy, void *dw,
-                               int accumulate) {
+void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy,
+                               void *dw, int accumulate) {
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy, dw, accumulate);

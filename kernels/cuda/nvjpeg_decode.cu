@@ -40,21 +40,24 @@ extern "C" {
 
 #define JPEG_RESAMPLE_THREADS 256
 
-#define NVJPEG_CHECK(expr)                                                                           \
-    do {                                                                                             \
-        nvjpegStatus_t st_ = (expr);                                                                 \
-        if (st_ != NVJPEG_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "%s: nvJPEG status %d", #expr, (int)st_); \
+#define NVJPEG_CHECK(expr)                                                                                   \
+    do {                                                                                                     \
+        nvjpegStatus_t st_ = (expr);                                                                         \
+        if (st_ != NVJPEG_STATUS_SUCCESS)                                                                    \
+            amp_fatal(__FILE__, __LINE__, "%s: nvJPEG status %d", #expr, (int)st_);                          \
     } while (0)
 
 // One job's places in the decoder's buffers, for the kernels.
 typedef struct JpegJobPlan {
-    size_t image;      // byte offset of the decoded image (height, width, 3) u8 in the image buffer
-    int width;         // its row length in pixels
-    int top, left;     // the first row the horizontal pass reads (box.top + the vertical taps' first row), box.left
-    int rows;          // rows the horizontal pass makes
-    size_t tmp;        // byte offset of those rows (rows, side, 3) u8 in the row buffer
-    size_t taps_h;     // int32 offsets in the taps buffer: horizontal bounds (side, 2) then weights (side, ksize_h)
-    size_t taps_v;     // vertical bounds (side, 2), relative to the first row made, then weights (side, ksize_v)
+    size_t image;  // byte offset of the decoded image (height, width, 3) u8 in the image buffer
+    int width;     // its row length in pixels
+    int top,
+        left;    // the first row the horizontal pass reads (box.top + the vertical taps' first row), box.left
+    int rows;    // rows the horizontal pass makes
+    size_t tmp;  // byte offset of those rows (rows, side, 3) u8 in the row buffer
+    size_t
+        taps_h;  // int32 offsets in the taps buffer: horizontal bounds (side, 2) then weights (side, ksize_h)
+    size_t taps_v;  // vertical bounds (side, 2), relative to the first row made, then weights (side, ksize_v)
     int ksize_h, ksize_v;
 } JpegJobPlan;
 
@@ -65,15 +68,15 @@ typedef struct JpegBuffer {
 } JpegBuffer;
 
 struct CudaJpeg {
-    nvjpegHandle_t hardware;     // NULL when the GPU has no JPEG engines
+    nvjpegHandle_t hardware;  // NULL when the GPU has no JPEG engines
     nvjpegJpegState_t hardware_state;
-    nvjpegJpegStream_t parsed;   // header parsing for the hardware's support check
-    int hardware_batch;          // the batch size hardware_state was initialised for (0: none)
+    nvjpegJpegStream_t parsed;  // header parsing for the hardware's support check
+    int hardware_batch;         // the batch size hardware_state was initialised for (0: none)
     JpegBuffer images, rows, taps, plans;
-    cudaStream_t stream;         // the decode and the uploads into the buffers above (see cuda_input_decode)
-    cudaEvent_t decoded;         // the batch's images, taps and plans are on the device
-    cudaEvent_t resampled;       // the last batch's kernels are done with `images` (see cuda_input_decode)
-    int log;                     // AMPTRAIN_DECODE_LOG=1 (see cuda_input_decode)
+    cudaStream_t stream;    // the decode and the uploads into the buffers above (see cuda_input_decode)
+    cudaEvent_t decoded;    // the batch's images, taps and plans are on the device
+    cudaEvent_t resampled;  // the last batch's kernels are done with `images` (see cuda_input_decode)
+    int log;                // AMPTRAIN_DECODE_LOG=1 (see cuda_input_decode)
 };
 
 // Grows b to at least `bytes` (with a quarter more, so that batches of slightly larger images do not grow it
@@ -94,8 +97,8 @@ static CudaJpeg *jpeg_create(void) {
     CUDA_CHECK(cudaEventCreateWithFlags(&j->resampled, cudaEventDisableTiming));
     CUDA_CHECK(cudaEventCreateWithFlags(&j->decoded, cudaEventDisableTiming));
     CUDA_CHECK(cudaStreamCreateWithFlags(&j->stream, cudaStreamNonBlocking));
-    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION, &j->hardware) ==
-        NVJPEG_STATUS_SUCCESS) {
+    if (nvjpegCreateEx(NVJPEG_BACKEND_HARDWARE, NULL, NULL, NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION,
+                       &j->hardware) == NVJPEG_STATUS_SUCCESS) {
         NVJPEG_CHECK(nvjpegJpegStateCreate(j->hardware, &j->hardware_state));
         NVJPEG_CHECK(nvjpegJpegStreamCreate(j->hardware, &j->parsed));
     } else {
@@ -138,7 +141,8 @@ __global__ void jpeg_resample_rows_kernel(const JpegJobPlan *plans, int side, co
     const size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= (size_t)p.rows * side * 3) return;
     const int c = (int)(e % 3), x = (int)(e / 3 % side), y = (int)(e / 3 / side);
-    const int32_t *bounds = taps + p.taps_h, *weights = taps + p.taps_h + 2 * (size_t)side + (size_t)x * p.ksize_h;
+    const int32_t *bounds = taps + p.taps_h,
+                  *weights = taps + p.taps_h + 2 * (size_t)side + (size_t)x * p.ksize_h;
     const uint8_t *src = images + p.image + ((size_t)(p.top + y) * p.width + p.left + bounds[2 * x]) * 3 + c;
     int32_t sum = 1 << (RESAMPLE_BITS - 1);
     for (int j = 0; j < bounds[2 * x + 1]; j++) sum += (int32_t)src[(size_t)j * 3] * weights[j];
@@ -153,7 +157,8 @@ __global__ void jpeg_resample_columns_kernel(const JpegJobPlan *plans, int side,
     if (e >= (size_t)side * row_bytes) return;
     const int y = (int)(e / row_bytes);
     const size_t col = e % row_bytes;
-    const int32_t *bounds = taps + p.taps_v, *weights = taps + p.taps_v + 2 * (size_t)side + (size_t)y * p.ksize_v;
+    const int32_t *bounds = taps + p.taps_v,
+                  *weights = taps + p.taps_v + 2 * (size_t)side + (size_t)y * p.ksize_v;
     const uint8_t *src = rows + p.tmp + (size_t)bounds[2 * y] * row_bytes + col;
     int32_t sum = 1 << (RESAMPLE_BITS - 1);
     for (int j = 0; j < bounds[2 * y + 1]; j++) sum += (int32_t)src[(size_t)j * row_bytes] * weights[j];
@@ -181,8 +186,8 @@ static size_t jpeg_plan(const ImageJob *jobs, int count, int side, JpegJobPlan *
     *taps_used = 0, *most_rows = 0;
     for (int i = 0; i < count; i++) {
         const ImageGeometry *g = &jobs[i].geometry;
-        AMP_ASSERT(g->win.height == side && g->win.width == side, "image job: window %dx%d for inputs of side %d",
-                   g->win.height, g->win.width, side);
+        AMP_ASSERT(g->win.height == side && g->win.width == side,
+                   "image job: window %dx%d for inputs of side %d", g->win.height, g->win.width, side);
         ResampleTaps th, tv;
         image_resample_taps(g->box.width, g->out_w, g->win.left, side, g->mirror, &th);
         image_resample_taps(g->box.height, g->out_h, g->win.top, side, 0, &tv);
@@ -242,19 +247,22 @@ static void jpeg_decode_hardware(CudaJpeg *j, cudaStream_t stream, const ImageJo
     for (int i = 0; i < count; i++) {
         int unsupported = 1;
         if (!jpeg_ends_with_eoi(&jobs[i]) ||
-            nvjpegJpegStreamParseHeader(j->hardware, jobs[i].bytes, jobs[i].len, j->parsed) != NVJPEG_STATUS_SUCCESS ||
-            nvjpegDecodeBatchedSupported(j->hardware, j->parsed, &unsupported) != NVJPEG_STATUS_SUCCESS || unsupported)
+            nvjpegJpegStreamParseHeader(j->hardware, jobs[i].bytes, jobs[i].len, j->parsed) !=
+                NVJPEG_STATUS_SUCCESS ||
+            nvjpegDecodeBatchedSupported(j->hardware, j->parsed, &unsupported) != NVJPEG_STATUS_SUCCESS ||
+            unsupported)
             continue;
         data[n] = jobs[i].bytes, lengths[n] = jobs[i].len, dest[n] = jpeg_destination(j, &jobs[i], &plans[i]);
         which[n++] = i;
     }
     if (n > 0 && j->hardware_batch != n)
-        j->hardware_batch = nvjpegDecodeBatchedInitialize(j->hardware, j->hardware_state, n, 1, NVJPEG_OUTPUT_RGBI) ==
-                                    NVJPEG_STATUS_SUCCESS
+        j->hardware_batch = nvjpegDecodeBatchedInitialize(j->hardware, j->hardware_state, n, 1,
+                                                          NVJPEG_OUTPUT_RGBI) == NVJPEG_STATUS_SUCCESS
                                 ? n
                                 : 0;
     if (n > 0 && j->hardware_batch == n) {
-        if (nvjpegDecodeBatched(j->hardware, j->hardware_state, data, lengths, dest, stream) == NVJPEG_STATUS_SUCCESS)
+        if (nvjpegDecodeBatched(j->hardware, j->hardware_state, data, lengths, dest, stream) ==
+            NVJPEG_STATUS_SUCCESS)
             for (int k = 0; k < n; k++) decoded[which[k]] = 1;
         else
             j->hardware_batch = 0;  // the docs ask for a fresh initialisation after a failed batch
@@ -267,10 +275,11 @@ static int jpeg_decode_on_host(cudaStream_t stream, const ImageJob *job, unsigne
     DecodedImage img;
     char err[512];
     if (image_decode(job->bytes, job->len, &img, err, sizeof err) != 0) return 1;
-    AMP_ASSERT(img.width == job->width && img.height == job->height, "image job: header says %dx%d, decoded %dx%d",
-               job->width, job->height, img.width, img.height);
+    AMP_ASSERT(img.width == job->width && img.height == job->height,
+               "image job: header says %dx%d, decoded %dx%d", job->width, job->height, img.width, img.height);
     // From pageable memory: returns once the bytes are staged, so img may go at once.
-    CUDA_CHECK(cudaMemcpyAsync(dest, img.rgb, (size_t)img.width * img.height * 3, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(
+        cudaMemcpyAsync(dest, img.rgb, (size_t)img.width * img.height * 3, cudaMemcpyHostToDevice, stream));
     image_free(&img);
     return 0;
 }
@@ -281,7 +290,8 @@ static int jpeg_decode_on_host(cudaStream_t stream, const ImageJob *job, unsigne
 void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, const ImageJob *jobs,
                        uint8_t *failed) {
     CudaBackend *cb = cuda_state(be);
-    CUDA_CHECK(cudaSetDevice(cb->device));  // the trainer's decode thread starts on device 0 whatever the rank's GPU
+    CUDA_CHECK(
+        cudaSetDevice(cb->device));  // the trainer's decode thread starts on device 0 whatever the rank's GPU
     if (!cb->jpeg) cb->jpeg = jpeg_create();
     CudaJpeg *j = cb->jpeg;
     const int log = j->log;
@@ -290,7 +300,8 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     int32_t *host_taps = NULL;
     size_t taps_used = 0, row_bytes = 0;
     int most_rows = 0;
-    const size_t image_bytes = jpeg_plan(jobs, count, side, plans, &host_taps, &taps_used, &row_bytes, &most_rows);
+    const size_t image_bytes =
+        jpeg_plan(jobs, count, side, plans, &host_taps, &taps_used, &row_bytes, &most_rows);
     jpeg_buffer_reserve(&j->images, image_bytes);
     jpeg_buffer_reserve(&j->rows, row_bytes);
     jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t));
@@ -320,27 +331,33 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     cudaStream_t stream = cb->copy_stream;
     cuda_input_slot_claim(cb, slot);
     if (count > 0) {
-        CUDA_CHECK(cudaMemcpyAsync(j->taps.ptr, host_taps, taps_used * sizeof(int32_t), cudaMemcpyHostToDevice, j->stream));
-        CUDA_CHECK(cudaMemcpyAsync(j->plans.ptr, plans, (size_t)count * sizeof *plans, cudaMemcpyHostToDevice, j->stream));
+        CUDA_CHECK(cudaMemcpyAsync(j->taps.ptr, host_taps, taps_used * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, j->stream));
+        CUDA_CHECK(cudaMemcpyAsync(j->plans.ptr, plans, (size_t)count * sizeof *plans, cudaMemcpyHostToDevice,
+                                   j->stream));
         CUDA_CHECK(cudaEventRecord(j->decoded, j->stream));
         CUDA_CHECK(cudaStreamWaitEvent(stream, j->decoded, 0));
         const size_t most_row_bytes = (size_t)most_rows * side * 3, out_bytes = (size_t)side * side * 3;
-        const dim3 rows_grid((unsigned)((most_row_bytes + JPEG_RESAMPLE_THREADS - 1) / JPEG_RESAMPLE_THREADS), (unsigned)count);
-        const dim3 out_grid((unsigned)((out_bytes + JPEG_RESAMPLE_THREADS - 1) / JPEG_RESAMPLE_THREADS), (unsigned)count);
+        const dim3 rows_grid((unsigned)((most_row_bytes + JPEG_RESAMPLE_THREADS - 1) / JPEG_RESAMPLE_THREADS),
+                             (unsigned)count);
+        const dim3 out_grid((unsigned)((out_bytes + JPEG_RESAMPLE_THREADS - 1) / JPEG_RESAMPLE_THREADS),
+                            (unsigned)count);
         jpeg_resample_rows_kernel<<<rows_grid, JPEG_RESAMPLE_THREADS, 0, stream>>>(
-            (const JpegJobPlan *)j->plans.ptr, side, (const uint8_t *)j->images.ptr, (const int32_t *)j->taps.ptr,
-            (uint8_t *)j->rows.ptr);
+            (const JpegJobPlan *)j->plans.ptr, side, (const uint8_t *)j->images.ptr,
+            (const int32_t *)j->taps.ptr, (uint8_t *)j->rows.ptr);
         CUDA_CHECK_LAUNCH();
         jpeg_resample_columns_kernel<<<out_grid, JPEG_RESAMPLE_THREADS, 0, stream>>>(
-            (const JpegJobPlan *)j->plans.ptr, side, (const uint8_t *)j->rows.ptr, (const int32_t *)j->taps.ptr,
-            (uint8_t *)dst);
+            (const JpegJobPlan *)j->plans.ptr, side, (const uint8_t *)j->rows.ptr,
+            (const int32_t *)j->taps.ptr, (uint8_t *)dst);
         CUDA_CHECK_LAUNCH();
     }
     CUDA_CHECK(cudaEventRecord(j->resampled, stream));
     cuda_input_slot_filled(cb, slot);
     if (log)
-        fprintf(stderr, "decode: %d jobs (%d on the host): wait and plan %.2f ms, engines %.2f ms, host %.2f ms, "
-                        "launch %.2f ms\n", count, on_host, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
+        fprintf(stderr,
+                "decode: %d jobs (%d on the host): wait and plan %.2f ms, engines %.2f ms, host %.2f ms, "
+                "launch %.2f ms\n",
+                count, on_host, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
                 1e3 * (clock_seconds() - t3));
     free(plans), free(host_taps), free(decoded);
 }

@@ -73,7 +73,8 @@ UPDATE_RULE float ema_update_rule(const EmaControl *c, float avg, float src) {
 // when dynamic, backs the scale off and restarts the growth count; a clean one ends the row of skips and
 // counts towards growth, and every `interval` clean
 // steps the scale grows, unless that would overflow fp32 (then it stays, as in torch).
-UPDATE_RULE void scaler_update_rule(ScalerState *state, float growth, float backoff, int interval, int dynamic) {
+UPDATE_RULE void scaler_update_rule(ScalerState *state, float growth, float backoff, int interval,
+                                    int dynamic) {
     if (state->found_inf != 0.0f) {
         state->skipped_total++;
         state->skipped_run++;

@@ -19,7 +19,8 @@
 static void model_signature(const Model *m, char *out, size_t n) {
     const ModelConfig *c = &m->cfg;
     snprintf(out, n, "layers=%d,%d,%d,%d cardinality=%d base_width=%d planes=%d classes=%d", c->layers[0],
-             c->layers[1], c->layers[2], c->layers[3], c->cardinality, c->base_width, c->planes, c->num_classes);
+             c->layers[1], c->layers[2], c->layers[3], c->cardinality, c->base_width, c->planes,
+             c->num_classes);
 }
 
 // The BN running statistics and counter of every layer under `prefix` ("" for the model, "module." for the
@@ -43,7 +44,8 @@ static void write_bn_stats(SafetensorsWriter *w, const Model *m, const char *pre
 // n_averaged. scratch: (padded_numel) floats.
 static void write_ema(SafetensorsWriter *w, const Ema *e, const Model *m, Backend *be, float *scratch) {
     size_t np = m->params.padded_numel;
-    float *params = xcalloc(np, sizeof(float)), *stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float));
+    float *params = xcalloc(np, sizeof(float)),
+          *stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float));
     be->to_host(be, params, e->params, np * sizeof(float));
     be->to_host(be, stats, e->stats, m->stats_numel * sizeof(float));
     for (int i = 0; i < m->params.count; i++) {
@@ -100,11 +102,20 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
     st_writer_set_meta(w, "model", signature);
     st_writer_set_meta(w, "arch", m->cfg.arch);
     const Config *cfg = t->cfg;
-    CheckpointMeta meta = {
-        .step = t->step, .epoch = t->epoch, .samples_done = sampler_samples_before(&t->sampler, t->step_in_epoch),
-        .amp = m->amp, .dynamic = cfg->amp.dynamic, .scale = scaler.scale, .growth_count = scaler.growth_count,
-        .skipped_total = scaler.skipped_total, .skipped_run = scaler.skipped_run, .seed = cfg->train.seed, .world = t->comm->size,
-        .batch = cfg->data.batch_size, .accum = cfg->train.accum_steps, .train_samples = t->train_set->size};
+    CheckpointMeta meta = {.step = t->step,
+                           .epoch = t->epoch,
+                           .samples_done = sampler_samples_before(&t->sampler, t->step_in_epoch),
+                           .amp = m->amp,
+                           .dynamic = cfg->amp.dynamic,
+                           .scale = scaler.scale,
+                           .growth_count = scaler.growth_count,
+                           .skipped_total = scaler.skipped_total,
+                           .skipped_run = scaler.skipped_run,
+                           .seed = cfg->train.seed,
+                           .world = t->comm->size,
+                           .batch = cfg->data.batch_size,
+                           .accum = cfg->train.accum_steps,
+                           .train_samples = t->train_set->size};
     snprintf(meta.dataset, sizeof meta.dataset, "%s", t->train_set->name);
     dataset_digest(t->train_set, meta.dataset_digest);
     checkpoint_meta_write(w, &meta);
@@ -119,8 +130,14 @@ static int check_finite(const SafetensorsFile *f, const char *name, const float 
                         size_t err_len) {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i])) {
-            snprintf(err, err_len, "%s: tensor '%s' holds %s at element %zu: refusing to load "
-                     "non-finite values", st_path(f), name, isnan(x[i]) ? "NaN" : x[i] > 0 ? "+inf" : "-inf", i);
+            snprintf(err, err_len,
+                     "%s: tensor '%s' holds %s at element %zu: refusing to load "
+                     "non-finite values",
+                     st_path(f), name,
+                     isnan(x[i]) ? "NaN"
+                     : x[i] > 0  ? "+inf"
+                                 : "-inf",
+                     i);
             return 1;
         }
     return 0;
@@ -137,18 +154,19 @@ static int read_param(SafetensorsFile *f, const ParamInfo *p, const char *name, 
 }
 
 // One BN statistic: finite, and a variance not negative (its square root normalises evaluation).
-static int read_bn_stat(SafetensorsFile *f, const char *prefix, const ModelBnLayer *bn, const char *what, float *dst,
-                        char *err, size_t err_len) {
+static int read_bn_stat(SafetensorsFile *f, const char *prefix, const ModelBnLayer *bn, const char *what,
+                        float *dst, char *err, size_t err_len) {
     char name[PARAM_NAME_MAX + 64];
     int64_t shape[1] = {bn->c};
     snprintf(name, sizeof name, "%s%s.%s", prefix, bn->prefix, what);
-    if (st_read(f, name, ST_F32, 1, shape, dst, err, err_len) || check_finite(f, name, dst, (size_t)bn->c, err, err_len))
+    if (st_read(f, name, ST_F32, 1, shape, dst, err, err_len) ||
+        check_finite(f, name, dst, (size_t)bn->c, err, err_len))
         return 1;
     if (strcmp(what, "running_var") != 0) return 0;
     for (int c = 0; c < bn->c; c++)
         if (dst[c] < 0) {
-            snprintf(err, err_len, "%s: tensor '%s' holds the negative variance %g at element %d", st_path(f), name,
-                     dst[c], c);
+            snprintf(err, err_len, "%s: tensor '%s' holds the negative variance %g at element %d", st_path(f),
+                     name, dst[c], c);
             return 1;
         }
     return 0;
@@ -162,8 +180,8 @@ static int read_count(SafetensorsFile *f, const char *name, int64_t *value, char
     return 1;
 }
 
-int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier, float *master,
-                          float *stats, int64_t *tracked, char *err, size_t err_len) {
+int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier,
+                          float *master, float *stats, int64_t *tracked, char *err, size_t err_len) {
     float *scratch = xcalloc(m->params.padded_numel, sizeof(float));
     char name[PARAM_NAME_MAX + 64];
     int rc = 1;
@@ -191,12 +209,12 @@ done:
 typedef struct Loaded {
     float *master, *momentum, *stats;  // (padded_numel), (padded_numel), (stats_numel) fp32, our layout
     int64_t tracked;
-    int has_ema;                       // the run averages and the file holds the average: ...
-    float *ema_params, *ema_stats;     // ... its tensors, as master and stats
+    int has_ema;                    // the run averages and the file holds the average: ...
+    float *ema_params, *ema_stats;  // ... its tensors, as master and stats
     int64_t ema_tracked, n_averaged;
     CheckpointMeta meta;
-    ScalerState scaler;                // what the run's scaler starts from
-    int epoch, step_in_epoch;          // where the run continues, in its own sampler's steps
+    ScalerState scaler;        // what the run's scaler starts from
+    int epoch, step_in_epoch;  // where the run continues, in its own sampler's steps
 } Loaded;
 
 static void loaded_free(Loaded *l) {
@@ -205,9 +223,12 @@ static void loaded_free(Loaded *l) {
 
 // The scaler the run starts from. A static scale (amp.dynamic false) is the config's amp.init_scale
 // whatever the file says: the user chose it; a warning says when the file's differs.
-static ScalerState resume_scaler(const char *path, const CheckpointMeta *meta, const Model *m, const AmpConfig *amp) {
-    ScalerState st = {.scale = (float)meta->scale, .growth_count = (int32_t)meta->growth_count,
-                      .skipped_total = (int32_t)meta->skipped_total, .skipped_run = (int32_t)meta->skipped_run};
+static ScalerState resume_scaler(const char *path, const CheckpointMeta *meta, const Model *m,
+                                 const AmpConfig *amp) {
+    ScalerState st = {.scale = (float)meta->scale,
+                      .growth_count = (int32_t)meta->growth_count,
+                      .skipped_total = (int32_t)meta->skipped_total,
+                      .skipped_run = (int32_t)meta->skipped_run};
     if (!m->amp) {
         st.scale = 1.0f;  // fp32 run: no scaling, whatever the checkpoint used
     } else if (!meta->amp) {
@@ -215,13 +236,15 @@ static ScalerState resume_scaler(const char *path, const CheckpointMeta *meta, c
         st.growth_count = 0;
     } else if (!amp->dynamic) {
         if ((float)amp->init_scale != st.scale)
-            log_warn("%s: amp.dynamic is false, so the loss scale is amp.init_scale %g, not the checkpoint's %g",
-                     path, amp->init_scale, meta->scale);
+            log_warn(
+                "%s: amp.dynamic is false, so the loss scale is amp.init_scale %g, not the checkpoint's %g",
+                path, amp->init_scale, meta->scale);
         st.scale = (float)amp->init_scale;
         st.growth_count = 0;
     } else if (meta->dynamic == 0) {
-        log_warn("%s: the checkpoint's loss scale %g was static (amp.dynamic false); dynamic scaling starts from it",
-                 path, meta->scale);
+        log_warn(
+            "%s: the checkpoint's loss scale %g was static (amp.dynamic false); dynamic scaling starts from it",
+            path, meta->scale);
     }
     return st;
 }
@@ -242,18 +265,22 @@ static int load_checked(const char *path, const Model *m, const CheckpointRun *r
     model_signature(m, signature, sizeof signature);
     const char *format = st_meta(f, "format"), *model = st_meta(f, "model");
     if (!format || strcmp(format, CHECKPOINT_FORMAT) != 0) {
-        snprintf(err, err_len, "%s: not an amptrain checkpoint (metadata format is %s)", path, format ? format : "missing");
+        snprintf(err, err_len, "%s: not an amptrain checkpoint (metadata format is %s)", path,
+                 format ? format : "missing");
         goto done;
     }
     if (!model || strcmp(model, signature) != 0) {
-        snprintf(err, err_len, "%s: checkpoint is for model '%s', this run builds '%s'", path, model ? model : "?", signature);
+        snprintf(err, err_len, "%s: checkpoint is for model '%s', this run builds '%s'", path,
+                 model ? model : "?", signature);
         goto done;
     }
     int checked = st_load_checked(f, err, err_len);
     if (checked < 0) goto done;
-    if (checked == 1) log_warn("%s has no data checksum (an older amptrain wrote it): its tensors load unchecked", path);
+    if (checked == 1)
+        log_warn("%s has no data checksum (an older amptrain wrote it): its tensors load unchecked", path);
     CheckpointMeta *meta = &out->meta;
-    if (checkpoint_meta_read(f, meta, err, err_len) || checkpoint_meta_check(f, meta, run, err, err_len)) goto done;
+    if (checkpoint_meta_read(f, meta, err, err_len) || checkpoint_meta_check(f, meta, run, err, err_len))
+        goto done;
     if (checkpoint_read_model(f, m, "", 0, out->master, out->stats, &out->tracked, err, err_len)) goto done;
     for (int i = 0; i < m->params.count; i++) {
         const ParamInfo *p = &m->params.items[i];
@@ -265,25 +292,30 @@ static int load_checked(const char *path, const Model *m, const CheckpointRun *r
         out->has_ema = 1;
         out->ema_params = xcalloc(np, sizeof(float));
         out->ema_stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float));
-        if (checkpoint_read_model(f, m, CHECKPOINT_EMA_PREFIX, 0, out->ema_params, out->ema_stats, &out->ema_tracked,
-                                  err, err_len) ||
+        if (checkpoint_read_model(f, m, CHECKPOINT_EMA_PREFIX, 0, out->ema_params, out->ema_stats,
+                                  &out->ema_tracked, err, err_len) ||
             read_count(f, CHECKPOINT_EMA_COUNT, &out->n_averaged, err, err_len))
             goto done;
     }
     const Sampler *s = run->sampler;
     int exact = sampler_resume(s, (int)meta->epoch, meta->samples_done, &out->epoch, &out->step_in_epoch);
     if (!exact)
-        log_warn("%s was written with %ld ranks x batch %ld x accum_steps %ld; this run's global batch does not "
-                 "divide the %ld samples done in epoch %ld, so it continues at the start of epoch %d",
-                 path, meta->world, meta->batch, meta->accum, meta->samples_done, meta->epoch, out->epoch);
+        log_warn(
+            "%s was written with %ld ranks x batch %ld x accum_steps %ld; this run's global batch does not "
+            "divide the %ld samples done in epoch %ld, so it continues at the start of epoch %d",
+            path, meta->world, meta->batch, meta->accum, meta->samples_done, meta->epoch, out->epoch);
     else if (meta->world != s->world || meta->batch != s->batch || meta->accum != s->accum) {
         long now = (long)s->world * s->batch * s->accum, then = meta->world * meta->batch * meta->accum;
         char steps[96];
-        snprintf(steps, sizeof steps, now == then ? "the same %ld samples per step" : "%ld samples per step instead "
-                 "of %ld", now, then);
-        log_warn("%s was written with %ld ranks x batch %ld x accum_steps %ld, this run has %d x %d x %d: the sample "
-                 "order continues exactly, with %s", path, meta->world, meta->batch, meta->accum, s->world, s->batch,
-                 s->accum, steps);
+        snprintf(steps, sizeof steps,
+                 now == then ? "the same %ld samples per step"
+                             : "%ld samples per step instead "
+                               "of %ld",
+                 now, then);
+        log_warn(
+            "%s was written with %ld ranks x batch %ld x accum_steps %ld, this run has %d x %d x %d: the sample "
+            "order continues exactly, with %s",
+            path, meta->world, meta->batch, meta->accum, s->world, s->batch, s->accum, steps);
     }
     out->scaler = resume_scaler(path, meta, m, &run->cfg->amp);
     rc = 0;
@@ -312,8 +344,9 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
         t->ema.num_batches_tracked = l.ema_tracked;
         t->ema.n_averaged = (long)l.n_averaged;
     } else if (t->ema.enabled) {
-        log_warn("%s holds no EMA of the weights (train.ema_decay was off): the average starts from its weights",
-                 path);
+        log_warn(
+            "%s holds no EMA of the weights (train.ema_decay was off): the average starts from its weights",
+            path);
         ema_restart(&t->ema, be, m);
     }
     scaler_write(&t->scaler, be, &l.scaler);
@@ -324,13 +357,13 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
     return 0;
 }
 
-int checkpoint_check(const char *path, const Config *cfg, const Dataset *train, int world, int rank, char *err,
-                     size_t err_len) {
+int checkpoint_check(const char *path, const Config *cfg, const Dataset *train, int world, int rank,
+                     char *err, size_t err_len) {
     Model m;
     model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
     Sampler s;
-    sampler_init(&s, train->size, cfg->data.batch_size, world, rank, cfg->train.accum_steps, cfg->data.drop_last,
-                 cfg->train.seed);
+    sampler_init(&s, train->size, cfg->data.batch_size, world, rank, cfg->train.accum_steps,
+                 cfg->data.drop_last, cfg->train.seed);
     CheckpointRun run = {.cfg = cfg, .train = train, .sampler = &s};
     Loaded l;
     int rc = load_checked(path, &m, &run, &l, err, err_len);
@@ -369,7 +402,11 @@ int checkpoint_agree_resumed(Trainer *t) {
     snprintf(values[3], sizeof values[3], "%.9g", st.scale);
     snprintf(values[4], sizeof values[4], "%d/%d", st.growth_count, st.skipped_total);
     digest_hex(digest_end(&d), values[5]);
-    const char *names[] = {"step", "epoch", "step of the epoch", "scale", "growth_count/skipped_total",
+    const char *names[] = {"step",
+                           "epoch",
+                           "step of the epoch",
+                           "scale",
+                           "growth_count/skipped_total",
                            "the digest of weights, momentum, BN statistics and their EMA"};
     const char *list[] = {values[0], values[1], values[2], values[3], values[4], values[5]};
     return agree_same(t->comm, "the resumed checkpoints", 6, names, list);

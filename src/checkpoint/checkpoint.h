@@ -44,8 +44,8 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len);
 
 // Every check checkpoint_load makes, without a trainer (--dry-run): the model's shapes from cfg, this
 // rank's sampler over `train`. 0, or 1 with the message checkpoint_load would give.
-int checkpoint_check(const char *path, const Config *cfg, const Dataset *train, int world, int rank, char *err,
-                     size_t err_len);
+int checkpoint_check(const char *path, const Config *cfg, const Dataset *train, int world, int rank,
+                     char *err, size_t err_len);
 
 // After every rank loaded checkpoint.resume (its own copy, maybe on another host): 0 when all resumed
 // the same state (position, scaler, a digest of weights, momentum and BN statistics), else 2 on every
@@ -58,7 +58,7 @@ int checkpoint_agree_resumed(Trainer *t);
 // read with prefix in front ("" for the model, "module." for an AveragedModel's copy, model_file.h);
 // skip_classifier leaves fc.weight and fc.bias in master as they were. 0, or 1 with one line in err: a
 // tensor missing, of another dtype or shape (both named), holding NaN or inf, a negative variance or count.
-int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier, float *master,
-                          float *stats, int64_t *tracked, char *err, size_t err_len);
+int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier,
+                          float *master, float *stats, int64_t *tracked, char *err, size_t err_len);
 
 #endif

@@ -50,7 +50,8 @@ static int meta_get_long(const SafetensorsFile *f, const char *key, long *out, c
         *out = strtol(text, &end, 10);
         if (errno == 0 && end != text && *end == 0) return 0;
     }
-    snprintf(err, err_len, "%s: checkpoint metadata '%s' is %s", st_path(f), key, text ? "not an integer" : "missing");
+    snprintf(err, err_len, "%s: checkpoint metadata '%s' is %s", st_path(f), key,
+             text ? "not an integer" : "missing");
     return 1;
 }
 
@@ -59,18 +60,24 @@ int checkpoint_meta_read(const SafetensorsFile *f, CheckpointMeta *m, char *err,
     const struct {
         const char *key;
         long *out;
-    } longs[] = {{"step", &m->step},           {"epoch", &m->epoch},
-                 {"samples_done", &m->samples_done}, {"amp", &m->amp},
-                 {"growth_count", &m->growth_count}, {"skipped_total", &m->skipped_total},
-                 {"seed", &m->seed},           {"world_size", &m->world},
-                 {"batch_size", &m->batch},    {"accum_steps", &m->accum}};
+    } longs[] = {{"step", &m->step},
+                 {"epoch", &m->epoch},
+                 {"samples_done", &m->samples_done},
+                 {"amp", &m->amp},
+                 {"growth_count", &m->growth_count},
+                 {"skipped_total", &m->skipped_total},
+                 {"seed", &m->seed},
+                 {"world_size", &m->world},
+                 {"batch_size", &m->batch},
+                 {"accum_steps", &m->accum}};
     for (size_t i = 0; i < sizeof longs / sizeof longs[0]; i++)
         if (meta_get_long(f, longs[i].key, longs[i].out, err, err_len)) return 1;
     const char *scale = st_meta(f, "scale");
     char *end = NULL;
     if (scale) m->scale = strtod(scale, &end);
     if (!scale || end == scale || *end) {
-        snprintf(err, err_len, "%s: checkpoint metadata 'scale' is %s", st_path(f), scale ? "not a number" : "missing");
+        snprintf(err, err_len, "%s: checkpoint metadata 'scale' is %s", st_path(f),
+                 scale ? "not a number" : "missing");
         return 1;
     }
     if (st_meta(f, "skipped_run") && meta_get_long(f, "skipped_run", &m->skipped_run, err, err_len)) return 1;
@@ -79,7 +86,8 @@ int checkpoint_meta_read(const SafetensorsFile *f, CheckpointMeta *m, char *err,
     const char *dataset = st_meta(f, "dataset"), *digest = st_meta(f, "dataset_digest");
     if (!dataset) return 0;
     if (!digest || meta_get_long(f, "train_samples", &m->train_samples, err, err_len)) {
-        if (!digest) snprintf(err, err_len, "%s: checkpoint metadata 'dataset_digest' is missing", st_path(f));
+        if (!digest)
+            snprintf(err, err_len, "%s: checkpoint metadata 'dataset_digest' is missing", st_path(f));
         return 1;
     }
     snprintf(m->dataset, sizeof m->dataset, "%s", dataset);
@@ -102,11 +110,12 @@ static int fail_meta(const SafetensorsFile *f, char *err, size_t err_len, const 
 
 // The same run goes on only with the same seed (weights' start, data, every epoch's order) and the same
 // samples (the position is an index into their order).
-static int check_identity(const SafetensorsFile *f, const CheckpointMeta *m, const CheckpointRun *run, char *err,
-                          size_t err_len) {
+static int check_identity(const SafetensorsFile *f, const CheckpointMeta *m, const CheckpointRun *run,
+                          char *err, size_t err_len) {
     long seed = run->cfg->train.seed;
     if (m->seed != seed)
-        return fail_meta(f, err, err_len, "'seed' is %ld, this run's train.seed is %ld: every epoch's sample order "
+        return fail_meta(f, err, err_len,
+                         "'seed' is %ld, this run's train.seed is %ld: every epoch's sample order "
                          "follows from it, so the run would not continue (resume with train.seed=%ld)",
                          m->seed, seed, m->seed);
     if (!m->dataset[0]) {
@@ -118,10 +127,12 @@ static int check_identity(const SafetensorsFile *f, const CheckpointMeta *m, con
     dataset_digest(run->train, digest);
     if (strcmp(m->dataset, run->train->name) != 0 || m->train_samples != run->train->size ||
         strcmp(m->dataset_digest, digest) != 0)
-        return fail_meta(f, err, err_len, "'dataset' is %s, %ld training samples (digest %s); this run's data is "
-                         "%s, %d samples (digest %s): the epoch's order and the position in it would not continue "
-                         "(resume with the data it trained on)", m->dataset, m->train_samples, m->dataset_digest,
-                         run->train->name, run->train->size, digest);
+        return fail_meta(
+            f, err, err_len,
+            "'dataset' is %s, %ld training samples (digest %s); this run's data is "
+            "%s, %d samples (digest %s): the epoch's order and the position in it would not continue "
+            "(resume with the data it trained on)",
+            m->dataset, m->train_samples, m->dataset_digest, run->train->name, run->train->size, digest);
     return 0;
 }
 
@@ -129,43 +140,55 @@ static int check_identity(const SafetensorsFile *f, const CheckpointMeta *m, con
 // steps than samples consumed (a step takes at least one), more than a step count the schedule can take,
 // a loss scale that is no positive normal fp32 number. step >= epoch (+1 mid-epoch) is all that holds
 // across resumes with other global batches.
-static int check_counters(const SafetensorsFile *f, const CheckpointMeta *r, const CheckpointRun *run, char *err,
-                          size_t err_len) {
+static int check_counters(const SafetensorsFile *f, const CheckpointMeta *r, const CheckpointRun *run,
+                          char *err, size_t err_len) {
     const struct {
         const char *key;
         long value;
     } counts[] = {{"world_size", r->world}, {"batch_size", r->batch}, {"accum_steps", r->accum}};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
-        if (counts[i].value < 1) return fail_meta(f, err, err_len, "'%s' is %ld: must be at least 1", counts[i].key, counts[i].value);
+        if (counts[i].value < 1)
+            return fail_meta(f, err, err_len, "'%s' is %ld: must be at least 1", counts[i].key,
+                             counts[i].value);
     if (r->amp != 0 && r->amp != 1) return fail_meta(f, err, err_len, "'amp' is %ld: must be 0 or 1", r->amp);
     if (r->dynamic < -1 || r->dynamic > 1)
         return fail_meta(f, err, err_len, "'dynamic_scale' is %ld: must be 0 or 1", r->dynamic);
     if (r->step < 0 || r->epoch < 0 || r->samples_done < 0 || r->epoch > INT_MAX)
-        return fail_meta(f, err, err_len, "step %ld, epoch %ld, samples_done %ld: counters must not be negative",
-                         r->step, r->epoch, r->samples_done);
+        return fail_meta(f, err, err_len,
+                         "step %ld, epoch %ld, samples_done %ld: counters must not be negative", r->step,
+                         r->epoch, r->samples_done);
     int size = run->sampler->size;
     if (r->samples_done >= size)
-        return fail_meta(f, err, err_len, "'samples_done' is %ld, beyond the epoch of %d samples (did data.train_size "
-                         "or the data change?)", r->samples_done, size);
+        return fail_meta(f, err, err_len,
+                         "'samples_done' is %ld, beyond the epoch of %d samples (did data.train_size "
+                         "or the data change?)",
+                         r->samples_done, size);
     if (r->step < r->epoch + (r->samples_done > 0))
-        return fail_meta(f, err, err_len, "step %ld is too few for epoch %ld and samples_done %ld (every epoch "
-                         "begun takes a step)", r->step, r->epoch, r->samples_done);
+        return fail_meta(f, err, err_len,
+                         "step %ld is too few for epoch %ld and samples_done %ld (every epoch "
+                         "begun takes a step)",
+                         r->step, r->epoch, r->samples_done);
     // epoch <= INT_MAX and size <= INT_MAX: the product fits in 64 bits.
     long consumed = r->epoch * (long)size + r->samples_done;
     if (r->step > consumed || r->step > INT32_MAX)
-        return fail_meta(f, err, err_len, "step %ld is more than a run can have taken: %ld epochs of %d samples and "
+        return fail_meta(f, err, err_len,
+                         "step %ld is more than a run can have taken: %ld epochs of %d samples and "
                          "%ld more allow at most %ld steps (one sample each), and a run counts at most %d",
                          r->step, r->epoch, size, r->samples_done, consumed, INT32_MAX);
-    if (r->growth_count < 0 || r->growth_count > r->step || r->skipped_total < 0 || r->skipped_total > r->step)
-        return fail_meta(f, err, err_len, "growth_count %ld, skipped_total %ld: each must be in [0, step %ld]",
+    if (r->growth_count < 0 || r->growth_count > r->step || r->skipped_total < 0 ||
+        r->skipped_total > r->step)
+        return fail_meta(f, err, err_len,
+                         "growth_count %ld, skipped_total %ld: each must be in [0, step %ld]",
                          r->growth_count, r->skipped_total, r->step);
     if (r->skipped_run < 0 || r->skipped_run > r->skipped_total)
-        return fail_meta(f, err, err_len, "'skipped_run' is %ld: must be in [0, skipped_total %ld]", r->skipped_run,
-                         r->skipped_total);
+        return fail_meta(f, err, err_len, "'skipped_run' is %ld: must be in [0, skipped_total %ld]",
+                         r->skipped_run, r->skipped_total);
     float scale = (float)r->scale;
     if (!(r->scale > 0) || !isnormal(scale))
-        return fail_meta(f, err, err_len, "'scale' is %g: the loss scale must be a finite, positive, normal fp32 "
-                         "number", r->scale);
+        return fail_meta(f, err, err_len,
+                         "'scale' is %g: the loss scale must be a finite, positive, normal fp32 "
+                         "number",
+                         r->scale);
     return 0;
 }
 

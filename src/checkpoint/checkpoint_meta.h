@@ -20,16 +20,16 @@
 #include "data/sampler.h"
 
 typedef struct CheckpointMeta {
-    long step;             // optimizer steps done
-    long epoch;            // the epoch in progress (0-based) and the samples of it consumed
+    long step;   // optimizer steps done
+    long epoch;  // the epoch in progress (0-based) and the samples of it consumed
     long samples_done;
-    long amp;              // amp.enabled of the run that wrote it
-    long dynamic;          // amp.dynamic of that run; -1: not recorded
-    double scale;          // its loss scale
+    long amp;      // amp.enabled of the run that wrote it
+    long dynamic;  // amp.dynamic of that run; -1: not recorded
+    double scale;  // its loss scale
     long growth_count, skipped_total;
-    long skipped_run;      // skipped steps in a row up to this one (amp.max_consecutive_skips)
+    long skipped_run;  // skipped steps in a row up to this one (amp.max_consecutive_skips)
     long seed, world, batch, accum;
-    char dataset[32];      // Dataset.name; "": not recorded (then train_samples and dataset_digest neither)
+    char dataset[32];  // Dataset.name; "": not recorded (then train_samples and dataset_digest neither)
     long train_samples;
     char dataset_digest[17];
 } CheckpointMeta;

@@ -12,7 +12,6 @@
 #include "core/log.h"
 #include "dist/agree.h"
 
-
 static void weights_alloc(ModelWeights *w, const Model *m) {
     w->master = xcalloc(m->params.padded_numel, sizeof(float));
     w->stats = xcalloc(m->stats_numel ? m->stats_numel : 1, sizeof(float));
@@ -34,7 +33,8 @@ void model_file_free(ModelFile *mf) {
 static int model_has_tensor(const Model *m, const char *name) {
     if (params_find(&m->params, name) >= 0) return 1;
     const char *dot = strrchr(name, '.');
-    if (!dot || (strcmp(dot, ".running_mean") && strcmp(dot, ".running_var") && strcmp(dot, ".num_batches_tracked")))
+    if (!dot ||
+        (strcmp(dot, ".running_mean") && strcmp(dot, ".running_var") && strcmp(dot, ".num_batches_tracked")))
         return 0;
     size_t len = (size_t)(dot - name);
     for (int i = 0; i < m->n_bn; i++)
@@ -50,9 +50,11 @@ static int check_no_foreign(const SafetensorsFile *f, const Model *m, char *err,
         const char *name = st_tensor(f, i)->name;
         if (!strncmp(name, "amptrain.", 9) || !strcmp(name, "n_averaged")) continue;
         if (model_has_tensor(m, strncmp(name, CHECKPOINT_EMA_PREFIX, ema) ? name : name + ema)) continue;
-        snprintf(err, err_len, "%s: tensor '%s' is no part of this model (model.arch %s, layers [%d, %d, %d, %d]): "
-                 "a file of another network?", st_path(f), name, m->cfg.arch, m->cfg.layers[0], m->cfg.layers[1],
-                 m->cfg.layers[2], m->cfg.layers[3]);
+        snprintf(err, err_len,
+                 "%s: tensor '%s' is no part of this model (model.arch %s, layers [%d, %d, %d, %d]): "
+                 "a file of another network?",
+                 st_path(f), name, m->cfg.arch, m->cfg.layers[0], m->cfg.layers[1], m->cfg.layers[2],
+                 m->cfg.layers[3]);
         return 1;
     }
     return 0;
@@ -85,8 +87,8 @@ static void prefix_message(const char *who, char *err, size_t err_len) {
     memcpy(err + n - 2, ": ", 2);
 }
 
-static int read_file(const char *path, const Model *m, int skip_other_classifier, int want_ema, ModelFile *out,
-                     char *err, size_t err_len) {
+static int read_file(const char *path, const Model *m, int skip_other_classifier, int want_ema,
+                     ModelFile *out, char *err, size_t err_len) {
     SafetensorsFile *f = st_open(path, err, err_len);
     if (!f) return 2;
     int rc = 2;
@@ -108,8 +110,10 @@ static int read_file(const char *path, const Model *m, int skip_other_classifier
     out->classifier_skipped = other_classifier(f, m, &classes);
     out->file_classes = classes;
     if (out->classifier_skipped && !skip_other_classifier) {
-        snprintf(err, err_len, "%s: tensor 'fc.weight' classifies %ld classes, this model %d: set "
-                 "model.num_classes=%ld", path, classes, m->cfg.num_classes, classes);
+        snprintf(err, err_len,
+                 "%s: tensor 'fc.weight' classifies %ld classes, this model %d: set "
+                 "model.num_classes=%ld",
+                 path, classes, m->cfg.num_classes, classes);
         goto done;
     }
     weights_alloc(&out->model, m);
@@ -120,8 +124,8 @@ static int read_file(const char *path, const Model *m, int skip_other_classifier
     if (want_ema && has_ema(f)) {
         out->has_ema = 1;
         weights_alloc(&out->ema, m);
-        if (checkpoint_read_model(f, m, CHECKPOINT_EMA_PREFIX, out->classifier_skipped, out->ema.master, out->ema.stats,
-                                  &out->ema.tracked, err, err_len))
+        if (checkpoint_read_model(f, m, CHECKPOINT_EMA_PREFIX, out->classifier_skipped, out->ema.master,
+                                  out->ema.stats, &out->ema.tracked, err, err_len))
             goto done;
     }
     rc = 0;
@@ -130,8 +134,8 @@ done:
     return rc;
 }
 
-int model_file_read(const char *who, const char *path, const Model *m, int skip_other_classifier, int want_ema,
-                    ModelFile *out, char *err, size_t err_len) {
+int model_file_read(const char *who, const char *path, const Model *m, int skip_other_classifier,
+                    int want_ema, ModelFile *out, char *err, size_t err_len) {
     memset(out, 0, sizeof *out);
     int rc = read_file(path, m, skip_other_classifier, want_ema, out, err, err_len);
     if (rc) {
@@ -145,13 +149,18 @@ void model_file_describe(const ModelFile *mf, const char *who, const char *path,
                          size_t cap) {
     char from[160] = "";
     if (mf->is_checkpoint)
-        snprintf(from, sizeof from, " (an amptrain checkpoint of step %ld: its momentum, loss scale and position are "
-                 "not read)", mf->step);
+        snprintf(from, sizeof from,
+                 " (an amptrain checkpoint of step %ld: its momentum, loss scale and position are "
+                 "not read)",
+                 mf->step);
     if (mf->classifier_skipped)
-        snprintf(line, cap, "%s: %d tensors from %s%s; fc.weight, fc.bias left at their initial values (the file has "
-                 "%ld classes, this model %d)", who, mf->tensors, path, from, mf->file_classes, m->cfg.num_classes);
+        snprintf(line, cap,
+                 "%s: %d tensors from %s%s; fc.weight, fc.bias left at their initial values (the file has "
+                 "%ld classes, this model %d)",
+                 who, mf->tensors, path, from, mf->file_classes, m->cfg.num_classes);
     else
-        snprintf(line, cap, "%s: %d tensors from %s%s, every tensor of the model", who, mf->tensors, path, from);
+        snprintf(line, cap, "%s: %d tensors from %s%s, every tensor of the model", who, mf->tensors, path,
+                 from);
 }
 
 void model_file_upload(const ModelWeights *w, int keep_classifier, Model *m, Backend *be) {

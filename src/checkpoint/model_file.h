@@ -34,21 +34,21 @@ typedef struct ModelWeights {
 
 typedef struct ModelFile {
     ModelWeights model;
-    ModelWeights ema;        // the file's module.* copy (read only when asked for and present)
+    ModelWeights ema;  // the file's module.* copy (read only when asked for and present)
     int has_ema;
     int tensors;             // tensors read into `model`
     int classifier_skipped;  // fc.weight and fc.bias not read: the model's keep their initial values
     long file_classes;       // the file's classifier outputs
     long step;               // an amptrain checkpoint's step and its 1-based last epoch; 0 for other files
     int epoch;
-    int is_checkpoint;       // an amptrain checkpoint
+    int is_checkpoint;  // an amptrain checkpoint
 } ModelFile;
 
 // Reads path for model m (shapes only are needed). skip_other_classifier: a classifier for another class
 // count is skipped instead of refused. want_ema: read the module.* copy too when the file has one. Returns 0
 // with *out filled (model_file_free), or 2 with one line "who: path: what is wrong" in err and *out empty.
-int model_file_read(const char *who, const char *path, const Model *m, int skip_other_classifier, int want_ema,
-                    ModelFile *out, char *err, size_t err_len);
+int model_file_read(const char *who, const char *path, const Model *m, int skip_other_classifier,
+                    int want_ema, ModelFile *out, char *err, size_t err_len);
 
 // One line saying what was loaded and what kept its initial value, for `who` ("model.init"), e.g.
 // "model.init: 318 tensors from FILE; fc.weight, fc.bias left at their initial values (the file has 1000

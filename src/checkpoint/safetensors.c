@@ -24,8 +24,8 @@ static const struct {
     const char *name;
     size_t size;
 } dtype_table[] = {
-    [ST_F64] = {"F64", 8}, [ST_F32] = {"F32", 4}, [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
-    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4}, [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},
+    [ST_F64] = {"F64", 8}, [ST_F32] = {"F32", 4},   [ST_F16] = {"F16", 2}, [ST_BF16] = {"BF16", 2},
+    [ST_I64] = {"I64", 8}, [ST_I32] = {"I32", 4},   [ST_I16] = {"I16", 2}, [ST_I8] = {"I8", 1},
     [ST_U8] = {"U8", 1},   [ST_BOOL] = {"BOOL", 1},
 };
 #define DTYPE_COUNT (sizeof dtype_table / sizeof *dtype_table)
@@ -81,7 +81,7 @@ typedef struct {
     int64_t shape[ST_MAX_DIMS];
     uint64_t nbytes;
     const void *data;
-    void *owned;   // the copy behind `data` for st_writer_add_copy, else NULL
+    void *owned;  // the copy behind `data` for st_writer_add_copy, else NULL
 } WriterTensor;
 
 struct SafetensorsWriter {
@@ -158,8 +158,8 @@ void st_writer_add(SafetensorsWriter *w, const char *name, StDtype dtype, int nd
     t->data = data;
 }
 
-void st_writer_add_copy(SafetensorsWriter *w, const char *name, StDtype dtype, int ndim,
-                        const int64_t *shape, const void *data) {
+void st_writer_add_copy(SafetensorsWriter *w, const char *name, StDtype dtype, int ndim, const int64_t *shape,
+                        const void *data) {
     WriterTensor *t = writer_push(w, name, dtype, ndim, shape);
     AMP_ASSERT(data || t->nbytes == 0, "st_writer_add_copy: '%s': NULL data", name);
     t->owned = xcalloc(t->nbytes ? t->nbytes : 1, 1);
@@ -334,7 +334,7 @@ int st_writer_commit(SafetensorsWriter *w, char *err, size_t err_len) {
 }
 
 void st_writer_abort(SafetensorsWriter *w) {
-    unlink(w->temp_path);   // only exists if a commit was interrupted; ENOENT is the normal case
+    unlink(w->temp_path);  // only exists if a commit was interrupted; ENOENT is the normal case
     writer_free(w);
 }
 
@@ -343,14 +343,14 @@ void st_writer_abort(SafetensorsWriter *w) {
 struct SafetensorsFile {
     char *path;
     FILE *file;
-    uint64_t data_start;      // 8 + header length: where the data region begins in the file
-    uint64_t data_len;        // bytes in the data region
-    StTensor *tensors;        // sorted by data_begin
+    uint64_t data_start;  // 8 + header length: where the data region begins in the file
+    uint64_t data_len;    // bytes in the data region
+    StTensor *tensors;    // sorted by data_begin
     size_t count;
-    const StTensor **by_name; // sorted by name, for st_find
+    const StTensor **by_name;  // sorted by name, for st_find
     char **meta_keys, **meta_values;
     size_t meta_count;
-    uint8_t *data;            // st_load_checked's copy of the data region (data_len bytes), or NULL
+    uint8_t *data;  // st_load_checked's copy of the data region (data_len bytes), or NULL
 };
 
 void st_close(SafetensorsFile *f) {
@@ -456,8 +456,10 @@ static int read_tensor(SafetensorsFile *f, const char *name, const YtNode *entry
         return 0;
     }
     if (!dtype_parse(dtype->scalar, &t->dtype)) {
-        fail(err, err_len, "%s: tensor '%s': dtype '%s' is not one of F64, F32, F16, BF16, I64, I32, I16, I8, "
-             "U8, BOOL", f->path, name, dtype->scalar);
+        fail(err, err_len,
+             "%s: tensor '%s': dtype '%s' is not one of F64, F32, F16, BF16, I64, I32, I16, I8, "
+             "U8, BOOL",
+             f->path, name, dtype->scalar);
         return 0;
     }
     if (!read_shape(f->path, name, yt_map_get(entry, "shape"), t, err, err_len)) return 0;
@@ -471,14 +473,18 @@ static int read_tensor(SafetensorsFile *f, const char *name, const YtNode *entry
     }
     char shape_text[160];
     if (end - begin != t->nbytes) {
-        fail(err, err_len, "%s: tensor '%s': shape %s of %s is %" PRIu64 " bytes but data_offsets [%" PRIu64
-             ", %" PRIu64 "] span %" PRIu64, f->path, name, shape_format(t->ndim, t->shape, shape_text,
-             sizeof shape_text), st_dtype_name(t->dtype), t->nbytes, begin, end, end - begin);
+        fail(err, err_len,
+             "%s: tensor '%s': shape %s of %s is %" PRIu64 " bytes but data_offsets [%" PRIu64 ", %" PRIu64
+             "] span %" PRIu64,
+             f->path, name, shape_format(t->ndim, t->shape, shape_text, sizeof shape_text),
+             st_dtype_name(t->dtype), t->nbytes, begin, end, end - begin);
         return 0;
     }
     if (end > f->data_len) {
-        fail(err, err_len, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] exceed the file's data (%"
-             PRIu64 " bytes)", f->path, name, begin, end, f->data_len);
+        fail(err, err_len,
+             "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] exceed the file's data (%" PRIu64
+             " bytes)",
+             f->path, name, begin, end, f->data_len);
         return 0;
     }
     t->data_begin = begin;
@@ -504,21 +510,25 @@ static int check_tiling(const SafetensorsFile *f, char *err, size_t err_len) {
         uint64_t end = t->data_begin + t->nbytes;
         if (t->data_begin < covered) {
             const StTensor *prev = &f->tensors[i - 1];
-            fail(err, err_len, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap tensor '%s' [%"
-                 PRIu64 ", %" PRIu64 "]", f->path, t->name, t->data_begin, end, prev->name, prev->data_begin,
+            fail(err, err_len,
+                 "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] overlap tensor '%s' [%" PRIu64
+                 ", %" PRIu64 "]",
+                 f->path, t->name, t->data_begin, end, prev->name, prev->data_begin,
                  prev->data_begin + prev->nbytes);
             return 0;
         }
         if (t->data_begin > covered) {
-            fail(err, err_len, "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] leave a gap after byte %"
-                 PRIu64 " of the data", f->path, t->name, t->data_begin, end, covered);
+            fail(err, err_len,
+                 "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] leave a gap after byte %" PRIu64
+                 " of the data",
+                 f->path, t->name, t->data_begin, end, covered);
             return 0;
         }
         covered = end;
     }
     if (covered != f->data_len) {
-        fail(err, err_len, "%s: the tensors cover %" PRIu64 " bytes but the data region has %" PRIu64, f->path,
-             covered, f->data_len);
+        fail(err, err_len, "%s: the tensors cover %" PRIu64 " bytes but the data region has %" PRIu64,
+             f->path, covered, f->data_len);
         return 0;
     }
     return 1;
@@ -685,8 +695,8 @@ int st_load_checked(SafetensorsFile *f, char *err, size_t err_len) {
         uint8_t *data = xcalloc(f->data_len ? f->data_len : 1, 1);
         if (fseeko(f->file, (off_t)f->data_start, SEEK_SET) != 0 ||
             fread(data, 1, f->data_len, f->file) != f->data_len) {
-            fail(err, err_len, "%s: cannot read its %" PRIu64 " bytes of tensor data: %s", f->path, f->data_len,
-                 ferror(f->file) ? strerror(errno) : "file shrank since it was opened");
+            fail(err, err_len, "%s: cannot read its %" PRIu64 " bytes of tensor data: %s", f->path,
+                 f->data_len, ferror(f->file) ? strerror(errno) : "file shrank since it was opened");
             clearerr(f->file);
             free(data);
             return -1;
@@ -701,7 +711,9 @@ int st_load_checked(SafetensorsFile *f, char *err, size_t err_len) {
     char got[17];
     digest_hex(digest_end(&d), got);
     if (strcmp(got, want) == 0) return 0;
-    fail(err, err_len, "%s: the tensor data's checksum is %s, its metadata says %s: the file is damaged or was "
-         "overwritten while it was read", f->path, got, want);
+    fail(err, err_len,
+         "%s: the tensor data's checksum is %s, its metadata says %s: the file is damaged or was "
+         "overwritten while it was read",
+         f->path, got, want);
     return -1;
 }

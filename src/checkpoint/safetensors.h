@@ -20,11 +20,20 @@
 #define ST_MAX_HEADER_BYTES 100000000ull  // the reference implementation's limit, 100 MB
 
 typedef enum {
-    ST_F64, ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_I16, ST_I8, ST_U8, ST_BOOL,
+    ST_F64,
+    ST_F32,
+    ST_F16,
+    ST_BF16,
+    ST_I64,
+    ST_I32,
+    ST_I16,
+    ST_I8,
+    ST_U8,
+    ST_BOOL,
 } StDtype;
 
-size_t st_dtype_size(StDtype dtype);        // bytes per element
-const char *st_dtype_name(StDtype dtype);   // "F32", as the header spells it
+size_t st_dtype_size(StDtype dtype);       // bytes per element
+const char *st_dtype_name(StDtype dtype);  // "F32", as the header spells it
 
 // ---- writing -----------------------------------------------------------------------------------------
 
@@ -42,8 +51,8 @@ SafetensorsWriter *st_writer_open(const char *final_path);
 // error and ends the job.
 void st_writer_add(SafetensorsWriter *w, const char *name, StDtype dtype, int ndim, const int64_t *shape,
                    const void *data);
-void st_writer_add_copy(SafetensorsWriter *w, const char *name, StDtype dtype, int ndim,
-                        const int64_t *shape, const void *data);
+void st_writer_add_copy(SafetensorsWriter *w, const char *name, StDtype dtype, int ndim, const int64_t *shape,
+                        const void *data);
 
 // The metadata key of the data region's digest (core/digest.h: 64-bit FNV-1a over little-endian words,
 // as 16 hex digits). st_writer_commit sets it; a value set by the caller is replaced.
@@ -66,10 +75,10 @@ typedef struct {
     const char *name;
     StDtype dtype;
     int ndim;
-    int64_t shape[ST_MAX_DIMS];   // shape[0..ndim)
-    uint64_t numel;               // product of the shape (1 for ndim 0)
-    uint64_t nbytes;              // numel * st_dtype_size(dtype)
-    uint64_t data_begin;          // offset into the data region
+    int64_t shape[ST_MAX_DIMS];  // shape[0..ndim)
+    uint64_t numel;              // product of the shape (1 for ndim 0)
+    uint64_t nbytes;             // numel * st_dtype_size(dtype)
+    uint64_t data_begin;         // offset into the data region
 } StTensor;
 
 typedef struct SafetensorsFile SafetensorsFile;

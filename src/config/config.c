@@ -21,22 +21,22 @@
 
 #define CONFIG_EXIT_INVALID 2
 #define MESSAGE_MAX 1024
-#define NAME_MAX_SHOWN 64   // longest key name or value echoed back in a message
-#define KEY_NAME_MAX 96     // "section.key" of a known key, or a suggestion, with room to spare
+#define NAME_MAX_SHOWN 64  // longest key name or value echoed back in a message
+#define KEY_NAME_MAX 96    // "section.key" of a known key, or a suggestion, with room to spare
 
 typedef enum { FROM_DEFAULT, FROM_FILE, FROM_COMMAND_LINE } Origin;
 
 typedef struct {
     Origin origin;
-    int line;   // FROM_FILE: 1-based line of the key
+    int line;  // FROM_FILE: 1-based line of the key
 } Where;
 
 // One config_load's reading of the defaults, the file and the overrides into cfg.
 typedef struct {
     Config cfg;
-    Where where[CONFIG_MAX_KEYS];   // parallel to config_keys
-    DataConfig file_data;           // the data settings after the file, before the overrides
-    const char *file;               // the config file as the user named it
+    Where where[CONFIG_MAX_KEYS];  // parallel to config_keys
+    DataConfig file_data;          // the data settings after the file, before the overrides
+    const char *file;              // the config file as the user named it
     FILE *err;
 } ConfigReader;
 
@@ -315,8 +315,8 @@ static int fail_not_normal(const ConfigReader *L, Where at, const char *name, do
     format_double(v, got, sizeof got);
     format_double(FLT_MIN, lo, sizeof lo);
     format_double(FLT_MAX, hi, sizeof hi);
-    return fail_at(L, at, "%s: %s is not a normal fp32 number (0, or a magnitude in [%s, %s])", name, got,
-                   lo, hi);
+    return fail_at(L, at, "%s: %s is not a normal fp32 number (0, or a magnitude in [%s, %s])", name, got, lo,
+                   hi);
 }
 
 // An integer in the row's range, into *out; 0 on success, else the error has been reported.
@@ -343,7 +343,7 @@ static int read_list(const ConfigReader *L, Where at, const char *name, const Co
         return fail_at(L, at, "%s: expected a list of 4 integers, got %zu", name, node->count);
     int values[CONFIG_LIST_LEN];
     for (size_t i = 0; i < CONFIG_LIST_LEN; i++) {
-        char item_name[KEY_NAME_MAX + 8];   // the key name plus "[i]"
+        char item_name[KEY_NAME_MAX + 8];  // the key name plus "[i]"
         snprintf(item_name, sizeof item_name, "%s[%zu]", name, i);
         Where item_at = at;
         if (at.origin == FROM_FILE) item_at.line = node->items[i]->line;
@@ -362,7 +362,8 @@ static int read_channels(const ConfigReader *L, Where at, const char *name, cons
     if (node->kind != YT_SEQ || node->count != CONFIG_CHANNELS)
         return node->kind == YT_SEQ
                    ? fail_at(L, at, "%s: expected a list of 3 numbers (R, G, B), got %zu", name, node->count)
-                   : fail_expected(L, at, name, "a list of 3 numbers (R, G, B) like [0.485, 0.456, 0.406]", node);
+                   : fail_expected(L, at, name, "a list of 3 numbers (R, G, B) like [0.485, 0.456, 0.406]",
+                                   node);
     double values[CONFIG_CHANNELS];
     for (size_t i = 0; i < CONFIG_CHANNELS; i++) {
         char item_name[KEY_NAME_MAX + 8];
@@ -448,15 +449,9 @@ static int apply_value(ConfigReader *L, const ConfigKey *row, const YtNode *node
         else
             copy_text(field, row->size, string_value(node));
         break;
-    case CK_ENUM:
-        rc = read_enum(L, at, name, row, node, field);
-        break;
-    case CK_INT_LIST:
-        rc = read_list(L, at, name, row, node, (int *)field);
-        break;
-    case CK_FLOAT3:
-        rc = read_channels(L, at, name, row, node, (double *)field);
-        break;
+    case CK_ENUM: rc = read_enum(L, at, name, row, node, field); break;
+    case CK_INT_LIST: rc = read_list(L, at, name, row, node, (int *)field); break;
+    case CK_FLOAT3: rc = read_channels(L, at, name, row, node, (double *)field); break;
     }
     if (!rc) L->where[row - config_keys] = at;
     return rc;
@@ -613,7 +608,7 @@ static int apply_arch_preset(ConfigReader *L) {
     for (size_t i = 0; i < sizeof arch_presets / sizeof arch_presets[0]; i++) {
         if (!strcmp(m->arch, arch_presets[i].arch)) p = &arch_presets[i];
     }
-    if (!p) return 0;   // custom: the four keys are the user's
+    if (!p) return 0;  // custom: the four keys are the user's
     for (size_t i = 0; i < sizeof preset_keys / sizeof preset_keys[0]; i++) {
         if (!was_written(L, "model", preset_keys[i])) continue;
         return fail_at(L, where_set(L, "model", preset_keys[i]),
@@ -662,10 +657,12 @@ static int apply_cifar10_shape(ConfigReader *L) {
 // The JPEG sources read a folder: without data.path there is nothing to read.
 static int check_image_source(const ConfigReader *L) {
     const DataConfig *d = &L->cfg.data;
-    if ((strcmp(d->source, "imagefolder") != 0 && strcmp(d->source, "webdataset") != 0) || d->path[0]) return 0;
+    if ((strcmp(d->source, "imagefolder") != 0 && strcmp(d->source, "webdataset") != 0) || d->path[0])
+        return 0;
     return fail_at(L, where_set(L, "data", "source"), "data.source: %s needs data.path (%s)", d->source,
-                   !strcmp(d->source, "imagefolder") ? "the root folder with train/<class>/*.jpg and val/<class>/*.jpg"
-                                                     : "the folder of train-*.tar and val-*.tar shards");
+                   !strcmp(d->source, "imagefolder")
+                       ? "the root folder with train/<class>/*.jpg and val/<class>/*.jpg"
+                       : "the folder of train-*.tar and val-*.tar shards");
 }
 
 static int check_optimizer(const ConfigReader *L) {
@@ -689,7 +686,8 @@ static int check_optimizer(const ConfigReader *L) {
 // torchvision's --norm-weight-decay left unset puts the normalisation layers' parameters in the one group
 // of --weight-decay: unwritten, it is train.weight_decay.
 static void resolve_norm_weight_decay(ConfigReader *L) {
-    if (!was_written(L, "train", "norm_weight_decay")) L->cfg.train.norm_weight_decay = L->cfg.train.weight_decay;
+    if (!was_written(L, "train", "norm_weight_decay"))
+        L->cfg.train.norm_weight_decay = L->cfg.train.weight_decay;
 }
 
 static int check_crop_scale(const ConfigReader *L) {
@@ -699,7 +697,8 @@ static int check_crop_scale(const ConfigReader *L) {
     format_double(d->crop_scale_min, lo, sizeof lo);
     format_double(d->crop_scale_max, hi, sizeof hi);
     const char *key = was_written(L, "data", "crop_scale_min") ? "crop_scale_min" : "crop_scale_max";
-    return fail_at(L, where_set(L, "data", key), "data.%s: crop_scale_min %s exceeds crop_scale_max %s", key, lo, hi);
+    return fail_at(L, where_set(L, "data", key), "data.%s: crop_scale_min %s exceeds crop_scale_max %s", key,
+                   lo, hi);
 }
 
 static int check_checkpoint(const ConfigReader *L) {
@@ -711,9 +710,10 @@ static int check_checkpoint(const ConfigReader *L) {
         return fail_at(L, where_set(L, "checkpoint", "resume"),
                        "checkpoint.resume: auto needs checkpoint.dir (the folder it looks in)");
     if (k->overwrite && k->resume[0])
-        return fail_at(L, where_set(L, "checkpoint", "overwrite"),
-                       "checkpoint.overwrite: true starts over, checkpoint.resume '%s' continues a run: set one of them",
-                       k->resume);
+        return fail_at(
+            L, where_set(L, "checkpoint", "overwrite"),
+            "checkpoint.overwrite: true starts over, checkpoint.resume '%s' continues a run: set one of them",
+            k->resume);
     return 0;
 }
 
@@ -729,7 +729,9 @@ static int is_generated_source(const char *source) {
     return !strcmp(source, "synthetic") || !strcmp(source, "learnable");
 }
 
-static int is_jpeg_source(const char *source) { return !strcmp(source, "imagefolder") || !strcmp(source, "webdataset"); }
+static int is_jpeg_source(const char *source) {
+    return !strcmp(source, "imagefolder") || !strcmp(source, "webdataset");
+}
 
 // 1 when the data settings `d` do not read data.`key`, with the reason in why[size]; 0 when they read it.
 // data.path "" is no path, so it is read (as nothing) by every source.
@@ -737,7 +739,8 @@ static int data_key_unread(const char *key, const DataConfig *d, char *why, size
     const char *s = d->source;
     if (!strcmp(key, "train_size") || !strcmp(key, "val_size")) {
         if (is_generated_source(s)) return 0;
-        snprintf(why, size, "only synthetic and learnable data have a size to choose; %s's comes from its files", s);
+        snprintf(why, size,
+                 "only synthetic and learnable data have a size to choose; %s's comes from its files", s);
     } else if (!strcmp(key, "path")) {
         if (!is_generated_source(s) || !d->path[0]) return 0;
         snprintf(why, size, "%s data is generated, not read from files", s);
@@ -746,24 +749,30 @@ static int data_key_unread(const char *key, const DataConfig *d, char *why, size
         snprintf(why, size, "%s data is never augmented (only cifar10, imagefolder and webdataset are)", s);
     } else if (!strcmp(key, "mean") || !strcmp(key, "std")) {
         if (is_jpeg_source(s)) return 0;
-        snprintf(why, size, "only imagefolder and webdataset are normalised by data.mean and data.std; %s has its own",
+        snprintf(why, size,
+                 "only imagefolder and webdataset are normalised by data.mean and data.std; %s has its own",
                  s);
     } else if (!strcmp(key, "decode") || !strcmp(key, "max_image_pixels")) {
         if (is_jpeg_source(s)) return 0;
         snprintf(why, size, "only imagefolder and webdataset hold JPEGs to decode; %s does not", s);
     } else if (!strcmp(key, "train_crop") || !strcmp(key, "val_resize") || !strcmp(key, "val_crop")) {
         if (is_jpeg_source(s)) return 0;
-        snprintf(why, size, "only imagefolder and webdataset resize and crop; %s images are model.image_size "
-                 "as they are", s);
+        snprintf(why, size,
+                 "only imagefolder and webdataset resize and crop; %s images are model.image_size "
+                 "as they are",
+                 s);
     } else if (!strcmp(key, "auto_augment") || !strcmp(key, "random_erase") ||
                !strcmp(key, "auto_augment_interpolation")) {
         if (is_generated_source(s))
-            snprintf(why, size, "%s data is never augmented (only cifar10, imagefolder and webdataset are)", s);
+            snprintf(why, size, "%s data is never augmented (only cifar10, imagefolder and webdataset are)",
+                     s);
         else if (!d->augment)
-            snprintf(why, size, "data.augment: false leaves training images unaugmented, so there is nothing to "
+            snprintf(why, size,
+                     "data.augment: false leaves training images unaugmented, so there is nothing to "
                      "add this to");
         else if (!strcmp(key, "auto_augment_interpolation") && strcmp(d->auto_augment, "ta_wide") != 0)
-            snprintf(why, size, "only data.auto_augment: ta_wide resamples (its shears, translations and rotations)");
+            snprintf(why, size,
+                     "only data.auto_augment: ta_wide resamples (its shears, translations and rotations)");
         else
             return 0;
     } else if (!strcmp(key, "crop_scale_min") || !strcmp(key, "crop_scale_max")) {
@@ -771,10 +780,11 @@ static int data_key_unread(const char *key, const DataConfig *d, char *why, size
         if (is_jpeg_source(s))
             snprintf(why, size, "%s with data.augment: false crops no random area (Resize + CenterCrop)", s);
         else
-            snprintf(why, size, "only imagefolder and webdataset with data.augment crop a random area; %s does not", s);
+            snprintf(why, size,
+                     "only imagefolder and webdataset with data.augment crop a random area; %s does not", s);
     } else {
-        return 0;   // batch_size, mixup_alpha, cutmix_alpha, prefetch, workers, drop_last, source: every source
-                    // reads them
+        return 0;  // batch_size, mixup_alpha, cutmix_alpha, prefetch, workers, drop_last, source: every source
+                   // reads them
     }
     return 1;
 }
@@ -808,9 +818,9 @@ static int check_data_keys_read(ConfigReader *L) {
         Where at = L->where[i];
         if (strcmp(row->section, "data") != 0 || at.origin == FROM_DEFAULT) continue;
         char why[256];
-        if (!data_key_unread(row->key, &L->cfg.data, why, sizeof why)) continue;   // the run reads it
+        if (!data_key_unread(row->key, &L->cfg.data, why, sizeof why)) continue;  // the run reads it
         if (at.origin == FROM_FILE && !data_key_unread(row->key, &L->file_data, why, sizeof why)) {
-            reset_to_default(L, row);   // written for the file's source, which the command line replaced
+            reset_to_default(L, row);  // written for the file's source, which the command line replaced
             continue;
         }
         return fail_at(L, at, "data.%s: %s", row->key, why);
@@ -828,9 +838,10 @@ static int resolve_sides(ConfigReader *L) {
     if (!was_written(L, "data", "val_resize")) d->val_resize = (int)rint(d->val_crop * 256.0 / 224.0);
     if (d->val_resize >= d->val_crop) return 0;
     const char *key = was_written(L, "data", "val_resize") ? "val_resize" : "val_crop";
-    return fail_at(L, where_set(L, "data", key),
-                   "data.%s: val_resize %d is smaller than val_crop %d (the centre crop must fit in the resized image)",
-                   key, d->val_resize, d->val_crop);
+    return fail_at(
+        L, where_set(L, "data", key),
+        "data.%s: val_resize %d is smaller than val_crop %d (the centre crop must fit in the resized image)",
+        key, d->val_resize, d->val_crop);
 }
 
 // data.decode: device hands the loader's threads nothing decoded: what works on the host's pixels, or needs
@@ -839,12 +850,17 @@ static int check_device_decode(const ConfigReader *L) {
     const DataConfig *d = &L->cfg.data;
     if (!is_jpeg_source(d->source) || strcmp(d->decode, "device") != 0) return 0;
     const char *key = NULL, *why = "it runs in the loader, on pixels the host decoded";
-    if (strcmp(d->auto_augment, "none") != 0) key = "auto_augment";
-    else if (d->random_erase > 0) key = "random_erase";
-    else if (d->repeated_aug > 1) key = "repeated_aug", why = "the device's decode jobs do not say which repetition a sample is";
+    if (strcmp(d->auto_augment, "none") != 0)
+        key = "auto_augment";
+    else if (d->random_erase > 0)
+        key = "random_erase";
+    else if (d->repeated_aug > 1)
+        key = "repeated_aug", why = "the device's decode jobs do not say which repetition a sample is";
     if (!key) return 0;
-    return fail_at(L, where_set(L, "data", key), "data.%s: not available with data.decode: device (%s); use "
-                   "data.decode: host", key, why);
+    return fail_at(L, where_set(L, "data", key),
+                   "data.%s: not available with data.decode: device (%s); use "
+                   "data.decode: host",
+                   key, why);
 }
 
 // cudnn.workspace_mb left unset follows the precision: what measured fastest without exceeding PyTorch's
@@ -863,9 +879,10 @@ static int check_run_length(const ConfigReader *L) {
     long global = (long)c->data.batch_size * c->train.accum_steps;
     long per_epoch = (c->data.train_size + global - 1) / global;
     if ((long)c->train.epochs * per_epoch <= INT_MAX) return 0;
-    return fail_at(L, where_set(L, "train", "epochs"),
-                   "train.epochs: %d epochs of %ld steps are more than the %d steps a run can count; set train.steps",
-                   c->train.epochs, per_epoch, INT_MAX);
+    return fail_at(
+        L, where_set(L, "train", "epochs"),
+        "train.epochs: %d epochs of %ld steps are more than the %d steps a run can count; set train.steps",
+        c->train.epochs, per_epoch, INT_MAX);
 }
 
 static int apply_rules(ConfigReader *L) {
@@ -954,7 +971,8 @@ static void print_value(FILE *out, const ConfigKey *row, const Config *cfg) {
 
 size_t config_value_count(void) { return config_key_count; }
 
-void config_value_text(const Config *cfg, size_t i, char *name, size_t name_len, char *value, size_t value_len) {
+void config_value_text(const Config *cfg, size_t i, char *name, size_t name_len, char *value,
+                       size_t value_len) {
     full_name(&config_keys[i], name, name_len);
     value[0] = '\0';
     FILE *out = fmemopen(value, value_len, "w");
@@ -982,7 +1000,8 @@ void config_print(const Config *cfg, FILE *out) {
         // commented out: writing them is an error.
         char unread[256];
         int fixed = !custom && is_preset_key(row);
-        int unread_data = !strcmp(row->section, "data") && data_key_unread(row->key, &cfg->data, unread, sizeof unread);
+        int unread_data = !strcmp(row->section, "data") &&
+                          data_key_unread(row->key, &cfg->data, unread, sizeof unread);
         fprintf(out, fixed || unread_data ? "  # %s: " : "  %s: ", row->key);
         print_value(out, row, cfg);
         if (fixed)

@@ -9,27 +9,27 @@
 #include <stddef.h>
 
 typedef enum {
-    CK_INT,        // int
-    CK_LONG,       // long
-    CK_FLOAT,      // double; YAML floats (.inf, .nan, 1e-3) and integers
-    CK_BOOL,       // int 0/1; YAML true/false
-    CK_STRING,     // char[size]
-    CK_ENUM,       // char[size], one of `choices`
-    CK_INT_LIST,   // int[4]
-    CK_FLOAT3,     // double[3]; one value per colour channel (R, G, B)
+    CK_INT,       // int
+    CK_LONG,      // long
+    CK_FLOAT,     // double; YAML floats (.inf, .nan, 1e-3) and integers
+    CK_BOOL,      // int 0/1; YAML true/false
+    CK_STRING,    // char[size]
+    CK_ENUM,      // char[size], one of `choices`
+    CK_INT_LIST,  // int[4]
+    CK_FLOAT3,    // double[3]; one value per colour channel (R, G, B)
 } ConfigKeyType;
 
 #define CONFIG_LIST_LEN 4
 #define CONFIG_CHANNELS 3
 #define CONFIG_MAX_CHOICES 6
-#define CONFIG_MAX_KEYS 96   // config.c keeps per-key state in arrays of this size
+#define CONFIG_MAX_KEYS 96  // config.c keeps per-key state in arrays of this size
 
 typedef struct ConfigKey {
     const char *section;
     const char *key;
     ConfigKeyType type;
-    size_t offset;        // offsetof(Config, ...)
-    size_t size;          // CK_STRING / CK_ENUM: the array's size, terminating NUL included
+    size_t offset;  // offsetof(Config, ...)
+    size_t size;    // CK_STRING / CK_ENUM: the array's size, terminating NUL included
     // Numbers (list items too) must lie between lo and hi; an `_open` end excludes the bound.
     // lo = -inf and hi = +inf together mean "any value, inf and NaN included".
     double lo, hi;

@@ -27,8 +27,7 @@ typedef struct {
     size_t err_len;
 } YtParse;
 
-static void parse_fail(YtParse *p, size_t line0, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+static void parse_fail(YtParse *p, size_t line0, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 // Writes "NAME:LINE: message"; `line0` is libyaml's 0-based line.
 static void parse_fail(YtParse *p, size_t line0, const char *fmt, ...) {
@@ -389,11 +388,11 @@ YtNode *yt_parse_file(const char *path, char *err, size_t err_len) {
     size_t got = 0;
     ssize_t n = 0;
     while (got < size + 1 && (n = read(fd, data + got, size + 1 - got)) > 0) got += (size_t)n;
-    const char *why = n < 0                 ? strerror(errno)
-                      : got < size          ? "file shrank while reading"
-                      : got > size          ? "not a regular file (it holds more than the size it reports, "
-                                              "like a /proc file)"
-                                            : NULL;
+    const char *why = n < 0        ? strerror(errno)
+                      : got < size ? "file shrank while reading"
+                      : got > size ? "not a regular file (it holds more than the size it reports, "
+                                     "like a /proc file)"
+                                   : NULL;
     close(fd);
     if (why) {
         file_fail(err, err_len, path, why);

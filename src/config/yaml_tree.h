@@ -14,13 +14,13 @@ typedef enum { YT_SCALAR, YT_MAP, YT_SEQ } YtKind;
 typedef struct YtNode YtNode;
 struct YtNode {
     YtKind kind;
-    int line;             // 1-based line where the node starts
-    char *scalar;         // YT_SCALAR: the text (NUL-terminated; may contain no NUL)
-    int quoted;           // YT_SCALAR: 1 if written in quotes (so "1" is a string, 1 a number)
-    size_t count;         // YT_MAP: pairs; YT_SEQ: items
-    char **keys;          // YT_MAP: keys (scalars only), in document order
-    int *key_lines;       // YT_MAP: line of each key
-    YtNode **items;       // YT_MAP: values; YT_SEQ: items
+    int line;        // 1-based line where the node starts
+    char *scalar;    // YT_SCALAR: the text (NUL-terminated; may contain no NUL)
+    int quoted;      // YT_SCALAR: 1 if written in quotes (so "1" is a string, 1 a number)
+    size_t count;    // YT_MAP: pairs; YT_SEQ: items
+    char **keys;     // YT_MAP: keys (scalars only), in document order
+    int *key_lines;  // YT_MAP: line of each key
+    YtNode **items;  // YT_MAP: values; YT_SEQ: items
 };
 
 // Parses a whole file / an in-memory buffer. On failure returns NULL and writes

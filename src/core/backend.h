@@ -31,9 +31,9 @@
 
 // A 2-D convolution, NHWC. out_h = (h + 2*pad - kh) / stride + 1 (same for w).
 typedef struct ConvShape {
-    int n, h, w, c_in;                    // input  (n, h, w, c_in)
+    int n, h, w, c_in;  // input  (n, h, w, c_in)
     int c_out, kh, kw, stride, pad, groups;
-    int out_h, out_w;                     // output (n, out_h, out_w, c_out)
+    int out_h, out_w;  // output (n, out_h, out_w, c_out)
 } ConvShape;
 
 // Fills out_h/out_w from the rest.
@@ -52,11 +52,11 @@ typedef struct PoolShape {
 // Device-side loss-scaler state: the scaler's whole state lives here so nothing in the step needs the
 // host (PyTorch GradScaler keeps the same two numbers on the device).
 typedef struct ScalerState {
-    float scale;           // S: the loss scale
-    int32_t growth_count;  // clean steps in a row since the last change of S
-    float found_inf;       // the agreed verdict of the current step: 0 clean, 1 inf/NaN somewhere
-    int32_t skipped_total; // steps skipped since the start of training (for logging)
-    int32_t skipped_run;   // steps skipped in a row up to the last one (0 after a clean step)
+    float scale;            // S: the loss scale
+    int32_t growth_count;   // clean steps in a row since the last change of S
+    float found_inf;        // the agreed verdict of the current step: 0 clean, 1 inf/NaN somewhere
+    int32_t skipped_total;  // steps skipped since the start of training (for logging)
+    int32_t skipped_run;    // steps skipped in a row up to the last one (0 after a clean step)
 } ScalerState;
 
 // Weight-decay groups of one SGD step (torch.optim.SGD's param groups): every SGD_DECAY_SPAN elements of
@@ -80,8 +80,8 @@ typedef struct SgdParams {
 // the step, so a replayed graph follows the draws. Sample i is mixed with sample i-1 of the same batch, sample
 // 0 with sample n-1 (torch's batch.roll(1, 0)); its target is lam x onehot(label_i) + rest x onehot(label_i-1).
 typedef struct BatchMix {
-    float lam;      // weight of the sample's own label (and image, MixUp): (float) of the double drawn
-    float rest;     // weight of the rolled sample's: (float)(1 - lam) with 1 - lam in double, as torch's scalar
+    float lam;   // weight of the sample's own label (and image, MixUp): (float) of the double drawn
+    float rest;  // weight of the rolled sample's: (float)(1 - lam) with 1 - lam in double, as torch's scalar
     int32_t blend;  // 1: MixUp, every value x * lam + x_rolled * rest; 0: CutMix, the box from the rolled
                     // image, the rest kept
     int32_t x1, y1, x2, y2;  // CutMix's box: columns [x1, x2), rows [y1, y2) (empty for MixUp)
@@ -96,7 +96,7 @@ typedef struct EmaControl {
     float weight;  // (float)(1 - decay) with 1 - decay taken in double, as torch's Python scalar
 } EmaControl;
 
-#define BACKEND_MARKS 8  // timing-mark slots
+#define BACKEND_MARKS 8         // timing-mark slots
 #define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin
 #define BACKEND_INPUT_SLOTS 3   // device input slots of the copy stream (input_upload / input_acquire)
 
@@ -128,7 +128,7 @@ struct Backend {
     const char *name;  // "cpu" or "cuda"
     // One function pointer per op, ret (*op)(Backend *be, params...): core/backend_ops.def lists them
     // with their contracts.
-#define BACKEND_OP(ret, op, cpu, cuda, graph, params) ret (*op)(Backend *be BACKEND_PARAMS(params));
+#define BACKEND_OP(ret, op, cpu, cuda, graph, params) ret (*op)(Backend * be BACKEND_PARAMS(params));
 #include "core/backend_ops.def"
 #undef BACKEND_OP
     void *impl;  // the implementation's private state

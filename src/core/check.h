@@ -20,17 +20,17 @@ void amp_fatal(const char *file, int line, const char *fmt, ...)
 // dist installs a hook (MPI_Abort) so one failing rank takes the others down instead of hanging them.
 void amp_set_abort_hook(void (*hook)(int exit_code));
 
-#define AMP_ASSERT(cond, ...)                                                                      \
-    do {                                                                                           \
-        if (!(cond)) amp_fatal(__FILE__, __LINE__, __VA_ARGS__);                                   \
+#define AMP_ASSERT(cond, ...)                                                                                \
+    do {                                                                                                     \
+        if (!(cond)) amp_fatal(__FILE__, __LINE__, __VA_ARGS__);                                             \
     } while (0)
 
 // stdio: `FILE *f = fopen_checked(path, "rb");` names the path and errno on failure.
 FILE *amp_fopen_checked(const char *path, const char *mode, const char *file, int line);
 #define fopen_checked(path, mode) amp_fopen_checked((path), (mode), __FILE__, __LINE__)
-#define STDIO_CHECK(expr)                                                                          \
-    do {                                                                                           \
-        if (!(expr)) amp_fatal(__FILE__, __LINE__, "%s failed", #expr);                            \
+#define STDIO_CHECK(expr)                                                                                    \
+    do {                                                                                                     \
+        if (!(expr)) amp_fatal(__FILE__, __LINE__, "%s failed", #expr);                                      \
     } while (0)
 
 // Allocation that never returns NULL (calloc: zeroed, valgrind-quiet).

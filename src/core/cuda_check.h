@@ -8,11 +8,11 @@
 
 #include "core/check.h"
 
-#define CUDA_CHECK(expr)                                                                           \
-    do {                                                                                           \
-        cudaError_t cuda_err_ = (expr);                                                            \
-        if (cuda_err_ != cudaSuccess)                                                              \
-            amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(cuda_err_));         \
+#define CUDA_CHECK(expr)                                                                                     \
+    do {                                                                                                     \
+        cudaError_t cuda_err_ = (expr);                                                                      \
+        if (cuda_err_ != cudaSuccess)                                                                        \
+            amp_fatal(__FILE__, __LINE__, "%s: %s", #expr, cudaGetErrorString(cuda_err_));                   \
     } while (0)
 
 #endif

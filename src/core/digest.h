@@ -18,8 +18,8 @@
 
 typedef struct Digest {
     uint64_t h;
-    uint64_t bytes;      // fed so far
-    uint8_t tail[8];     // the partial word not yet mixed in
+    uint64_t bytes;   // fed so far
+    uint8_t tail[8];  // the partial word not yet mixed in
 } Digest;
 
 void digest_init(Digest *d);

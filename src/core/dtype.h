@@ -10,7 +10,9 @@
 typedef enum { DTYPE_F32 = 0, DTYPE_F16 = 1, DTYPE_U8 = 2 } DType;
 
 static inline size_t dtype_size(DType t) { return t == DTYPE_F16 ? 2 : t == DTYPE_U8 ? 1 : 4; }
-static inline const char *dtype_name(DType t) { return t == DTYPE_F16 ? "fp16" : t == DTYPE_U8 ? "u8" : "fp32"; }
+static inline const char *dtype_name(DType t) {
+    return t == DTYPE_F16 ? "fp16" : t == DTYPE_U8 ? "u8" : "fp32";
+}
 
 #define FP16_MAX 65504.0f
 

@@ -24,7 +24,8 @@ int file_open_regular(const char *path, struct stat *st, char *why, size_t why_c
         errno = saved;
         return -1;
     }
-    const char *kind = fstat(fd, st) != 0 ? "its type unknown (fstat failed)" : file_irregular_kind(st->st_mode);
+    const char *kind = fstat(fd, st) != 0 ? "its type unknown (fstat failed)"
+                                          : file_irregular_kind(st->st_mode);
     if (kind) {
         snprintf(why, why_cap, "not a regular file (%s)", kind);
         close(fd);

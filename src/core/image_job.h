@@ -26,8 +26,8 @@ typedef struct ImageGeometry {
 typedef struct ImageJob {
     const uint8_t *bytes;  // the JPEG, host memory
     size_t len;
-    int sample;            // the dataset sample the bytes are (a replacement's when the one asked for was unreadable)
-    int width, height;     // the image's size, from its header
+    int sample;  // the dataset sample the bytes are (a replacement's when the one asked for was unreadable)
+    int width, height;  // the image's size, from its header
     ImageGeometry geometry;
 } ImageJob;
 

@@ -7,10 +7,10 @@
 void log_set_rank(int rank, int world_size);
 int log_rank(void);  // this process's rank (0 before log_set_rank)
 
-void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stdout, rank 0
-void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));   // stderr, rank 0
+void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));        // stdout, rank 0
+void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));        // stderr, rank 0
 void log_warn_local(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  // stderr, the calling rank
-void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));  // stderr, every rank
+void log_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));       // stderr, every rank
 
 // 1 when the diagnostic log switch `name` (AMPTRAIN_CONV_LOG, AMPTRAIN_DECODE_LOG) is set to 1 in the environment.
 int log_env_flag(const char *name);

@@ -17,8 +17,13 @@ BatchMix batch_mix_cutmix(double lam, int r_x, int r_y, int h, int w) {
     const int x2 = r_x + half_w < w ? r_x + half_w : w, y2 = r_y + half_h < h ? r_y + half_h : h;
     // Python's int / int: the exact ratio rounded once, as this division of two exact doubles is.
     const double corrected = 1.0 - (double)((long)(x2 - x1) * (y2 - y1)) / ((double)w * h);
-    return (BatchMix){.lam = (float)corrected, .rest = (float)(1.0 - corrected), .blend = 0,
-                      .x1 = x1, .y1 = y1, .x2 = x2, .y2 = y2};
+    return (BatchMix){.lam = (float)corrected,
+                      .rest = (float)(1.0 - corrected),
+                      .blend = 0,
+                      .x1 = x1,
+                      .y1 = y1,
+                      .x2 = x2,
+                      .y2 = y2};
 }
 
 // Uniform in (0, 1), 53 bits: log() of it is finite.
@@ -47,8 +52,8 @@ double batch_mix_beta(Rng *r, double alpha) {
     return 1.0 / (1.0 + exp(ly - lx));
 }
 
-BatchMix batch_mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, long step, int micro, int rank,
-                        int h, int w) {
+BatchMix batch_mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, long step, int micro,
+                        int rank, int h, int w) {
     AMP_ASSERT(mixup_alpha > 0 || cutmix_alpha > 0, "batch_mix_draw: neither MixUp nor CutMix is on");
     AMP_ASSERT(micro >= 0 && micro < (1 << BATCH_MIX_MICRO_BITS) && rank >= 0 &&
                    rank < (1 << (32 - BATCH_MIX_MICRO_BITS)),

@@ -25,7 +25,7 @@ double batch_mix_beta(Rng *r, double alpha);
 // The draw of micro-batch `micro` of optimizer step `step` on rank `rank`, images h x w, at least one alpha
 // above 0. With both, MixUp or CutMix with probability 1/2 each (torchvision's RandomChoice); then lambda ~
 // Beta(alpha, alpha) of the one chosen; for CutMix then r_x, r_y uniform, as torchvision draws them.
-BatchMix batch_mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, long step, int micro, int rank,
-                        int h, int w);
+BatchMix batch_mix_draw(double mixup_alpha, double cutmix_alpha, uint64_t seed, long step, int micro,
+                        int rank, int h, int w);
 
 #endif

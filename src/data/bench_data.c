@@ -10,8 +10,8 @@
 #include "data/loader.h"
 #include "data/sampler.h"
 
-#define DECODE_SAMPLES 64      // distinct files in the decode-only loop
-#define DECODE_MIN_SECONDS 1.0 // the loop repeats them until at least this long has passed
+#define DECODE_SAMPLES 64       // distinct files in the decode-only loop
+#define DECODE_MIN_SECONDS 1.0  // the loop repeats them until at least this long has passed
 
 // Decodes per second on this thread, over the first samples' bytes (read beforehand, so no I/O is in
 // it); 0 when nothing decodes. *megapixels: the mean size of the decoded images.
@@ -61,8 +61,8 @@ void bench_data_run(const Config *cfg, const Dataset *ds, Backend *decoder, int 
     sampler_init(&s, ds->size, cfg->data.batch_size, world, rank, 1, cfg->data.drop_last, cfg->train.seed);
     int per_epoch = sampler_steps_per_epoch(&s);
     int epochs = per_epoch > 0 ? (batches + 1 + per_epoch - 1) / per_epoch : 1;
-    Loader *l = loader_create(ds, &s, decoder ? LOADER_JOBS : LOADER_PIXELS, 2 * threads, threads, 0, 0, epochs,
-                              decoder);
+    Loader *l = loader_create(ds, &s, decoder ? LOADER_JOBS : LOADER_PIXELS, 2 * threads, threads, 0, 0,
+                              epochs, decoder);
     void *slots[BACKEND_INPUT_SLOTS] = {0};
     uint8_t *failed = NULL;
     long refused = 0;
@@ -89,12 +89,13 @@ void bench_data_run(const Config *cfg, const Dataset *ds, Backend *decoder, int 
     const EncodedSource *src = image_dataset_source(ds);
     double megapixels = 0, decode = src ? decode_rate(src, &megapixels) : 0;
     if (!out) return;
-    fprintf(out,
-            "{\"bench\":\"data\",\"source\":\"%s\",\"decode\":\"%s\",\"side\":%d,\"augment\":%s,\"batch\":%d,\"batches\":%d,"
-            "\"images\":%ld,\"seconds\":%.4f,\"threads\":%d,\"img_per_s\":%.1f,\"img_per_s_per_thread\":%.1f,"
-            "\"decode_img_per_s_per_core\":%.1f,\"decode_megapixels\":%.3f,\"skipped\":%ld,\"device_refused\":%ld}\n",
-            ds->name, decoder ? decoder->name : "host", ds->side, ds->augment ? "true" : "false", cfg->data.batch_size, done, images, elapsed, threads,
-            elapsed > 0 ? images / elapsed : 0, elapsed > 0 ? images / elapsed / threads : 0, decode, megapixels,
-            image_dataset_skipped(ds), refused);
+    fprintf(
+        out,
+        "{\"bench\":\"data\",\"source\":\"%s\",\"decode\":\"%s\",\"side\":%d,\"augment\":%s,\"batch\":%d,\"batches\":%d,"
+        "\"images\":%ld,\"seconds\":%.4f,\"threads\":%d,\"img_per_s\":%.1f,\"img_per_s_per_thread\":%.1f,"
+        "\"decode_img_per_s_per_core\":%.1f,\"decode_megapixels\":%.3f,\"skipped\":%ld,\"device_refused\":%ld}\n",
+        ds->name, decoder ? decoder->name : "host", ds->side, ds->augment ? "true" : "false",
+        cfg->data.batch_size, done, images, elapsed, threads, elapsed > 0 ? images / elapsed : 0,
+        elapsed > 0 ? images / elapsed / threads : 0, decode, megapixels, image_dataset_skipped(ds), refused);
     fflush(out);
 }

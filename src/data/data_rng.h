@@ -32,7 +32,8 @@ static inline void data_rng_seed(Rng *r, uint64_t seed, int purpose, uint32_t a,
 // `index` in `epoch`: repetitions of a sample are augmented independently. epoch < 2^20 when repetition > 0.
 #define DATA_REPEAT_SHIFT 20
 static inline void data_rng_sample(Rng *r, uint64_t seed, int epoch, int repetition, uint32_t index) {
-    data_rng_seed(r, seed, DATA_STREAM_AUGMENT, (uint32_t)epoch + ((uint32_t)repetition << DATA_REPEAT_SHIFT), index);
+    data_rng_seed(r, seed, DATA_STREAM_AUGMENT, (uint32_t)epoch + ((uint32_t)repetition << DATA_REPEAT_SHIFT),
+                  index);
 }
 
 #endif

@@ -38,14 +38,15 @@ void dataset_digest(const Dataset *ds, char out[17]) {
 // Repetition `repetition` of sample index's augmentation numbers in epoch (dataset_get_batch).
 static Rng sample_rng(const Dataset *ds, int epoch, int repetition, int index) {
     AMP_ASSERT(repetition == 0 || (epoch >= 0 && epoch < (1 << DATA_REPEAT_SHIFT)),
-               "%s: epoch %d: repeated augmentation keys epochs below %d", ds->name, epoch, 1 << DATA_REPEAT_SHIFT);
+               "%s: epoch %d: repeated augmentation keys epochs below %d", ds->name, epoch,
+               1 << DATA_REPEAT_SHIFT);
     Rng rng;
     data_rng_sample(&rng, ds->seed, epoch, repetition, (uint32_t)index);
     return rng;
 }
 
-void dataset_get_repeated_batch(const Dataset *ds, const int32_t *indices, const uint8_t *repetitions, int count,
-                                int epoch, uint8_t *images, int32_t *labels) {
+void dataset_get_repeated_batch(const Dataset *ds, const int32_t *indices, const uint8_t *repetitions,
+                                int count, int epoch, uint8_t *images, int32_t *labels) {
     size_t bytes = dataset_image_bytes(ds);
     for (int k = 0; k < count; k++) {
         Rng rng = sample_rng(ds, epoch, repetitions ? repetitions[k] : 0, indices[k]);
@@ -61,7 +62,8 @@ void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int
 void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, ImageJob *jobs,
                            int32_t *labels) {
     AMP_ASSERT(!ds->augment || (!ds->extra.ta_wide && ds->extra.erase_p == 0),
-               "%s: TrivialAugmentWide and RandomErasing run on decoded pixels, not on decode jobs", ds->name);
+               "%s: TrivialAugmentWide and RandomErasing run on decoded pixels, not on decode jobs",
+               ds->name);
     for (int k = 0; k < count; k++) {
         Rng rng = sample_rng(ds, epoch, 0, indices[k]);
         image_dataset_job(ds, indices[k], &rng, &jobs[k], &labels[k]);

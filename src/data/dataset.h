@@ -42,14 +42,15 @@
 
 typedef struct Dataset Dataset;
 struct Dataset {
-    const char *name;   // "synthetic", "learnable", "cifar10", "imagefolder", "webdataset"
-    int size;           // samples
-    int side;           // images are (side, side, 3)
-    int classes;        // labels are in [0, classes)
-    uint64_t seed;      // TrainConfig.seed: fixes data, templates and augmentation
-    int augment;        // 1: `get` draws crop/flip from its rng (cifar10 training split only)
-    PixelNorm norm;     // the normalisation of these bytes (torchvision's Normalize on [0, 1] pixels)
-    ImageAugment extra; // with augment: what dataset_get applies after `get` (all off unless the factory sets it)
+    const char *name;  // "synthetic", "learnable", "cifar10", "imagefolder", "webdataset"
+    int size;          // samples
+    int side;          // images are (side, side, 3)
+    int classes;       // labels are in [0, classes)
+    uint64_t seed;     // TrainConfig.seed: fixes data, templates and augmentation
+    int augment;       // 1: `get` draws crop/flip from its rng (cifar10 training split only)
+    PixelNorm norm;    // the normalisation of these bytes (torchvision's Normalize on [0, 1] pixels)
+    ImageAugment
+        extra;  // with augment: what dataset_get applies after `get` (all off unless the factory sets it)
     // What the samples are beyond the fields above, set at open (core/digest.h): cifar10 the records read;
     // imagefolder every file's path under the split folder and its label; webdataset every shard's name
     // and each sample's offset, size and label; 0 for synthetic and learnable (seed and size make them).
@@ -99,8 +100,8 @@ void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int
                        int32_t *labels);
 // The same with repetitions (sampler_block_repetitions): sample k draws from repetition repetitions[k]'s
 // stream (data_rng_sample); repetitions NULL: all 0, dataset_get_batch.
-void dataset_get_repeated_batch(const Dataset *ds, const int32_t *indices, const uint8_t *repetitions, int count,
-                                int epoch, uint8_t *images, int32_t *labels);
+void dataset_get_repeated_batch(const Dataset *ds, const int32_t *indices, const uint8_t *repetitions,
+                                int count, int epoch, uint8_t *images, int32_t *labels);
 
 // dataset_get_batch for a backend that decodes (backend_ops.def input_decode), image sources only: the same
 // samples as ImageJobs (image_dataset_job: encoded bytes and the transform's geometry, nothing decoded), with
@@ -149,8 +150,9 @@ int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dat
 // dataset_open_train (a missing root, a split without class folders, a class folder without JPEGs,
 // class folders that differ between train/ and val/, too many classes); the validation split of a root
 // without val/ is no split (0, *out NULL).
-int dataset_imagefolder_open(const char *root, const char *cache_dir, int train, int augment, int side, int max_classes, long seed,
-                             PixelNorm norm, Dataset **out, char *err, size_t err_cap);
+int dataset_imagefolder_open(const char *root, const char *cache_dir, int train, int augment, int side,
+                             int max_classes, long seed, PixelNorm norm, Dataset **out, char *err,
+                             size_t err_cap);
 
 // dir: the folder of train-*.tar and val-*.tar shards (webdataset.h says what a shard holds and in what
 // order its samples count). Otherwise as dataset_imagefolder_open: labels must lie in [0, max_classes);

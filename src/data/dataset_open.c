@@ -31,21 +31,23 @@ int dataset_webdataset_open(const char *dir, int train, int augment, int side, i
     return 0;
 }
 
-static int dataset_open_images(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
-                               int train, Dataset **out, char *err, size_t err_cap) {
+static int dataset_open_images(const DataConfig *data, const ModelConfig *model, long seed,
+                               const char *cache_dir, int train, Dataset **out, char *err, size_t err_cap) {
     if (!image_decode_available()) {
-        snprintf(err, err_cap, "data.source %s: this amptrain was built without libjpeg-turbo, which decodes "
-                 "the JPEGs (Debian: libturbojpeg0-dev; then configure and build again)", data->source);
+        snprintf(err, err_cap,
+                 "data.source %s: this amptrain was built without libjpeg-turbo, which decodes "
+                 "the JPEGs (Debian: libturbojpeg0-dev; then configure and build again)",
+                 data->source);
         return 2;
     }
     PixelNorm norm;
     for (int ch = 0; ch < 3; ch++) norm.mean[ch] = (float)data->mean[ch], norm.std[ch] = (float)data->std[ch];
     int side = train ? data->train_crop : data->val_crop;
     int rc = strcmp(data->source, "webdataset") == 0
-                 ? dataset_webdataset_open(data->path, train, data->augment, side, model->num_classes, seed, norm, out,
-                                           err, err_cap)
-                 : dataset_imagefolder_open(data->path, cache_dir, train, data->augment, side, model->num_classes, seed,
-                                            norm, out, err, err_cap);
+                 ? dataset_webdataset_open(data->path, train, data->augment, side, model->num_classes, seed,
+                                           norm, out, err, err_cap)
+                 : dataset_imagefolder_open(data->path, cache_dir, train, data->augment, side,
+                                            model->num_classes, seed, norm, out, err, err_cap);
     if (rc == 0 && *out) {
         image_dataset_set_crop_scale(*out, (CropScale){data->crop_scale_min, data->crop_scale_max});
         if (!train) image_dataset_set_resize(*out, data->val_resize);
@@ -59,7 +61,8 @@ static int dataset_open_images(const DataConfig *data, const ModelConfig *model,
 static void dataset_set_extra(Dataset *ds, const DataConfig *data) {
     if (!ds->augment) return;
     ds->extra.ta_wide = strcmp(data->auto_augment, "ta_wide") == 0;
-    ds->extra.filter = strcmp(data->auto_augment_interpolation, "bilinear") == 0 ? AUGMENT_BILINEAR : AUGMENT_NEAREST;
+    ds->extra.filter = strcmp(data->auto_augment_interpolation, "bilinear") == 0 ? AUGMENT_BILINEAR
+                                                                                 : AUGMENT_NEAREST;
     ds->extra.erase_p = data->random_erase;
     for (int ch = 0; ch < 3; ch++) ds->extra.erase_fill[ch] = image_erase_byte(ds->norm.mean[ch]);
 }
@@ -81,8 +84,10 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
         return dataset_open_images(data, model, seed, cache_dir, train, out, err, err_cap);
     int synthetic = strcmp(data->source, "synthetic") == 0;
     if (!synthetic && strcmp(data->source, "learnable") != 0) {
-        snprintf(err, err_cap, "data.source: unknown source '%s' (synthetic | learnable | cifar10 | imagefolder | webdataset)",
-                 data->source);
+        snprintf(
+            err, err_cap,
+            "data.source: unknown source '%s' (synthetic | learnable | cifar10 | imagefolder | webdataset)",
+            data->source);
         return 2;
     }
     if (generated_size == 0 && !train) return 0;
@@ -101,10 +106,11 @@ static int dataset_open(const DataConfig *data, const ModelConfig *model, long s
 int dataset_decode_on_device(const DataConfig *data, const Backend *be, char *err, size_t err_cap) {
     if (strcmp(data->decode, "device") != 0) return 0;  // the config allows device for the JPEG sources only
     if (be->input_decode) return 1;
-    snprintf(err, err_cap,
-             "data.decode: device, but the %s backend of this build has no JPEG decoder (nvJPEG was not found when "
-             "it was built; amptrain --version lists the decoders); use data.decode=host",
-             be->name);
+    snprintf(
+        err, err_cap,
+        "data.decode: device, but the %s backend of this build has no JPEG decoder (nvJPEG was not found when "
+        "it was built; amptrain --version lists the decoders); use data.decode=host",
+        be->name);
     return -1;
 }
 
@@ -122,7 +128,8 @@ static int dataset_probe(const Dataset *ds, int train, char *err, size_t err_cap
         if (src->read(src, i, &bytes, &len, &label, why, sizeof why) != 0) continue;
         DecodedImage img;
         int rc = label >= 0 && label < src->classes ? image_decode(bytes, len, &img, why, sizeof why) : 1;
-        if (label < 0 || label >= src->classes) snprintf(why, sizeof why, "label %d outside [0, %d)", label, src->classes);
+        if (label < 0 || label >= src->classes)
+            snprintf(why, sizeof why, "label %d outside [0, %d)", label, src->classes);
         free(bytes);
         if (rc == 0) {
             image_free(&img);
@@ -134,14 +141,13 @@ static int dataset_probe(const Dataset *ds, int train, char *err, size_t err_cap
     return 2;
 }
 
-static int dataset_open_probed(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
-                               int train, Dataset **out, char *err, size_t err_cap) {
+static int dataset_open_probed(const DataConfig *data, const ModelConfig *model, long seed,
+                               const char *cache_dir, int train, Dataset **out, char *err, size_t err_cap) {
     int rc = dataset_open(data, model, seed, cache_dir, train, out, err, err_cap);
     if (rc == 0) rc = dataset_probe(*out, train, err, err_cap);
     if (rc != 0 && *out) dataset_close(*out), *out = NULL;
     return rc;
 }
-
 
 int dataset_open_train(const DataConfig *data, const ModelConfig *model, long seed, const char *cache_dir,
                        Dataset **out, char *err, size_t err_cap) {

@@ -26,40 +26,40 @@
 
 typedef struct LoaderWorker {
     struct Loader *loader;
-    Sampler sampler;     // this worker's copy (the sampler caches the epoch's order)
+    Sampler sampler;  // this worker's copy (the sampler caches the epoch's order)
     pthread_t thread;
 } LoaderWorker;
 
 typedef struct LoaderSlot {
     Batch batch;
-    int32_t *indices;    // (batch) int32: the sampler's block for the walk index made here
+    int32_t *indices;      // (batch) int32: the sampler's block for the walk index made here
     uint8_t *repetitions;  // (batch) each entry's repetition (sampler_block_repetitions)
-    long ready;          // the walk index complete in this slot, -1 none
-    int chunks_left;     // chunks of the batch being made here that are not done yet
+    long ready;            // the walk index complete in this slot, -1 none
+    int chunks_left;       // chunks of the batch being made here that are not done yet
 } LoaderSlot;
 
 struct Loader {
     const Dataset *ds;
-    Backend *pinned;           // where the ring's buffers come from (NULL: the heap)
-    LoaderSlot *ring;          // (slots)
-    int slots;                 // prefetch + 1
-    int batch;                 // samples per buffer
+    Backend *pinned;   // where the ring's buffers come from (NULL: the heap)
+    LoaderSlot *ring;  // (slots)
+    int slots;         // prefetch + 1
+    int batch;         // samples per buffer
     int accum, steps_per_epoch;
-    int epoch0;                // the walk starts at (epoch0, first_flat / (steps * accum), micro 0)
-    long first_flat;           // micro-batches of epoch0 before the start
-    long total;                // micro-batches in the walk
+    int epoch0;       // the walk starts at (epoch0, first_flat / (steps * accum), micro 0)
+    long first_flat;  // micro-batches of epoch0 before the start
+    long total;       // micro-batches in the walk
     LoaderOutput output;
-    LoaderWorker *workers;     // (n_workers); workers[0] also serves the unthreaded path
+    LoaderWorker *workers;  // (n_workers); workers[0] also serves the unthreaded path
     int n_workers;
 
     int threaded;
     pthread_mutex_t mutex;
-    pthread_cond_t changed;    // broadcast on every counter change; both sides wait on it
-    long open;                 // the walk index whose chunks are handed out (-1 before the first)
-    int open_chunks;           // its chunks; -1 while a worker sets it up
-    int next_chunk;            // the next chunk of `open` to hand out
-    long next;                 // the walk index the caller takes next
-    int stop;                  // loader_destroy asked the workers to end
+    pthread_cond_t changed;  // broadcast on every counter change; both sides wait on it
+    long open;               // the walk index whose chunks are handed out (-1 before the first)
+    int open_chunks;         // its chunks; -1 while a worker sets it up
+    int next_chunk;          // the next chunk of `open` to hand out
+    long next;               // the walk index the caller takes next
+    int stop;                // loader_destroy asked the workers to end
 };
 
 // Frees the bytes of a slot's jobs (the batch it held was released) and zeroes them.
@@ -157,20 +157,24 @@ static void *buffer_alloc(Loader *l, size_t bytes) {
 }
 
 static void buffer_free(Loader *l, void *p) {
-    if (l->pinned) l->pinned->host_free(l->pinned, p);
-    else free(p);
+    if (l->pinned)
+        l->pinned->host_free(l->pinned, p);
+    else
+        free(p);
 }
 
-Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput output, int prefetch, int workers,
-                      int epoch, int step, int end_epoch, Backend *pinned) {
-    AMP_ASSERT(sampler->size == ds->size, "loader: sampler over %d samples, dataset %s has %d",
-               sampler->size, ds->name, ds->size);
+Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput output, int prefetch,
+                      int workers, int epoch, int step, int end_epoch, Backend *pinned) {
+    AMP_ASSERT(sampler->size == ds->size, "loader: sampler over %d samples, dataset %s has %d", sampler->size,
+               ds->name, ds->size);
     AMP_ASSERT(prefetch >= 0, "loader: prefetch %d must be >= 0", prefetch);
     AMP_ASSERT(workers >= 1 && workers <= LOADER_MAX_WORKERS, "loader: %d workers outside 1..%d", workers,
                LOADER_MAX_WORKERS);
     Loader *l = xcalloc(1, sizeof *l);
-    AMP_ASSERT(output == LOADER_PIXELS || image_dataset_source(ds), "loader: %s has no JPEG jobs to make", ds->name);
-    AMP_ASSERT(output == LOADER_PIXELS || sampler->repeats == 1, "loader: decode jobs carry no repetition numbers");
+    AMP_ASSERT(output == LOADER_PIXELS || image_dataset_source(ds), "loader: %s has no JPEG jobs to make",
+               ds->name);
+    AMP_ASSERT(output == LOADER_PIXELS || sampler->repeats == 1,
+               "loader: decode jobs carry no repetition numbers");
     l->ds = ds;
     l->output = output;
     l->pinned = pinned;
@@ -178,7 +182,8 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
     l->accum = sampler->accum;
     l->steps_per_epoch = sampler_steps_per_epoch(sampler);
     AMP_ASSERT(epoch >= 0 && step >= 0 && step < l->steps_per_epoch,
-               "loader: start at epoch %d step %d, but an epoch has %d steps", epoch, step, l->steps_per_epoch);
+               "loader: start at epoch %d step %d, but an epoch has %d steps", epoch, step,
+               l->steps_per_epoch);
     l->epoch0 = epoch;
     l->first_flat = (long)step * l->accum;
     long per_epoch = (long)l->steps_per_epoch * l->accum;
@@ -189,8 +194,8 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
     for (int i = 0; i < l->n_workers; i++) {
         LoaderWorker *w = &l->workers[i];
         w->loader = l;
-        sampler_init(&w->sampler, sampler->size, sampler->batch, sampler->world, sampler->rank, sampler->accum,
-                     sampler->drop_last, (long)sampler->seed);
+        sampler_init(&w->sampler, sampler->size, sampler->batch, sampler->world, sampler->rank,
+                     sampler->accum, sampler->drop_last, (long)sampler->seed);
         sampler_set_repeats(&w->sampler, sampler->repeats);
     }
     l->slots = prefetch + 1;

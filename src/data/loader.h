@@ -23,20 +23,20 @@
 #include "data/sampler.h"
 
 typedef enum LoaderOutput {
-    LOADER_PIXELS,      // Batch.images
-    LOADER_JOBS,        // Batch.jobs
+    LOADER_PIXELS,  // Batch.images
+    LOADER_JOBS,    // Batch.jobs
 } LoaderOutput;
 
 typedef struct Batch {
-    uint8_t *images;    // LOADER_PIXELS: (batch, side, side, 3) u8 NHWC raw bytes; rows [0, count) are
-                        // valid, the rest 0. LOADER_JOBS: NULL
-    ImageJob *jobs;     // LOADER_JOBS: (batch) [0, count) the samples' jobs, their bytes owned by the loader
-                        // (valid until the batch is released), the rest zero. LOADER_PIXELS: NULL
+    uint8_t *images;  // LOADER_PIXELS: (batch, side, side, 3) u8 NHWC raw bytes; rows [0, count) are
+                      // valid, the rest 0. LOADER_JOBS: NULL
+    ImageJob *jobs;   // LOADER_JOBS: (batch) [0, count) the samples' jobs, their bytes owned by the loader
+                      // (valid until the batch is released), the rest zero. LOADER_PIXELS: NULL
     const int32_t *indices;  // (batch) the samples asked for, [0, count) valid (a job's sample may be a
-                        // replacement's; dataset_replace_failed takes the index asked for)
-    int32_t *labels;    // (batch) int32; [0, count) valid, the rest 0
-    int count;          // samples in this micro-batch, 0..batch (short or 0 only in an epoch's last step)
-    int step_total;     // samples in this optimizer step over all ranks (sampler_step_total)
+                             // replacement's; dataset_replace_failed takes the index asked for)
+    int32_t *labels;         // (batch) int32; [0, count) valid, the rest 0
+    int count;       // samples in this micro-batch, 0..batch (short or 0 only in an epoch's last step)
+    int step_total;  // samples in this optimizer step over all ranks (sampler_step_total)
     int epoch, step, micro;
 } Batch;
 
@@ -46,8 +46,8 @@ typedef struct Loader Loader;
 // caller's sampler stays the caller's. Starts at (epoch, step, micro 0); end_epoch > epoch.
 // workers >= 1 (only used when prefetch > 0).
 // LOADER_JOBS needs an image dataset (imagefolder, webdataset) and a sampler without repeats.
-Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput output, int prefetch, int workers,
-                      int epoch, int step, int end_epoch, Backend *pinned);
+Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput output, int prefetch,
+                      int workers, int epoch, int step, int end_epoch, Backend *pinned);
 
 // The next micro-batch, or NULL after the last one. The batch stays valid until the next call (which
 // releases it: its buffers and its jobs' bytes may then be refilled).

@@ -88,8 +88,8 @@ static long repeated_position(const Sampler *s, long p, int *repetition) {
 
 int sampler_block(Sampler *s, int epoch, int step, int micro, int32_t *indices_out) {
     AMP_ASSERT(epoch >= 0 && step >= 0 && step < sampler_steps_per_epoch(s) && micro >= 0 && micro < s->accum,
-               "sampler: no block at epoch %d step %d micro %d (%d steps, %d micro-steps)", epoch, step, micro,
-               sampler_steps_per_epoch(s), s->accum);
+               "sampler: no block at epoch %d step %d micro %d (%d steps, %d micro-steps)", epoch, step,
+               micro, sampler_steps_per_epoch(s), s->accum);
     if (s->order_epoch != epoch) {
         if (!s->order) s->order = xcalloc((size_t)s->size, sizeof(int32_t));
         sampler_epoch_order(s, epoch, s->order);
@@ -145,6 +145,7 @@ int sampler_val_count(int size, int world, int rank) {
 int sampler_val_block(int size, int world, int rank, int batch, int j, int32_t *indices_out) {
     int n = sampler_val_count(size, world, rank);
     int count = 0;
-    for (long i = (long)j * batch; i < n && count < batch; i++) indices_out[count++] = (int32_t)(rank + i * world);
+    for (long i = (long)j * batch; i < n && count < batch; i++)
+        indices_out[count++] = (int32_t)(rank + i * world);
     return count;
 }

@@ -38,16 +38,16 @@
 #include <stdint.h>
 
 typedef struct Sampler {
-    int size;          // samples in the dataset
-    int repeats;       // R: readings of a sample in an epoch (1: each once)
-    int epoch_size;    // entries an epoch reads: size, or floor(size / 256) * 256 with repeats
-    int batch;         // b: samples per rank per micro-step
-    int world, rank;   // W, r
-    int accum;         // A: micro-steps per optimizer step
-    int drop_last;     // 1: no partial last step (its samples are skipped)
+    int size;         // samples in the dataset
+    int repeats;      // R: readings of a sample in an epoch (1: each once)
+    int epoch_size;   // entries an epoch reads: size, or floor(size / 256) * 256 with repeats
+    int batch;        // b: samples per rank per micro-step
+    int world, rank;  // W, r
+    int accum;        // A: micro-steps per optimizer step
+    int drop_last;    // 1: no partial last step (its samples are skipped)
     uint64_t seed;
-    int32_t *order;    // (size) int32: the permutation of `order_epoch`, made on first use
-    int order_epoch;   // -1: none yet
+    int32_t *order;   // (size) int32: the permutation of `order_epoch`, made on first use
+    int order_epoch;  // -1: none yet
 } Sampler;
 
 void sampler_init(Sampler *s, int size, int batch, int world, int rank, int accum, int drop_last, long seed);

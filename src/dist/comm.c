@@ -51,8 +51,16 @@ Comm *comm_single_create(void) {
 
 // ---- collectives recorded into an op log (a CPU graph capture) ------------------------------------------
 
-typedef struct { Comm *c; void *buf; size_t n; DType dt; } RecordedSum;
-typedef struct { Comm *c; float *flag; } RecordedFlag;
+typedef struct {
+    Comm *c;
+    void *buf;
+    size_t n;
+    DType dt;
+} RecordedSum;
+typedef struct {
+    Comm *c;
+    float *flag;
+} RecordedFlag;
 
 static void replay_sum(const void *p) {
     const RecordedSum *a = p;
@@ -139,12 +147,13 @@ int comm_slurm_tasks(void) {
 static int comm_refuse_unwired_tasks(int world_size) {
     int tasks = comm_slurm_tasks();
     if (tasks <= 1 || world_size > 1) return 0;
-    fprintf(stderr,
-            "error: Slurm started %d tasks (SLURM_STEP_NUM_TASKS, SLURM_NTASKS or SLURM_NPROCS) but this one is an "
-            "MPI world of %d rank: the tasks are not wired into one job and would each train alone, writing the "
-            "same files. Launch them with srun --mpi=pmix (srun --mpi=list shows what this Slurm offers), or "
-            "with mpirun inside the allocation; for a single process, srun --ntasks=1\n",
-            tasks, world_size);
+    fprintf(
+        stderr,
+        "error: Slurm started %d tasks (SLURM_STEP_NUM_TASKS, SLURM_NTASKS or SLURM_NPROCS) but this one is an "
+        "MPI world of %d rank: the tasks are not wired into one job and would each train alone, writing the "
+        "same files. Launch them with srun --mpi=pmix (srun --mpi=list shows what this Slurm offers), or "
+        "with mpirun inside the allocation; for a single process, srun --ntasks=1\n",
+        tasks, world_size);
     return 1;
 }
 
@@ -216,7 +225,8 @@ static int gpu_shared_with(Comm *c, const float key[GPU_KEY_FLOATS]) {
     c->wait(c);
     int other = -1;
     for (int r = 0; r < c->size && other < 0; r++)
-        if (r != c->rank && key[0] != 0 && !memcmp(all + (size_t)r * GPU_KEY_FLOATS, key, GPU_KEY_FLOATS * sizeof *key))
+        if (r != c->rank && key[0] != 0 &&
+            !memcmp(all + (size_t)r * GPU_KEY_FLOATS, key, GPU_KEY_FLOATS * sizeof *key))
             other = r;
     free(all);
     return other;
@@ -242,13 +252,15 @@ int comm_check_local_gpus(Comm *c, int visible_gpus, GpuIdentify identify, int *
         c->allreduce_max_flag(c, &shared);
         if (shared == 0) return 0;
         if (other >= 0)
-            snprintf(why, n,
-                     "ranks %d and %d on host %s both use the GPU at %s (each sees one GPU, the same one); give "
-                     "each rank its own (srun --gpus-per-task=1, or one CUDA_VISIBLE_DEVICES entry per rank), or "
-                     "start one rank per GPU",
-                     c->rank < other ? c->rank : other, c->rank < other ? other : c->rank, host, pci);
+            snprintf(
+                why, n,
+                "ranks %d and %d on host %s both use the GPU at %s (each sees one GPU, the same one); give "
+                "each rank its own (srun --gpus-per-task=1, or one CUDA_VISIBLE_DEVICES entry per rank), or "
+                "start one rank per GPU",
+                c->rank < other ? c->rank : other, c->rank < other ? other : c->rank, host, pci);
         else
-            snprintf(why, n, "two ranks of another host share a GPU (see its error); rank %d on host %s has its own",
+            snprintf(why, n,
+                     "two ranks of another host share a GPU (see its error); rank %d on host %s has its own",
                      c->rank, host);
         return 1;
     }
@@ -261,10 +273,11 @@ int comm_check_local_gpus(Comm *c, int visible_gpus, GpuIdentify identify, int *
     else
         snprintf(devices_note, sizeof devices_note, "CUDA_VISIBLE_DEVICES is not set");
     if (short_here)
-        snprintf(why, n,
-                 "%d ranks on host %s but only %d visible GPUs (%s); each rank needs a GPU of its own: start at "
-                 "most %d ranks per host, or give each rank exactly one (srun --gpus-per-task=1)",
-                 c->local_size, host, visible_gpus, devices_note, visible_gpus);
+        snprintf(
+            why, n,
+            "%d ranks on host %s but only %d visible GPUs (%s); each rank needs a GPU of its own: start at "
+            "most %d ranks per host, or give each rank exactly one (srun --gpus-per-task=1)",
+            c->local_size, host, visible_gpus, devices_note, visible_gpus);
     else
         snprintf(why, n,
                  "another host runs more ranks than it has visible GPUs (see its error); this host %s "

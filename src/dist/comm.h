@@ -14,8 +14,8 @@
 
 typedef struct Comm Comm;
 struct Comm {
-    const char *name;  // "single", "mpi", "nccl"
-    int rank, size;    // in the world
+    const char *name;            // "single", "mpi", "nccl"
+    int rank, size;              // in the world
     int local_rank, local_size;  // on this host (shared-memory split of the world)
     int local_cpus;    // CPUs the ranks on this host may use together: their affinity masks ORed, capped by
                        // the cgroup quota (core/cpus.h); what data.workers=0 shares out

@@ -175,7 +175,8 @@ static void comm_mpi_note_peers(MPI_Comm world, int rank, int size) {
         }
         int n = snprintf(text, sizeof text, "the other %d ranks (host%s", size - 1, found > 1 ? "s" : "");
         for (int i = 0; i < found && n < (int)sizeof text; i++)
-            n += snprintf(text + n, sizeof text - (size_t)n, "%s%s", i ? ", " : " ", i < LISTED ? distinct[i] : "...");
+            n += snprintf(text + n, sizeof text - (size_t)n, "%s%s", i ? ", " : " ",
+                          i < LISTED ? distinct[i] : "...");
         if (n < (int)sizeof text) snprintf(text + n, sizeof text - (size_t)n, ")");
     }
     comm_note_peers(text);

@@ -50,8 +50,8 @@ typedef struct {
 // res: what an NCCL call on m returned. While it is ncclInProgress, polls the communicator's state until
 // it settles, at most host->timeout_s (then the watchdog's timeout ends the job, naming `what`). Any
 // error ends the job through amp_fatal with the call, file and line.
-static void comm_nccl_settle(NcclComm *m, ncclResult_t res, const char *what, const char *expr, const char *file,
-                             int line) {
+static void comm_nccl_settle(NcclComm *m, ncclResult_t res, const char *what, const char *expr,
+                             const char *file, int line) {
     double start = clock_seconds(), timeout = m->host->timeout_s;
     while (res == ncclInProgress) {
         if (m->watchdog && clock_seconds() - start > timeout) watchdog_expire(m->watchdog, what);
@@ -127,7 +127,8 @@ static void comm_nccl_allreduce_max_flag(Comm *c, float *flag) {
 static void comm_nccl_broadcast(Comm *c, void *buf, size_t bytes, int root) {
     NcclComm *m = c->impl;
     comm_nccl_before(m, &m->broadcast_mark);
-    NCCL_SETTLE(m, m->broadcast_mark.what, ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
+    NCCL_SETTLE(m, m->broadcast_mark.what,
+                ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->nccl, m->stream));
     comm_nccl_after(m);
 }
 
@@ -171,7 +172,8 @@ Comm *comm_nccl_create(Comm *host, void *compute_stream) {
     config.blocking = 0;
     ncclResult_t started = ncclCommInitRankConfig(&m->nccl, host->size, id, host->rank, &config);
     WatchdogHooks hooks = {.probe = comm_nccl_probe, .abort = comm_nccl_abort, .arg = m};
-    if (started == ncclSuccess || started == ncclInProgress) m->watchdog = watchdog_start(host->timeout_s, &hooks);
+    if (started == ncclSuccess || started == ncclInProgress)
+        m->watchdog = watchdog_start(host->timeout_s, &hooks);
     NCCL_SETTLE(m, "NCCL start-up", started);
     m->sum_mark = (NcclMark){m->watchdog, "NCCL allreduce_sum"};
     m->max_mark = (NcclMark){m->watchdog, "NCCL allreduce_max_flag"};

@@ -15,10 +15,10 @@ void mpi_check_note(const char *expr, const char *file, int line);
 // Fails with the noted call unless err == MPI_SUCCESS.
 void mpi_check_result(int err);
 
-#define MPI_CHECK(expr)                                                                            \
-    do {                                                                                           \
-        mpi_check_note(#expr, __FILE__, __LINE__);                                                 \
-        mpi_check_result(expr);                                                                    \
+#define MPI_CHECK(expr)                                                                                      \
+    do {                                                                                                     \
+        mpi_check_note(#expr, __FILE__, __LINE__);                                                           \
+        mpi_check_result(expr);                                                                              \
     } while (0)
 
 #endif

@@ -9,12 +9,12 @@
 #include "core/cuda_check.h"
 
 // ncclGetLastError adds NCCL's detail (which peer, which transport) to the generic result string.
-#define NCCL_CHECK(expr)                                                                           \
-    do {                                                                                           \
-        ncclResult_t nccl_res_ = (expr);                                                           \
-        if (nccl_res_ != ncclSuccess)                                                              \
-            amp_fatal(__FILE__, __LINE__, "%s: %s (%s)", #expr, ncclGetErrorString(nccl_res_),     \
-                      ncclGetLastError(NULL));                                                     \
+#define NCCL_CHECK(expr)                                                                                     \
+    do {                                                                                                     \
+        ncclResult_t nccl_res_ = (expr);                                                                     \
+        if (nccl_res_ != ncclSuccess)                                                                        \
+            amp_fatal(__FILE__, __LINE__, "%s: %s (%s)", #expr, ncclGetErrorString(nccl_res_),               \
+                      ncclGetLastError(NULL));                                                               \
     } while (0)
 
 #endif

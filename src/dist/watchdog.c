@@ -73,7 +73,8 @@ static void watchdog_abort_bounded(Watchdog *w) {
     struct timespec nap = timespec_from_ns(10000000);
     while (!atomic_load(&w->aborted) && monotonic_ns() < deadline) nanosleep(&nap, NULL);
     if (!atomic_load(&w->aborted))
-        log_error("the communicator's abort did not finish within %.0f s; exiting without it", WATCHDOG_ABORT_S);
+        log_error("the communicator's abort did not finish within %.0f s; exiting without it",
+                  WATCHDOG_ABORT_S);
 }
 
 static void watchdog_end(Watchdog *w) __attribute__((noreturn));
@@ -98,7 +99,8 @@ void watchdog_expire(Watchdog *w, const char *what) {
 static void watchdog_fail(Watchdog *w, const char *what, const char *why) {
     char where[64];
     watchdog_where(where, sizeof where);
-    log_error("collective %s (%s) on %s failed: %s; aborting", what ? what : "(none in flight)", where, w->self, why);
+    log_error("collective %s (%s) on %s failed: %s; aborting", what ? what : "(none in flight)", where,
+              w->self, why);
     watchdog_end(w);
 }
 

@@ -62,7 +62,7 @@ static int fits_fixed(const double a[6], int x, int y) {
 static void affine_fixed(const uint8_t *in, uint8_t *out, int w, int h, const double a[6]) {
     AMP_ASSERT(fits_fixed(a, 0, 0) && fits_fixed(a, w, h) && fits_fixed(a, 0, h) && fits_fixed(a, w, 0),
                "augment: a %dx%d image is beyond Pillow's fixed-point affine range", w, h);
-#define PIL_FIX(v) pil_floor((v) * 65536.0 + 0.5)
+#define PIL_FIX(v) pil_floor((v)*65536.0 + 0.5)
     int a0 = PIL_FIX(a[0]), a1 = PIL_FIX(a[1]), a3 = PIL_FIX(a[3]), a4 = PIL_FIX(a[4]);
     int a2 = PIL_FIX(a[2] + a[0] * 0.5 + a[1] * 0.5), a5 = PIL_FIX(a[5] + a[3] * 0.5 + a[4] * 0.5);
 #undef PIL_FIX
@@ -70,7 +70,8 @@ static void affine_fixed(const uint8_t *in, uint8_t *out, int w, int h, const do
         int xx = a2, yy = a5;
         for (int x = 0; x < w; x++) {
             int xin = xx >> 16, yin = yy >> 16;
-            if (xin >= 0 && xin < w && yin >= 0 && yin < h) memcpy(pixel(out, w, x, y), pixel_in(in, w, xin, yin), 3);
+            if (xin >= 0 && xin < w && yin >= 0 && yin < h)
+                memcpy(pixel(out, w, x, y), pixel_in(in, w, xin, yin), 3);
             xx += a0;
             yy += a3;
         }
@@ -109,7 +110,8 @@ static void affine_bilinear(const uint8_t *in, uint8_t *out, int w, int h, const
 }
 
 // Image.transform(size, AFFINE, a, filter, fillcolor=0) -> ImagingTransformAffine: out (h, w, 3).
-static void pil_affine(const uint8_t *in, uint8_t *out, int w, int h, const double a[6], AugmentFilter filter) {
+static void pil_affine(const uint8_t *in, uint8_t *out, int w, int h, const double a[6],
+                       AugmentFilter filter) {
     memset(out, 0, (size_t)w * h * 3);
     if (filter == AUGMENT_BILINEAR)
         affine_bilinear(in, out, w, h, a);
@@ -189,7 +191,9 @@ static void pil_blend(const uint8_t *degenerate, uint8_t *img, size_t n, double 
 }
 
 // convert("L"): ITU-R 601-2 luma in 16-bit fixed point, rounded (Convert.c's L24).
-static uint8_t luma(const uint8_t *p) { return (uint8_t)((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16); }
+static uint8_t luma(const uint8_t *p) {
+    return (uint8_t)((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
+}
 
 // ImageEnhance.Contrast's grey: int(ImageStat.Stat(convert("L")).mean[0] + 0.5), the sum accumulated in
 // double as ImageStat does.
@@ -210,7 +214,8 @@ static void pil_smooth(const uint8_t *in, uint8_t *out, int w, int h) {
     const float offset = 0.0f + 0.5f;
     memcpy(out, in, (size_t)w * h * 3);
     for (int y = 1; y < h - 1; y++) {
-        const uint8_t *rows[3] = {pixel_in(in, w, 0, y + 1), pixel_in(in, w, 0, y), pixel_in(in, w, 0, y - 1)};
+        const uint8_t *rows[3] = {pixel_in(in, w, 0, y + 1), pixel_in(in, w, 0, y),
+                                  pixel_in(in, w, 0, y - 1)};
         for (int x = 1; x < w - 1; x++)
             for (int b = 0; b < 3; b++) {
                 float ss = offset;
@@ -293,10 +298,12 @@ static void lut_op(uint8_t *img, size_t pixels, AugmentOp op, double magnitude) 
         (op == AUGMENT_AUTOCONTRAST ? autocontrast_luts : equalize_luts)(hist, lut);
     } else {
         int bits = (int)magnitude;  // ImageOps.posterize: i & ~(2^(8-bits) - 1)
-        AMP_ASSERT(op != AUGMENT_POSTERIZE || (bits >= 0 && bits <= 8), "augment: posterize to %d bits", bits);
+        AMP_ASSERT(op != AUGMENT_POSTERIZE || (bits >= 0 && bits <= 8), "augment: posterize to %d bits",
+                   bits);
         for (int i = 0; i < 256; i++)
-            lut[0][i] = (uint8_t)(op == AUGMENT_POSTERIZE ? i & ~((1 << (8 - bits)) - 1)
-                                                          : (i < magnitude ? i : 255 - i));  // ImageOps.solarize
+            lut[0][i] = (uint8_t)(op == AUGMENT_POSTERIZE
+                                      ? i & ~((1 << (8 - bits)) - 1)
+                                      : (i < magnitude ? i : 255 - i));  // ImageOps.solarize
         memcpy(lut[1], lut[0], 256);
         memcpy(lut[2], lut[0], 256);
     }
@@ -306,8 +313,8 @@ static void lut_op(uint8_t *img, size_t pixels, AugmentOp op, double magnitude) 
 // ---- TrivialAugmentWide ---------------------------------------------------------------------------------
 
 static const char *const op_names[AUGMENT_OPS] = {
-    "Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
-    "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize"};
+    "Identity", "ShearX",   "ShearY",    "TranslateX", "TranslateY", "Rotate",       "Brightness",
+    "Color",    "Contrast", "Sharpness", "Posterize",  "Solarize",   "AutoContrast", "Equalize"};
 
 const char *image_augment_op_name(AugmentOp op) { return op >= 0 && op < AUGMENT_OPS ? op_names[op] : "?"; }
 
@@ -349,7 +356,8 @@ double image_ta_wide_magnitude(AugmentDraw d) {
     return d.negative && is_signed(d.op) ? magnitude * -1.0 : magnitude;
 }
 
-void image_augment_op(uint8_t *img, int width, int height, AugmentOp op, double magnitude, AugmentFilter filter) {
+void image_augment_op(uint8_t *img, int width, int height, AugmentOp op, double magnitude,
+                      AugmentFilter filter) {
     AMP_ASSERT(op >= 0 && op < AUGMENT_OPS, "augment: op %d", (int)op);
     size_t pixels = (size_t)width * height;
     if (op == AUGMENT_IDENTITY) return;
@@ -394,7 +402,8 @@ int image_random_erase_draw(int width, int height, double p, Rng *rng, ImageRect
     for (int t = 0; t < ERASE_TRIES; t++) {
         double erase_area = area * (ERASE_SCALE_MIN + (ERASE_SCALE_MAX - ERASE_SCALE_MIN) * rng_uniform(rng));
         double aspect = exp(log_lo + (log_hi - log_lo) * rng_uniform(rng));
-        int h = (int)rint(sqrt(erase_area * aspect)), w = (int)rint(sqrt(erase_area / aspect));  // ties to even
+        int h = (int)rint(sqrt(erase_area * aspect)),
+            w = (int)rint(sqrt(erase_area / aspect));  // ties to even
         if (!(h < height && w < width)) continue;
         int top = (int)rng_below(rng, (uint32_t)(height - h + 1));
         int left = (int)rng_below(rng, (uint32_t)(width - w + 1));

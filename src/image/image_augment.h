@@ -48,8 +48,8 @@ typedef enum AugmentFilter { AUGMENT_NEAREST, AUGMENT_BILINEAR } AugmentFilter;
 // One draw of TrivialAugmentWide.
 typedef struct AugmentDraw {
     AugmentOp op;
-    int bin;        // 0..AUGMENT_BINS-1, or -1 for an op without magnitudes (Identity, AutoContrast, Equalize)
-    int negative;   // 1: the magnitude's sign flipped (signed ops only)
+    int bin;       // 0..AUGMENT_BINS-1, or -1 for an op without magnitudes (Identity, AutoContrast, Equalize)
+    int negative;  // 1: the magnitude's sign flipped (signed ops only)
 } AugmentDraw;
 
 // torchvision's name of op ("ShearX", ...).
@@ -67,7 +67,8 @@ double image_ta_wide_magnitude(AugmentDraw d);
 
 // torchvision's _apply_op(img, op, magnitude, interpolation, fill=None) on a PIL RGB image, in place.
 // img (height, width, 3) u8.
-void image_augment_op(uint8_t *img, int width, int height, AugmentOp op, double magnitude, AugmentFilter filter);
+void image_augment_op(uint8_t *img, int width, int height, AugmentOp op, double magnitude,
+                      AugmentFilter filter);
 
 // RandomErasing's draws: the coin (rng_uniform < p); then up to 10 tries of area fraction
 // ~ U(0.02, 0.33) and log-aspect ~ U(log 0.3, log 3.3), h = round(sqrt(area * aspect)),

@@ -22,7 +22,8 @@ static inline int muldiv255(int a, int b) {
 static void cmyk_to_rgb(const uint8_t *cmyk, size_t n, uint8_t *rgb) {
     for (size_t i = 0; i < n; i++) {
         int nk = cmyk[4 * i + 3];  // 255 - k' with k' = 255 - stored k
-        for (int ch = 0; ch < 3; ch++) rgb[3 * i + ch] = (uint8_t)(nk - muldiv255(255 - cmyk[4 * i + ch], nk));
+        for (int ch = 0; ch < 3; ch++)
+            rgb[3 * i + ch] = (uint8_t)(nk - muldiv255(255 - cmyk[4 * i + ch], nk));
     }
 }
 
@@ -47,8 +48,8 @@ static int decompress(tjhandle tj, const uint8_t *data, size_t size, uint8_t *ou
 
 // The checks every decode starts with: not empty, a start-of-image marker, a header TurboJPEG reads
 // that has a frame, a size image_decode_check_size allows. 0 with the header's numbers, or 1 with err.
-static int header_read(tjhandle tj, const uint8_t *data, size_t size, int *width, int *height, int *colorspace,
-                       char *err, size_t err_cap) {
+static int header_read(tjhandle tj, const uint8_t *data, size_t size, int *width, int *height,
+                       int *colorspace, char *err, size_t err_cap) {
     int subsamp;
     if (size == 0) {
         snprintf(err, err_cap, "empty file (0 bytes)");
@@ -137,16 +138,19 @@ int image_decode(const uint8_t *data, size_t size, DecodedImage *out, char *err,
 
 int image_decode_check_size(int width, int height, size_t bytes, char *err, size_t err_cap) {
     double pixels = (double)width * height;
-    if (width > 0 && height > 0 && pixels <= IMAGE_MAX_PIXELS && pixels <= (double)bytes * IMAGE_MAX_PIXELS_PER_BYTE)
+    if (width > 0 && height > 0 && pixels <= IMAGE_MAX_PIXELS &&
+        pixels <= (double)bytes * IMAGE_MAX_PIXELS_PER_BYTE)
         return 0;
     if (width <= 0 || height <= 0)
         snprintf(err, err_cap, "a frame of %d x %d pixels", width, height);
     else if (pixels > IMAGE_MAX_PIXELS)
-        snprintf(err, err_cap, "%d x %d = %.0f pixels, more than the %ld any image may have", width, height, pixels,
-                 IMAGE_MAX_PIXELS);
+        snprintf(err, err_cap, "%d x %d = %.0f pixels, more than the %ld any image may have", width, height,
+                 pixels, IMAGE_MAX_PIXELS);
     else
-        snprintf(err, err_cap, "%d x %d pixels claimed by a file of %zu bytes: more than the %d pixels per byte a "
-                 "JPEG can hold (a forged or cut header)", width, height, bytes, IMAGE_MAX_PIXELS_PER_BYTE);
+        snprintf(err, err_cap,
+                 "%d x %d pixels claimed by a file of %zu bytes: more than the %d pixels per byte a "
+                 "JPEG can hold (a forged or cut header)",
+                 width, height, bytes, IMAGE_MAX_PIXELS_PER_BYTE);
     return 1;
 }
 

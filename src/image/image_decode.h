@@ -41,7 +41,7 @@
 typedef ImageRect CropBox;
 
 typedef struct DecodedImage {
-    uint8_t *rgb;        // (height, width, 3) u8 RGB, malloc'd; grayscale/CMYK become RGB like PIL convert("RGB")
+    uint8_t *rgb;  // (height, width, 3) u8 RGB, malloc'd; grayscale/CMYK become RGB like PIL convert("RGB")
     int width, height;
 } DecodedImage;
 

@@ -64,8 +64,8 @@ static void region_decompress(j_decompress_ptr d, int y0, int y1, JDIMENSION *x0
     jpeg_finish_decompress(d);
 }
 
-int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedImage *out, CropBox *held, char *err,
-                        size_t err_cap) {
+int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedImage *out, CropBox *held,
+                        char *err, size_t err_cap) {
     struct jpeg_decompress_struct d;
     struct jpeg_progress_mgr progress = {.progress_monitor = region_progress};
     RegionErrors errors;
@@ -95,10 +95,11 @@ int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedI
         return image_decode(data, size, out, err, err_cap);  // CMYK's own conversion
     }
     AMP_ASSERT(want.top >= 0 && want.left >= 0 && want.height > 0 && want.width > 0 &&
-               want.top + want.height <= height && want.left + want.width <= width,
-               "decode region: box (%d, %d, %d, %d) outside the %dx%d image", want.top, want.left, want.height,
-               want.width, width, height);
-    int y0 = clamp(want.top - REGION_MARGIN, 0, height), y1 = clamp(want.top + want.height + REGION_MARGIN, 0, height);
+                   want.top + want.height <= height && want.left + want.width <= width,
+               "decode region: box (%d, %d, %d, %d) outside the %dx%d image", want.top, want.left,
+               want.height, want.width, width, height);
+    int y0 = clamp(want.top - REGION_MARGIN, 0, height),
+        y1 = clamp(want.top + want.height + REGION_MARGIN, 0, height);
     int x_end = clamp(want.left + want.width + REGION_MARGIN, 0, width);
     JDIMENSION x0 = (JDIMENSION)clamp(want.left - REGION_MARGIN, 0, width), cols = (JDIMENSION)x_end - x0;
     region_decompress(&d, y0, y1, &x0, &cols, &rgb);
@@ -110,8 +111,8 @@ int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedI
 
 #else
 
-int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedImage *out, CropBox *held, char *err,
-                        size_t err_cap) {
+int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedImage *out, CropBox *held,
+                        char *err, size_t err_cap) {
     (void)want;
     if (image_decode(data, size, out, err, err_cap) != 0) return 1;
     *held = (CropBox){0, 0, out->height, out->width};

@@ -29,7 +29,7 @@
 // want: a box inside the image (its size from image_decode_size). 0 with *out (held->height,
 // held->width, 3) u8 RGB, the pixels of the rectangle *held of the image, which contains want; or 1 with
 // one line in err and *out untouched. Refuses what image_decode refuses.
-int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedImage *out, CropBox *held, char *err,
-                        size_t err_cap);
+int image_decode_region(const uint8_t *data, size_t size, CropBox want, DecodedImage *out, CropBox *held,
+                        char *err, size_t err_cap);
 
 #endif

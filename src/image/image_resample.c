@@ -42,7 +42,8 @@ void image_resample_taps(int in_size, int out_size, int first, int count, int re
         int n = hi - lo, at = reverse ? count - 1 - i : i;
         for (int x = 0; x < n; x++) sum += w[x] = triangle((x + lo - center + 0.5) * ss);
         int32_t *k = t->weights + (size_t)at * t->ksize;
-        for (int x = 0; x < n; x++) k[x] = (int32_t)(0.5 + (sum != 0.0 ? w[x] / sum : w[x]) * (1 << RESAMPLE_BITS));
+        for (int x = 0; x < n; x++)
+            k[x] = (int32_t)(0.5 + (sum != 0.0 ? w[x] / sum : w[x]) * (1 << RESAMPLE_BITS));
         t->bounds[2 * at] = lo;
         t->bounds[2 * at + 1] = n;
     }
@@ -70,7 +71,7 @@ static inline i32x4 widen4(const uint8_t *p) {
 static inline void clip8x4_store(i32x4 v, uint8_t *dst) {
     v >>= RESAMPLE_BITS;  // arithmetic: negative sums stay negative; then clamp to 0 .. 255
 #ifdef __SSE4_1__
-    __m128i w = _mm_packus_epi32((__m128i)v, (__m128i)v);  // saturates to 0 .. 65535
+    __m128i w = _mm_packus_epi32((__m128i)v, (__m128i)v);   // saturates to 0 .. 65535
     int32_t b = _mm_cvtsi128_si32(_mm_packus_epi16(w, w));  // saturates to 0 .. 255
     memcpy(dst, &b, 4);
 #else
@@ -92,7 +93,8 @@ static void resample_row(const uint8_t *src, const ResampleTaps *t, int count, u
 
 // Vertical pass of one output row: the n rows at col (stride bytes apart, each len bytes, readable 3
 // bytes past len) weighted by k -> dst (len) u8.
-static void resample_column(const uint8_t *col, size_t stride, const int32_t *k, int n, size_t len, uint8_t *dst) {
+static void resample_column(const uint8_t *col, size_t stride, const int32_t *k, int n, size_t len,
+                            uint8_t *dst) {
     for (size_t c = 0; c < len; c += 4) {
         i32x4 sum = {RESAMPLE_HALF, RESAMPLE_HALF, RESAMPLE_HALF, RESAMPLE_HALF};
         for (int j = 0; j < n; j++) sum += widen4(col + (size_t)j * stride + c) * k[j];
@@ -105,10 +107,11 @@ static void resample_column(const uint8_t *col, size_t stride, const int32_t *k,
 void image_resize_bilinear(const DecodedImage *in, CropBox box, int out_w, int out_h, CropBox win, int mirror,
                            uint8_t *out) {
     AMP_ASSERT(box.top >= 0 && box.left >= 0 && box.height > 0 && box.width > 0 &&
-               box.top + box.height <= in->height && box.left + box.width <= in->width,
-               "resize: box (%d, %d, %d, %d) outside the %dx%d image", box.top, box.left, box.height, box.width,
-               in->width, in->height);
-    AMP_ASSERT(win.top >= 0 && win.left >= 0 && win.top + win.height <= out_h && win.left + win.width <= out_w,
+                   box.top + box.height <= in->height && box.left + box.width <= in->width,
+               "resize: box (%d, %d, %d, %d) outside the %dx%d image", box.top, box.left, box.height,
+               box.width, in->width, in->height);
+    AMP_ASSERT(win.top >= 0 && win.left >= 0 && win.top + win.height <= out_h &&
+                   win.left + win.width <= out_w,
                "resize: window outside the %dx%d output", out_w, out_h);
     ResampleTaps th, tv;
     image_resample_taps(box.width, out_w, win.left, win.width, mirror, &th);
@@ -116,14 +119,16 @@ void image_resize_bilinear(const DecodedImage *in, CropBox box, int out_w, int o
     // Rows of the box the window's vertical taps read: the horizontal pass makes only those.
     int row0 = tv.bounds[0], row1 = tv.bounds[2 * (win.height - 1)] + tv.bounds[2 * (win.height - 1) + 1];
     size_t tmp_stride = (size_t)win.width * 3;
-    uint8_t *tmp = malloc((size_t)(row1 - row0) * tmp_stride + 4);  // (row1 - row0, win.width, 3) u8 + 4 spare
+    uint8_t *tmp =
+        malloc((size_t)(row1 - row0) * tmp_stride + 4);  // (row1 - row0, win.width, 3) u8 + 4 spare
     AMP_ASSERT(tmp, "resize: out of memory");
     // The last pixel of the image has no byte after it: a row that reads it goes through a padded copy.
     size_t stride = (size_t)in->width * 3, box_bytes = (size_t)box.width * 3;
     uint8_t *last_row = xcalloc(box_bytes + 1, 1);
     for (int y = row0; y < row1; y++) {
         const uint8_t *src = in->rgb + (size_t)(box.top + y) * stride + (size_t)box.left * 3;
-        if (box.top + y == in->height - 1 && box.left + box.width == in->width) src = memcpy(last_row, src, box_bytes);
+        if (box.top + y == in->height - 1 && box.left + box.width == in->width)
+            src = memcpy(last_row, src, box_bytes);
         resample_row(src, &th, win.width, tmp + (size_t)(y - row0) * tmp_stride);
     }
     for (int y = 0; y < win.height; y++) {

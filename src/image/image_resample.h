@@ -10,15 +10,16 @@
 
 #include "image/image_decode.h"
 
-#define RESAMPLE_BITS 22  // Pillow's PRECISION_BITS (32 - 8 - 2): a sum of 8-bit pixels times weights fits int32
+#define RESAMPLE_BITS                                                                                        \
+    22  // Pillow's PRECISION_BITS (32 - 8 - 2): a sum of 8-bit pixels times weights fits int32
 
 // One pass's taps: output i reads bounds[2i + 1] inputs from bounds[2i] on, weighted by weights[i * ksize ..]
 // (RESAMPLE_BITS fixed point, summing to about 1); a pixel is sum + 2^(RESAMPLE_BITS-1) shifted right by
 // RESAMPLE_BITS and clamped to 0..255, after each pass.
 typedef struct ResampleTaps {
-    int ksize;        // taps reserved per output
-    int *bounds;      // (count, 2) int: first input index and number of taps of each output
-    int32_t *weights; // (count, ksize) int32
+    int ksize;         // taps reserved per output
+    int *bounds;       // (count, 2) int: first input index and number of taps of each output
+    int32_t *weights;  // (count, ksize) int32
 } ResampleTaps;
 
 // The taps of outputs first .. first+count-1 of a resize from in_size to out_size samples (Pillow's

@@ -51,7 +51,6 @@ int image_val_resize(int side);
 // it is all of it; g.box must lie inside held). out (g.win.height, g.win.width, 3) u8.
 void image_geometry_apply(const DecodedImage *in, ImageRect held, ImageGeometry g, uint8_t *out);
 
-
 // image_train_crop_draw, then its geometry (image_train_geometry) applied to the whole image. out (side, side, 3) u8.
 void image_transform_train(const DecodedImage *in, int side, CropScale scale, Rng *rng, uint8_t *out);
 

@@ -15,7 +15,8 @@ static size_t max3(size_t a, size_t b, size_t c) { return a > b ? (a > c ? a : c
 // Elements per image of the buffer holding block b's output gradient: block_backward reuses it, once
 // bn3's backward has read it, for the downsample's and then conv3's and conv2's data gradients.
 static size_t block_dout_elems(const ModelBlock *b) {
-    return max3(conv_out_elems(&b->conv3.shape), conv_out_elems(&b->conv2.shape), conv_out_elems(&b->conv1.shape));
+    return max3(conv_out_elems(&b->conv3.shape), conv_out_elems(&b->conv2.shape),
+                conv_out_elems(&b->conv1.shape));
 }
 
 typedef struct PlannedBuffer {
@@ -40,9 +41,9 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
 #define KEEP(ptr, bytes) plan_add(plan, &count, cap, (void **)&(ptr), arena_append(arena, (bytes)))
 // no_reuse (tests): each short-lived buffer gets bytes of its own, as large as the largest tensor, so
 // that layout is right whatever the sizes computed here.
-#define ABOVE(ptr, bytes, floor, busy, n_busy)                                                                \
-    plan_add(plan, &count, cap, (void **)&(ptr),                                                              \
-             a->no_reuse ? arena_append(arena, roomy)                                                         \
+#define ABOVE(ptr, bytes, floor, busy, n_busy)                                                               \
+    plan_add(plan, &count, cap, (void **)&(ptr),                                                             \
+             a->no_reuse ? arena_append(arena, roomy)                                                        \
                          : arena_place_above(arena, (floor), (bytes), (busy), (n_busy)))
     size_t n = (size_t)a->max_batch;
     int side = m->cfg.image_size, classes = m->cfg.num_classes;
@@ -58,7 +59,8 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
     KEEP(a->stem_pool, n * conv_in_elems(&m->blocks[0].conv1.shape) * e);
     size_t roomy = in_elems > stem_bytes ? in_elems : stem_bytes;
     for (int i = 0; i < m->n_blocks; i++)
-        roomy = max3(roomy, n * block_dout_elems(&m->blocks[i]) * e, n * conv_in_elems(&m->blocks[i].conv1.shape) * e);
+        roomy = max3(roomy, n * block_dout_elems(&m->blocks[i]) * e,
+                     n * conv_in_elems(&m->blocks[i].conv1.shape) * e);
     size_t *block_start = xcalloc((size_t)m->n_blocks + 1, sizeof *block_start);
     for (int i = 0; i < m->n_blocks; i++) {
         const ModelBlock *b = &m->blocks[i];
@@ -79,7 +81,8 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
     ABOVE(a->images, in_elems, block_start[0], NULL, 0);
     for (int i = 0; i < m->n_blocks; i++)
         if (m->blocks[i].has_down)
-            ABOVE(a->blocks[i].down_b, n * conv_out_elems(&m->blocks[i].conv3.shape) * e, block_start[i + 1], NULL, 0);
+            ABOVE(a->blocks[i].down_b, n * conv_out_elems(&m->blocks[i].conv3.shape) * e, block_start[i + 1],
+                  NULL, 0);
 
     const ModelBlock *last = &m->blocks[m->n_blocks - 1];
     ArenaSpan dout = ABOVE(a->d_top, n * block_dout_elems(last) * e, block_start[m->n_blocks], NULL, 0);
@@ -89,7 +92,8 @@ static int activation_plan(const Model *m, Activations *a, PlannedBuffer *plan, 
                         conv_out_elems(&b->conv3.shape));
         // d_in first holds the residual's gradient (with a downsample, the output's shape), then the
         // input's; then it is block i-1's output gradient buffer (block_dout_elems of that block)
-        size_t d_in_elems = max3(conv_in_elems(&b->conv1.shape), b->has_down ? conv_out_elems(&b->conv3.shape) : 0,
+        size_t d_in_elems = max3(conv_in_elems(&b->conv1.shape),
+                                 b->has_down ? conv_out_elems(&b->conv3.shape) : 0,
                                  i > 0 ? block_dout_elems(&m->blocks[i - 1]) : 0);
         ArenaSpan d_in = ABOVE(a->blocks[i].d_in, n * d_in_elems * e, block_start[i + 1], &dout, 1);
         ArenaSpan busy[2] = {dout, d_in};
@@ -142,8 +146,8 @@ void activations_share(Activations *a, const Model *m, int max_batch, const Acti
     memset(a, 0, sizeof *a);
     a->max_batch = max_batch;
     AMP_ASSERT(max_batch <= host->max_batch && activations_arena_bytes(m, max_batch) <= host->arena_bytes,
-               "activations: %zu bytes at batch %d do not fit the %zu-byte arena", activations_arena_bytes(m, max_batch),
-               max_batch, host->arena_bytes);
+               "activations: %zu bytes at batch %d do not fit the %zu-byte arena",
+               activations_arena_bytes(m, max_batch), max_batch, host->arena_bytes);
     activations_place(a, m, NULL, host->arena, 0);
     a->labels = host->labels;
     a->saved = host->saved;

@@ -41,25 +41,25 @@ typedef struct BlockActs {
 
 typedef struct Activations {
     int max_batch;
-    uint8_t *images;        // (max_batch, side, side, 3) u8: the static raw batch (the graph reads it here)
-    int32_t *labels;        // (max_batch) the static labels
-    void *input;            // (max_batch, side, side, 3) dt: the normalised batch the stem reads (and its backward)
+    uint8_t *images;  // (max_batch, side, side, 3) u8: the static raw batch (the graph reads it here)
+    int32_t *labels;  // (max_batch) the static labels
+    void *input;      // (max_batch, side, side, 3) dt: the normalised batch the stem reads (and its backward)
     void *stem_a, *stem_b, *stem_pool;  // stem conv out, bn+relu out, maxpool out
-    BlockActs *blocks;      // (n_blocks)
-    void *pooled;           // (max_batch, fc_in) dt
-    void *logits;           // (max_batch, classes) dt
-    void *dlogits;          // (max_batch, classes) dt
-    void *dpooled;          // (max_batch, fc_in) dt
-    void *d_top;            // (max_batch, final_hw, fc_in) the last block's output gradient
-    void *d_stem_b, *d_stem_a;  // stem gradients: maxpool's input, then bn's input
-    float *saved;           // (stats_numel) fp32 BN batch mean / invstd of the last training forward
-    float *loss;            // (1) fp32 mean loss of the last forward
-    void *arena;            // one allocation holding every buffer above except saved and loss
+    BlockActs *blocks;                  // (n_blocks)
+    void *pooled;                       // (max_batch, fc_in) dt
+    void *logits;                       // (max_batch, classes) dt
+    void *dlogits;                      // (max_batch, classes) dt
+    void *dpooled;                      // (max_batch, fc_in) dt
+    void *d_top;                        // (max_batch, final_hw, fc_in) the last block's output gradient
+    void *d_stem_b, *d_stem_a;          // stem gradients: maxpool's input, then bn's input
+    float *saved;  // (stats_numel) fp32 BN batch mean / invstd of the last training forward
+    float *loss;   // (1) fp32 mean loss of the last forward
+    void *arena;   // one allocation holding every buffer above except saved and loss
     size_t arena_bytes;
-    int no_reuse;           // set before activations_alloc: every buffer its own bytes, each as large as the
-                            // largest tensor (tests compare the layouts)
-    size_t reserve_bytes;   // set before activations_alloc: the arena is at least this large (a layout that
-                            // shares it, activations_share, may need more)
+    int no_reuse;          // set before activations_alloc: every buffer its own bytes, each as large as the
+                           // largest tensor (tests compare the layouts)
+    size_t reserve_bytes;  // set before activations_alloc: the arena is at least this large (a layout that
+                           // shares it, activations_share, may need more)
 } Activations;
 
 // Bytes of the arena for this model at max_batch (--dry-run's estimate; activations_alloc agrees).

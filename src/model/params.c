@@ -57,9 +57,12 @@ static void permute_layout(const ParamInfo *info, const float *src, float *dst, 
         for (int64_t i = 0; i < ci; i++)
             for (int64_t y = 0; y < kh; y++)
                 for (int64_t x = 0; x < kw; x++) {
-                    int64_t torch_index = ((o * ci + i) * kh + y) * kw + x, our_index = ((o * kh + y) * kw + x) * ci + i;
-                    if (to_torch) dst[torch_index] = src[our_index];
-                    else dst[our_index] = src[torch_index];
+                    int64_t torch_index = ((o * ci + i) * kh + y) * kw + x,
+                            our_index = ((o * kh + y) * kw + x) * ci + i;
+                    if (to_torch)
+                        dst[torch_index] = src[our_index];
+                    else
+                        dst[our_index] = src[torch_index];
                 }
 }
 

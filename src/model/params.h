@@ -19,7 +19,7 @@ typedef enum {
     PARAM_CONV_WEIGHT,  // stored (C_out, kh, kw, C_in/g); torchvision (C_out, C_in/g, kh, kw)
     PARAM_BN_WEIGHT,
     PARAM_BN_BIAS,
-    PARAM_FC_WEIGHT,    // (out, in) as torchvision
+    PARAM_FC_WEIGHT,  // (out, in) as torchvision
     PARAM_FC_BIAS,
 } ParamKind;
 
@@ -27,16 +27,16 @@ typedef struct ParamInfo {
     char name[PARAM_NAME_MAX];  // torchvision state_dict key, e.g. "layer1.0.conv2.weight"
     ParamKind kind;
     int ndim;
-    int64_t shape[4];           // torchvision's shape
+    int64_t shape[4];  // torchvision's shape
     size_t numel;
-    size_t offset;              // elements into the flat buffers
+    size_t offset;  // elements into the flat buffers
 } ParamInfo;
 
 typedef struct ParamRegistry {
-    ParamInfo *items;           // in torchvision state_dict order
+    ParamInfo *items;  // in torchvision state_dict order
     int count, capacity;
-    size_t numel;               // true parameter count (25,028,904 for resnext50_32x4d)
-    size_t padded_numel;        // length of the flat buffers
+    size_t numel;         // true parameter count (25,028,904 for resnext50_32x4d)
+    size_t padded_numel;  // length of the flat buffers
 } ParamRegistry;
 
 // Adds a tensor (offset unassigned) and returns its index.

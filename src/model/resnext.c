@@ -16,8 +16,16 @@
 
 static ConvLayer conv_make(Model *m, const char *name, int n, int h, int w, int c_in, int c_out, int k,
                            int stride, int pad, int groups) {
-    ConvLayer l = {.shape = {.n = n, .h = h, .w = w, .c_in = c_in, .c_out = c_out, .kh = k, .kw = k,
-                             .stride = stride, .pad = pad, .groups = groups}};
+    ConvLayer l = {.shape = {.n = n,
+                             .h = h,
+                             .w = w,
+                             .c_in = c_in,
+                             .c_out = c_out,
+                             .kh = k,
+                             .kw = k,
+                             .stride = stride,
+                             .pad = pad,
+                             .groups = groups}};
     conv_shape_finish(&l.shape);
     int64_t shape[4] = {c_out, c_in / groups, k, k};
     l.weight = params_add(&m->params, name, PARAM_CONV_WEIGHT, 4, shape);
@@ -98,7 +106,8 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int amp) {
             bn_make(m, &b->bn3, LAYER_NAME("bn3"), out_c);
             b->has_down = (stride != 1 || in_c != out_c);
             if (b->has_down) {
-                b->down = conv_make(m, LAYER_NAME("downsample.0.weight"), n, h, w, in_c, out_c, 1, stride, 0, 1);
+                b->down =
+                    conv_make(m, LAYER_NAME("downsample.0.weight"), n, h, w, in_c, out_c, 1, stride, 0, 1);
                 bn_make(m, &b->down_bn, LAYER_NAME("downsample.1"), out_c);
             }
 #undef LAYER_NAME
@@ -116,7 +125,9 @@ void model_init_shapes(Model *m, const ModelConfig *cfg, int amp) {
 double model_macs_per_image(const Model *m) {
     double macs = 0;
     const ConvLayer *convs[4];
-#define CONV_MACS(l) ((double)(l).shape.out_h * (l).shape.out_w * (l).shape.c_out * (l).shape.kh * (l).shape.kw * ((l).shape.c_in / (l).shape.groups))
+#define CONV_MACS(l)                                                                                         \
+    ((double)(l).shape.out_h * (l).shape.out_w * (l).shape.c_out * (l).shape.kh * (l).shape.kw *             \
+     ((l).shape.c_in / (l).shape.groups))
     macs += CONV_MACS(m->stem);
     for (int i = 0; i < m->n_blocks; i++) {
         const ModelBlock *b = &m->blocks[i];
@@ -325,19 +336,26 @@ static void bn_fwd(const Pass *p, const ModelBnLayer *bn, int rows, int train, c
     const float *gamma = master_of(m, bn->gamma), *beta = master_of(m, bn->beta);
     if (train) {
         float *sm = p->act->saved + bn->stats_offset, *si = sm + bn->c;
-        p->be->bn_forward_train(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, BN_MOMENTUM,
-                                BN_EPS, sm, si, y);
+        p->be->bn_forward_train(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv,
+                                BN_MOMENTUM, BN_EPS, sm, si, y);
     } else {
-        p->be->bn_forward_eval(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, BN_EPS, y);
+        p->be->bn_forward_eval(p->be, rows, bn->c, m->act_dt, x, residual, relu, gamma, beta, rm, rv, BN_EPS,
+                               y);
     }
 }
 
 // The tensors of bn's layer for bn_add_bn_*: input x, its parameters, statistics and gradients.
 static BnArgs bn_args(Model *m, const Activations *act, const ModelBnLayer *bn, const void *x) {
     float *rm = m->running + bn->stats_offset, *sm = act->saved + bn->stats_offset;
-    return (BnArgs){.x = x, .gamma = master_of(m, bn->gamma), .beta = master_of(m, bn->beta), .running_mean = rm,
-                    .running_var = rm + bn->c, .save_mean = sm, .save_invstd = sm + bn->c,
-                    .dgamma = grad_of(m, bn->gamma), .dbeta = grad_of(m, bn->beta)};
+    return (BnArgs){.x = x,
+                    .gamma = master_of(m, bn->gamma),
+                    .beta = master_of(m, bn->beta),
+                    .running_mean = rm,
+                    .running_var = rm + bn->c,
+                    .save_mean = sm,
+                    .save_invstd = sm + bn->c,
+                    .dgamma = grad_of(m, bn->gamma),
+                    .dbeta = grad_of(m, bn->beta)};
 }
 
 // A downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)), in one op in training where the backend has
@@ -350,12 +368,18 @@ static void bn_add_bn_fwd(const Pass *p, const ModelBnLayer *bn_a, const ModelBn
         return;
     }
     const BnArgs a = bn_args(p->m, p->act, bn_a, x_a), b = bn_args(p->m, p->act, bn_b, x_b);
-    p->be->bn_add_bn_forward_train(p->be, rows, bn_a->c, p->m->act_dt, &a, &b, 1, BN_MOMENTUM, BN_EPS, b_out, y);
+    p->be->bn_add_bn_forward_train(p->be, rows, bn_a->c, p->m->act_dt, &a, &b, 1, BN_MOMENTUM, BN_EPS, b_out,
+                                   y);
 }
 
 static PoolShape stem_pool_shape(const Model *m, int n) {
-    PoolShape p = {.n = n, .h = m->stem.shape.out_h, .w = m->stem.shape.out_w, .c = m->stem.shape.c_out,
-                   .k = 3, .stride = 2, .pad = 1};
+    PoolShape p = {.n = n,
+                   .h = m->stem.shape.out_h,
+                   .w = m->stem.shape.out_w,
+                   .c = m->stem.shape.c_out,
+                   .k = 3,
+                   .stride = 2,
+                   .pad = 1};
     p.out_h = (p.h + 2 * p.pad - p.k) / p.stride + 1;
     p.out_w = (p.w + 2 * p.pad - p.k) / p.stride + 1;
     return p;
@@ -395,20 +419,21 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
             continue;
         }
         conv_fwd(&p, &bl->down, in, ba->down_a);
-        bn_add_bn_fwd(&p, &bl->bn3, &bl->down_bn, rows_of(&bl->conv3, n), train, ba->a3, ba->down_a, ba->down_b,
-                      ba->out);
+        bn_add_bn_fwd(&p, &bl->bn3, &bl->down_bn, rows_of(&bl->conv3, n), train, ba->a3, ba->down_a,
+                      ba->down_b, ba->out);
     }
-    be->avgpool_forward(be, n, m->final_hw, m->fc_in, m->act_dt, act->blocks[m->n_blocks - 1].out, act->pooled);
-    be->linear_forward(be, n, m->fc_in, m->cfg.num_classes, m->act_dt, act->pooled, weight_of(m, m->fc_weight),
-                       weight_of(m, m->fc_bias), act->logits);
+    be->avgpool_forward(be, n, m->final_hw, m->fc_in, m->act_dt, act->blocks[m->n_blocks - 1].out,
+                        act->pooled);
+    be->linear_forward(be, n, m->fc_in, m->cfg.num_classes, m->act_dt, act->pooled,
+                       weight_of(m, m->fc_weight), weight_of(m, m->fc_bias), act->logits);
 }
 
-void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, float smoothing, const float *scale,
-                float seed_factor) {
+void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, float smoothing,
+                const float *scale, float seed_factor) {
     check_batch(act, b);
     DType logits_dt = autocast_dtype(OP_LINEAR, m->amp);
-    be->softmax_xent(be, b->n, m->cfg.num_classes, logits_dt, act->logits, b->labels, b->mix, smoothing, act->loss,
-                     act->dlogits, scale, seed_factor);
+    be->softmax_xent(be, b->n, m->cfg.num_classes, logits_dt, act->logits, b->labels, b->mix, smoothing,
+                     act->loss, act->dlogits, scale, seed_factor);
 }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -439,8 +464,8 @@ static void bn_bwd(BackwardCtx *c, const ModelBnLayer *bn, int rows, const void 
                    const void *dy, int relu, void *dx, void *d_residual) {
     Model *m = c->p.m;
     const float *sm = c->p.act->saved + bn->stats_offset, *si = sm + bn->c;
-    c->p.be->bn_backward(c->p.be, rows, bn->c, m->act_dt, x, y, dy, relu, master_of(m, bn->gamma), sm, si, dx, 0,
-                         grad_of(m, bn->gamma), grad_of(m, bn->beta), c->accumulate, d_residual);
+    c->p.be->bn_backward(c->p.be, rows, bn->c, m->act_dt, x, y, dy, relu, master_of(m, bn->gamma), sm, si, dx,
+                         0, grad_of(m, bn->gamma), grad_of(m, bn->beta), c->accumulate, d_residual);
     notify(c, bn->gamma);
     notify(c, bn->beta);
 }
@@ -457,7 +482,8 @@ static void bn_add_bn_bwd(BackwardCtx *c, const ModelBnLayer *bn_a, const ModelB
         return;
     }
     const BnArgs a = bn_args(c->p.m, c->p.act, bn_a, x_a), b = bn_args(c->p.m, c->p.act, bn_b, x_b);
-    be->bn_add_bn_backward(be, rows, bn_a->c, c->p.m->act_dt, &a, &b, y, dy, 1, dx_a, dx_b, c->accumulate, scratch);
+    be->bn_add_bn_backward(be, rows, bn_a->c, c->p.m->act_dt, &a, &b, y, dy, 1, dx_a, dx_b, c->accumulate,
+                           scratch);
     notify(c, bn_a->gamma), notify(c, bn_a->beta);
     notify(c, bn_b->gamma), notify(c, bn_b->beta);
 }
@@ -466,8 +492,8 @@ static void bn_add_bn_bwd(BackwardCtx *c, const ModelBnLayer *bn_a, const ModelB
 static void bn_recompute(BackwardCtx *c, const ModelBnLayer *bn, int rows, const void *x, void *y) {
     Model *m = c->p.m;
     const float *sm = c->p.act->saved + bn->stats_offset, *si = sm + bn->c;
-    c->p.be->bn_forward_saved(c->p.be, rows, bn->c, m->act_dt, x, 1, master_of(m, bn->gamma), master_of(m, bn->beta),
-                              sm, si, y);
+    c->p.be->bn_forward_saved(c->p.be, rows, bn->c, m->act_dt, x, 1, master_of(m, bn->gamma),
+                              master_of(m, bn->beta), sm, si, y);
 }
 
 // The block's gradients: dout (its output's, the next block's d_in) is read by bn3's backward and then
@@ -503,18 +529,21 @@ void model_backward(Model *m, Activations *act, Backend *be, const ModelBatch *b
     BackwardCtx c = {.p = {m, act, be, n}, .accumulate = accumulate, .ready = ready, .ready_ctx = ctx};
     DType dt = m->act_dt;
     be->linear_backward(be, n, m->fc_in, m->cfg.num_classes, dt, act->pooled, weight_of(m, m->fc_weight),
-                        act->dlogits, act->dpooled, grad_of(m, m->fc_weight), grad_of(m, m->fc_bias), accumulate);
+                        act->dlogits, act->dpooled, grad_of(m, m->fc_weight), grad_of(m, m->fc_bias),
+                        accumulate);
     notify(&c, m->fc_weight);
     notify(&c, m->fc_bias);
     be->avgpool_backward(be, n, m->final_hw, m->fc_in, dt, act->dpooled, act->d_top);
     void *dout = act->d_top;
     for (int i = m->n_blocks - 1; i >= 0; i--) {
-        block_backward(&c, &m->blocks[i], &act->blocks[i], block_input(act, i), dout, model_block_recomputes_bn(m, i));
+        block_backward(&c, &m->blocks[i], &act->blocks[i], block_input(act, i), dout,
+                       model_block_recomputes_bn(m, i));
         dout = act->blocks[i].d_in;
     }
     // stem: maxpool -> bn+relu -> conv (the image needs no gradient)
     PoolShape ps = stem_pool_shape(m, n);
     be->maxpool_backward(be, &ps, dt, act->stem_b, act->stem_pool, dout, act->d_stem_b);
-    bn_bwd(&c, &m->stem_bn, rows_of(&m->stem, n), act->stem_a, act->stem_b, act->d_stem_b, 1, act->d_stem_a, NULL);
+    bn_bwd(&c, &m->stem_bn, rows_of(&m->stem, n), act->stem_a, act->stem_b, act->d_stem_b, 1, act->d_stem_a,
+           NULL);
     conv_bwd(&c, &m->stem, act->input, act->d_stem_a, NULL, 0);
 }

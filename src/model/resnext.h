@@ -26,8 +26,8 @@ typedef struct ConvLayer {
 
 typedef struct ModelBnLayer {
     int c;
-    int gamma, beta;      // parameter indices
-    size_t stats_offset;  // running mean at running[stats_offset], running var at +c; same for saved
+    int gamma, beta;              // parameter indices
+    size_t stats_offset;          // running mean at running[stats_offset], running var at +c; same for saved
     char prefix[PARAM_NAME_MAX];  // "layer1.0.bn1" (for running_mean / running_var names)
 } ModelBnLayer;
 
@@ -43,26 +43,26 @@ typedef void (*GradReadyFn)(void *ctx, const ParamInfo *param);
 // The parameters and the layers; per-step buffers live in an Activations (activations.h).
 typedef struct Model {
     ModelConfig cfg;
-    int amp;               // autocast on
-    DType act_dt;          // activations, compute weights and gradients: fp16 under AMP, else fp32
+    int amp;       // autocast on
+    DType act_dt;  // activations, compute weights and gradients: fp16 under AMP, else fp32
     ParamRegistry params;
-    size_t stats_numel;    // running (and saved) statistics: 2 * sum of BN channels
+    size_t stats_numel;           // running (and saved) statistics: 2 * sum of BN channels
     int64_t num_batches_tracked;  // torchvision's BN counter (same for every BN layer)
 
-    ConvLayer stem;        // layer shapes are per image (n = 1); the ops run with the batch's n
+    ConvLayer stem;  // layer shapes are per image (n = 1); the ops run with the batch's n
     ModelBnLayer stem_bn;
     ModelBlock *blocks;
     int n_blocks;
     int fc_in, fc_weight, fc_bias;
-    int final_hw;          // spatial size of the last stage, flattened (h*w)
-    ModelBnLayer **bn_list;     // every BN layer in torchvision order (for running-stat names)
+    int final_hw;            // spatial size of the last stage, flattened (h*w)
+    ModelBnLayer **bn_list;  // every BN layer in torchvision order (for running-stat names)
     int n_bn;
 
     // ---- backend memory -----------------------------------------------------------------------
-    float *master;         // (padded_numel) fp32 master weights
-    void *compute;         // (padded_numel) act_dt weights the ops read: the fp16 copy, or == master
-    void *grads;           // (padded_numel) act_dt gradients, backward order
-    float *running;        // (stats_numel) BN running mean/var
+    float *master;   // (padded_numel) fp32 master weights
+    void *compute;   // (padded_numel) act_dt weights the ops read: the fp16 copy, or == master
+    void *grads;     // (padded_numel) act_dt gradients, backward order
+    float *running;  // (stats_numel) BN running mean/var
 } Model;
 
 // One batch, passed to every pass (nothing about it is stored in the model). images: backend memory,
@@ -70,11 +70,11 @@ typedef struct Model {
 // identity); labels (n) int32 in [0, classes), backend memory.
 typedef struct ModelBatch {
     const void *images;
-    DType images_dt;       // DTYPE_U8 or DTYPE_F32
+    DType images_dt;  // DTYPE_U8 or DTYPE_F32
     PixelAffine affine;
     const int32_t *labels;
     int n;
-    const BatchMix *mix;   // backend memory: MixUp/CutMix of the normalised images and the targets; NULL: none
+    const BatchMix *mix;  // backend memory: MixUp/CutMix of the normalised images and the targets; NULL: none
 } ModelBatch;
 
 typedef struct Activations Activations;
@@ -115,8 +115,8 @@ double model_macs_per_image(const Model *m);
 void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b, int train);
 // Softmax cross-entropy of act->logits against b->labels (mixed by b->mix, label smoothing `smoothing`):
 // act->loss, and act->dlogits seeded with (*scale) * seed_factor (scale: device pointer, NULL = 1).
-void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, float smoothing, const float *scale,
-                float seed_factor);
+void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, float smoothing,
+                const float *scale, float seed_factor);
 // Backward from act->dlogits into m->grads (accumulate=1 adds to what is there). ready() is called for
 // every parameter as soon as its gradient is final, in the order of the flat layout.
 void model_backward(Model *m, Activations *act, Backend *be, const ModelBatch *b, int accumulate,

@@ -20,9 +20,12 @@ static int compare_doubles(const void *a, const void *b) {
 static void json_escape(const char *text, char *out, size_t cap) {
     size_t n = 0;
     for (const unsigned char *p = (const unsigned char *)text; *p && n + 7 < cap; p++) {
-        if (*p == '"' || *p == '\\') n += (size_t)snprintf(out + n, cap - n, "\\%c", *p);
-        else if (*p < 0x20) n += (size_t)snprintf(out + n, cap - n, "\\u%04x", *p);
-        else out[n++] = (char)*p;
+        if (*p == '"' || *p == '\\')
+            n += (size_t)snprintf(out + n, cap - n, "\\%c", *p);
+        else if (*p < 0x20)
+            n += (size_t)snprintf(out + n, cap - n, "\\u%04x", *p);
+        else
+            out[n++] = (char)*p;
     }
     out[n] = 0;
 }
@@ -52,7 +55,8 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
     int b = cfg.data.batch_size, nb = opt->nbatches;
     size_t image_bytes = dataset_image_bytes(t.train_set);
     uint8_t *host_images = xcalloc((size_t)b * image_bytes, 1);
-    int32_t *host_labels = xcalloc((size_t)b, sizeof(int32_t)), *indices = xcalloc((size_t)b, sizeof(int32_t));
+    int32_t *host_labels = xcalloc((size_t)b, sizeof(int32_t)),
+            *indices = xcalloc((size_t)b, sizeof(int32_t));
     MicroBatch *batches = xcalloc((size_t)nb, sizeof *batches);
     for (int k = 0; k < nb; k++) {
         for (int i = 0; i < b; i++) indices[i] = (k * b + i) % t.train_set->size;
@@ -61,8 +65,11 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
         int32_t *labels = be->alloc(be, (size_t)b * sizeof(int32_t));
         be->to_device(be, images, host_images, (size_t)b * image_bytes);
         be->to_device(be, labels, host_labels, (size_t)b * sizeof(int32_t));
-        batches[k] = (MicroBatch){.count = b, .step_total = b * comm->size, .device_images = images,
-                                  .device_dt = DTYPE_U8, .device_labels = labels};
+        batches[k] = (MicroBatch){.count = b,
+                                  .step_total = b * comm->size,
+                                  .device_images = images,
+                                  .device_dt = DTYPE_U8,
+                                  .device_labels = labels};
     }
     double *times = xcalloc(4 * (size_t)opt->steps, sizeof(double));
     double *compute = times + opt->steps, *comm_ms = compute + opt->steps, *optim = comm_ms + opt->steps;
@@ -90,22 +97,28 @@ int bench_run(const Config *cfg_in, Backend *be, Comm *comm, Comm *grad_comm, co
         char tag[256], loss_text[32];
         json_escape(opt->tag ? opt->tag : "", tag, sizeof tag);
         // JSON has no NaN or Infinity: a diverged run reports its loss as null.
-        if (isfinite(loss)) snprintf(loss_text, sizeof loss_text, "%.6g", loss);
-        else snprintf(loss_text, sizeof loss_text, "null");
+        if (isfinite(loss))
+            snprintf(loss_text, sizeof loss_text, "%.6g", loss);
+        else
+            snprintf(loss_text, sizeof loss_text, "null");
         char phases[160] = "\"compute_ms\": null, \"comm_exposed_ms\": null, \"optimizer_ms\": null";
         if (t.timed)
-            snprintf(phases, sizeof phases, "\"compute_ms\": %.2f, \"comm_exposed_ms\": %.2f, \"optimizer_ms\": %.2f",
-                     median_of(compute, opt->steps), median_of(comm_ms, opt->steps), median_of(optim, opt->steps));
-        printf("{\"tag\": \"%s\", \"impl\": \"amptrain\", \"backend\": \"%s\", \"world\": %d, \"batch_per_gpu\": %d, "
-               "\"amp\": %d, \"channels_last\": 1, \"cuda_graph\": %d, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
-               "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, %s, \"loss\": %s, "
-               "\"scale\": %g, \"skipped\": %d}\n",
-               tag, be->name, comm->size, b, cfg.amp.enabled, t.graph.exec != NULL, median * 1e3, b / median,
-               (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, phases, loss_text, st.scale,
-               st.skipped_total);
+            snprintf(phases, sizeof phases,
+                     "\"compute_ms\": %.2f, \"comm_exposed_ms\": %.2f, \"optimizer_ms\": %.2f",
+                     median_of(compute, opt->steps), median_of(comm_ms, opt->steps),
+                     median_of(optim, opt->steps));
+        printf(
+            "{\"tag\": \"%s\", \"impl\": \"amptrain\", \"backend\": \"%s\", \"world\": %d, \"batch_per_gpu\": %d, "
+            "\"amp\": %d, \"channels_last\": 1, \"cuda_graph\": %d, \"step_ms_median\": %.2f, \"img_s_per_gpu\": %.1f, "
+            "\"img_s_total\": %.1f, \"peak_mem_MiB\": %.0f, %s, \"loss\": %s, "
+            "\"scale\": %g, \"skipped\": %d}\n",
+            tag, be->name, comm->size, b, cfg.amp.enabled, t.graph.exec != NULL, median * 1e3, b / median,
+            (double)b * comm->size / median, be->peak_bytes(be) / 1048576.0, phases, loss_text, st.scale,
+            st.skipped_total);
         fflush(stdout);
     }
-    for (int k = 0; k < nb; k++) be->free(be, (void *)batches[k].device_images), be->free(be, (void *)batches[k].device_labels);
+    for (int k = 0; k < nb; k++)
+        be->free(be, (void *)batches[k].device_images), be->free(be, (void *)batches[k].device_labels);
     free(batches), free(times), free(host_images), free(host_labels), free(indices);
     trainer_free(&t);
     return 0;

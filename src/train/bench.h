@@ -12,11 +12,11 @@
 #include "dist/comm.h"
 
 typedef struct BenchOptions {
-    int warmup;     // untimed steps first (cuDNN autotuning, allocator warm-up)
-    int steps;      // timed steps
-    int nbatches;   // resident batches cycled through
+    int warmup;    // untimed steps first (cuDNN autotuning, allocator warm-up)
+    int steps;     // timed steps
+    int nbatches;  // resident batches cycled through
     const char *tag;
-    int profile;    // the last timed step inside the backend's profiler window (--bench-profile)
+    int profile;  // the last timed step inside the backend's profiler window (--bench-profile)
 } BenchOptions;
 
 // Prints one JSON line on rank 0; returns the process exit code.

@@ -19,13 +19,13 @@ struct DecodeFeed {
     void *decode_ctx;
     pthread_t thread;
     pthread_mutex_t mutex;
-    pthread_cond_t changed;                   // broadcast on every counter change
-    MicroBatch ready[BACKEND_INPUT_SLOTS];    // batch n, once decoded, in ready[n % BACKEND_INPUT_SLOTS]
-    long decoded;                             // batches decoded and published
-    long taken;                               // batches decode_feed_next returned
-    long released;                            // batches whose slot the training thread gave back
-    int ended;                                // the loader ran out
-    int stop;                                 // decode_feed_stop asked the thread to end
+    pthread_cond_t changed;                 // broadcast on every counter change
+    MicroBatch ready[BACKEND_INPUT_SLOTS];  // batch n, once decoded, in ready[n % BACKEND_INPUT_SLOTS]
+    long decoded;                           // batches decoded and published
+    long taken;                             // batches decode_feed_next returned
+    long released;                          // batches whose slot the training thread gave back
+    int ended;                              // the loader ran out
+    int stop;                               // decode_feed_stop asked the thread to end
     MicroBatch current;
 };
 
@@ -51,12 +51,14 @@ static void *decode_thread(void *arg) {
             const double t2 = log ? clock_seconds() : 0;
             be->input_upload_wait(be, slot);
             if (log)
-                fprintf(stderr, "decode thread: batch %ld: loader %.2f ms, decode %.2f ms, to the device %.2f ms\n", n,
-                        1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_seconds() - t2));
+                fprintf(stderr,
+                        "decode thread: batch %ld: loader %.2f ms, decode %.2f ms, to the device %.2f ms\n",
+                        n, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_seconds() - t2));
         }
         pthread_mutex_lock(&f->mutex);
         if (b)
-            f->ready[slot] = (MicroBatch){.count = b->count, .step_total = b->step_total, .uploaded = 1, .slot = slot},
+            f->ready[slot] =
+                (MicroBatch){.count = b->count, .step_total = b->step_total, .uploaded = 1, .slot = slot},
             f->decoded = n + 1;
         else
             f->ended = 1;

@@ -68,11 +68,14 @@ int divergence_judge(Divergence *d, const AmpConfig *amp, float flag, const Scal
         name_nonfinite(name, sizeof name, m, opt, be);
         snprintf(d->reason, sizeof d->reason, "%s holds inf/NaN at step %ld", name, step);
     } else if (st && amp->max_consecutive_skips > 0 && st->skipped_run >= amp->max_consecutive_skips) {
-        snprintf(d->reason, sizeof d->reason, "%d steps in a row skipped for inf/NaN gradients by step %ld "
-                 "(amp.max_consecutive_skips %d)", st->skipped_run, step, amp->max_consecutive_skips);
+        snprintf(d->reason, sizeof d->reason,
+                 "%d steps in a row skipped for inf/NaN gradients by step %ld "
+                 "(amp.max_consecutive_skips %d)",
+                 st->skipped_run, step, amp->max_consecutive_skips);
     } else if (st && amp->enabled && amp->dynamic && st->scale < amp->min_scale) {
-        snprintf(d->reason, sizeof d->reason, "the loss scale fell to %g, below amp.min_scale %g, by step %ld",
-                 st->scale, amp->min_scale, step);
+        snprintf(d->reason, sizeof d->reason,
+                 "the loss scale fell to %g, below amp.min_scale %g, by step %ld", st->scale, amp->min_scale,
+                 step);
     }
     return d->reason[0] != '\0';
 }

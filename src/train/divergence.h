@@ -20,8 +20,8 @@
 #define DIVERGENCE_REASON_MAX AGREE_MESSAGE_MAX
 
 typedef struct Divergence {
-    float *flag;                          // device, 1 float: 1 when the checked state held inf/NaN
-    char reason[DIVERGENCE_REASON_MAX];   // "" while the run is healthy; the first reason found
+    float *flag;                         // device, 1 float: 1 when the checked state held inf/NaN
+    char reason[DIVERGENCE_REASON_MAX];  // "" while the run is healthy; the first reason found
 } Divergence;
 
 void divergence_init(Divergence *d, Backend *be);

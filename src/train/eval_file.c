@@ -19,8 +19,10 @@ static int open_val(const Config *cfg, Comm *comm, Dataset **val) {
     char err[AGREE_MESSAGE_MAX] = "";
     int rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, NULL, val, err, sizeof err);
     if (rc == 0 && !*val) {
-        snprintf(err, sizeof err, "--eval: the config has no validation split (data.source %s with data.val_size 0): "
-                 "set data.val_size", cfg->data.source);
+        snprintf(err, sizeof err,
+                 "--eval: the config has no validation split (data.source %s with data.val_size 0): "
+                 "set data.val_size",
+                 cfg->data.source);
         rc = 2;
     }
     rc = agree_startup(comm, rc, err);
@@ -60,7 +62,9 @@ int eval_file_run(const Config *cfg, const char *path, const char *metrics, Back
     rc = agree_startup(comm, model_file_read("--eval", path, &m, 0, 1, &mf, err, sizeof err), err);
     if (rc == 0) rc = model_file_agree(comm, &mf, &m, "the weights --eval loaded");
     Metrics mt = {0};
-    if (rc == 0) rc = agree_startup(comm, open_metrics(&mt, cfg, metrics, comm->rank, comm->size, err, sizeof err), err);
+    if (rc == 0)
+        rc = agree_startup(comm, open_metrics(&mt, cfg, metrics, comm->rank, comm->size, err, sizeof err),
+                           err);
     if (rc == 0) {
         const int batch = cfg->data.batch_size;
         model_alloc_and_prepare(&m, be, (uint64_t)cfg->train.seed, batch);

@@ -73,8 +73,11 @@ EvalRecord evaluate_run(Evaluator *ev, Model *m, Activations *act, Backend *be, 
         dataset_get_batch(val, indices, count, 0, images, labels);
         be->to_device(be, act->images, images, (size_t)count * image_bytes);
         be->to_device(be, act->labels, labels, (size_t)count * sizeof(int32_t));
-        ModelBatch batch = {.images = act->images, .images_dt = DTYPE_U8, .affine = affine,
-                            .labels = act->labels, .n = count};
+        ModelBatch batch = {.images = act->images,
+                            .images_dt = DTYPE_U8,
+                            .affine = affine,
+                            .labels = act->labels,
+                            .n = count};
         model_forward(m, act, be, &batch, 0);
         model_loss(m, act, be, &batch, 0.0f, NULL, 0.0f);  // plain cross-entropy: no smoothing, no mixing
         float loss;
@@ -82,13 +85,15 @@ EvalRecord evaluate_run(Evaluator *ev, Model *m, Activations *act, Backend *be, 
         be->cast(be, logits_f32, DTYPE_F32, act->logits, m->act_dt, (size_t)count * classes);
         be->to_host(be, logits_host, logits_f32, (size_t)count * classes * sizeof(float));
         sums[0] += (double)loss * count;
-        for (int i = 0; i < count; i++) count_hits(logits_host + (size_t)i * classes, classes, labels[i], &sums[1], &sums[2]);
+        for (int i = 0; i < count; i++)
+            count_hits(logits_host + (size_t)i * classes, classes, labels[i], &sums[1], &sums[2]);
         sums[3] += count;
     }
     float sums32[4] = {(float)sums[0], (float)sums[1], (float)sums[2], (float)sums[3]};
     comm->allreduce_sum(comm, sums32, 4, DTYPE_F32);
     r.samples = (long)sums32[3];
-    if (r.samples > 0) r.loss = sums32[0] / sums32[3], r.top1 = sums32[1] / sums32[3], r.top5 = sums32[2] / sums32[3];
+    if (r.samples > 0)
+        r.loss = sums32[0] / sums32[3], r.top1 = sums32[1] / sums32[3], r.top5 = sums32[2] / sums32[3];
     be->free(be, logits_f32);
     free(images), free(labels), free(indices), free(logits_host);
     return r;

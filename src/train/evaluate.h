@@ -13,10 +13,11 @@
 #include "train/metrics.h"
 
 typedef struct Evaluator {
-    Dataset *val_set;   // NULL: no validation split
-    EvalRecord last;    // the latest evaluation of the run ...
-    int has_last;       // ... once one ran
-    volatile sig_atomic_t *stop;  // the run's stop flag: set, the evaluation ends at its next batch (NULL: none)
+    Dataset *val_set;  // NULL: no validation split
+    EvalRecord last;   // the latest evaluation of the run ...
+    int has_last;      // ... once one ran
+    volatile sig_atomic_t
+        *stop;  // the run's stop flag: set, the evaluation ends at its next batch (NULL: none)
     // Evaluation at a side of its own (data.val_crop unlike data.train_crop): a view of the training model at
     // that side, sharing its weights and statistics, and its buffers inside the training arena, which is made
     // large enough for both. own_side 0: evaluation runs the training model and buffers.

@@ -34,7 +34,8 @@ void buckets_init(GradBuckets *gb, Model *m, Backend *be, Comm *comm, double fir
         gb->bucket_of_param[order[k]] = (int)(cur - gb->items);
     }
     gb->items[gb->count - 1].end = reg->padded_numel;
-    for (int b = 0; b + 1 < gb->count; b++) gb->items[b].end = gb->items[b + 1].begin;  // gaps belong to a bucket
+    for (int b = 0; b + 1 < gb->count; b++)
+        gb->items[b].end = gb->items[b + 1].begin;  // gaps belong to a bucket
     free(order);
     gb->comm = comm, gb->be = be, gb->model = m;
 }

@@ -15,9 +15,9 @@
 #include "model/resnext.h"
 
 typedef struct GradBucket {
-    size_t begin, end;   // element range of the flat buffer
-    size_t numel;        // gradient elements inside (gaps excluded)
-    size_t pending;      // elements not yet final in this step
+    size_t begin, end;  // element range of the flat buffer
+    size_t numel;       // gradient elements inside (gaps excluded)
+    size_t pending;     // elements not yet final in this step
     int reduced;
 } GradBucket;
 
@@ -35,7 +35,7 @@ typedef struct GradBuckets {
     Comm *comm;
     Backend *be;
     Model *model;
-    int armed;             // reduce when complete (last micro-step of a step only)
+    int armed;  // reduce when complete (last micro-step of a step only)
     GradInjection inject;
 } GradBuckets;
 

@@ -36,8 +36,8 @@ void input_upload(TrainerInput *in, int slot, const uint8_t *images, const int32
     be->input_upload(be, slot, in->slot_labels[slot], labels, (size_t)count * sizeof(int32_t));
 }
 
-void input_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices, const int32_t *labels,
-                  int count, int epoch) {
+void input_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
+                  const int32_t *labels, int count, int epoch) {
     Backend *be = in->be;
     const size_t bytes = dataset_image_bytes(in->set);
     be->input_decode(be, slot, in->slot_images[slot], count, in->set->side, jobs, in->decode_failed);
@@ -62,7 +62,10 @@ void input_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_
 // From a slot, the compute stream takes the slot from the copy stream, copies, and hands it back.
 ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb) {
     Backend *be = in->be;
-    ModelBatch b = {.images = act->images, .images_dt = DTYPE_U8, .affine = in->affine, .labels = act->labels,
+    ModelBatch b = {.images = act->images,
+                    .images_dt = DTYPE_U8,
+                    .affine = in->affine,
+                    .labels = act->labels,
                     .n = mb->count};
     size_t image_bytes = (size_t)mb->count * dataset_image_bytes(in->set);
     size_t label_bytes = (size_t)mb->count * sizeof(int32_t);
@@ -102,8 +105,12 @@ static void feed_fetch(InputFeed *f, volatile sig_atomic_t *stop) {
     if (f->ahead) input_upload(f->in, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
 }
 
-void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited, volatile sig_atomic_t *stop) {
-    *f = (InputFeed){.in = in, .loader = loader, .waited = waited, .ahead_slot = BACKEND_INPUT_SLOTS - 1,
+void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited,
+                      volatile sig_atomic_t *stop) {
+    *f = (InputFeed){.in = in,
+                     .loader = loader,
+                     .waited = waited,
+                     .ahead_slot = BACKEND_INPUT_SLOTS - 1,
                      .stop = stop};
     if (in->device_decode)
         f->decode = decode_feed_start(in->be, loader, decode_loader_batch, in);
@@ -127,8 +134,12 @@ const MicroBatch *input_feed_micro(void *ctx, int k) {
     if (k > 0) feed_fetch(f, NULL);
     const Batch *b = f->ahead;
     AMP_ASSERT(b, "the loader ran out of batches inside a step");
-    f->current = (MicroBatch){.count = b->count, .step_total = b->step_total, .host_images = b->images,
-                              .host_labels = b->labels, .uploaded = 1, .slot = f->ahead_slot};
+    f->current = (MicroBatch){.count = b->count,
+                              .step_total = b->step_total,
+                              .host_images = b->images,
+                              .host_labels = b->labels,
+                              .uploaded = 1,
+                              .slot = f->ahead_slot};
     return &f->current;
 }
 

@@ -24,13 +24,13 @@
 
 typedef struct TrainerInput {
     Backend *be;
-    const Dataset *set;      // the training set: image bytes, the replacement of refused jobs
-    int batch;               // data.batch_size: samples a slot holds
-    PixelAffine affine;      // the training set's normalisation of raw bytes
-    int device_decode;       // data.decode on the device: the loader makes ImageJobs
-    uint8_t *slot_images[BACKEND_INPUT_SLOTS];   // (batch, side, side, 3) u8, backend memory
-    int32_t *slot_labels[BACKEND_INPUT_SLOTS];   // (batch), backend memory
-    uint8_t *decode_failed;                       // (batch) the backend's verdicts of one input_decode
+    const Dataset *set;  // the training set: image bytes, the replacement of refused jobs
+    int batch;           // data.batch_size: samples a slot holds
+    PixelAffine affine;  // the training set's normalisation of raw bytes
+    int device_decode;   // data.decode on the device: the loader makes ImageJobs
+    uint8_t *slot_images[BACKEND_INPUT_SLOTS];  // (batch, side, side, 3) u8, backend memory
+    int32_t *slot_labels[BACKEND_INPUT_SLOTS];  // (batch), backend memory
+    uint8_t *decode_failed;                     // (batch) the backend's verdicts of one input_decode
     // A slot's pinned host rows and labels for refused jobs' replacements, made at its first (else NULL).
     uint8_t *repair_images[BACKEND_INPUT_SLOTS];  // (batch, side, side, 3) u8
     int32_t *repair_labels[BACKEND_INPUT_SLOTS];  // (batch)
@@ -45,8 +45,8 @@ void input_upload(TrainerInput *in, int slot, const uint8_t *images, const int32
 // The same for a batch of the loader's ImageJobs: the backend decodes them into the slot, the jobs it
 // refuses are replaced as the host path would have, and the labels follow. indices: the samples asked for,
 // epoch: theirs (dataset_replace_failed). The jobs' bytes stay untouched until input_upload_wait(slot).
-void input_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices, const int32_t *labels,
-                  int count, int epoch);
+void input_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
+                  const int32_t *labels, int count, int epoch);
 // Puts micro-batch mb where the step reads it and says so as a ModelBatch: raw bytes in act->images /
 // act->labels (from its slot, or uploaded through slot 0 first, or copied from backend memory); fp32 images
 // (tests) are read where they are.
@@ -59,18 +59,19 @@ ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb)
 typedef struct InputFeed {
     TrainerInput *in;
     Loader *loader;
-    DecodeFeed *decode;     // the decode thread, or NULL: raw bytes uploaded from here
-    double *waited;         // seconds spent waiting for batches are added here
-    const Batch *ahead;     // the next batch, uploaded into slot `ahead_slot`; NULL at the end
+    DecodeFeed *decode;  // the decode thread, or NULL: raw bytes uploaded from here
+    double *waited;      // seconds spent waiting for batches are added here
+    const Batch *ahead;  // the next batch, uploaded into slot `ahead_slot`; NULL at the end
     int ahead_slot;
     MicroBatch current;
     volatile sig_atomic_t *stop;  // the run's stop flag: ends input_feed_advance's wait (NULL: none)
-    int interrupted;        // 1 once that wait ended without its batch: the loader can only be abandoned
+    int interrupted;  // 1 once that wait ended without its batch: the loader can only be abandoned
 } InputFeed;
 
 // Starts feeding from loader (owned by the caller, destroyed after input_feed_stop): the decode thread,
 // or the first upload.
-void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited, volatile sig_atomic_t *stop);
+void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited,
+                      volatile sig_atomic_t *stop);
 // The MicroBatchFn of the feed (ctx = the InputFeed): the batch uploaded (or decoded) ahead; for k > 0 the
 // next one starts up right away (accumulation).
 const MicroBatch *input_feed_micro(void *ctx, int k);

@@ -35,7 +35,8 @@ static off_t end_of_last_line(int fd, off_t size) {
 static int cut_partial_line(int fd, const char *path, char *err, size_t err_len) {
     struct stat st;
     char last;
-    if (fstat(fd, &st) != 0 || st.st_size == 0 || pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n') return 0;
+    if (fstat(fd, &st) != 0 || st.st_size == 0 || pread(fd, &last, 1, st.st_size - 1) != 1 || last == '\n')
+        return 0;
     off_t keep = end_of_last_line(fd, st.st_size);
     if (keep == st.st_size) return 0;
     size_t len = (size_t)(st.st_size - keep);
@@ -46,12 +47,14 @@ static int cut_partial_line(int fd, const char *path, char *err, size_t err_len)
     if (f && fclose(f) != 0) ok = 0;
     free(tail);
     if (!ok || ftruncate(fd, keep) != 0) {
-        snprintf(err, err_len, "log.metrics: cannot move the unfinished last line of '%s' to '%s': %s", path, partial,
-                 strerror(errno));
+        snprintf(err, err_len, "log.metrics: cannot move the unfinished last line of '%s' to '%s': %s", path,
+                 partial, strerror(errno));
         return 2;
     }
-    log_warn("log.metrics: the last line of %s was cut short (%zu bytes without a newline, a run that died while "
-             "writing it): moved to %s", path, len, partial);
+    log_warn(
+        "log.metrics: the last line of %s was cut short (%zu bytes without a newline, a run that died while "
+        "writing it): moved to %s",
+        path, len, partial);
     return 0;
 }
 
@@ -87,7 +90,8 @@ int metrics_open(Metrics *mt, const LogConfig *log, int rank, int world_size, lo
     mt->start_time = clock_seconds();
     mt->path = log->metrics;
     if (!mt->active) return 0;
-    mt->bar = strcmp(log->progress, "always") == 0 || (strcmp(log->progress, "auto") == 0 && world_size == 1 && isatty(STDOUT_FILENO));
+    mt->bar = strcmp(log->progress, "always") == 0 ||
+              (strcmp(log->progress, "auto") == 0 && world_size == 1 && isatty(STDOUT_FILENO));
     return log->metrics[0] ? open_metrics_file(mt, log->metrics, append, err, err_len) : 0;
 }
 
@@ -128,9 +132,12 @@ static void record_null(Record *r, const char *key, const char *why) {
 static void text_add_string(Text *t, const char *s) {
     text_add(t, "\"");
     for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') text_add(t, "\\%c", *c);
-        else if (*c < 0x20) text_add(t, "\\u%04x", *c);
-        else text_add(t, "%c", *c);
+        if (*c == '"' || *c == '\\')
+            text_add(t, "\\%c", *c);
+        else if (*c < 0x20)
+            text_add(t, "\\u%04x", *c);
+        else
+            text_add(t, "%c", *c);
     }
     text_add(t, "\"");
 }
@@ -161,8 +168,8 @@ static void record_write(Metrics *mt, Record *r) {
     if (fputs(r->body.s, mt->jsonl) < 0 || fflush(mt->jsonl) != 0) {
         mt->failed = errno ? errno : EIO;
         end_bar(mt);
-        fprintf(stderr, "error: log.metrics: cannot write '%s': %s; the run stops after this step\n", mt->path,
-                strerror(mt->failed));
+        fprintf(stderr, "error: log.metrics: cannot write '%s': %s; the run stops after this step\n",
+                mt->path, strerror(mt->failed));
         fflush(stderr);
     }
 }
@@ -234,11 +241,15 @@ static void record_accuracy(Record *rec, const char *prefix, double loss, double
     record_number(rec, key, loss);
     const int finite = isfinite(loss);
     snprintf(key, sizeof key, "%stop1", prefix);
-    if (finite) record_number(rec, key, top1);
-    else record_null(rec, key, "loss not finite");
+    if (finite)
+        record_number(rec, key, top1);
+    else
+        record_null(rec, key, "loss not finite");
     snprintf(key, sizeof key, "%stop5", prefix);
-    if (finite) record_number(rec, key, top5);
-    else record_null(rec, key, "loss not finite");
+    if (finite)
+        record_number(rec, key, top5);
+    else
+        record_null(rec, key, "loss not finite");
 }
 
 // " loss L  top-1 A%  top-5 B%" (or why there are none) for the printed line.
@@ -253,8 +264,10 @@ void metrics_eval(Metrics *mt, const EvalRecord *r) {
     if (!mt->active) return;
     end_bar(mt);
     // A loss that is not finite makes the ranking of the logits meaningless: no accuracy is claimed.
-    if (r->file) printf("eval  %s%s", r->file, r->ema ? " (EMA weights)" : "");
-    else printf("eval");
+    if (r->file)
+        printf("eval  %s%s", r->file, r->ema ? " (EMA weights)" : "");
+    else
+        printf("eval");
     printf("  epoch %d  step %ld  ", r->epoch, r->step);
     print_accuracy(r->loss, r->top1, r->top5);
     if (r->has_ema) {
@@ -282,8 +295,8 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     end_bar(mt);
     printf("summary: %ld steps, epoch %d, %.1f s, %.1f images/s, peak %s memory %.1f MiB, %ld steps skipped, "
            "loss scale %g, final loss %.4f",
-           r->steps, r->epoch, r->seconds, r->images_per_s, r->backend, r->peak_mib, r->skipped_total, r->scale,
-           r->final_loss);
+           r->steps, r->epoch, r->seconds, r->images_per_s, r->backend, r->peak_mib, r->skipped_total,
+           r->scale, r->final_loss);
     if (r->eval && isfinite(r->eval->loss))
         printf(", val loss %.4f, top-1 %.2f%%, top-5 %.2f%%", r->eval->loss, 100 * r->eval->top1,
                100 * r->eval->top5);
@@ -293,8 +306,10 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     const int cuda = strcmp(r->backend, "cuda") == 0;
     const double rest_s = r->startup_s - r->build_s - r->choices_s;
     printf("; start-up %.2f s (model build %.2f", r->startup_s, r->build_s);
-    if (cuda) printf(", kernel choices %.2f, buffers, first steps and graph capture %.2f)", r->choices_s, rest_s);
-    else printf(", buffers and first step %.2f)", rest_s);
+    if (cuda)
+        printf(", kernel choices %.2f, buffers, first steps and graph capture %.2f)", r->choices_s, rest_s);
+    else
+        printf(", buffers and first step %.2f)", rest_s);
     printf(", then %.1f images/s; data wait %.2f ms/step", r->steady_images_per_s, r->data_wait_ms);
     if (cuda) printf(", %ld of %ld steps replayed from the CUDA graph", r->graph_steps, r->steps);
     if (strcmp(r->outcome, "done") != 0) printf("; %s%s%s", r->outcome, r->reason[0] ? ": " : "", r->reason);
@@ -304,8 +319,8 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     Record rec = {0};
     text_add(&rec.body, "{\"summary\":true,\"outcome\":\"%s\"", r->outcome);
     if (r->reason && r->reason[0]) record_text(&rec, "reason", r->reason);
-    text_add(&rec.body, ",\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\"",
-             r->steps, r->epoch, r->world, r->amp ? "true" : "false", r->backend);
+    text_add(&rec.body, ",\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\"", r->steps,
+             r->epoch, r->world, r->amp ? "true" : "false", r->backend);
     record_number(&rec, "seconds", r->seconds);
     record_number(&rec, "images_per_s", r->images_per_s);
     record_number(&rec, "peak_mib", r->peak_mib);

@@ -8,78 +8,79 @@
 #include "config/config.h"
 
 typedef struct StepRecord {
-    long step;           // optimizer steps done (1-based after the first step)
-    int epoch;           // 1-based: the epoch this step belonged to (trainer_last_epoch)
-    double loss;         // rank 0's local mean loss of its last micro-batch (unscaled)
+    long step;    // optimizer steps done (1-based after the first step)
+    int epoch;    // 1-based: the epoch this step belonged to (trainer_last_epoch)
+    double loss;  // rank 0's local mean loss of its last micro-batch (unscaled)
     double lr;
-    double scale;        // loss scale after the step's update
-    long skipped_total;  // steps skipped so far
-    int skipped;         // this step was skipped (inf/NaN verdict)
-    double images_per_s; // global, over the last logging interval
-    double step_ms;      // wall time per step over the last logging interval
-    double memory_mib;   // peak backend memory (MiB)
-    double data_wait_ms; // time per step the loop waited for the loader, over the last logging interval
-    int has_grad_norm;   // train.clip_grad_norm is on: ...
-    double grad_norm;    // ... the step's global norm of the unscaled, summed gradients, before clipping
+    double scale;         // loss scale after the step's update
+    long skipped_total;   // steps skipped so far
+    int skipped;          // this step was skipped (inf/NaN verdict)
+    double images_per_s;  // global, over the last logging interval
+    double step_ms;       // wall time per step over the last logging interval
+    double memory_mib;    // peak backend memory (MiB)
+    double data_wait_ms;  // time per step the loop waited for the loader, over the last logging interval
+    int has_grad_norm;    // train.clip_grad_norm is on: ...
+    double grad_norm;     // ... the step's global norm of the unscaled, summed gradients, before clipping
 } StepRecord;
 
 typedef struct EvalRecord {
-    int epoch;                // 1-based: the epoch just finished (trainer_last_epoch)
+    int epoch;  // 1-based: the epoch just finished (trainer_last_epoch)
     long step;
     double loss, top1, top5;  // over the whole validation split, all ranks
     long samples;
-    const char *file;         // --eval: the weights file evaluated (NULL: the run's own evaluation)
-    int ema;                  // --eval: the file's EMA weights (model_file.h), not its model's
-    int has_ema;              // train.ema_decay is on and the average was evaluated too: ...
+    const char *file;  // --eval: the weights file evaluated (NULL: the run's own evaluation)
+    int ema;           // --eval: the file's EMA weights (model_file.h), not its model's
+    int has_ema;       // train.ema_decay is on and the average was evaluated too: ...
     double ema_loss, ema_top1, ema_top5;  // ... its loss, top-1 and top-5 on the same split
 } EvalRecord;
 
 // The end of a run, as the summary line on stdout and as the metrics file's last record
 // ({"summary":true,...}: what launch/compare-amp reads).
 typedef struct SummaryRecord {
-    const char *outcome; // "done", "stopped" (by a signal), "diverged"
-    const char *reason;  // why it diverged ("" otherwise)
-    long steps;          // optimizer steps done
+    const char *outcome;  // "done", "stopped" (by a signal), "diverged"
+    const char *reason;   // why it diverged ("" otherwise)
+    long steps;           // optimizer steps done
     int epoch;
-    int world;           // ranks
-    int amp;             // amp.enabled
-    double seconds;      // wall time of the training loop, evaluation included
-    double images_per_s; // global images trained / seconds
-    const char *backend; // "cpu", "cuda"
-    double peak_mib;     // rank 0's peak backend memory
+    int world;            // ranks
+    int amp;              // amp.enabled
+    double seconds;       // wall time of the training loop, evaluation included
+    double images_per_s;  // global images trained / seconds
+    const char *backend;  // "cpu", "cuda"
+    double peak_mib;      // rank 0's peak backend memory
     long skipped_total;
-    double scale;        // final loss scale
-    double final_loss;   // rank 0's last logged training loss
-    const EvalRecord *eval; // NULL: no evaluation ran
-    double startup_s;       // trainer_init's start to the end of start-up (build; on CUDA also cuDNN's search
-                            // and the capture), of which:
-    double build_s;         //   the model build (data opened, weights made)
-    double choices_s;       //   the backend's kernel choices (none on the CPU); the rest: buffers, first steps
-    double total_s;         // trainer_init's start to the loop's end (seconds counts from the loop's start)
+    double scale;            // final loss scale
+    double final_loss;       // rank 0's last logged training loss
+    const EvalRecord *eval;  // NULL: no evaluation ran
+    double startup_s;  // trainer_init's start to the end of start-up (build; on CUDA also cuDNN's search
+                       // and the capture), of which:
+    double build_s;    //   the model build (data opened, weights made)
+    double choices_s;  //   the backend's kernel choices (none on the CPU); the rest: buffers, first steps
+    double total_s;    // trainer_init's start to the loop's end (seconds counts from the loop's start)
     double steady_images_per_s;  // after start-up
-    double data_wait_ms;    // per step, waiting for the loader
-    long graph_steps;       // steps replayed from the CUDA graph
+    double data_wait_ms;         // per step, waiting for the loader
+    long graph_steps;            // steps replayed from the CUDA graph
 } SummaryRecord;
 
 // The first record of each start ({"header":true,...}): a resumed run appends one where it continues.
 typedef struct HeaderRecord {
-    const char *version;      // AMPTRAIN_VERSION
-    const char *host;         // rank 0's host name
-    int world;                // ranks
-    const char *config_hash;  // the digest of checkpoint.dir/config.yaml's text (core/digest.h), 16 hex digits
-    long start_step;          // steps done before this start (0 fresh, the checkpoint's on a resume)
-    const char *resumed_from; // the checkpoint resumed, "" on a fresh start
+    const char *version;  // AMPTRAIN_VERSION
+    const char *host;     // rank 0's host name
+    int world;            // ranks
+    const char
+        *config_hash;  // the digest of checkpoint.dir/config.yaml's text (core/digest.h), 16 hex digits
+    long start_step;   // steps done before this start (0 fresh, the checkpoint's on a resume)
+    const char *resumed_from;  // the checkpoint resumed, "" on a fresh start
 } HeaderRecord;
 
 typedef struct Metrics {
-    FILE *jsonl;         // NULL: no metrics file
-    const char *path;    // log.metrics, for messages
-    int failed;          // errno of the first failed write to jsonl (0: none); nothing is written after it
-    int bar;             // 1: redraw a progress bar on stdout
-    int active;          // rank 0
+    FILE *jsonl;       // NULL: no metrics file
+    const char *path;  // log.metrics, for messages
+    int failed;        // errno of the first failed write to jsonl (0: none); nothing is written after it
+    int bar;           // 1: redraw a progress bar on stdout
+    int active;        // rank 0
     long total_steps;
     double start_time;
-    int bar_drawn;       // a bar line is on screen (end it before printing other lines)
+    int bar_drawn;  // a bar line is on screen (end it before printing other lines)
 } Metrics;
 
 // path "" : no file. The folder must exist (outputs_prepare made and probed it). The file stays locked

@@ -17,7 +17,8 @@ static uint8_t *decay_groups_upload(Backend *be, const ParamRegistry *reg) {
     uint8_t *host = xcalloc(spans ? spans : 1, 1);
     for (int i = 0; i < reg->count; i++) {
         const ParamInfo *p = &reg->items[i];
-        size_t first = p->offset / SGD_DECAY_SPAN, end = (p->offset + p->numel + SGD_DECAY_SPAN - 1) / SGD_DECAY_SPAN;
+        size_t first = p->offset / SGD_DECAY_SPAN,
+               end = (p->offset + p->numel + SGD_DECAY_SPAN - 1) / SGD_DECAY_SPAN;
         for (size_t s = first; s < end; s++) host[s] = (uint8_t)sgd_group_of(p->kind);
     }
     uint8_t *dev = be->alloc(be, spans ? spans : 1);
@@ -38,11 +39,12 @@ void sgd_init(Sgd *opt, Backend *be, const Model *m, const TrainConfig *t) {
         opt->grad_norm = be->alloc(be, sizeof(float));
         be->zero(be, opt->grad_norm, sizeof(float));
     }
-    opt->params = (SgdParams){.momentum = (float)t->momentum,
-                              .weight_decay = {[SGD_GROUP_OTHER] = (float)t->weight_decay,
-                                               [SGD_GROUP_NORM] = (float)t->norm_weight_decay},
-                              .nesterov = t->nesterov,
-                              .max_norm = (float)t->clip_grad_norm};
+    opt->params = (SgdParams){
+        .momentum = (float)t->momentum,
+        .weight_decay =
+            {[SGD_GROUP_OTHER] = (float)t->weight_decay, [SGD_GROUP_NORM] = (float)t->norm_weight_decay},
+        .nesterov = t->nesterov,
+        .max_norm = (float)t->clip_grad_norm};
 }
 
 void sgd_set_lr(Sgd *opt, Backend *be, float lr) { be->upload_async(be, opt->lr, &lr, sizeof lr); }

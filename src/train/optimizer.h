@@ -26,7 +26,7 @@ typedef struct Sgd {
     float *lr;             // (1) fp32 in backend memory: the step reads it there, so a replayed graph follows
                            // the schedule the host writes with sgd_set_lr
     uint8_t *decay_group;  // (padded_numel / SGD_DECAY_SPAN) u8 in backend memory: each span's group
-    float *grad_norm;      // (1) fp32 in backend memory: this step's unscaled gradient norm; NULL: no clipping
+    float *grad_norm;  // (1) fp32 in backend memory: this step's unscaled gradient norm; NULL: no clipping
     SgdParams params;
 } Sgd;
 

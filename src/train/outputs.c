@@ -82,7 +82,8 @@ static int probe_folder(const char *key, const char *dir, const char *name, char
         if (dfd >= 0) close(dfd);
     }
     if (ok) return 0;
-    snprintf(err, err_len, "%s: cannot write in '%s': %s of '%s' failed: %s", key, dir, step, name, strerror(saved));
+    snprintf(err, err_len, "%s: cannot write in '%s': %s of '%s' failed: %s", key, dir, step, name,
+             strerror(saved));
     return 2;
 }
 
@@ -171,8 +172,10 @@ static int prove_metrics_file(const char *path, size_t *created, char *made_dir,
 int outputs_lock_metrics(int fd, const char *path, char *err, size_t err_len) {
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) return 0;
     if (errno == EWOULDBLOCK)
-        snprintf(err, err_len, "log.metrics: '%s' is being written by another run (it holds the file's lock): wait "
-                 "for it to end, or give this run another log.metrics", path);
+        snprintf(err, err_len,
+                 "log.metrics: '%s' is being written by another run (it holds the file's lock): wait "
+                 "for it to end, or give this run another log.metrics",
+                 path);
     else
         snprintf(err, err_len, "log.metrics: cannot lock '%s': %s", path, strerror(errno));
     return 2;
@@ -214,10 +217,11 @@ int outputs_check_descriptors(int loader_threads, char *err, size_t err_len) {
     if (held < 0 || getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return 0;
     long need = (long)held + loader_threads + OUTPUTS_WRITE_DESCRIPTORS;
     if (need <= (long)lim.rlim_cur) return 0;
-    snprintf(err, err_len,
-             "file descriptors: this run holds %d once its data is open, and its %d loader thread(s), the checkpoint "
-             "and metrics writes need %d more, but ulimit -n allows %ld: raise it (ulimit -n %ld) or use fewer "
-             "loader threads (data.workers)",
-             held, loader_threads, loader_threads + OUTPUTS_WRITE_DESCRIPTORS, (long)lim.rlim_cur, need);
+    snprintf(
+        err, err_len,
+        "file descriptors: this run holds %d once its data is open, and its %d loader thread(s), the checkpoint "
+        "and metrics writes need %d more, but ulimit -n allows %ld: raise it (ulimit -n %ld) or use fewer "
+        "loader threads (data.workers)",
+        held, loader_threads, loader_threads + OUTPUTS_WRITE_DESCRIPTORS, (long)lim.rlim_cur, need);
     return 2;
 }

@@ -18,8 +18,8 @@
 
 // ---- the lock ------------------------------------------------------------------------------------------
 
-static int lock_fd = -1;        // held for the process's life (the kernel drops it when the process ends)
-static dev_t lock_dev;          // the folder it locks
+static int lock_fd = -1;  // held for the process's life (the kernel drops it when the process ends)
+static dev_t lock_dev;    // the folder it locks
 static ino_t lock_ino;
 
 // A run that ends leaves the lock file empty: a file that still names someone was left by a run that died.
@@ -50,11 +50,15 @@ int run_folder_lock(const char *dir, int dry_run, char *err, size_t err_len) {
         int e = errno;
         close(fd);
         if (e == EWOULDBLOCK && named)
-            snprintf(err, err_len, "checkpoint.dir: '%s' is in use by another run (pid %ld on host %s, per %s): "
-                     "wait for it to end, or give this run another checkpoint.dir", dir, pid, host, path);
+            snprintf(err, err_len,
+                     "checkpoint.dir: '%s' is in use by another run (pid %ld on host %s, per %s): "
+                     "wait for it to end, or give this run another checkpoint.dir",
+                     dir, pid, host, path);
         else if (e == EWOULDBLOCK)
-            snprintf(err, err_len, "checkpoint.dir: '%s' is in use by another run (it holds %s): wait for it to "
-                     "end, or give this run another checkpoint.dir", dir, path);
+            snprintf(err, err_len,
+                     "checkpoint.dir: '%s' is in use by another run (it holds %s): wait for it to "
+                     "end, or give this run another checkpoint.dir",
+                     dir, path);
         else
             snprintf(err, err_len, "checkpoint.dir: cannot lock '%s': %s", path, strerror(e));
         return 2;
@@ -67,7 +71,8 @@ int run_folder_lock(const char *dir, int dry_run, char *err, size_t err_len) {
     gethostname(me, sizeof me - 1);
     int len = snprintf(self, sizeof self, "%ld %s\n", (long)getpid(), me);
     if (named && pid != (long)getpid())
-        log_info("%s: took over the lock of pid %ld on host %s, a run that ended without releasing it", path, pid, host);
+        log_info("%s: took over the lock of pid %ld on host %s, a run that ended without releasing it", path,
+                 pid, host);
     if (ftruncate(fd, 0) != 0 || pwrite(fd, self, (size_t)len, 0) != len) {
         snprintf(err, err_len, "checkpoint.dir: cannot write the lock file '%s': %s", path, strerror(errno));
         close(fd);
@@ -108,14 +113,15 @@ static int list_safetensors(const char *dir, Found **out) {
             if (!grown) break;
             *out = grown;
         }
-        snprintf((*out)[n].name, sizeof (*out)[n].name, "%s", e->d_name);
+        snprintf((*out)[n].name, sizeof(*out)[n].name, "%s", e->d_name);
         (*out)[n++].mtime = st.st_mtim;
     }
     closedir(d);
     for (int i = 1; i < n; i++)  // insertion sort: a folder holds a handful
         for (int j = i; j > 0; j--) {
             const Found *a = &(*out)[j - 1], *b = &(*out)[j];
-            int b_last = !strcmp(b->name, RUN_FOLDER_CHECKPOINT), a_last = !strcmp(a->name, RUN_FOLDER_CHECKPOINT);
+            int b_last = !strcmp(b->name, RUN_FOLDER_CHECKPOINT),
+                a_last = !strcmp(a->name, RUN_FOLDER_CHECKPOINT);
             int b_newer = b->mtime.tv_sec > a->mtime.tv_sec ||
                           (b->mtime.tv_sec == a->mtime.tv_sec && b->mtime.tv_nsec > a->mtime.tv_nsec);
             if (a_last || (!b_last && !b_newer)) break;
@@ -128,7 +134,8 @@ static int list_safetensors(const char *dir, Found **out) {
 // Whether path is an amptrain checkpoint by its header: 1 (its step into step, "?" when unreadable), 0 not
 // one (another program's safetensors), -1 unreadable (why says so). With `whole` the data must match its
 // checksum too.
-static int open_checkpoint(const char *path, int whole, char *step, size_t step_cap, char *why, size_t why_cap) {
+static int open_checkpoint(const char *path, int whole, char *step, size_t step_cap, char *why,
+                           size_t why_cap) {
     SafetensorsFile *f = st_open(path, why, why_cap);
     if (!f) return -1;
     const char *format = st_meta(f, "format"), *at = st_meta(f, "step");
@@ -176,16 +183,21 @@ int run_folder_check_fresh(const Config *cfg, char *err, size_t err_len) {
     const char *dir = cfg->checkpoint.dir, *metrics = cfg->log.metrics;
     char name[NAME_MAX + 1], step[32];
     if (dir[0] && earlier_checkpoint(dir, name, sizeof name, step, sizeof step)) {
-        snprintf(err, err_len, "checkpoint.dir: '%s' holds %s (step %s) of an earlier run: continue it with "
+        snprintf(err, err_len,
+                 "checkpoint.dir: '%s' holds %s (step %s) of an earlier run: continue it with "
                  "checkpoint.resume=auto, or start over with checkpoint.overwrite=true (its checkpoints are "
-                 "removed%s)", dir, name, step, metrics[0] ? ", log.metrics emptied" : "");
+                 "removed%s)",
+                 dir, name, step, metrics[0] ? ", log.metrics emptied" : "");
         return 2;
     }
     struct stat st;
     if (metrics[0] && stat(metrics, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
-        snprintf(err, err_len, "log.metrics: '%s' holds %lld bytes of an earlier run's records: continue that run "
-                 "with checkpoint.resume (auto: from the newest checkpoint in checkpoint.dir), or start over with "
-                 "checkpoint.overwrite=true (the file is emptied)", metrics, (long long)st.st_size);
+        snprintf(
+            err, err_len,
+            "log.metrics: '%s' holds %lld bytes of an earlier run's records: continue that run "
+            "with checkpoint.resume (auto: from the newest checkpoint in checkpoint.dir), or start over with "
+            "checkpoint.overwrite=true (the file is emptied)",
+            metrics, (long long)st.st_size);
         return 2;
     }
     return 0;
@@ -198,7 +210,8 @@ int run_folder_check_fresh(const Config *cfg, char *err, size_t err_len) {
 static void canonical_name(const char *path, char *out, size_t cap) {
     char dir[PATH_MAX], real[PATH_MAX];
     const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? (slash == path ? "/" : path) : ".");
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1,
+             slash ? (slash == path ? "/" : path) : ".");
     if (realpath(dir, real))
         snprintf(out, cap, "%s/%s", real, slash ? slash + 1 : path);
     else
@@ -227,7 +240,9 @@ typedef struct Named {
 int run_folder_check_paths(const Config *cfg, const char *resume, char *err, size_t err_len) {
     enum { METRICS, CHECKPOINT, LOCK, CONFIG_COPY, N_OUT };
     enum { CONFIG_FILE, RESUME, INIT, N_IN };
-    Named out[N_OUT] = {{"log.metrics", ""}, {"checkpoint.dir's checkpoint", ""}, {"checkpoint.dir's lock", ""},
+    Named out[N_OUT] = {{"log.metrics", ""},
+                        {"checkpoint.dir's checkpoint", ""},
+                        {"checkpoint.dir's lock", ""},
                         {"checkpoint.dir's config.yaml", ""}};
     Named in[N_IN] = {{"the config file", ""}, {"checkpoint.resume", ""}, {"model.init", ""}};
     const char *dir = cfg->checkpoint.dir;
@@ -252,8 +267,10 @@ int run_folder_check_paths(const Config *cfg, const char *resume, char *err, siz
         for (int p = o + 1; p < N_OUT && !hit; p++)
             if (out[p].path[0] && same_file(out[o].path, out[p].path)) hit = &out[p];
         if (hit) {
-            snprintf(err, err_len, "%s: '%s' is the same file as %s '%s': an output must not overwrite the config, "
-                     "the resume file, model.init or another output", out[o].what, out[o].path, hit->what, hit->path);
+            snprintf(err, err_len,
+                     "%s: '%s' is the same file as %s '%s': an output must not overwrite the config, "
+                     "the resume file, model.init or another output",
+                     out[o].what, out[o].path, hit->what, hit->path);
             return 2;
         }
     }

@@ -59,7 +59,8 @@ static void finish_step(Trainer *t) {
 
 // What the host writes before a step: the learning rate and the EMA's decision.
 static void plan_step(Trainer *t) {
-    sgd_set_lr(&t->opt, t->be, (float)lr_at(&t->cfg->train, t->base_lr, t->step, t->steps_per_epoch, t->total_steps));
+    sgd_set_lr(&t->opt, t->be,
+               (float)lr_at(&t->cfg->train, t->base_lr, t->step, t->steps_per_epoch, t->total_steps));
     ema_begin_step(&t->ema, t->be, t->step_in_epoch);
 }
 
@@ -114,8 +115,8 @@ static void mix_upload(Trainer *t, int n_micro) {
     AMP_ASSERT(n_micro <= t->cfg->train.accum_steps, "a step of %d micro-batches, %d configured", n_micro,
                t->cfg->train.accum_steps);
     for (int k = 0; k < n_micro; k++)
-        t->mix_host[k] = batch_mix_draw(d->mixup_alpha, d->cutmix_alpha, (uint64_t)t->cfg->train.seed, t->step, k,
-                                        t->comm->rank, side, side);
+        t->mix_host[k] = batch_mix_draw(d->mixup_alpha, d->cutmix_alpha, (uint64_t)t->cfg->train.seed,
+                                        t->step, k, t->comm->rank, side, side);
     t->be->upload_async(t->be, t->mix, t->mix_host, (size_t)n_micro * sizeof(BatchMix));
 }
 

@@ -32,21 +32,27 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
     const Sampler *s = &t->sampler;
     long global = (long)s->batch * s->world * s->accum;
     if (t->steps_per_epoch == 0 && s->repeats > 1) {
-        snprintf(err, cap, "data.repeated_aug: an epoch of repeated augmentation reads floor(%d / 256) x 256 = %d "
-                 "samples (torchvision's RASampler), %s", s->size, s->epoch_size,
-                 s->epoch_size ? "less than one global batch" : "none: the dataset needs at least 256 samples");
+        snprintf(err, cap,
+                 "data.repeated_aug: an epoch of repeated augmentation reads floor(%d / 256) x 256 = %d "
+                 "samples (torchvision's RASampler), %s",
+                 s->size, s->epoch_size,
+                 s->epoch_size ? "less than one global batch"
+                               : "none: the dataset needs at least 256 samples");
         return 2;
     }
     if (t->steps_per_epoch == 0) {
-        snprintf(err, cap, "data.drop_last: an epoch of %d samples is shorter than one global batch "
+        snprintf(err, cap,
+                 "data.drop_last: an epoch of %d samples is shorter than one global batch "
                  "(data.batch_size %d x %d ranks x train.accum_steps %d = %ld), so no step would run",
                  s->epoch_size, s->batch, s->world, s->accum, global);
         return 2;
     }
     if (t->model.final_hw > 1) return 0;
     if (s->batch == 1) {
-        snprintf(err, cap, "data.batch_size 1: batch norm in training needs two values per channel and the last "
-                 "stage is 1x1 at model.image_size %d; use data.batch_size 2 or more", t->model.cfg.image_size);
+        snprintf(err, cap,
+                 "data.batch_size 1: batch norm in training needs two values per channel and the last "
+                 "stage is 1x1 at model.image_size %d; use data.batch_size 2 or more",
+                 t->model.cfg.image_size);
         return 2;
     }
     if (t->total_steps < t->steps_per_epoch) return 0;  // the run ends before the epoch's last step
@@ -54,12 +60,14 @@ static int check_epoch_split(const Trainer *t, char *err, size_t cap) {
     for (int m = 0; m < s->accum; m++)
         for (int r = 0; r < s->world; r++)
             if (sampler_block_count(s, last, m, r) == 1) {
-                snprintf(err, cap, "an epoch of %d samples with data.batch_size %d x %d ranks x train.accum_steps "
-                         "%d ends in a step that gives rank %d one image, and batch norm in training needs two "
-                         "values per channel (the last stage is 1x1 at model.image_size %d): set "
-                         "data.drop_last: true (each epoch then skips its last %ld samples), or change data.batch_size",
-                         s->epoch_size, s->batch, s->world, s->accum, r, t->model.cfg.image_size,
-                         s->epoch_size - (long)last * global);
+                snprintf(
+                    err, cap,
+                    "an epoch of %d samples with data.batch_size %d x %d ranks x train.accum_steps "
+                    "%d ends in a step that gives rank %d one image, and batch norm in training needs two "
+                    "values per channel (the last stage is 1x1 at model.image_size %d): set "
+                    "data.drop_last: true (each epoch then skips its last %ld samples), or change data.batch_size",
+                    s->epoch_size, s->batch, s->world, s->accum, r, t->model.cfg.image_size,
+                    s->epoch_size - (long)last * global);
                 return 2;
             }
     return 0;
@@ -93,7 +101,8 @@ int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val) {
 
 // data.workers, or the CPUs this host's ranks may use shared among them (loader_auto_workers).
 static int trainer_loader_threads(const Config *cfg, const Comm *comm) {
-    return cfg->data.workers > 0 ? cfg->data.workers : loader_auto_workers(comm->local_cpus, comm->local_size);
+    return cfg->data.workers > 0 ? cfg->data.workers
+                                 : loader_auto_workers(comm->local_cpus, comm->local_size);
 }
 
 // model.init on a fresh start: the file's weights and BN statistics over the drawn ones (a classifier of
@@ -103,7 +112,8 @@ static int init_from_file(Trainer *t) {
     const char *path = t->cfg->model.init;
     char err[AGREE_MESSAGE_MAX] = "";
     ModelFile mf;
-    int rc = agree_startup(t->comm, model_file_read("model.init", path, &t->model, 1, 0, &mf, err, sizeof err), err);
+    int rc = agree_startup(t->comm,
+                           model_file_read("model.init", path, &t->model, 1, 0, &mf, err, sizeof err), err);
     if (rc == 0) rc = model_file_agree(t->comm, &mf, &t->model, "the weights model.init loaded");
     if (rc == 0) {
         model_file_upload(&mf.model, mf.classifier_skipped, &t->model, t->be);
@@ -121,8 +131,11 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     t->cfg = cfg, t->be = be, t->comm = comm, t->grad_comm = grad_comm;
     // Each stage ends in an agreement (dist/agree.h): a rank that failed, and every other, return here.
     char err[AGREE_MESSAGE_MAX] = "";
-    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->train_set, err, sizeof err);
-    if (rc == 0) rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->eval.val_set, err, sizeof err);
+    int rc = dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->train_set,
+                                err, sizeof err);
+    if (rc == 0)
+        rc = dataset_open_val(&cfg->data, &cfg->model, cfg->train.seed, cfg->checkpoint.dir, &t->eval.val_set,
+                              err, sizeof err);
     int device_decode = 0;
     if (rc == 0 && (device_decode = dataset_decode_on_device(&cfg->data, be, err, sizeof err)) < 0) rc = 2;
     if (rc == 0) rc = outputs_check_descriptors(trainer_loader_threads(cfg, comm), err, sizeof err);
@@ -144,10 +157,11 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     // auto: graphs where the backend captures natively (CUDA); on: also the CPU's op-log emulation
     // (cpu_graph.c), which runs the same path for the tests.
     int native = be->graph_begin != NULL && be->graph_log == NULL;
-    t->graph.enabled = be->graph_begin != NULL &&
-                       (!strcmp(cfg->train.cuda_graph, "on") || (!strcmp(cfg->train.cuda_graph, "auto") && native));
+    t->graph.enabled = be->graph_begin != NULL && (!strcmp(cfg->train.cuda_graph, "on") ||
+                                                   (!strcmp(cfg->train.cuda_graph, "auto") && native));
     StartupTimes *times = &t->times;
-    times->choices_s = model_alloc_and_prepare(&t->model, be, (uint64_t)cfg->train.seed, cfg->data.batch_size);
+    times->choices_s =
+        model_alloc_and_prepare(&t->model, be, (uint64_t)cfg->train.seed, cfg->data.batch_size);
     // the weights' draw beside the choices too
     times->build_s = clock_seconds() - times->init_start - times->choices_s;
     evaluate_layout(&t->eval, &t->model, &t->act, cfg->data.batch_size, t->train_set->side);
@@ -160,7 +174,8 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     }
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
-    ema_init(&t->ema, be, &t->model, &cfg->train, (long)cfg->data.batch_size * comm->size * cfg->train.accum_steps);
+    ema_init(&t->ema, be, &t->model, &cfg->train,
+             (long)cfg->data.batch_size * comm->size * cfg->train.accum_steps);
     buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
     t->log.readback = be->host_alloc(be, 3 * sizeof(float) + sizeof(ScalerState));
     divergence_init(&t->div, be);
@@ -182,8 +197,8 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     }
     rc = comm->rank == 0 ? outputs_prepare(cfg, 0, err, sizeof err) : 0;
     if (rc == 0)
-        rc = metrics_open(&t->log.metrics, &cfg->log, comm->rank, comm->size, t->total_steps, cfg->checkpoint.resume[0] != 0,
-                          err, sizeof err);
+        rc = metrics_open(&t->log.metrics, &cfg->log, comm->rank, comm->size, t->total_steps,
+                          cfg->checkpoint.resume[0] != 0, err, sizeof err);
     if ((rc = agree_startup(comm, rc, err)) != 0) return rc;
     // The data was opened before checkpoint.dir existed on a fresh run: its file lists are cached now.
     dataset_save_cache(t->train_set, cfg->checkpoint.dir);
@@ -259,9 +274,11 @@ static void log_step(Trainer *t, int force) {
     be->readback_begin(be, lg->readback, t->act.loss, sizeof(float));
     be->readback_begin(be, lg->readback + 1, t->scaler.state, sizeof(ScalerState));
     divergence_check_state_async(&t->div, &t->model, &t->opt, be);
-    be->readback_begin(be, lg->readback + 1 + sizeof(ScalerState) / sizeof(float), t->div.flag, sizeof(float));
+    be->readback_begin(be, lg->readback + 1 + sizeof(ScalerState) / sizeof(float), t->div.flag,
+                       sizeof(float));
     if (t->opt.grad_norm)
-        be->readback_begin(be, lg->readback + 2 + sizeof(ScalerState) / sizeof(float), t->opt.grad_norm, sizeof(float));
+        be->readback_begin(be, lg->readback + 2 + sizeof(ScalerState) / sizeof(float), t->opt.grad_norm,
+                           sizeof(float));
     double now = clock_seconds();
     long steps = t->step - lg->last_step;
     long global_batch = (long)t->cfg->data.batch_size * t->comm->size * t->cfg->train.accum_steps;
@@ -303,7 +320,8 @@ static void save_checkpoint(Trainer *t, const char *tag) {
     ema_sync_stats(&t->ema, &t->model, t->be, t->comm);
     // After the sync every rank holds the same state, so all reach the same verdict.
     if (divergence_check_state(&t->div, &t->model, &t->opt, t->be, t->step)) {
-        metrics_note(&t->log.metrics, "%s.safetensors not written at step %ld: the state is not finite", tag, t->step);
+        metrics_note(&t->log.metrics, "%s.safetensors not written at step %ld: the state is not finite", tag,
+                     t->step);
         return;
     }
     if (t->comm->rank != 0) return;
@@ -329,7 +347,7 @@ static void save_if_best(Trainer *t) {
 // (any rank found the run diverged: it wins over the others).
 enum { STOP_SIGNAL = 1, STOP_METRICS_FAILED = 2, STOP_DIVERGED = 3 };
 static int agreed_stop(Trainer *t, volatile sig_atomic_t *stop) {
-    float flag = t->div.reason[0]                 ? STOP_DIVERGED
+    float flag = t->div.reason[0]                  ? STOP_DIVERGED
                  : metrics_failed(&t->log.metrics) ? STOP_METRICS_FAILED
                  : stop && *stop                   ? STOP_SIGNAL
                                                    : 0;
@@ -356,7 +374,8 @@ static int report_divergence(Trainer *t) {
     t->outcome = "diverged";
     char kept[CONFIG_PATH_MAX + 96] = "no checkpoint of this run was written";
     if (t->saved_step >= 0)
-        snprintf(kept, sizeof kept, "%s/last.safetensors holds step %ld", t->cfg->checkpoint.dir, t->saved_step);
+        snprintf(kept, sizeof kept, "%s/last.safetensors holds step %ld", t->cfg->checkpoint.dir,
+                 t->saved_step);
     if (t->comm->size > 1)
         log_warn("the run diverged (rank %d of %d): %s; %s", f.rank, t->comm->size, t->div.reason, kept);
     else
@@ -375,9 +394,10 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     Loader *loader = NULL;
     InputFeed feed = {0};
     if (t->step < t->total_steps) {
-        loader = loader_create(t->train_set, &t->sampler, t->input.device_decode ? LOADER_JOBS : LOADER_PIXELS,
-                               cfg->data.prefetch, trainer_loader_threads(cfg, t->comm),
-                               t->epoch, t->step_in_epoch, cfg->train.epochs, t->be);
+        loader = loader_create(t->train_set, &t->sampler,
+                               t->input.device_decode ? LOADER_JOBS : LOADER_PIXELS, cfg->data.prefetch,
+                               trainer_loader_threads(cfg, t->comm), t->epoch, t->step_in_epoch,
+                               cfg->train.epochs, t->be);
         input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s, stop);
     }
     while (t->step < t->total_steps) {
@@ -392,8 +412,9 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
             log_flush(t);
             EvalRecord e = trainer_evaluate(t);
             if (e.samples < t->eval.val_set->size) {
-                metrics_note(&t->log.metrics, "evaluation at step %ld stopped by signal after %ld of %d samples",
-                             t->step, e.samples, t->eval.val_set->size);
+                metrics_note(&t->log.metrics,
+                             "evaluation at step %ld stopped by signal after %ld of %d samples", t->step,
+                             e.samples, t->eval.val_set->size);
             } else {
                 t->eval.last = e;
                 t->eval.has_last = 1;
@@ -409,12 +430,15 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     double end = clock_seconds();
     input_feed_stop(&feed);
     // A worker stuck in a read must not hold back the checkpoint of the steps done.
-    if (feed.interrupted) loader_abandon(loader), t->loader_abandoned = 1;
-    else if (loader) loader_destroy(loader);
+    if (feed.interrupted)
+        loader_abandon(loader), t->loader_abandoned = 1;
+    else if (loader)
+        loader_destroy(loader);
     t->train_seconds = end - start;
     t->total_seconds = end - t->times.init_start;
     if (t->times.startup_s > 0 && end > t->times.steady_start)
-        t->steady_images_per_s = (double)(t->images_seen - t->times.steady_images) / (end - t->times.steady_start);
+        t->steady_images_per_s = (double)(t->images_seen - t->times.steady_images) /
+                                 (end - t->times.steady_start);
     if (t->step > t->first_step && t->step != t->log.last_step) log_step(t, 1);
     log_flush(t);
     save_checkpoint(t, "last");

@@ -29,9 +29,9 @@
 // before an evaluation, a checkpoint, the end), so the step never waits for the device.
 typedef struct TrainerLog {
     Metrics metrics;
-    float *readback;           // host_alloc'ed: [0] loss, then a ScalerState, the state check's flag, the
-                               // gradient norm (with clipping)
-    StepRecord pending;        // the record whose device values are on their way back (has_pending)
+    float *readback;     // host_alloc'ed: [0] loss, then a ScalerState, the state check's flag, the
+                         // gradient norm (with clipping)
+    StepRecord pending;  // the record whose device values are on their way back (has_pending)
     int has_pending;
     long last_step;            // the step of the last record
     double last_time;          // clock_seconds() then
@@ -43,11 +43,11 @@ typedef struct TrainerLog {
 // Start-up, from trainer_init's start to the end of the first step (cuDNN's search), or of the second
 // when graphs are on (the capture); the steady state is what follows.
 typedef struct StartupTimes {
-    double init_start;    // clock_seconds() when trainer_init began
-    double build_s;       // trainer_init's start to the model's upload but for the kernel choices: data opened,
-                          // shapes, the weights drawn (beside the choices) and uploaded
-    double choices_s;     // model_prepare_ops: the backend's kernel choices (cuDNN's search, batch-norm pairs)
-    double startup_s;     // seconds from trainer_init's start to the end of start-up
+    double init_start;  // clock_seconds() when trainer_init began
+    double build_s;     // trainer_init's start to the model's upload but for the kernel choices: data opened,
+                        // shapes, the weights drawn (beside the choices) and uploaded
+    double choices_s;   // model_prepare_ops: the backend's kernel choices (cuDNN's search, batch-norm pairs)
+    double startup_s;   // seconds from trainer_init's start to the end of start-up
     double steady_start;  // clock_seconds() at the end of start-up
     long steady_images;   // images_seen then
 } StartupTimes;
@@ -55,13 +55,13 @@ typedef struct StartupTimes {
 typedef struct Trainer {
     const Config *cfg;
     Backend *be;
-    Comm *comm;        // host-side communicator (MPI or single): control, eval sums, BN stats
-    Comm *grad_comm;   // the one that sums gradients in backend memory (NCCL on GPUs, else == comm)
-    Model model;       // at the training images' side
-    Activations act;   // this rank's per-step buffers at data.batch_size
+    Comm *comm;       // host-side communicator (MPI or single): control, eval sums, BN stats
+    Comm *grad_comm;  // the one that sums gradients in backend memory (NCCL on GPUs, else == comm)
+    Model model;      // at the training images' side
+    Activations act;  // this rank's per-step buffers at data.batch_size
     LossScaler scaler;
     Sgd opt;
-    Ema ema;           // the weights' moving average (train.ema_decay; enabled 0: none)
+    Ema ema;  // the weights' moving average (train.ema_decay; enabled 0: none)
     GradBuckets buckets;
     Dataset *train_set;
     Sampler sampler;
@@ -76,20 +76,20 @@ typedef struct Trainer {
     int timed;
     int loader_abandoned;  // a loader thread stuck in a read may still touch train_set: it is never closed
     Evaluator eval;
-    double best_top1;   // the best validation top-1 of this run (best.safetensors), -1 before one
+    double best_top1;  // the best validation top-1 of this run (best.safetensors), -1 before one
     Divergence div;
-    long saved_step;    // the step of the newest last.safetensors this run wrote, -1 before one
+    long saved_step;      // the step of the newest last.safetensors this run wrote, -1 before one
     const char *outcome;  // after trainer_run: "done", "stopped" (signal), "diverged", "failed"
     TrainerLog log;
     StartupTimes times;
     int steps_per_epoch;
-    long total_steps;   // optimizer steps of the whole run
+    long total_steps;  // optimizer steps of the whole run
     double base_lr;
     // position: the next step to run is (epoch, step_in_epoch); `step` counts steps done
     int epoch, step_in_epoch;
     long step;
-    long first_step;    // the step this run started at (after a resume, the checkpoint's)
-    long images_seen;   // global samples trained on by this run
+    long first_step;             // the step this run started at (after a resume, the checkpoint's)
+    long images_seen;            // global samples trained on by this run
     double train_seconds;        // the loop
     double total_seconds;        // trainer_init's start to the loop's end: start-up and training
     double steady_images_per_s;  // images per second after start-up (evaluation and checkpoints included)

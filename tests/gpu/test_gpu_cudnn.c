@@ -99,8 +99,8 @@ static void expect_close(const char *what, const char *label, DType dt, double t
 }
 
 // A buffer of dtype dt, held to that dtype's tolerance.
-static void expect_match(const char *what, const char *label, DType dt, const void *gpu_buf, const void *cpu_buf,
-                         size_t n, Backend *gpu) {
+static void expect_match(const char *what, const char *label, DType dt, const void *gpu_buf,
+                         const void *cpu_buf, size_t n, Backend *gpu) {
     expect_close(what, label, dt, tol_for(dt), gpu_buf, cpu_buf, n, gpu);
 }
 
@@ -144,18 +144,16 @@ typedef struct ConvCase {
 // Shapes of ResNeXt-50 32x4d at small spatial size: the stem, the 1x1 reductions and expansions, the
 // grouped 3x3 (stride 1 and 2), the strided 1x1 shortcut, plus a plain strided 3x3.
 static const ConvCase conv_cases[] = {
-    {"stem 7x7/2 pad 3", 2, 16, 16, 3, 64, 7, 2, 3, 1},
-    {"1x1 reduce", 2, 8, 8, 64, 32, 1, 1, 0, 1},
-    {"1x1 expand", 2, 8, 8, 32, 64, 1, 1, 0, 1},
-    {"1x1/2 shortcut", 2, 9, 9, 32, 64, 1, 2, 0, 1},
-    {"3x3 groups 32", 2, 8, 8, 64, 64, 3, 1, 1, 32},
-    {"3x3/2 groups 32", 2, 9, 9, 64, 128, 3, 2, 1, 32},
+    {"stem 7x7/2 pad 3", 2, 16, 16, 3, 64, 7, 2, 3, 1}, {"1x1 reduce", 2, 8, 8, 64, 32, 1, 1, 0, 1},
+    {"1x1 expand", 2, 8, 8, 32, 64, 1, 1, 0, 1},        {"1x1/2 shortcut", 2, 9, 9, 32, 64, 1, 2, 0, 1},
+    {"3x3 groups 32", 2, 8, 8, 64, 64, 3, 1, 1, 32},    {"3x3/2 groups 32", 2, 9, 9, 64, 128, 3, 2, 1, 32},
     {"3x3/2 groups 1", 2, 9, 9, 16, 32, 3, 2, 1, 1},
 };
 #define CONV_CASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 
 static ConvShape conv_case_shape(const ConvCase *cc) {
-    ConvShape s = {cc->n, cc->h, cc->w, cc->c_in, cc->c_out, cc->k, cc->k, cc->stride, cc->pad, cc->groups, 0, 0};
+    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
+                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
     conv_shape_finish(&s);
     return s;
 }
@@ -307,13 +305,17 @@ static void bn_step_check(const BnCase *bc, uint64_t seed, Twin gamma, Twin beta
             poison(gpu, dt, dbeta.gpu, nc);
         }
         poison(gpu, dt, dres.gpu, n);  // always overwritten
-        cpu->bn_backward(cpu, rows, c, dt, x.cpu, y.cpu, dy.cpu, relu, gamma.cpu, save_mean.cpu, save_invstd.cpu,
-                         dx.cpu, accumulate, dgamma.cpu, dbeta.cpu, accumulate, bc->residual ? dres.cpu : NULL);
-        gpu->bn_backward(gpu, rows, c, dt, x.gpu, y.gpu, dy.gpu, relu, gamma.gpu, save_mean.gpu, save_invstd.gpu,
-                         dx.gpu, accumulate, dgamma.gpu, dbeta.gpu, accumulate, bc->residual ? dres.gpu : NULL);
+        cpu->bn_backward(cpu, rows, c, dt, x.cpu, y.cpu, dy.cpu, relu, gamma.cpu, save_mean.cpu,
+                         save_invstd.cpu, dx.cpu, accumulate, dgamma.cpu, dbeta.cpu, accumulate,
+                         bc->residual ? dres.cpu : NULL);
+        gpu->bn_backward(gpu, rows, c, dt, x.gpu, y.gpu, dy.gpu, relu, gamma.gpu, save_mean.gpu,
+                         save_invstd.gpu, dx.gpu, accumulate, dgamma.gpu, dbeta.gpu, accumulate,
+                         bc->residual ? dres.gpu : NULL);
         expect_match(accumulate ? "dx, accumulate" : "dx", bc->label, dt, dx.gpu, dx.cpu, n, gpu);
-        expect_match(accumulate ? "dgamma, accumulate" : "dgamma", bc->label, dt, dgamma.gpu, dgamma.cpu, nc, gpu);
-        expect_match(accumulate ? "dbeta, accumulate" : "dbeta", bc->label, dt, dbeta.gpu, dbeta.cpu, nc, gpu);
+        expect_match(accumulate ? "dgamma, accumulate" : "dgamma", bc->label, dt, dgamma.gpu, dgamma.cpu, nc,
+                     gpu);
+        expect_match(accumulate ? "dbeta, accumulate" : "dbeta", bc->label, dt, dbeta.gpu, dbeta.cpu, nc,
+                     gpu);
         if (bc->residual) expect_match("d_residual", bc->label, dt, dres.gpu, dres.cpu, n, gpu);
         twin_free(gpu, dy);
         twin_free(gpu, dx);
@@ -325,11 +327,11 @@ static void bn_step_check(const BnCase *bc, uint64_t seed, Twin gamma, Twin beta
     // Inference with the running statistics the CPU now holds, given to both.
     float *rm = download(cpu, f32, run_mean.cpu, nc), *rv = download(cpu, f32, run_var.cpu, nc);
     Twin eval_mean = twin_upload(gpu, f32, rm, nc), eval_var = twin_upload(gpu, f32, rv, nc);
-    cpu->bn_forward_eval(cpu, rows, c, dt, x.cpu, res_cpu, relu, gamma.cpu, beta.cpu, eval_mean.cpu, eval_var.cpu,
-                         eps, y.cpu);
+    cpu->bn_forward_eval(cpu, rows, c, dt, x.cpu, res_cpu, relu, gamma.cpu, beta.cpu, eval_mean.cpu,
+                         eval_var.cpu, eps, y.cpu);
     poison(gpu, dt, y.gpu, n);
-    gpu->bn_forward_eval(gpu, rows, c, dt, x.gpu, res_gpu, relu, gamma.gpu, beta.gpu, eval_mean.gpu, eval_var.gpu,
-                         eps, y.gpu);
+    gpu->bn_forward_eval(gpu, rows, c, dt, x.gpu, res_gpu, relu, gamma.gpu, beta.gpu, eval_mean.gpu,
+                         eval_var.gpu, eps, y.gpu);
     expect_match("eval y", bc->label, dt, y.gpu, y.cpu, n, gpu);
     free(rm);
     free(rv);
@@ -354,7 +356,8 @@ static void bn_case_check(const BnCase *bc, uint64_t seed, int steps) {
     Twin save_mean = twin_random(gpu, f32, nc, seed + 94, 0.0f, 1.0f);
     Twin save_invstd = twin_random(gpu, f32, nc, seed + 95, 0.0f, 1.0f);
     for (int step = 0; step < steps; step++)
-        bn_step_check(bc, seed + 1000 * (uint64_t)step, gamma, beta, run_mean, run_var, save_mean, save_invstd);
+        bn_step_check(bc, seed + 1000 * (uint64_t)step, gamma, beta, run_mean, run_var, save_mean,
+                      save_invstd);
     twin_free(gpu, gamma);
     twin_free(gpu, beta);
     twin_free(gpu, run_mean);

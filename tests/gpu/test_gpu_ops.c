@@ -165,8 +165,8 @@ static void expect_close_tol(const char *what, Twin t, double tol) {
     free(g);
     free(c);
     printf("  %-58s %s  rel error %.2e\n", what, dtype_name(t.dt), err);
-    ck_assert_msg(err < tol, "%s (%s, seed %llu): relative error %.3g, tolerance %.0e", what, dtype_name(t.dt),
-                  (unsigned long long)base_seed, err, tol);
+    ck_assert_msg(err < tol, "%s (%s, seed %llu): relative error %.3g, tolerance %.0e", what,
+                  dtype_name(t.dt), (unsigned long long)base_seed, err, tol);
 }
 
 // Held to the tolerance of the twin's own dtype.
@@ -183,7 +183,8 @@ START_TEST(test_memory_ops) {
         for (size_t i = 0; i < bytes; i++) src[i] = (unsigned char)(i * 131 + base_seed);
         void *a = gpu->alloc(gpu, bytes), *b = gpu->alloc(gpu, bytes);
         ck_assert_ptr_nonnull(a);
-        ck_assert_msg(gpu->current_bytes(gpu) >= before + 2 * bytes, "current_bytes did not count %zu bytes", bytes);
+        ck_assert_msg(gpu->current_bytes(gpu) >= before + 2 * bytes, "current_bytes did not count %zu bytes",
+                      bytes);
         ck_assert_uint_ge(gpu->peak_bytes(gpu), gpu->current_bytes(gpu));
 
         gpu->to_device(gpu, a, src, bytes);
@@ -245,10 +246,10 @@ START_TEST(test_cast) {
     gpu->sync(gpu);
     void *c16 = download_raw(cpu, f16.cpu, n * 2), *g16 = download_raw(gpu, f16.gpu, n * 2);
     void *c32 = download_raw(cpu, back.cpu, n * 4), *g32 = download_raw(gpu, back.gpu, n * 4);
-    ck_assert_msg(memcmp(c16, g16, n * 2) == 0, "fp32 -> fp16 cast differs from the CPU (offsets %d, %d)", src_off,
-                  dst_off);
-    ck_assert_msg(memcmp(c32, g32, n * 4) == 0, "fp16 -> fp32 cast differs from the CPU (offsets %d, %d)", src_off,
-                  dst_off);
+    ck_assert_msg(memcmp(c16, g16, n * 2) == 0, "fp32 -> fp16 cast differs from the CPU (offsets %d, %d)",
+                  src_off, dst_off);
+    ck_assert_msg(memcmp(c32, g32, n * 4) == 0, "fp16 -> fp32 cast differs from the CPU (offsets %d, %d)",
+                  src_off, dst_off);
     free(c16), free(g16), free(c32), free(g32), free(v);
 
     // Same dtype is a copy.
@@ -296,8 +297,8 @@ START_TEST(test_input_normalize) {
     printf("  input_normalize %s -> %s, %zu pixels                       %s\n", dtype_name(src_dt),
            dtype_name(dst_dt), pixels, memcmp(c, g, out_bytes) == 0 ? "bitwise equal to the CPU" : "DIFFERS");
     ck_assert_msg(unwritten == 0, "input_normalize left %zu values unwritten", unwritten);
-    ck_assert_msg(memcmp(c, g, out_bytes) == 0, "input_normalize %s -> %s differs from the CPU", dtype_name(src_dt),
-                  dtype_name(dst_dt));
+    ck_assert_msg(memcmp(c, g, out_bytes) == 0, "input_normalize %s -> %s differs from the CPU",
+                  dtype_name(src_dt), dtype_name(dst_dt));
     free(c), free(g), free(gv), free(bytes), free(values);
     cpu->free(cpu, src_c), gpu->free(gpu, src_g);
     twin_free(out);
@@ -310,7 +311,8 @@ END_TEST
 START_TEST(test_input_slots_hand_over) {
     const size_t bytes = (size_t)1 << 22;
     uint8_t *host[BACKEND_INPUT_SLOTS], *slot[BACKEND_INPUT_SLOTS];
-    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++) host[s] = gpu->host_alloc(gpu, bytes), slot[s] = gpu->alloc(gpu, bytes);
+    for (int s = 0; s < BACKEND_INPUT_SLOTS; s++)
+        host[s] = gpu->host_alloc(gpu, bytes), slot[s] = gpu->alloc(gpu, bytes);
     uint8_t *taken = gpu->alloc(gpu, 8 * bytes), *back = malloc(8 * bytes);
     for (int k = 0; k < 8; k++) {
         int s = k % BACKEND_INPUT_SLOTS;
@@ -326,7 +328,8 @@ START_TEST(test_input_slots_hand_over) {
     size_t wrong = 0;
     for (int k = 0; k < 8; k++)
         for (size_t i = 0; i < bytes; i++) wrong += back[(size_t)k * bytes + i] != (uint8_t)(17 * k + 3);
-    printf("  input slots, 8 uploads through %d slots                      %zu bytes wrong\n", BACKEND_INPUT_SLOTS, wrong);
+    printf("  input slots, 8 uploads through %d slots                      %zu bytes wrong\n",
+           BACKEND_INPUT_SLOTS, wrong);
     ck_assert_msg(wrong == 0, "%zu bytes of the uploaded batches arrived wrong", wrong);
     for (int s = 0; s < BACKEND_INPUT_SLOTS; s++) gpu->host_free(gpu, host[s]), gpu->free(gpu, slot[s]);
     gpu->free(gpu, taken);
@@ -354,7 +357,8 @@ static const ConvCase conv_cases[] = {
 START_TEST(test_conv) {
     const ConvCase *cc = &conv_cases[_i / 2];
     const DType dt = _i % 2 ? DTYPE_F16 : DTYPE_F32;
-    ConvShape s = {cc->n, cc->h, cc->w, cc->c_in, cc->c_out, cc->k, cc->k, cc->stride, cc->pad, cc->groups, 0, 0};
+    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
+                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
     conv_shape_finish(&s);
     const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
     const size_t nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups);
@@ -403,28 +407,31 @@ static const char *BN_MODE_NAME[BN_MODES] = {"cuDNN", "own", "own+cuDNN", "cuDNN
 
 // The paths the forward just took for the layer of save_mean, as the mode says: a mixed pair must really run
 // mixed where cuDNN takes the shape (else its test would run one path twice), auto the pair it prepared.
-static void expect_bn_paths(CudaBnMode mode, const char *label, const float *save_mean, int rows, int c, DType dt,
-                            int residual, int relu) {
+static void expect_bn_paths(CudaBnMode mode, const char *label, const float *save_mean, int rows, int c,
+                            DType dt, int residual, int relu) {
     int fwd = -1, bwd = -1;
     ck_assert_msg(cuda_backend_bn_layer_paths(gpu, save_mean, &fwd, &bwd), "%s: no layer entry", label);
     const int cudnn_fused = !(residual && !relu) && (!relu || (dt == DTYPE_F16 && c % 4 == 0));
     // add+ReLU: cuDNN's backward needs its own forward's reserve, so that layer runs our own backward
     if (mode == CUDA_BN_OWN_CUDNN && cudnn_fused && !residual)
-        ck_assert_msg(fwd == 0 && bwd == 1, "%s: forward %d backward %d, want our own then cuDNN's", label, fwd, bwd);
+        ck_assert_msg(fwd == 0 && bwd == 1, "%s: forward %d backward %d, want our own then cuDNN's", label,
+                      fwd, bwd);
     if (mode == CUDA_BN_CUDNN_OWN && cudnn_fused && dt == DTYPE_F16)
-        ck_assert_msg(fwd == 1 && bwd == 0, "%s: forward %d backward %d, want cuDNN's then our own", label, fwd, bwd);
+        ck_assert_msg(fwd == 1 && bwd == 0, "%s: forward %d backward %d, want cuDNN's then our own", label,
+                      fwd, bwd);
     if (mode == CUDA_BN_AUTO) {
         int want_fwd = -1, want_bwd = -1;
         ck_assert_msg(cuda_backend_bn_prepared_pair(gpu, rows, c, dt, residual, relu, &want_fwd, &want_bwd),
                       "%s: bn_prepare left no pair", label);
-        ck_assert_msg(fwd == want_fwd && bwd == want_bwd, "%s: ran %d+%d, prepared %d+%d", label, fwd, bwd, want_fwd,
-                      want_bwd);
+        ck_assert_msg(fwd == want_fwd && bwd == want_bwd, "%s: ran %d+%d, prepared %d+%d", label, fwd, bwd,
+                      want_fwd, want_bwd);
     }
 }
 
 START_TEST(test_batchnorm) {
     const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1, mode = (_i >> 3) % BN_MODES, shape = (_i >> 3) / BN_MODES;
+    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1, mode = (_i >> 3) % BN_MODES,
+              shape = (_i >> 3) / BN_MODES;
     static const int shape_rows[BN_SHAPES] = {4 * 14 * 14, 4 * 7 * 7, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
     static const int shape_c[BN_SHAPES] = {128, 256, 6, 256, 2048};
     const int rows = shape_rows[shape], c = shape_c[shape];
@@ -434,7 +441,8 @@ START_TEST(test_batchnorm) {
     snprintf(label, sizeof label, "bn %s rows %d c %d%s%s", BN_MODE_NAME[mode], rows, c,
              residual ? " +residual" : "", relu ? " +relu" : "");
     cuda_backend_set_batch_norm(gpu, BN_MODE[mode]);
-    gpu->bn_prepare(gpu, rows, c, dt, residual, relu);  // times the pairs under auto; nothing in the other modes
+    gpu->bn_prepare(gpu, rows, c, dt, residual,
+                    relu);  // times the pairs under auto; nothing in the other modes
 
     Twin x = twin_random(dt, nx, case_seed(3, _i, 0), -2, 3);  // a non-zero mean, as after a convolution
     Twin res = twin_random(dt, nx, case_seed(3, _i, 1), -1, 1);
@@ -445,10 +453,10 @@ START_TEST(test_batchnorm) {
     Twin smean = twin_output(DTYPE_F32, c), sinv = twin_output(DTYPE_F32, c), y = twin_output(dt, nx);
     const void *res_c = residual ? res.cpu : NULL, *res_g = residual ? res.gpu : NULL;
 
-    cpu->bn_forward_train(cpu, rows, c, dt, x.cpu, res_c, relu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, momentum,
-                          eps, smean.cpu, sinv.cpu, y.cpu);
-    gpu->bn_forward_train(gpu, rows, c, dt, x.gpu, res_g, relu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, momentum,
-                          eps, smean.gpu, sinv.gpu, y.gpu);
+    cpu->bn_forward_train(cpu, rows, c, dt, x.cpu, res_c, relu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu,
+                          momentum, eps, smean.cpu, sinv.cpu, y.cpu);
+    gpu->bn_forward_train(gpu, rows, c, dt, x.gpu, res_g, relu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu,
+                          momentum, eps, smean.gpu, sinv.gpu, y.gpu);
     expect_bn_paths(BN_MODE[mode], label, smean.gpu, rows, c, dt, residual, relu);
     snprintf(what, sizeof what, "%s train y", label);
     expect_close(what, y);
@@ -463,8 +471,10 @@ START_TEST(test_batchnorm) {
 
     Twin y_eval = twin_output(dt, nx);
     twin_take_cpu(rmean), twin_take_cpu(rvar);
-    cpu->bn_forward_eval(cpu, rows, c, dt, x.cpu, res_c, relu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, eps, y_eval.cpu);
-    gpu->bn_forward_eval(gpu, rows, c, dt, x.gpu, res_g, relu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, eps, y_eval.gpu);
+    cpu->bn_forward_eval(cpu, rows, c, dt, x.cpu, res_c, relu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, eps,
+                         y_eval.cpu);
+    gpu->bn_forward_eval(gpu, rows, c, dt, x.gpu, res_g, relu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, eps,
+                         y_eval.gpu);
     snprintf(what, sizeof what, "%s eval y", label);
     expect_close(what, y_eval);
 
@@ -472,8 +482,10 @@ START_TEST(test_batchnorm) {
     twin_take_gpu(y), twin_take_gpu(smean), twin_take_gpu(sinv);
     // The output again from the saved statistics (a backward that recomputes it; no residual there)
     Twin y_saved = twin_output(dt, nx);
-    cpu->bn_forward_saved(cpu, rows, c, dt, x.cpu, relu, gamma.cpu, beta.cpu, smean.cpu, sinv.cpu, y_saved.cpu);
-    gpu->bn_forward_saved(gpu, rows, c, dt, x.gpu, relu, gamma.gpu, beta.gpu, smean.gpu, sinv.gpu, y_saved.gpu);
+    cpu->bn_forward_saved(cpu, rows, c, dt, x.cpu, relu, gamma.cpu, beta.cpu, smean.cpu, sinv.cpu,
+                          y_saved.cpu);
+    gpu->bn_forward_saved(gpu, rows, c, dt, x.gpu, relu, gamma.gpu, beta.gpu, smean.gpu, sinv.gpu,
+                          y_saved.gpu);
     snprintf(what, sizeof what, "%s recomputed y", label);
     expect_close(what, y_saved);
     twin_free(y_saved);
@@ -487,10 +499,10 @@ START_TEST(test_batchnorm) {
             twin_refill_like(dbeta, case_seed(3, _i, 9));
             twin_poison(dres);  // always overwritten
         }
-        cpu->bn_backward(cpu, rows, c, dt, x.cpu, y.cpu, dy.cpu, relu, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu, acc,
-                         dgamma.cpu, dbeta.cpu, acc, residual ? dres.cpu : NULL);
-        gpu->bn_backward(gpu, rows, c, dt, x.gpu, y.gpu, dy.gpu, relu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, acc,
-                         dgamma.gpu, dbeta.gpu, acc, residual ? dres.gpu : NULL);
+        cpu->bn_backward(cpu, rows, c, dt, x.cpu, y.cpu, dy.cpu, relu, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu,
+                         acc, dgamma.cpu, dbeta.cpu, acc, residual ? dres.cpu : NULL);
+        gpu->bn_backward(gpu, rows, c, dt, x.gpu, y.gpu, dy.gpu, relu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu,
+                         acc, dgamma.gpu, dbeta.gpu, acc, residual ? dres.gpu : NULL);
         snprintf(what, sizeof what, "%s backward dx%s", label, acc ? " accumulate" : "");
         expect_close(what, dx);
         snprintf(what, sizeof what, "%s backward dgamma%s", label, acc ? " accumulate" : "");
@@ -535,12 +547,13 @@ START_TEST(test_bn_add_bn) {
     const size_t nx = (size_t)rows * c;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[160], label[96];
-    snprintf(label, sizeof label, "bn_add_bn %s rows %d c %d%s", mode_names[mode], rows, c, alias ? " dx_b=dy" : "");
+    snprintf(label, sizeof label, "bn_add_bn %s rows %d c %d%s", mode_names[mode], rows, c,
+             alias ? " dx_b=dy" : "");
     cuda_backend_set_batch_norm(gpu, modes[mode]);
 
     enum { X, GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV, DGAMMA, DBETA, PARTS };
-    static const char *part_names[PARTS] = {"x", "gamma", "beta", "running_mean", "running_var", "save_mean",
-                                            "save_invstd", "dgamma", "dbeta"};
+    static const char *part_names[PARTS] = {
+        "x", "gamma", "beta", "running_mean", "running_var", "save_mean", "save_invstd", "dgamma", "dbeta"};
     Twin t[2][PARTS];
     for (int l = 0; l < 2; l++) {
         t[l][X] = twin_random(dt, nx, case_seed(4, _i, 10 * l), -2, 3);
@@ -556,7 +569,8 @@ START_TEST(test_bn_add_bn) {
         for (int side = 0; side < 2; side++) {
             void *p[PARTS];
             for (int k = 0; k < PARTS; k++) p[k] = side ? t[l][k].gpu : t[l][k].cpu;
-            args[l][side] = (BnArgs){p[X], p[GAMMA], p[BETA], p[RMEAN], p[RVAR], p[SMEAN], p[SINV], p[DGAMMA], p[DBETA]};
+            args[l][side] =
+                (BnArgs){p[X], p[GAMMA], p[BETA], p[RMEAN], p[RVAR], p[SMEAN], p[SINV], p[DGAMMA], p[DBETA]};
         }
     Twin scratch = twin_output(dt, nx), y = twin_output(dt, nx);
     const BnArgs *a_c = &args[0][0], *b_c = &args[1][0], *a_g = &args[0][1], *b_g = &args[1][1];
@@ -591,17 +605,17 @@ START_TEST(test_bn_add_bn) {
             twin_refill_like(t[l][DBETA], case_seed(4, _i, 32 + 2 * l));
         }
         twin_poison(scratch);
-        cpu->bn_backward(cpu, rows, c, dt, a_c->x, y.cpu, dy.cpu, 1, a_c->gamma, a_c->save_mean, a_c->save_invstd,
-                         dx_a.cpu, 0, a_c->dgamma, a_c->dbeta, acc, scratch.cpu);
-        cpu->bn_backward(cpu, rows, c, dt, b_c->x, NULL, scratch.cpu, 0, b_c->gamma, b_c->save_mean, b_c->save_invstd,
-                         dx_b.cpu, 0, b_c->dgamma, b_c->dbeta, acc, NULL);
+        cpu->bn_backward(cpu, rows, c, dt, a_c->x, y.cpu, dy.cpu, 1, a_c->gamma, a_c->save_mean,
+                         a_c->save_invstd, dx_a.cpu, 0, a_c->dgamma, a_c->dbeta, acc, scratch.cpu);
+        cpu->bn_backward(cpu, rows, c, dt, b_c->x, NULL, scratch.cpu, 0, b_c->gamma, b_c->save_mean,
+                         b_c->save_invstd, dx_b.cpu, 0, b_c->dgamma, b_c->dbeta, acc, NULL);
         if (alias) {  // dx_b's GPU copy starts as dy and is the op's dy
             void *host = download_raw(cpu, dy.cpu, nx * dtype_size(dt));
             gpu->to_device(gpu, dx_b.gpu, host, nx * dtype_size(dt));
             free(host);
         }
-        gpu->bn_add_bn_backward(gpu, rows, c, dt, a_g, b_g, y.gpu, alias ? dx_b.gpu : dy.gpu, 1, dx_a.gpu, dx_b.gpu,
-                                acc, scratch.gpu);
+        gpu->bn_add_bn_backward(gpu, rows, c, dt, a_g, b_g, y.gpu, alias ? dx_b.gpu : dy.gpu, 1, dx_a.gpu,
+                                dx_b.gpu, acc, scratch.gpu);
         if (fused) expect_untouched(label, "backward", scratch);  // the residual's gradient is never written
         const char *acc_name = acc ? " accumulate" : "";
         snprintf(what, sizeof what, "%s backward dx_a%s", label, acc_name);
@@ -610,7 +624,8 @@ START_TEST(test_bn_add_bn) {
         expect_close(what, dx_b);
         for (int l = 0; l < 2; l++)
             for (int k = DGAMMA; k <= DBETA; k++) {
-                snprintf(what, sizeof what, "%s backward %s %s%s", label, l ? "b" : "a", part_names[k], acc_name);
+                snprintf(what, sizeof what, "%s backward %s %s%s", label, l ? "b" : "a", part_names[k],
+                         acc_name);
                 expect_close(what, t[l][k]);
             }
     }
@@ -629,13 +644,14 @@ static void expect_same_bits(const char *what, Twin t) {
     float *c = download(cpu, t.dt, t.cpu, t.n);
     size_t differ = 0, first = 0;
     for (size_t i = 0; i < t.n; i++)
-        if (!(isnan(g[i]) && isnan(c[i])) && memcmp(&g[i], &c[i], sizeof(float)) != 0 && differ++ == 0) first = i;
+        if (!(isnan(g[i]) && isnan(c[i])) && memcmp(&g[i], &c[i], sizeof(float)) != 0 && differ++ == 0)
+            first = i;
     const double g_first = g[first], c_first = c[first];
     free(g);
     free(c);
     printf("  %-58s %s  %zu of %zu elements differ\n", what, dtype_name(t.dt), differ, t.n);
-    ck_assert_msg(differ == 0, "%s (%s, seed %llu): %zu elements differ, the first at %zu: GPU %g, CPU %g", what,
-                  dtype_name(t.dt), (unsigned long long)base_seed, differ, first, g_first, c_first);
+    ck_assert_msg(differ == 0, "%s (%s, seed %llu): %zu elements differ, the first at %zu: GPU %g, CPU %g",
+                  what, dtype_name(t.dt), (unsigned long long)base_seed, differ, first, g_first, c_first);
 }
 
 // Max pooling must match the CPU bit for bit: the same max, the same tie rule, the same fp32 sums in the
@@ -735,14 +751,18 @@ START_TEST(test_linear) {
         }
         cpu->linear_backward(cpu, n, in, out, dt, x.cpu, w.cpu, dy.cpu, dx.cpu, dw.cpu, db.cpu, acc);
         gpu->linear_backward(gpu, n, in, out, dt, x.gpu, w.gpu, dy.gpu, dx.gpu, dw.gpu, db.gpu, acc);
-        snprintf(what, sizeof what, "linear %d x %d -> %d backward dx%s", n, in, out, acc ? " (accumulate run)" : "");
+        snprintf(what, sizeof what, "linear %d x %d -> %d backward dx%s", n, in, out,
+                 acc ? " (accumulate run)" : "");
         expect_close(what, dx);
-        snprintf(what, sizeof what, "linear %d x %d -> %d backward dw%s", n, in, out, acc ? " accumulate" : "");
+        snprintf(what, sizeof what, "linear %d x %d -> %d backward dw%s", n, in, out,
+                 acc ? " accumulate" : "");
         expect_close(what, dw);
-        snprintf(what, sizeof what, "linear %d x %d -> %d backward db%s", n, in, out, acc ? " accumulate" : "");
+        snprintf(what, sizeof what, "linear %d x %d -> %d backward db%s", n, in, out,
+                 acc ? " accumulate" : "");
         expect_close(what, db);
     }
-    twin_free(x), twin_free(w), twin_free(b), twin_free(dy), twin_free(y), twin_free(dx), twin_free(dw), twin_free(db);
+    twin_free(x), twin_free(w), twin_free(b), twin_free(dy), twin_free(y), twin_free(dx), twin_free(dw),
+        twin_free(db);
 }
 END_TEST
 
@@ -765,8 +785,8 @@ START_TEST(test_softmax_xent) {
     const int mixed = (_i >> 4) & 1;
     const float seed_factor = 1.0f / (2.0f * n);  // as if 2 ranks
     char what[128], tag[64];
-    snprintf(tag, sizeof tag, "%d x %d%s%s%s", n, classes, scaled ? " scaled" : "", smoothing != 0 ? " smoothed" : "",
-             mixed ? " mixed" : "");
+    snprintf(tag, sizeof tag, "%d x %d%s%s%s", n, classes, scaled ? " scaled" : "",
+             smoothing != 0 ? " smoothed" : "", mixed ? " mixed" : "");
     Twin logits = twin_random(dt, (size_t)n * classes, case_seed(7, _i, 0), -5, 5);
     float lf[8];
     tu_fill_uniform(lf, (size_t)n, case_seed(7, _i, 1), 0.0f, (float)classes);
@@ -782,10 +802,10 @@ START_TEST(test_softmax_xent) {
     Twin scale = twin_values(DTYPE_F32, &scale_value, 1);
     Twin loss = twin_output(DTYPE_F32, 1), dlogits = twin_output(dt, (size_t)n * classes);
 
-    cpu->softmax_xent(cpu, n, classes, dt, logits.cpu, lab_c, mixed ? mix.cpu : NULL, smoothing, loss.cpu, dlogits.cpu,
-                      scaled ? scale.cpu : NULL, seed_factor);
-    gpu->softmax_xent(gpu, n, classes, dt, logits.gpu, lab_g, mixed ? mix.gpu : NULL, smoothing, loss.gpu, dlogits.gpu,
-                      scaled ? scale.gpu : NULL, seed_factor);
+    cpu->softmax_xent(cpu, n, classes, dt, logits.cpu, lab_c, mixed ? mix.cpu : NULL, smoothing, loss.cpu,
+                      dlogits.cpu, scaled ? scale.cpu : NULL, seed_factor);
+    gpu->softmax_xent(gpu, n, classes, dt, logits.gpu, lab_g, mixed ? mix.gpu : NULL, smoothing, loss.gpu,
+                      dlogits.gpu, scaled ? scale.gpu : NULL, seed_factor);
     snprintf(what, sizeof what, "softmax_xent %s loss", tag);
     expect_close_tol(what, loss, TOL_F32);
     snprintf(what, sizeof what, "softmax_xent %s dlogits", tag);
@@ -804,8 +824,9 @@ START_TEST(test_batch_mix) {
     const int cut = (_i >> 1) & 1, big = (_i >> 2) & 1;
     const int n = big ? 8 : 5, h = big ? 224 : 7, w = big ? 224 : 9, c = 3;
     const size_t count = (size_t)n * h * w * c, bytes = count * dtype_size(dt);
-    const BatchMix m = cut ? (BatchMix){.lam = 0.59f, .rest = 0.41f, .blend = 0, .x1 = 1, .y1 = 2, .x2 = w, .y2 = h - 1}
-                           : (BatchMix){.lam = 0.137f, .rest = (float)(1.0 - (double)0.137f), .blend = 1};
+    const BatchMix m =
+        cut ? (BatchMix){.lam = 0.59f, .rest = 0.41f, .blend = 0, .x1 = 1, .y1 = 2, .x2 = w, .y2 = h - 1}
+            : (BatchMix){.lam = 0.137f, .rest = (float)(1.0 - (double)0.137f), .blend = 1};
     Twin mix = twin_mix(&m);
     Twin x = twin_random(dt, count, case_seed(13, _i, 0), -2.5f, 2.5f);
     void *before = download_raw(cpu, x.cpu, bytes);
@@ -813,11 +834,11 @@ START_TEST(test_batch_mix) {
     gpu->batch_mix(gpu, dt, x.gpu, n, h, w, c, mix.gpu);
     void *cc = download_raw(cpu, x.cpu, bytes), *gg = download_raw(gpu, x.gpu, bytes);
     const int same = memcmp(cc, gg, bytes) == 0, changed = memcmp(cc, before, bytes) != 0;
-    printf("  batch_mix %s %d x %d x %d x %d %-27s %s  %s\n", cut ? "CutMix" : "MixUp ", n, h, w, c, "", dtype_name(dt),
-           same ? "bitwise equal to the CPU" : "DIFFERS");
+    printf("  batch_mix %s %d x %d x %d x %d %-27s %s  %s\n", cut ? "CutMix" : "MixUp ", n, h, w, c, "",
+           dtype_name(dt), same ? "bitwise equal to the CPU" : "DIFFERS");
     ck_assert_msg(changed, "batch_mix changed nothing");
-    ck_assert_msg(same, "batch_mix %s %s differs from the CPU (seed %llu)", cut ? "CutMix" : "MixUp", dtype_name(dt),
-                  (unsigned long long)base_seed);
+    ck_assert_msg(same, "batch_mix %s %s differs from the CPU (seed %llu)", cut ? "CutMix" : "MixUp",
+                  dtype_name(dt), (unsigned long long)base_seed);
     free(before), free(cc), free(gg);
     twin_free(mix), twin_free(x);
 }
@@ -827,10 +848,10 @@ END_TEST
 
 typedef struct NonfiniteCase {
     const char *label;
-    long bad;          // index given inf or NaN, -1 for none
+    long bad;  // index given inf or NaN, -1 for none
     float bad_value;
-    size_t offset;     // the checked range starts here (an unaligned start when 1)
-    long trim;         // and ends this many elements before the buffer's end
+    size_t offset;  // the checked range starts here (an unaligned start when 1)
+    long trim;      // and ends this many elements before the buffer's end
     float flag_before, flag_after;
 } NonfiniteCase;
 
@@ -865,10 +886,12 @@ START_TEST(test_nonfinite_check) {
     float fc, fg;
     cpu->to_host(cpu, &fc, flag.cpu, sizeof fc);
     gpu->to_host(gpu, &fg, flag.gpu, sizeof fg);
-    printf("  nonfinite_check %-40s %s  flag %g (expected %g)\n", nc->label, dtype_name(dt), fg, nc->flag_after);
-    ck_assert_msg(fg == nc->flag_after, "nonfinite_check %s (%s): flag %g, expected %g", nc->label, dtype_name(dt), fg,
-                  nc->flag_after);
-    ck_assert_msg(fc == fg, "nonfinite_check %s (%s): CPU flag %g, GPU %g", nc->label, dtype_name(dt), fc, fg);
+    printf("  nonfinite_check %-40s %s  flag %g (expected %g)\n", nc->label, dtype_name(dt), fg,
+           nc->flag_after);
+    ck_assert_msg(fg == nc->flag_after, "nonfinite_check %s (%s): flag %g, expected %g", nc->label,
+                  dtype_name(dt), fg, nc->flag_after);
+    ck_assert_msg(fc == fg, "nonfinite_check %s (%s): CPU flag %g, GPU %g", nc->label, dtype_name(dt), fc,
+                  fg);
     twin_free(g), twin_free(flag);
 }
 END_TEST
@@ -954,11 +977,13 @@ START_TEST(test_sgd_step_skipped) {
     Twin state = twin_state(&st);
     void *m0 = download_raw(gpu, master.gpu, N_SGD * 4), *v0 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c0 = download_raw(gpu, copy.gpu, N_SGD * 2);
-    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, NULL, lr.gpu, norm.gpu, state.gpu);
+    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, NULL, lr.gpu, norm.gpu,
+                  state.gpu);
     void *m1 = download_raw(gpu, master.gpu, N_SGD * 4), *v1 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c1 = download_raw(gpu, copy.gpu, N_SGD * 2);
     printf("  sgd_step skipped (found_inf 1)                             %s  %s\n", dtype_name(dt),
-           memcmp(m0, m1, N_SGD * 4) || memcmp(v0, v1, N_SGD * 4) || memcmp(c0, c1, N_SGD * 2) ? "WROTE" : "untouched");
+           memcmp(m0, m1, N_SGD * 4) || memcmp(v0, v1, N_SGD * 4) || memcmp(c0, c1, N_SGD * 2) ? "WROTE"
+                                                                                               : "untouched");
     ck_assert_msg(memcmp(m0, m1, N_SGD * 4) == 0, "skipped sgd_step changed the masters");
     ck_assert_msg(memcmp(v0, v1, N_SGD * 4) == 0, "skipped sgd_step changed the momenta");
     ck_assert_msg(memcmp(c0, c1, N_SGD * 2) == 0, "skipped sgd_step changed the fp16 copies");
@@ -991,14 +1016,14 @@ START_TEST(test_grad_norm) {
     gpu->to_host(gpu, &g, norm.gpu, sizeof g);
     gpu->grad_norm(gpu, dt, (char *)grad.gpu + go, n, state.gpu, norm.gpu);
     gpu->to_host(gpu, &again, norm.gpu, sizeof again);
-    printf("  grad_norm %s offset %zu%s: gpu %.9g cpu %.9g\n", dtype_name(dt), off, planted ? " inf planted" : "", g,
-           c);
+    printf("  grad_norm %s offset %zu%s: gpu %.9g cpu %.9g\n", dtype_name(dt), off,
+           planted ? " inf planted" : "", g, c);
     ck_assert_msg(memcmp(&g, &again, sizeof g) == 0, "grad_norm differs between two runs: %a, %a", g, again);
     if (planted) {
         ck_assert_msg(isinf(g) && isinf(c), "an inf in the gradients: norm gpu %g cpu %g", g, c);
     } else {
-        ck_assert_msg(fabsf(g - c) <= 1e-5f * c, "grad_norm (%s, seed %llu): gpu %.9g cpu %.9g", dtype_name(dt),
-                      (unsigned long long)base_seed, g, c);
+        ck_assert_msg(fabsf(g - c) <= 1e-5f * c, "grad_norm (%s, seed %llu): gpu %.9g cpu %.9g",
+                      dtype_name(dt), (unsigned long long)base_seed, g, c);
     }
     twin_free(grad), twin_free(state), twin_free(norm);
 }
@@ -1018,8 +1043,10 @@ START_TEST(test_ema_update) {
     cpu->ema_update(cpu, n, (float *)avg.cpu + off, (const float *)src.cpu + off, c.cpu);
     gpu->ema_update(gpu, n, (float *)avg.gpu + off, (const float *)src.gpu + off, c.gpu);
     void *got = download_raw(gpu, avg.gpu, N_SGD * 4), *want = download_raw(cpu, avg.cpu, N_SGD * 4);
-    printf("  ema_update mode %d offset %zu: %s\n", ctl.mode, off, memcmp(got, want, N_SGD * 4) ? "DIFFERS" : "bitwise");
-    ck_assert_msg(memcmp(got, want, N_SGD * 4) == 0, "ema_update mode %d offset %zu: GPU and CPU differ", ctl.mode, off);
+    printf("  ema_update mode %d offset %zu: %s\n", ctl.mode, off,
+           memcmp(got, want, N_SGD * 4) ? "DIFFERS" : "bitwise");
+    ck_assert_msg(memcmp(got, want, N_SGD * 4) == 0, "ema_update mode %d offset %zu: GPU and CPU differ",
+                  ctl.mode, off);
     if (ctl.mode == EMA_SKIP) ck_assert_msg(memcmp(got, before, N_SGD * 4) == 0, "ema_update skip wrote");
     free(before), free(got), free(want);
     twin_free(avg), twin_free(src), twin_free(c);
@@ -1055,12 +1082,13 @@ START_TEST(test_scaler_update) {
     gpu->to_host(gpu, &g, state.gpu, sizeof g);
     printf("  scaler_update %-44s scale %g count %d skipped %d\n", sc->label, g.scale, (int)g.growth_count,
            (int)g.skipped_total);
-    ck_assert_msg(g.scale == sc->after.scale && g.growth_count == sc->after.growth_count &&
-                      g.skipped_total == sc->after.skipped_total && g.found_inf == sc->after.found_inf &&
-                      g.skipped_run == sc->after.skipped_run,
-                  "scaler_update %s: GPU state scale %g count %d skipped %d in a row %d, expected %g %d %d %d",
-                  sc->label, g.scale, (int)g.growth_count, (int)g.skipped_total, (int)g.skipped_run, sc->after.scale,
-                  (int)sc->after.growth_count, (int)sc->after.skipped_total, (int)sc->after.skipped_run);
+    ck_assert_msg(
+        g.scale == sc->after.scale && g.growth_count == sc->after.growth_count &&
+            g.skipped_total == sc->after.skipped_total && g.found_inf == sc->after.found_inf &&
+            g.skipped_run == sc->after.skipped_run,
+        "scaler_update %s: GPU state scale %g count %d skipped %d in a row %d, expected %g %d %d %d",
+        sc->label, g.scale, (int)g.growth_count, (int)g.skipped_total, (int)g.skipped_run, sc->after.scale,
+        (int)sc->after.growth_count, (int)sc->after.skipped_total, (int)sc->after.skipped_run);
     ck_assert_msg(memcmp(&c, &g, sizeof c) == 0, "scaler_update %s: CPU and GPU states differ", sc->label);
     twin_free(state);
 }

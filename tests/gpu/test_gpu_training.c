@@ -22,9 +22,20 @@ typedef struct Side {
 } Side;
 
 static void side_start_graph(Side *s, Backend *be, int amp, const char *graph) {
-    const char *ov[] = {graph, "model.planes=16", "model.image_size=32", "data.batch_size=16", "data.train_size=320",
-                        "data.val_size=0", "data.prefetch=0", "log.metrics=", "checkpoint.dir=", "train.lr=0.002", "train.momentum=0.5",
-                        "train.schedule=constant", "train.warmup_steps=0", "amp.init_scale=1024",
+    const char *ov[] = {graph,
+                        "model.planes=16",
+                        "model.image_size=32",
+                        "data.batch_size=16",
+                        "data.train_size=320",
+                        "data.val_size=0",
+                        "data.prefetch=0",
+                        "log.metrics=",
+                        "checkpoint.dir=",
+                        "train.lr=0.002",
+                        "train.momentum=0.5",
+                        "train.schedule=constant",
+                        "train.warmup_steps=0",
+                        "amp.init_scale=1024",
                         amp ? "amp.enabled=true" : "amp.enabled=false"};
     ck_assert_int_eq(config_load(&s->cfg, NULL, (int)(sizeof ov / sizeof ov[0]), (char **)ov, stderr), 0);
     s->be = be;
@@ -32,7 +43,9 @@ static void side_start_graph(Side *s, Backend *be, int amp, const char *graph) {
     ck_assert_int_eq(trainer_init(&s->t, &s->cfg, be, s->comm, s->comm), 0);
 }
 
-static void side_start(Side *s, Backend *be, int amp) { side_start_graph(s, be, amp, "train.cuda_graph=auto"); }
+static void side_start(Side *s, Backend *be, int amp) {
+    side_start_graph(s, be, amp, "train.cuda_graph=auto");
+}
 
 static void side_stop(Side *s) {
     trainer_free(&s->t);
@@ -84,7 +97,8 @@ static void compare_training(int amp, double weight_tol, double loss_tol) {
         tu_train_step(&g.t);
         float lc = side_loss(&c), lg = side_loss(&g);
         printf("%s step %d: loss cpu %.6f cuda %.6f\n", amp ? "amp" : "fp32", step, lc, lg);
-        ck_assert_msg(isfinite(lg) && fabs(lg - lc) <= loss_tol * fabs(lc), "step %d loss cpu %g cuda %g", step, lc, lg);
+        ck_assert_msg(isfinite(lg) && fabs(lg - lc) <= loss_tol * fabs(lc), "step %d loss cpu %g cuda %g",
+                      step, lc, lg);
         if (step == 0 || amp) {
             wc = side_weights(&c), wg = side_weights(&g);
             double e = tu_rel_error(wg, wc, n);
@@ -127,8 +141,9 @@ static void compare_graph_to_launches(int amp) {
         tu_train_step(&off.t);
         float *w_on = side_weights(&on), *w_off = side_weights(&off);
         ScalerState s_on = scaler_read(&on.t.scaler, on.be), s_off = scaler_read(&off.t.scaler, off.be);
-        ck_assert_msg(memcmp(w_on, w_off, n * sizeof(float)) == 0, "%s step %d: graph and launches differ (%g)",
-                      amp ? "amp" : "fp32", step, tu_rel_error(w_on, w_off, n));
+        ck_assert_msg(memcmp(w_on, w_off, n * sizeof(float)) == 0,
+                      "%s step %d: graph and launches differ (%g)", amp ? "amp" : "fp32", step,
+                      tu_rel_error(w_on, w_off, n));
         ck_assert_msg(s_on.scale == s_off.scale && s_on.growth_count == s_off.growth_count &&
                           s_on.skipped_total == s_off.skipped_total,
                       "step %d: scaler differs", step);

@@ -33,9 +33,12 @@ typedef struct Fixture {
 } Fixture;
 
 static const Fixture FIX[FIXTURES] = {
-    {"baseline 4:2:0 500x375", 500, 375, 3, TJSAMP_420, 0, 0}, {"progressive 4:2:2 301x199", 301, 199, 3, TJSAMP_422, 1, 0},
-    {"grayscale 97x211", 97, 211, 1, TJSAMP_GRAY, 0, 0},    {"baseline 4:4:4 256x256", 256, 256, 3, TJSAMP_444, 0, 0},
-    {"CMYK 120x90", 120, 90, 4, TJSAMP_444, 0, 0},           {"odd 4:2:0 65x67", 65, 67, 3, TJSAMP_420, 0, 0},
+    {"baseline 4:2:0 500x375", 500, 375, 3, TJSAMP_420, 0, 0},
+    {"progressive 4:2:2 301x199", 301, 199, 3, TJSAMP_422, 1, 0},
+    {"grayscale 97x211", 97, 211, 1, TJSAMP_GRAY, 0, 0},
+    {"baseline 4:4:4 256x256", 256, 256, 3, TJSAMP_444, 0, 0},
+    {"CMYK 120x90", 120, 90, 4, TJSAMP_444, 0, 0},
+    {"odd 4:2:0 65x67", 65, 67, 3, TJSAMP_420, 0, 0},
     {"cut 4:2:0 333x250", 333, 250, 3, TJSAMP_420, 0, 2},
 };
 
@@ -47,7 +50,8 @@ static void make_fixtures(void) {
     if (jpeg_bytes[0]) return;
     for (int k = 0; k < FIXTURES; k++) {
         const Fixture *f = &FIX[k];
-        uint8_t *src = f->channels == 3 ? fx_noise(f->w, f->h, 90 + (uint64_t)k) : fx_pattern(f->w, f->h, f->channels, k);
+        uint8_t *src = f->channels == 3 ? fx_noise(f->w, f->h, 90 + (uint64_t)k)
+                                        : fx_pattern(f->w, f->h, f->channels, k);
         jpeg_bytes[k] = fx_jpeg(src, f->w, f->h, f->channels, 90, f->subsamp, f->progressive, &jpeg_len[k]);
         if (f->cut) jpeg_len[k] /= f->cut;
         free(src);
@@ -58,7 +62,8 @@ static void make_fixtures(void) {
 // decoded, and failed flags (which must agree).
 static int decode_both(const ImageJob *jobs, int n, double *mean, uint8_t *failed_cpu) {
     const size_t bytes = (size_t)SIDE * SIDE * 3;
-    uint8_t *want = calloc((size_t)n, bytes), *got = calloc((size_t)n, bytes), *failed_gpu = calloc((size_t)n, 1);
+    uint8_t *want = calloc((size_t)n, bytes), *got = calloc((size_t)n, bytes),
+            *failed_gpu = calloc((size_t)n, 1);
     void *dev = gpu->alloc(gpu, (size_t)n * bytes);
     cpu->input_decode(cpu, 0, want, n, SIDE, jobs, failed_cpu);
     gpu->input_decode(gpu, 0, dev, n, SIDE, jobs, failed_gpu);
@@ -77,14 +82,17 @@ static int decode_both(const ImageJob *jobs, int n, double *mean, uint8_t *faile
             sum += d;
             counted++;
         }
-        if (job_worst > 1) printf("  job %d (sample %d): largest difference %d\n", i, jobs[i].sample, job_worst);
+        if (job_worst > 1)
+            printf("  job %d (sample %d): largest difference %d\n", i, jobs[i].sample, job_worst);
         worst = job_worst > worst ? job_worst : worst;
     }
     *mean = counted ? sum / (double)counted : 0.0;
     // the pixels' differences are printed before the verdicts are asserted
     if (disagree >= 0)
-        printf("job %d: failed %d on the GPU, %d on the CPU (pixels of the jobs both decoded: largest difference %d, "
-               "mean %.4f)\n", disagree, failed_gpu[disagree], failed_cpu[disagree], worst, *mean);
+        printf(
+            "job %d: failed %d on the GPU, %d on the CPU (pixels of the jobs both decoded: largest difference %d, "
+            "mean %.4f)\n",
+            disagree, failed_gpu[disagree], failed_cpu[disagree], worst, *mean);
     ck_assert_msg(disagree < 0, "job %d: failed %d on the GPU, %d on the CPU", disagree,
                   disagree < 0 ? 0 : failed_gpu[disagree], disagree < 0 ? 0 : failed_cpu[disagree]);
     gpu->free(gpu, dev);
@@ -102,13 +110,18 @@ START_TEST(decoded_pixels_within_one) {
     ImageJob jobs[FIXTURES];
     for (int k = 0; k < FIXTURES; k++) {
         const Fixture *f = &FIX[k];
-        ImageGeometry g = {{0, 0, f->h, f->w}, f->w, f->h, {(f->h - SIDE) / 2, (f->w - SIDE) / 3, SIDE, SIDE}, 0};
+        ImageGeometry g = {{0, 0, f->h, f->w},
+                           f->w,
+                           f->h,
+                           {(f->h - SIDE) / 2, (f->w - SIDE) / 3, SIDE, SIDE},
+                           0};
         jobs[k] = job_of(k, g);
     }
     uint8_t failed[FIXTURES];
     double mean;
     const int worst = decode_both(jobs, FIXTURES, &mean, failed);
-    for (int k = 0; k < FIXTURES; k++) ck_assert_msg(failed[k] == (FIX[k].cut != 0), "%s: failed %d", FIX[k].what, failed[k]);
+    for (int k = 0; k < FIXTURES; k++)
+        ck_assert_msg(failed[k] == (FIX[k].cut != 0), "%s: failed %d", FIX[k].what, failed[k]);
     printf("decoded pixels, nvJPEG vs libjpeg-turbo: largest difference %d, mean %.4f\n", worst, mean);
     ck_assert_msg(worst <= 1, "decoded pixels differ by %d (mean %.4f)", worst, mean);
 }
@@ -136,7 +149,8 @@ START_TEST(transforms_match_the_cpu) {
     int failures = 0;
     for (int i = 0; i < n; i++) failures += failed[i];
     ck_assert_int_eq(failures, DRAWS + 1);  // the cut file's jobs, and only those
-    printf("transforms, GPU vs CPU: largest difference %d, mean %.4f over %d jobs\n", worst, mean, n - failures);
+    printf("transforms, GPU vs CPU: largest difference %d, mean %.4f over %d jobs\n", worst, mean,
+           n - failures);
     ck_assert_msg(worst <= 3 && mean < 0.5, "transformed pixels differ by up to %d (mean %.4f)", worst, mean);
 }
 END_TEST
@@ -147,7 +161,8 @@ int main(void) {
     if (!gpu) return tu_skip_gpu("test_images_gpu", why);
     if (!gpu->input_decode) {
         gpu->destroy(gpu);
-        return tu_skip("test_images_gpu", "this build has no nvJPEG (CMake found none), so no input_decode on CUDA");
+        return tu_skip("test_images_gpu",
+                       "this build has no nvJPEG (CMake found none), so no input_decode on CUDA");
     }
     cpu = cpu_backend_create();
     Suite *s = suite_create("images_gpu");

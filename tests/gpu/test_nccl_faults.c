@@ -74,7 +74,8 @@ START_TEST(stopped_peer_ends_the_job_within_the_timeout) {
     ck_assert_msg(strstr(run.output, want) != NULL, "wanted: %s\n%s", want, run.output);
     ck_assert_msg(!strstr(run.output, "completed with a stopped peer"), "%s", run.output);
     // The timeout, then the job's end (abort, mpirun's teardown of the stopped rank) well before `timeout 120`.
-    ck_assert_msg(run.seconds >= TIMEOUT_S && run.seconds < 60.0, "took %.1f s:\n%s", run.seconds, run.output);
+    ck_assert_msg(run.seconds >= TIMEOUT_S && run.seconds < 60.0, "took %.1f s:\n%s", run.seconds,
+                  run.output);
     ck_assert_msg(left == 0, "%d rank(s) outlived the job", left);
 }
 END_TEST

@@ -100,21 +100,24 @@ static void check_xent(Backend *be, SafetensorsFile *f) {
             const DType dt = f16 ? DTYPE_F16 : DTYPE_F32;
             Tensor want_loss = tensor_f32(f, "xent.%d.%s.loss", k, f16 ? "fp16" : "fp32");
             Tensor want_grad = tensor_f32(f, "xent.%d.%s.grad", k, f16 ? "fp16" : "fp32");
-            void *z = upload_as(be, logits.data, logits.numel, dt), *dz = be->alloc(be, logits.numel * dtype_size(dt));
-            be->softmax_xent(be, n, classes, dt, z, labels_dev, lam >= 0 ? mix_dev : NULL, smoothing, loss_dev, dz,
-                             NULL, 1.0f / n);
+            void *z = upload_as(be, logits.data, logits.numel, dt),
+                 *dz = be->alloc(be, logits.numel * dtype_size(dt));
+            be->softmax_xent(be, n, classes, dt, z, labels_dev, lam >= 0 ? mix_dev : NULL, smoothing,
+                             loss_dev, dz, NULL, 1.0f / n);
             float loss;
             be->to_host(be, &loss, loss_dev, sizeof loss);
             float *grad = tu_backend_floats(be, dz, dt, logits.numel);
             const float want = *(const float *)want_loss.data;
             const double loss_err = fabs(loss - want) / fabs(want);
             const double grad_err = tu_rel_error(grad, want_grad.data, logits.numel);
-            printf("  %s xent case %d (smoothing %g, %s) %s: loss %.6f torch %.6f (rel %.1e), gradient rel %.1e\n",
-                   be->name, k, smoothing, lam >= 0 ? "mixed" : "hard", dtype_name(dt), loss, want, loss_err, grad_err);
-            ck_assert_msg(loss_err < 1e-5, "%s case %d %s: loss %.7f, torch's %.7f", be->name, k, dtype_name(dt), loss,
-                          want);
-            ck_assert_msg(grad_err < (f16 ? 1e-2 : 1e-5), "%s case %d %s: gradient %.2e from torch's", be->name, k,
-                          dtype_name(dt), grad_err);
+            printf(
+                "  %s xent case %d (smoothing %g, %s) %s: loss %.6f torch %.6f (rel %.1e), gradient rel %.1e\n",
+                be->name, k, smoothing, lam >= 0 ? "mixed" : "hard", dtype_name(dt), loss, want, loss_err,
+                grad_err);
+            ck_assert_msg(loss_err < 1e-5, "%s case %d %s: loss %.7f, torch's %.7f", be->name, k,
+                          dtype_name(dt), loss, want);
+            ck_assert_msg(grad_err < (f16 ? 1e-2 : 1e-5), "%s case %d %s: gradient %.2e from torch's",
+                          be->name, k, dtype_name(dt), grad_err);
             be->free(be, z), be->free(be, dz);
             free(grad), free(want_loss.data), free(want_grad.data);
         }
@@ -128,7 +131,8 @@ static void check_xent(Backend *be, SafetensorsFile *f) {
 static void check_mix(Backend *be, SafetensorsFile *f) {
     Tensor images = tensor_read(f, "mix.images", ST_F32), labels = tensor_read(f, "mix.labels", ST_I32);
     Tensor cases = tensor_read(f, "mix.cases", ST_F32);
-    const int n = (int)images.shape[0], h = (int)images.shape[1], w = (int)images.shape[2], c = (int)images.shape[3];
+    const int n = (int)images.shape[0], h = (int)images.shape[1], w = (int)images.shape[2],
+              c = (int)images.shape[3];
     const int32_t *lab = labels.data;
     const float *cv = cases.data;
     BatchMix *mix_dev = be->alloc(be, sizeof(BatchMix));
@@ -138,7 +142,8 @@ static void check_mix(Backend *be, SafetensorsFile *f) {
         const BatchMix m = cutmix ? batch_mix_cutmix(lam, (int)cv[4 * k + 2], (int)cv[4 * k + 3], h, w)
                                   : batch_mix_mixup(lam);
         be->to_device(be, mix_dev, &m, sizeof m);
-        Tensor want = tensor_f32(f, "mix.%d.%s", k, "images"), want16 = tensor_f32(f, "mix.%d.%s", k, "images_fp16");
+        Tensor want = tensor_f32(f, "mix.%d.%s", k, "images"),
+               want16 = tensor_f32(f, "mix.%d.%s", k, "images_fp16");
         Tensor targets = tensor_f32(f, "mix.%d.%s", k, "targets");
         for (int f16 = 0; f16 < 2; f16++) {
             const DType dt = f16 ? DTYPE_F16 : DTYPE_F32;
@@ -147,11 +152,12 @@ static void check_mix(Backend *be, SafetensorsFile *f) {
             float *got = tu_backend_floats(be, x, dt, images.numel);
             const double diff = f16 ? fp16_steps(got, want16.data, images.data, n, (size_t)h * w * c)
                                     : max_abs_diff(got, want.data, images.numel);
-            printf("  %s %s case %d (lambda %g -> %g, box x [%d, %d) y [%d, %d)) %s: max difference %.2e%s\n", be->name,
-                   cutmix ? "CutMix" : "MixUp", k, lam, m.lam, m.x1, m.x2, m.y1, m.y2, dtype_name(dt), diff,
-                   f16 ? " fp16 steps" : "");
-            ck_assert_msg(diff <= (f16 ? 1.5 : 1e-6), "%s case %d %s: the mixed batch is %.2e%s from torchvision's",
-                          be->name, k, dtype_name(dt), diff, f16 ? " fp16 steps" : "");
+            printf("  %s %s case %d (lambda %g -> %g, box x [%d, %d) y [%d, %d)) %s: max difference %.2e%s\n",
+                   be->name, cutmix ? "CutMix" : "MixUp", k, lam, m.lam, m.x1, m.x2, m.y1, m.y2,
+                   dtype_name(dt), diff, f16 ? " fp16 steps" : "");
+            ck_assert_msg(diff <= (f16 ? 1.5 : 1e-6),
+                          "%s case %d %s: the mixed batch is %.2e%s from torchvision's", be->name, k,
+                          dtype_name(dt), diff, f16 ? " fp16 steps" : "");
             be->free(be, x);
             free(got);
         }
@@ -204,8 +210,9 @@ int main(void) {
     if (probe) probe->destroy(probe);
     parity_path = getenv("AMPTRAIN_RECIPE_LOSS_FILE");
     if (!parity_path) {
-        printf("test_recipe_loss: skipped: AMPTRAIN_RECIPE_LOSS_FILE is not set (dev/device_suite.sh recipe makes it "
-               "with tests/parity/recipe_loss.py on a machine with torch)\n");
+        printf(
+            "test_recipe_loss: skipped: AMPTRAIN_RECIPE_LOSS_FILE is not set (dev/device_suite.sh recipe makes it "
+            "with tests/parity/recipe_loss.py on a machine with torch)\n");
         return TU_SKIP_EXIT;
     }
     Suite *s = suite_create("recipe_loss");

@@ -85,7 +85,8 @@ static float *download(Backend *be, const float *src, size_t n) {
     return host;
 }
 
-static void expect_close(const char *tag, const char *what, const float *got, const float *want, size_t n, double tol) {
+static void expect_close(const char *tag, const char *what, const float *got, const float *want, size_t n,
+                         double tol) {
     double err = tu_rel_error(got, want, n);
     printf("recipe_optim %-5s %-26s relative %.2e%s\n", tag, what, err,
            memcmp(got, want, n * sizeof(float)) == 0 ? " (bitwise)" : "");
@@ -112,9 +113,12 @@ static void run_case(Backend *be, const char *tag, int amp) {
     snprintf(ov[10], sizeof ov[10], "amp.enabled=%s", amp ? "true" : "false");
     snprintf(ov[11], sizeof ov[11], "amp.init_scale=%s", st_meta(f, "amp_scale"));
     snprintf(ov[12], sizeof ov[12], "model.num_classes=%d", (int)meta_number(f, "classes"));
-    const char *fixed[] = {"model.arch=custom", "model.layers=[1,1,1,1]", "model.planes=64", "model.cardinality=2",
-                           "model.base_width=4", "model.image_size=32", "data.source=synthetic", "data.val_size=0",
-                           "data.prefetch=0", "log.metrics=", "checkpoint.dir=", "train.schedule=constant",
+    const char *fixed[] = {"model.arch=custom",       "model.layers=[1,1,1,1]",
+                           "model.planes=64",         "model.cardinality=2",
+                           "model.base_width=4",      "model.image_size=32",
+                           "data.source=synthetic",   "data.val_size=0",
+                           "data.prefetch=0",         "log.metrics=",
+                           "checkpoint.dir=",         "train.schedule=constant",
                            "amp.growth_interval=2000"};
     char *all[32];
     int n = 0;
@@ -128,12 +132,13 @@ static void run_case(Backend *be, const char *tag, int amp) {
     Model *m = &t.model;
     const size_t np = m->params.padded_numel, ns = m->stats_numel;
     ck_assert_int_eq(t.steps_per_epoch, spe);
-    ck_assert_msg(t.ema.decay == meta_number(f, "ema_adjusted_decay"), "EMA decay %.17g, torchvision's %s", t.ema.decay,
-                  st_meta(f, "ema_adjusted_decay"));
+    ck_assert_msg(t.ema.decay == meta_number(f, "ema_adjusted_decay"), "EMA decay %.17g, torchvision's %s",
+                  t.ema.decay, st_meta(f, "ema_adjusted_decay"));
 
     float *master = calloc(np, sizeof(float)), *stats = calloc(ns, sizeof(float));
     int64_t tracked;
-    ck_assert_msg(checkpoint_read_model(f, m, "", 0, master, stats, &tracked, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(checkpoint_read_model(f, m, "", 0, master, stats, &tracked, err, sizeof err) == 0, "%s",
+                  err);
     be->to_device(be, m->master, master, np * sizeof(float));
     be->to_device(be, m->running, stats, ns * sizeof(float));
     model_refresh_compute(m, be);
@@ -159,8 +164,10 @@ static void run_case(Backend *be, const char *tag, int amp) {
         float *g = read_params(f, m, name);
         const float scale = amp ? scaler_read(&t.scaler, be).scale : 1.0f;
         for (size_t i = 0; i < np; i++) {
-            if (amp) ((_Float16 *)grads)[i] = (_Float16)(g[i] * scale);
-            else ((float *)grads)[i] = g[i];
+            if (amp)
+                ((_Float16 *)grads)[i] = (_Float16)(g[i] * scale);
+            else
+                ((float *)grads)[i] = g[i];
         }
         if (amp && k == inf_step) ((_Float16 *)grads)[inf_param->offset] = (_Float16)INFINITY;
         be->to_device(be, m->grads, grads, np * dtype_size(m->act_dt));
@@ -172,8 +179,8 @@ static void run_case(Backend *be, const char *tag, int amp) {
         be->to_host(be, &norm, t.opt.grad_norm, sizeof norm);
         printf("recipe_optim %-5s step %d: norm %.9g, torch %.9g\n", tag, k, norm, want_norms[k]);
         if (isfinite(want_norms[k]))
-            ck_assert_msg(fabsf(norm - want_norms[k]) <= 1e-5f * want_norms[k], "%s step %d: norm %.9g, torch %.9g", tag,
-                          k, norm, want_norms[k]);
+            ck_assert_msg(fabsf(norm - want_norms[k]) <= 1e-5f * want_norms[k],
+                          "%s step %d: norm %.9g, torch %.9g", tag, k, norm, want_norms[k]);
         else
             ck_assert_msg(!isfinite(norm), "%s step %d: norm %g, torch's is not finite", tag, k, norm);
         free(step_stats), free(g);
@@ -201,7 +208,8 @@ static void run_case(Backend *be, const char *tag, int amp) {
     snprintf(name, sizeof name, "recipe.%s.ema.module.bn1.num_batches_tracked", amp ? "amp" : "fp32");
     int64_t *ema_tracked = read_tensor(f, name, NULL);
     printf("recipe_optim %-5s n_averaged %ld (torch %lld), EMA num_batches_tracked %lld (torch %lld)\n", tag,
-           t.ema.n_averaged, (long long)*n_averaged, (long long)t.ema.num_batches_tracked, (long long)*ema_tracked);
+           t.ema.n_averaged, (long long)*n_averaged, (long long)t.ema.num_batches_tracked,
+           (long long)*ema_tracked);
     ck_assert_int_eq(t.ema.n_averaged, *n_averaged);
     ck_assert_int_eq(t.ema.num_batches_tracked, *ema_tracked);
     free(n_averaged), free(ema_tracked), free(lr), free(step_tracked), free(want_norms), free(grads);
@@ -236,16 +244,19 @@ int main(void) {
     if (probe) probe->destroy(probe);
     parity_path = getenv("AMPTRAIN_RECIPE_OPTIM_FILE");
     if (!parity_path) {
-        printf("test_recipe_optim_parity: skipped: AMPTRAIN_RECIPE_OPTIM_FILE is not set (dev/device_suite.sh recipe "
-               "makes it with tests/parity/recipe_optim.py on a machine with torch)\n");
+        printf(
+            "test_recipe_optim_parity: skipped: AMPTRAIN_RECIPE_OPTIM_FILE is not set (dev/device_suite.sh recipe "
+            "makes it with tests/parity/recipe_optim.py on a machine with torch)\n");
         return TU_SKIP_EXIT;
     }
     Suite *s = suite_create("recipe_optim_parity");
     TCase *tc = tcase_create("parity");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_cpu_matches_torch);
-    if (have_gpu) tcase_add_test(tc, test_cuda_matches_torch);
-    else printf("test_recipe_optim_parity: CUDA case skipped: %s\n", why);
+    if (have_gpu)
+        tcase_add_test(tc, test_cuda_matches_torch);
+    else
+        printf("test_recipe_optim_parity: CUDA case skipped: %s\n", why);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 0);
 }

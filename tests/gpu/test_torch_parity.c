@@ -38,9 +38,17 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     snprintf(batch_ov, sizeof batch_ov, "data.batch_size=%d", batch);
     snprintf(train_ov, sizeof train_ov, "data.train_size=%d", batch);
     snprintf(amp_ov, sizeof amp_ov, "amp.enabled=%s", amp ? "true" : "false");
-    const char *ov[] = {"model.arch=resnext50_32x4d", "model.num_classes=1000", "model.image_size=224",
-                        "data.source=synthetic", "data.val_size=0", "data.prefetch=0", "log.metrics=",
-                        "checkpoint.dir=", batch_ov, train_ov, amp_ov};
+    const char *ov[] = {"model.arch=resnext50_32x4d",
+                        "model.num_classes=1000",
+                        "model.image_size=224",
+                        "data.source=synthetic",
+                        "data.val_size=0",
+                        "data.prefetch=0",
+                        "log.metrics=",
+                        "checkpoint.dir=",
+                        batch_ov,
+                        train_ov,
+                        amp_ov};
     Config cfg;
     ck_assert_int_eq(config_load(&cfg, NULL, (int)(sizeof ov / sizeof ov[0]), (char **)ov, stderr), 0);
     Comm *comm = comm_single_create();
@@ -51,9 +59,11 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     char err[1024];
     SafetensorsFile *f = st_open(parity_path, err, sizeof err);
     ck_assert_msg(f != NULL, "%s", err);
-    float *master = calloc(m->params.padded_numel, sizeof(float)), *stats = calloc(m->stats_numel, sizeof(float));
+    float *master = calloc(m->params.padded_numel, sizeof(float)),
+          *stats = calloc(m->stats_numel, sizeof(float));
     int64_t tracked;
-    ck_assert_msg(checkpoint_read_model(f, m, "", 0, master, stats, &tracked, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(checkpoint_read_model(f, m, "", 0, master, stats, &tracked, err, sizeof err) == 0, "%s",
+                  err);
     be->to_device(be, m->master, master, m->params.padded_numel * sizeof(float));
     be->to_device(be, m->running, stats, m->stats_numel * sizeof(float));
     model_refresh_compute(m, be);
@@ -64,8 +74,11 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
     float *input_dev = be->alloc(be, n_input * sizeof(float));
     be->to_device(be, input_dev, input, n_input * sizeof(float));
     be->to_device(be, t.act.labels, labels, (size_t)batch * sizeof(int32_t));
-    ModelBatch mb = {.images = input_dev, .images_dt = DTYPE_F32, .affine = pixel_affine_identity(),
-                     .labels = t.act.labels, .n = batch};
+    ModelBatch mb = {.images = input_dev,
+                     .images_dt = DTYPE_F32,
+                     .affine = pixel_affine_identity(),
+                     .labels = t.act.labels,
+                     .n = batch};
 
     // AMP: the backward is seeded with the same loss scale as torch's (GradScaler-style), and the
     // gradients are divided by it again below.
@@ -114,8 +127,9 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
         free(want), free(got);
     }
     double grads_err = sqrt(sums[0] / sums[1]), cosine = sums[2] / sqrt(got2 * sums[1]);
-    printf("parity %-10s logits %.2e  loss %.6f vs torch %.6f (%.2e)  grads %.2e  cosine %.6f  worst %s %.2e\n",
-           tag, logits_err, got_loss, want_loss[0], loss_err, grads_err, cosine, worst_name, worst);
+    printf(
+        "parity %-10s logits %.2e  loss %.6f vs torch %.6f (%.2e)  grads %.2e  cosine %.6f  worst %s %.2e\n",
+        tag, logits_err, got_loss, want_loss[0], loss_err, grads_err, cosine, worst_name, worst);
     fflush(stdout);
     ck_assert_msg(logits_err < tol.logits, "%s logits %g", tag, logits_err);
     ck_assert_msg(loss_err < tol.loss, "%s loss %g", tag, loss_err);
@@ -124,8 +138,8 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
 
     if (checkpoint_out) ck_assert_msg(checkpoint_save(&t, checkpoint_out, err, sizeof err) == 0, "%s", err);
     be->free(be, input_dev);
-    free(master), free(stats), free(input), free(labels), free(want_logits), free(got_logits), free(want_loss),
-        free(grads);
+    free(master), free(stats), free(input), free(labels), free(want_logits), free(got_logits),
+        free(want_loss), free(grads);
     st_close(f);
     trainer_free(&t);
     comm->destroy(comm);
@@ -135,7 +149,7 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
 static Tolerance FP32;  // from the file: 3x torch fp32's own error against fp64, at least a small floor
 // AMP against AMP: both round activations to fp16, at different places; 4 samples make batch-norm
 // gradients cancel-prone, which amplifies that rounding (see test_training.c).
-static Tolerance AMP;   // the same from torch AMP's error
+static Tolerance AMP;  // the same from torch AMP's error
 
 START_TEST(test_cpu_fp32_matches_torch) {
     Backend *be = cpu_backend_create();
@@ -175,7 +189,8 @@ int main(void) {
     if (probe) probe->destroy(probe);
     parity_path = getenv("AMPTRAIN_PARITY_FILE");
     if (!parity_path)
-        return tu_skip("test_torch_parity", "AMPTRAIN_PARITY_FILE is not set (dev/device_suite.sh parity makes it "
+        return tu_skip("test_torch_parity",
+                       "AMPTRAIN_PARITY_FILE is not set (dev/device_suite.sh parity makes it "
                        "with tests/parity/export_torchvision.py on a machine with torch)");
     char err[512];
     SafetensorsFile *f = st_open(parity_path, err, sizeof err);
@@ -189,12 +204,15 @@ int main(void) {
     const int64_t four[1] = {4};  // logits, loss and gradient errors, then the gradient cosine
     if (!labels || !e32 || !e16 || st_read(f, e32->name, ST_F32, 1, four, err32, err, sizeof err) != 0 ||
         st_read(f, e16->name, ST_F32, 1, four, err16, err, sizeof err) != 0) {
-        printf("test_torch_parity: %s lacks parity.labels or torch's error figures (re-export it)\n", parity_path);
+        printf("test_torch_parity: %s lacks parity.labels or torch's error figures (re-export it)\n",
+               parity_path);
         return 1;
     }
     batch = (int)labels->shape[0];
-    FP32 = (Tolerance){.logits = fmax(3 * err32[0], 1e-5), .loss = fmax(3 * err32[1], 1e-6),
-                       .grads = fmax(3 * err32[2], 1e-4), .cosine = 0.999};
+    FP32 = (Tolerance){.logits = fmax(3 * err32[0], 1e-5),
+                       .loss = fmax(3 * err32[1], 1e-6),
+                       .grads = fmax(3 * err32[2], 1e-4),
+                       .cosine = 0.999};
     // The AMP loss: fp32 softmax over fp16 logits, which both sides get 2e-2 wrong; held to fp16's 1e-3
     // at least (an H200 run: ours 6.8e-4, torch's 1.1e-4).
     // The AMP gradient's direction: torch AMP's gradient vector makes the angle acos(err16[3]) with the
@@ -204,11 +222,14 @@ int main(void) {
     // (ours: 0.718). The relative-error bound alone admits any angle up to asin(.grads) (sin of the angle
     // <= the relative error), which its 1e-2 floor and 3x margin make loose; the angle is the part of the
     // error that changes where SGD goes.
-    AMP = (Tolerance){.logits = fmax(3 * err16[0], 1e-3), .loss = fmax(3 * err16[1], 1e-3),
-                      .grads = fmax(3 * err16[2], 1e-2), .cosine = cos(fmin(1.5 * acos(fmin(err16[3], 1.0)), M_PI / 2))};
-    printf("torch vs fp64 on this batch: fp32 logits %.2e loss %.2e gradients %.2e cosine %.6f; AMP logits %.2e "
-           "loss %.2e gradients %.2e cosine %.6f (ours must exceed %.6f)\n", err32[0], err32[1], err32[2], err32[3],
-           err16[0], err16[1], err16[2], err16[3], AMP.cosine);
+    AMP = (Tolerance){.logits = fmax(3 * err16[0], 1e-3),
+                      .loss = fmax(3 * err16[1], 1e-3),
+                      .grads = fmax(3 * err16[2], 1e-2),
+                      .cosine = cos(fmin(1.5 * acos(fmin(err16[3], 1.0)), M_PI / 2))};
+    printf(
+        "torch vs fp64 on this batch: fp32 logits %.2e loss %.2e gradients %.2e cosine %.6f; AMP logits %.2e "
+        "loss %.2e gradients %.2e cosine %.6f (ours must exceed %.6f)\n",
+        err32[0], err32[1], err32[2], err32[3], err16[0], err16[1], err16[2], err16[3], AMP.cosine);
     st_close(f);
     Suite *s = suite_create("torch_parity");
     TCase *tc = tcase_create("parity");

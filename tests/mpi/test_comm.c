@@ -69,7 +69,8 @@ START_TEST(fp16_sum_is_exact_and_overflows_like_fp16) {
     if (p >= 2) {
         float sum = (float)buf[OVERFLOW_AT], negative_sum = (float)buf[NEGATIVE_AT];
         ck_assert_msg(isinf(sum) && sum > 0, "40000 x %d = %g, want +inf", p, sum);
-        ck_assert_msg(isinf(negative_sum) && negative_sum < 0, "-40000 x %d = %g, want -inf", p, negative_sum);
+        ck_assert_msg(isinf(negative_sum) && negative_sum < 0, "-40000 x %d = %g, want -inf", p,
+                      negative_sum);
     } else {
         ck_assert_float_eq((float)buf[OVERFLOW_AT], 40000.0f);
         ck_assert_float_eq((float)buf[NEGATIVE_AT], -40000.0f);
@@ -90,7 +91,8 @@ START_TEST(fp16_sum_is_bitwise_identical_on_every_rank) {
     memcpy(root, mine, n * sizeof *mine);
     comm->broadcast(comm, root, n * sizeof *root, 0);
 
-    ck_assert_msg(memcmp(mine, root, n * sizeof *mine) == 0, "rank %d's sum differs from rank 0's", comm->rank);
+    ck_assert_msg(memcmp(mine, root, n * sizeof *mine) == 0, "rank %d's sum differs from rank 0's",
+                  comm->rank);
     // And it is the sum: operands and partial sums stay below 4 in magnitude, where half an fp16 ulp is
     // 2^-10, and size - 1 combines round.
     double *want = calloc(n, sizeof *want);
@@ -197,7 +199,8 @@ START_TEST(local_gpu_check_refuses_ranks_sharing_a_gpu) {
     if (comm->size < 2) return;
     char why[512] = "";
     int device = -2;
-    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size, fake_identity, &device, why, sizeof why), 0);
+    ck_assert_int_eq(comm_check_local_gpus(comm, comm->local_size, fake_identity, &device, why, sizeof why),
+                     0);
     ck_assert_int_eq(device, comm->local_rank);
     ck_assert_int_ne(comm_check_local_gpus(comm, 1, fake_identity, &device, why, sizeof why), 0);
     ck_assert_msg(strstr(why, " on host ") && strstr(why, "both use the GPU at 0000:00:00.0"), "%s", why);

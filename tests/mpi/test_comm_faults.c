@@ -24,7 +24,6 @@
 #include "dist/dist.h"
 #include "tests/test_util.h"
 
-
 // ---- the program under test ------------------------------------------------------------------------
 
 // The last rank sleeps far past the 2 s timeout; the others wait in an allreduce of step 7 and their
@@ -123,7 +122,8 @@ START_TEST(stopped_rank_ends_the_job_after_the_timeout) {
     tu_run_scenario(&run, 2, "", "stopped");
     int left = tu_end_scenario_leftovers("stopped");
     ck_assert_msg(run.status == COMM_EXIT_TIMEOUT, "exit status %d:\n%s", run.status, run.output);
-    ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum (step 3) on rank 0 (host ") != NULL,
+    ck_assert_msg(strstr(run.output, "[rank 0] error: collective allreduce_sum (step 3) on rank 0 (host ") !=
+                      NULL,
                   "%s", run.output);
     ck_assert_msg(run.seconds >= 2.0 && run.seconds < 30.0, "took %.1f s:\n%s", run.seconds, run.output);
     ck_assert_msg(left == 0, "%d stopped rank(s) outlived the job", left);

@@ -44,11 +44,13 @@ enum { MAX_OVERRIDES = 32, MAX_RANKS = 16 };
 // model overflows on its own: a skipped step in these tests is always the one a test caused.
 static void make_config(Config *cfg, const char *const *extra) {
     static const char *const base[] = {
-        "model.arch=custom",   "model.layers=[1,1,1,1]", "model.planes=8",       "model.base_width=16",
-        "model.cardinality=2", "model.image_size=32",    "model.num_classes=10", "data.source=learnable",
-        "data.train_size=96",  "data.val_size=0",        "data.batch_size=4",    "data.prefetch=0",
-        "train.schedule=constant", "train.warmup_steps=0", "train.lr=0.05",      "amp.init_scale=256",
-        "log.metrics=",        "log.progress=never",     "checkpoint.dir=",
+        "model.arch=custom",       "model.layers=[1,1,1,1]", "model.planes=8",
+        "model.base_width=16",     "model.cardinality=2",    "model.image_size=32",
+        "model.num_classes=10",    "data.source=learnable",  "data.train_size=96",
+        "data.val_size=0",         "data.batch_size=4",      "data.prefetch=0",
+        "train.schedule=constant", "train.warmup_steps=0",   "train.lr=0.05",
+        "amp.init_scale=256",      "log.metrics=",           "log.progress=never",
+        "checkpoint.dir=",
     };
     char *all[MAX_OVERRIDES];
     int n = 0;
@@ -64,11 +66,10 @@ static void trainer_start(Trainer *t, const Config *cfg, Comm *c) {
     ck_assert_int_eq(trainer_init(t, cfg, be, c, c == comm ? grad_comm : c), 0);
 }
 
-
 // ---- host views of the state the invariant is about ------------------------------------------------------
 
 typedef struct State {
-    size_t n;            // padded_numel
+    size_t n;  // padded_numel
     float *master, *momentum;
     ScalerState scaler;
 } State;
@@ -111,7 +112,8 @@ static int same_on_every_rank(uint64_t mine, char *why, size_t cap) {
     size_t used = (size_t)snprintf(why, cap, "hashes by rank:");
     for (int r = 0; r < comm->size; r++) {
         same &= all[r] == all[0];
-        if (used < cap) used += (size_t)snprintf(why + used, cap - used, " %016llx", (unsigned long long)all[r]);
+        if (used < cap)
+            used += (size_t)snprintf(why + used, cap - used, " %016llx", (unsigned long long)all[r]);
     }
     return same;
 }
@@ -143,9 +145,11 @@ START_TEST(every_rank_holds_identical_state_after_every_step) {
     for (int step = 1; step <= 8; step++) {
         tu_train_step(&t);
         state_read(&t, &after);
-        ck_assert_msg(same_on_every_rank(state_hash(&after), why, sizeof why), "after step %d: %s", step, why);
+        ck_assert_msg(same_on_every_rank(state_hash(&after), why, sizeof why), "after step %d: %s", step,
+                      why);
         // Identical but frozen weights would pass the line above: every step must also have trained.
-        ck_assert_msg(tu_on_every_rank(comm, master_changed(&before, &after)), "step %d left the weights unchanged", step);
+        ck_assert_msg(tu_on_every_rank(comm, master_changed(&before, &after)),
+                      "step %d left the weights unchanged", step);
         State swap = before;
         before = after, after = swap;
     }
@@ -163,13 +167,14 @@ END_TEST
 // The facts of a skipped step k, on this rank: nothing of the update was written, the scale backed off
 // exactly, the counter reset, the skip counted. Returns 1 when all hold; why says which did not.
 static int step_was_skipped(const State *before, const State *after, char *why, size_t cap) {
-    const char *fail = memcmp(before->master, after->master, after->n * sizeof(float)) != 0 ? "master weights changed"
-                       : memcmp(before->momentum, after->momentum, after->n * sizeof(float)) != 0 ? "momentum changed"
-                       : after->scaler.scale != before->scaler.scale * 0.5f   ? "scale did not halve"
-                       : after->scaler.skipped_total != before->scaler.skipped_total + 1 ? "skipped_total did not grow"
-                       : after->scaler.growth_count != 0                       ? "growth_count not reset"
-                       : after->scaler.found_inf != 1.0f                       ? "verdict not set"
-                                                                               : NULL;
+    const char *fail =
+        memcmp(before->master, after->master, after->n * sizeof(float)) != 0       ? "master weights changed"
+        : memcmp(before->momentum, after->momentum, after->n * sizeof(float)) != 0 ? "momentum changed"
+        : after->scaler.scale != before->scaler.scale * 0.5f                       ? "scale did not halve"
+        : after->scaler.skipped_total != before->scaler.skipped_total + 1 ? "skipped_total did not grow"
+        : after->scaler.growth_count != 0                                 ? "growth_count not reset"
+        : after->scaler.found_inf != 1.0f                                 ? "verdict not set"
+                                                                          : NULL;
     snprintf(why, cap, "rank %d: %s (scale %g -> %g, growth %d -> %d, skipped %d -> %d)", comm->rank,
              fail ? fail : "skipped", before->scaler.scale, after->scaler.scale, before->scaler.growth_count,
              after->scaler.growth_count, before->scaler.skipped_total, after->scaler.skipped_total);
@@ -182,7 +187,8 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
     char rank_override[64];
     // The last rank poisons its local gradient; with one rank that is rank 0 itself.
     snprintf(rank_override, sizeof rank_override, "debug.inject_rank=%d", comm->size - 1);
-    make_config(&cfg, (const char *const[]){"debug.inject_step=3", rank_override, "debug.inject_value=.inf", NULL});
+    make_config(&cfg,
+                (const char *const[]){"debug.inject_step=3", rank_override, "debug.inject_value=.inf", NULL});
     ck_assert_int_eq(cfg.debug.inject_step, K);
     Trainer t;
     trainer_start(&t, &cfg, comm);
@@ -196,15 +202,18 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
     char why[512], hashes[512];
     int skipped = step_was_skipped(&before, &after, why, sizeof why);
     ck_assert_msg(tu_on_every_rank(comm, skipped), "step %d: %s", K, why);
-    ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after the skip: %s", hashes);
+    ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after the skip: %s",
+                  hashes);
     // Training goes on: the next steps update again, still in lockstep.
     for (int step = K + 1; step < K + 3; step++) {
         State swap = before;
         before = after, after = swap;
         tu_train_step(&t);
         state_read(&t, &after);
-        ck_assert_msg(tu_on_every_rank(comm, master_changed(&before, &after)), "step %d after the skip did not train", step);
-        ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after step %d: %s", step, hashes);
+        ck_assert_msg(tu_on_every_rank(comm, master_changed(&before, &after)),
+                      "step %d after the skip did not train", step);
+        ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after step %d: %s",
+                      step, hashes);
         ck_assert_int_eq(after.scaler.skipped_total, 1);
     }
     state_free(&before), state_free(&after);
@@ -230,7 +239,8 @@ START_TEST(overflow_only_in_the_sum_skips_with_two_or_more_ranks) {
     char why[512], hashes[512];
     if (comm->size >= 2) {
         int skipped = step_was_skipped(&before, &after, why, sizeof why);
-        ck_assert_msg(tu_on_every_rank(comm, skipped), "%d ranks x 40000 must overflow the fp16 sum: %s", comm->size, why);
+        ck_assert_msg(tu_on_every_rank(comm, skipped), "%d ranks x 40000 must overflow the fp16 sum: %s",
+                      comm->size, why);
     } else {
         ck_assert_msg(master_changed(&before, &after), "one rank: 40000 is finite, the step must train");
         ck_assert_float_eq(after.scaler.found_inf, 0.0f);
@@ -324,12 +334,12 @@ START_TEST(shards_cover_the_dataset_once) {
         comm->allreduce_sum(comm, seen, SIZE, DTYPE_F32);
         comm->allreduce_sum(comm, per_step, (size_t)steps, DTYPE_F32);
         for (int i = 0; i < SIZE; i++)
-            ck_assert_msg(seen[i] == 1.0f, "epoch %d: sample %d read %g times over %d ranks", epoch, i, seen[i],
-                          comm->size);
+            ck_assert_msg(seen[i] == 1.0f, "epoch %d: sample %d read %g times over %d ranks", epoch, i,
+                          seen[i], comm->size);
         for (int step = 0; step < steps; step++)
             ck_assert_msg(per_step[step] == (float)sampler_step_total(&s, epoch, step),
-                          "epoch %d step %d: ranks read %g samples, the step has %d", epoch, step, per_step[step],
-                          sampler_step_total(&s, epoch, step));
+                          "epoch %d step %d: ranks read %g samples, the step has %d", epoch, step,
+                          per_step[step], sampler_step_total(&s, epoch, step));
     }
     free(seen), free(per_step);
     sampler_free(&s);
@@ -368,7 +378,8 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
         mean[i] = (float)(sum / comm->size);
     }
     double err = tu_rel_error(synced, mean, n);
-    ck_assert_msg(tu_on_every_rank(comm, err < 1e-6), "synced statistics differ from the mean over ranks by %g", err);
+    ck_assert_msg(tu_on_every_rank(comm, err < 1e-6),
+                  "synced statistics differ from the mean over ranks by %g", err);
 
     EvalRecord r = trainer_evaluate(&t);
     ck_assert_int_eq(r.samples, VAL);
@@ -395,8 +406,8 @@ START_TEST(bn_sync_and_evaluation_agree_on_every_rank) {
     comm->broadcast(comm, got, sizeof got, 0);
     ck_assert_int_eq((long)got[0], VAL);
     ck_assert_msg(got[1] == r.top1, "top-1 %g over %d ranks, %g on one", r.top1, comm->size, got[1]);
-    ck_assert_msg(fabs(r.loss - got[2]) <= 1e-5 * fabs(got[2]), "loss %.9g over %d ranks, %.9g on one", r.loss,
-                  comm->size, got[2]);
+    ck_assert_msg(fabs(r.loss - got[2]) <= 1e-5 * fabs(got[2]), "loss %.9g over %d ranks, %.9g on one",
+                  r.loss, comm->size, got[2]);
     free(mine), free(all), free(synced), free(mean);
     trainer_free(&t);
 }
@@ -410,7 +421,8 @@ END_TEST
 START_TEST(many_buckets_train_like_one) {
     enum { STEPS = 3 };
     static Config many_cfg, one_cfg;
-    make_config(&many_cfg, (const char *const[]){"dist.bucket_mb=0.0002", "dist.first_bucket_mb=0.0001", NULL});
+    make_config(&many_cfg,
+                (const char *const[]){"dist.bucket_mb=0.0002", "dist.first_bucket_mb=0.0001", NULL});
     make_config(&one_cfg, (const char *const[]){"dist.bucket_mb=64", "dist.first_bucket_mb=64", NULL});
     Trainer many, one;
     trainer_start(&many, &many_cfg, comm);
@@ -428,9 +440,10 @@ START_TEST(many_buckets_train_like_one) {
         // 4-sample batches that one rounding grows chaotically within steps, so there only the identity
         // across ranks above is exact.
         if (comm->size <= 2)
-            ck_assert_msg(tu_on_every_rank(comm, memcmp(a.master, b.master, a.n * sizeof(float)) == 0 &&
-                                        memcmp(a.momentum, b.momentum, a.n * sizeof(float)) == 0),
-                          "%d buckets vs one: state differs after step %d", many.buckets.count, step);
+            ck_assert_msg(
+                tu_on_every_rank(comm, memcmp(a.master, b.master, a.n * sizeof(float)) == 0 &&
+                                           memcmp(a.momentum, b.momentum, a.n * sizeof(float)) == 0),
+                "%d buckets vs one: state differs after step %d", many.buckets.count, step);
     }
     state_free(&a), state_free(&b);
     trainer_free(&many);
@@ -449,9 +462,12 @@ START_TEST(graph_path_trains_like_launches) {
     char rank_override[64];
     snprintf(rank_override, sizeof rank_override, "debug.inject_rank=%d", comm->size - 1);
     static Config graph_cfg, launch_cfg;
-    const char *common[] = {"data.train_size=92", "train.warmup_steps=6", "debug.inject_step=4", rank_override};
-    make_config(&graph_cfg, (const char *const[]){common[0], common[1], common[2], common[3], "train.cuda_graph=on", NULL});
-    make_config(&launch_cfg, (const char *const[]){common[0], common[1], common[2], common[3], "train.cuda_graph=off", NULL});
+    const char *common[] = {"data.train_size=92", "train.warmup_steps=6", "debug.inject_step=4",
+                            rank_override};
+    make_config(&graph_cfg, (const char *const[]){common[0], common[1], common[2], common[3],
+                                                  "train.cuda_graph=on", NULL});
+    make_config(&launch_cfg, (const char *const[]){common[0], common[1], common[2], common[3],
+                                                   "train.cuda_graph=off", NULL});
     Trainer g, l;
     trainer_start(&g, &graph_cfg, comm);
     trainer_start(&l, &launch_cfg, comm);
@@ -460,8 +476,10 @@ START_TEST(graph_path_trains_like_launches) {
     char why[512];
     for (int step = 1; step <= STEPS; step++) {
         step_both(&g, &l, &a, &b);
-        ck_assert_msg(tu_on_every_rank(comm, state_hash(&a) == state_hash(&b)), "step %d: the graph and launches differ", step);
-        ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "graph, after step %d: %s", step, why);
+        ck_assert_msg(tu_on_every_rank(comm, state_hash(&a) == state_hash(&b)),
+                      "step %d: the graph and launches differ", step);
+        ck_assert_msg(same_on_every_rank(state_hash(&a), why, sizeof why), "graph, after step %d: %s", step,
+                      why);
     }
     ck_assert_int_eq(a.scaler.skipped_total, 1);
     // replayed: all but the first eligible step, the injection step and the partial step(s)
@@ -500,7 +518,8 @@ START_TEST(mixing_keeps_ranks_identical_and_the_graph_follows_the_draws) {
         tu_train_step(&p);
         state_read(&g, &a);
         state_read(&l, &b);
-        ck_assert_msg(same_on_every_rank(state_hash(&b), why, sizeof why), "mixing, after step %d: %s", step, why);
+        ck_assert_msg(same_on_every_rank(state_hash(&b), why, sizeof why), "mixing, after step %d: %s", step,
+                      why);
         ck_assert_msg(tu_on_every_rank(comm, state_hash(&a) == state_hash(&b)),
                       "step %d: the graph and launches differ with mixing on", step);
     }
@@ -533,7 +552,8 @@ START_TEST(recipe_optimizer_keeps_ranks_identical) {
     trainer_start(&g, &graph_cfg, comm);
     trainer_start(&l, &launch_cfg, comm);
     size_t np = g.model.params.padded_numel, ns = g.model.stats_numel;
-    float *ema = xcalloc(np, sizeof(float)), *ema_l = xcalloc(np, sizeof(float)), *stats = xcalloc(ns, sizeof(float));
+    float *ema = xcalloc(np, sizeof(float)), *ema_l = xcalloc(np, sizeof(float)),
+          *stats = xcalloc(ns, sizeof(float));
     State a = {0}, b = {0};
     char why[512];
     for (int step = 1; step <= STEPS; step++) {
@@ -547,8 +567,8 @@ START_TEST(recipe_optimizer_keeps_ranks_identical) {
         uint64_t h_l = tu_fnv1a(tu_fnv1a(state_hash(&b), &norm_l, sizeof norm_l), ema_l, np * sizeof(float));
         ck_assert_msg(same_on_every_rank(h, why, sizeof why), "after step %d: %s", step, why);
         ck_assert_msg(tu_on_every_rank(comm, h == h_l), "step %d: the graph and launches differ", step);
-        ck_assert_msg(tu_on_every_rank(comm, norm > 0.05f && isfinite(norm)), "step %d: norm %g does not clip", step,
-                      norm);
+        ck_assert_msg(tu_on_every_rank(comm, norm > 0.05f && isfinite(norm)),
+                      "step %d: norm %g does not clip", step, norm);
     }
     ck_assert_int_gt(g.ema.n_averaged, 0);
     ck_assert_msg(g.graph.replayed >= STEPS - 3, "only %ld of %d steps replayed", g.graph.replayed, STEPS);
@@ -588,19 +608,22 @@ START_TEST(resume_matches_the_writer_bitwise_and_a_straight_run_but_for_bn_round
     static Config straight_cfg, writer_cfg, first_cfg, resumed_cfg;
     Trainer straight, writer, first, resumed;
     const char *common[] = {"train.steps=8", "checkpoint.every=4"};
-    run_to(&writer, &writer_cfg, (const char *const[]){common[0], common[1], "checkpoint.dir=dp_writer", NULL});
+    run_to(&writer, &writer_cfg,
+           (const char *const[]){common[0], common[1], "checkpoint.dir=dp_writer", NULL});
     run_to(&first, &first_cfg, (const char *const[]){"train.steps=4", "checkpoint.dir=dp_first", NULL});
     comm->barrier(comm);  // rank 0 wrote the file
-    run_to(&resumed, &resumed_cfg, (const char *const[]){common[0], "checkpoint.dir=dp_resumed",
-                                                          "checkpoint.resume=dp_first/last.safetensors", NULL});
+    run_to(&resumed, &resumed_cfg,
+           (const char *const[]){common[0], "checkpoint.dir=dp_resumed",
+                                 "checkpoint.resume=dp_first/last.safetensors", NULL});
     run_to(&straight, &straight_cfg, (const char *const[]){common[0], "checkpoint.dir=dp_straight", NULL});
     ck_assert_int_eq(resumed.step, 8);
 
     State w = {0}, r = {0}, s = {0};
     state_read(&writer, &w), state_read(&resumed, &r), state_read(&straight, &s);
     char why[512];
-    ck_assert_msg(tu_on_every_rank(comm, state_hash(&w) == state_hash(&r) && state_hash(&s) == state_hash(&r)),
-                  "weights, momentum or scaler differ after the resume");
+    ck_assert_msg(
+        tu_on_every_rank(comm, state_hash(&w) == state_hash(&r) && state_hash(&s) == state_hash(&r)),
+        "weights, momentum or scaler differ after the resume");
     ck_assert_msg(same_on_every_rank(state_hash(&r), why, sizeof why), "resumed state across ranks: %s", why);
 
     size_t n = resumed.model.stats_numel;
@@ -627,8 +650,8 @@ END_TEST
 START_TEST(init_from_a_file_starts_and_stays_identical) {
     static Config file_cfg, init_cfg, fresh_cfg;
     Trainer file_run, init, fresh;
-    run_to(&file_run, &file_cfg, (const char *const[]){"train.steps=2", "model.num_classes=7",
-                                                       "checkpoint.dir=dp_init", NULL});
+    run_to(&file_run, &file_cfg,
+           (const char *const[]){"train.steps=2", "model.num_classes=7", "checkpoint.dir=dp_init", NULL});
     trainer_free(&file_run);
     comm->barrier(comm);  // rank 0 wrote the file
     make_config(&init_cfg, (const char *const[]){"model.init=dp_init/last.safetensors", NULL});

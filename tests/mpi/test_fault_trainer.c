@@ -22,12 +22,10 @@
 #include "tests/test_util.h"
 #include "checkpoint/safetensors.h"
 
-
 // Seconds from the kill within which the job must be over: dist.timeout_s (5) plus mpiexec's teardown,
 // with room for a loaded machine.
 #define KILL_BOUND_S 30.0
 #define CHECKPOINT_EVERY 5
-
 
 // Reads a /proc file of NUL-separated strings (cmdline, environ) into buf; returns its length, 0 if gone.
 static size_t read_proc_file(pid_t pid, const char *what, char *buf, size_t cap) {
@@ -113,8 +111,19 @@ static pid_t start_training(const char *dir, const char *log_path) {
     snprintf(ckpt_dir, sizeof ckpt_dir, "checkpoint.dir=%s", dir);
     snprintf(config, sizeof config, "%s/configs/tiny.yaml", AMPTRAIN_SOURCE_DIR);
     snprintf(every, sizeof every, "checkpoint.every=%d", CHECKPOINT_EVERY);
-    char *const argv[] = {"mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2", AMPTRAIN_BIN, config,
-                          ckpt_dir, every, "dist.timeout_s=5", "log.metrics=", "data.prefetch=0", NULL};
+    char *const argv[] = {"mpiexec",
+                          "--allow-run-as-root",
+                          "--oversubscribe",
+                          "-np",
+                          "2",
+                          AMPTRAIN_BIN,
+                          config,
+                          ckpt_dir,
+                          every,
+                          "dist.timeout_s=5",
+                          "log.metrics=",
+                          "data.prefetch=0",
+                          NULL};
     return start_job(argv, log_path);
 }
 
@@ -192,10 +201,11 @@ START_TEST(killed_rank_ends_the_job_and_the_checkpoint_loads) {
     ck_assert_msg(step >= CHECKPOINT_EVERY && step % CHECKPOINT_EVERY == 0, "checkpoint at step %ld", step);
 
     char command[4 * PATH_MAX], output[16384];
-    snprintf(command, sizeof command,
-             "timeout 60 '%s' '%s/configs/tiny.yaml' 'checkpoint.resume=%s' train.steps=%ld 'checkpoint.dir=%s/resumed' "
-             "log.metrics= data.prefetch=0 2>&1",
-             AMPTRAIN_BIN, AMPTRAIN_SOURCE_DIR, checkpoint, step + 2, dir);
+    snprintf(
+        command, sizeof command,
+        "timeout 60 '%s' '%s/configs/tiny.yaml' 'checkpoint.resume=%s' train.steps=%ld 'checkpoint.dir=%s/resumed' "
+        "log.metrics= data.prefetch=0 2>&1",
+        AMPTRAIN_BIN, AMPTRAIN_SOURCE_DIR, checkpoint, step + 2, dir);
     FILE *p = popen(command, "r");
     ck_assert_ptr_nonnull(p);
     size_t len = fread(output, 1, sizeof output - 1, p);
@@ -237,10 +247,22 @@ static void stop_cleanly(int through_wrapper) {
     snprintf(checkpoint, sizeof checkpoint, "%s/last.safetensors", dir);
     snprintf(config, sizeof config, "%s/configs/tiny.yaml", AMPTRAIN_SOURCE_DIR);
     snprintf(wrapper, sizeof wrapper, "%s/launch/amptrain-mpirun", AMPTRAIN_SOURCE_DIR);
-    char *const by_wrapper[] = {wrapper, "--cpu", "--np", "2", "--amptrain", AMPTRAIN_BIN, "--", config, ckpt_dir,
-                                metrics, "log.every=1", "train.epochs=50", "data.prefetch=0", NULL};
-    char *const by_mpiexec[] = {"mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2", AMPTRAIN_BIN,
-                                config, ckpt_dir, metrics, "log.every=1", "train.epochs=50", "data.prefetch=0", NULL};
+    char *const by_wrapper[] = {
+        wrapper, "--cpu",  "--np",  "2",           "--amptrain",      AMPTRAIN_BIN,      "--",
+        config,  ckpt_dir, metrics, "log.every=1", "train.epochs=50", "data.prefetch=0", NULL};
+    char *const by_mpiexec[] = {"mpiexec",
+                                "--allow-run-as-root",
+                                "--oversubscribe",
+                                "-np",
+                                "2",
+                                AMPTRAIN_BIN,
+                                config,
+                                ckpt_dir,
+                                metrics,
+                                "log.every=1",
+                                "train.epochs=50",
+                                "data.prefetch=0",
+                                NULL};
     pid_t job = start_job(through_wrapper ? by_wrapper : by_mpiexec, log_path);
     // Once a step is done (the metrics file has a line), ask the job to stop.
     char metrics_path[PATH_MAX + 16];
@@ -276,7 +298,8 @@ static void stop_cleanly(int through_wrapper) {
     fclose(log);
     char want[64];
     snprintf(want, sizeof want, "stopped by signal after step %ld", step);
-    ck_assert_msg(step >= 1 && strstr(text, want), "checkpoint at step %ld, want '%s' in:\n%s", step, want, text);
+    ck_assert_msg(step >= 1 && strstr(text, want), "checkpoint at step %ld, want '%s' in:\n%s", step, want,
+                  text);
     ck_assert_int_eq(find_ranks(made, (pid_t[8]){0}, (int[8]){0}, 8), 0);
     char command[PATH_MAX + 16];
     snprintf(command, sizeof command, "rm -rf '%s'", dir);

@@ -56,11 +56,13 @@ static void make_fixtures(char *base, size_t cap) {
                 snprintf(cmd, sizeof cmd, "mkdir -p %s/folder/%s/class%d", base, split ? "val" : "train", c);
                 ck_assert_int_eq(tu_run_shell(cmd, out, sizeof out), 0);
                 for (int k = 0; k < (split ? 1 : PER_CLASS); k++) {
-                    int w = 40 + 5 * k, h = 36 + 5 * ((k + c) % PER_CLASS), seed = c * PER_CLASS + k + 100 * split;
+                    int w = 40 + 5 * k, h = 36 + 5 * ((k + c) % PER_CLASS),
+                        seed = c * PER_CLASS + k + 100 * split;
                     uint8_t *pixels = fx_pattern(w, h, 3, seed);
                     size_t len;
                     uint8_t *jpeg = fx_jpeg(pixels, w, h, 3, 90, TJSAMP_420, 0, &len);
-                    snprintf(path, sizeof path, "%s/folder/%s/class%d/%d.jpg", base, split ? "val" : "train", c, k);
+                    snprintf(path, sizeof path, "%s/folder/%s/class%d/%d.jpg", base, split ? "val" : "train",
+                             c, k);
                     fx_write(path, jpeg, len);
                     free(jpeg), free(pixels);
                 }
@@ -82,15 +84,30 @@ static void make_config(Config *cfg, const char *source, const char *base, const
     snprintf(src, sizeof src, "data.source=%s", source);
     snprintf(path, sizeof path, "data.path=%s/%s", base, strcmp(source, "webdataset") ? "folder" : "shards");
     const char *base_overrides[] = {
-        "model.arch=custom",   "model.layers=[1,1,1,1]", "model.planes=8",   "model.base_width=16",
-        "model.cardinality=2", "model.image_size=32",    "model.num_classes=10", src, path,
-        "data.augment=true",   "data.batch_size=2",      "data.prefetch=0", "train.schedule=constant",
-        "train.warmup_steps=0", "train.lr=0.05",         "amp.init_scale=256", "log.metrics=",
-        "log.progress=never",  "checkpoint.dir=",
+        "model.arch=custom",
+        "model.layers=[1,1,1,1]",
+        "model.planes=8",
+        "model.base_width=16",
+        "model.cardinality=2",
+        "model.image_size=32",
+        "model.num_classes=10",
+        src,
+        path,
+        "data.augment=true",
+        "data.batch_size=2",
+        "data.prefetch=0",
+        "train.schedule=constant",
+        "train.warmup_steps=0",
+        "train.lr=0.05",
+        "amp.init_scale=256",
+        "log.metrics=",
+        "log.progress=never",
+        "checkpoint.dir=",
     };
     const char *all[MAX_OVERRIDES + 1];
     int n = 0;
-    for (size_t i = 0; i < sizeof base_overrides / sizeof base_overrides[0]; i++) all[n++] = base_overrides[i];
+    for (size_t i = 0; i < sizeof base_overrides / sizeof base_overrides[0]; i++)
+        all[n++] = base_overrides[i];
     for (; extra && *extra; extra++) {
         ck_assert_int_lt(n, MAX_OVERRIDES);
         all[n++] = *extra;
@@ -99,7 +116,9 @@ static void make_config(Config *cfg, const char *source, const char *base, const
     tu_config(cfg, all);
 }
 
-static void trainer_start(Trainer *t, const Config *cfg) { ck_assert_int_eq(trainer_init(t, cfg, be, comm, comm), 0); }
+static void trainer_start(Trainer *t, const Config *cfg) {
+    ck_assert_int_eq(trainer_init(t, cfg, be, comm, comm), 0);
+}
 
 // Digest of one sample as `get` made it: image bytes and label.
 static uint64_t sample_digest(const uint8_t *img, size_t bytes, int32_t label) {
@@ -111,8 +130,9 @@ static uint64_t sample_digest(const uint8_t *img, size_t bytes, int32_t label) {
 static void one_reader_digests(const Config *cfg, int epoch, uint64_t *digest) {
     Dataset *ds;
     char err[512] = "";
-    ck_assert_msg(dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, NULL, &ds, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(dataset_open_train(&cfg->data, &cfg->model, cfg->train.seed, NULL, &ds, err, sizeof err) ==
+                      0,
+                  "%s", err);
     ck_assert_int_eq(ds->size, SIZE);
     size_t bytes = dataset_image_bytes(ds);
     uint8_t *images = xcalloc(5 * bytes, 1);
@@ -121,7 +141,8 @@ static void one_reader_digests(const Config *cfg, int epoch, uint64_t *digest) {
         int count = SIZE - start < 5 ? SIZE - start : 5;
         for (int k = 0; k < count; k++) indices[k] = SIZE - 1 - (start + k);  // backwards, for a change
         dataset_get_batch(ds, indices, count, epoch, images, labels);
-        for (int k = 0; k < count; k++) digest[indices[k]] = sample_digest(images + k * bytes, bytes, labels[k]);
+        for (int k = 0; k < count; k++)
+            digest[indices[k]] = sample_digest(images + k * bytes, bytes, labels[k]);
     }
     free(images);
     dataset_close(ds);
@@ -162,24 +183,30 @@ static void check_epoch_shards(const char *source, const char *const *extra) {
                 if (all[r][i]) readers++, got = all[r][i];
             readers_ok &= readers == 1;
             images_ok &= got == want[i];
-            ck_assert_msg(readers_ok, "%s epoch %d: sample %d read by %d of %d ranks", source, epoch, i, readers,
-                          comm->size);
-            ck_assert_msg(images_ok, "%s epoch %d: sample %d differs from the single reader's", source, epoch, i);
+            ck_assert_msg(readers_ok, "%s epoch %d: sample %d read by %d of %d ranks", source, epoch, i,
+                          readers, comm->size);
+            ck_assert_msg(images_ok, "%s epoch %d: sample %d differs from the single reader's", source, epoch,
+                          i);
         }
         if (epoch == 0) memcpy(epoch0, want, sizeof want);
     }
     // Not vacuous: the augmentation is live (another epoch crops and flips the samples differently).
     int changed = 0;
     for (int i = 0; i < SIZE; i++) changed += epoch0[i] != want[i];
-    ck_assert_msg(changed > SIZE / 2, "%s: only %d of %d samples changed between epochs", source, changed, SIZE);
+    ck_assert_msg(changed > SIZE / 2, "%s: only %d of %d samples changed between epochs", source, changed,
+                  SIZE);
     free(images);
     trainer_free(&t);
 }
 
-START_TEST(imagefolder_epochs_are_disjoint_shards_of_the_same_images) { check_epoch_shards("imagefolder", NULL); }
+START_TEST(imagefolder_epochs_are_disjoint_shards_of_the_same_images) {
+    check_epoch_shards("imagefolder", NULL);
+}
 END_TEST
 
-START_TEST(webdataset_epochs_are_disjoint_shards_of_the_same_images) { check_epoch_shards("webdataset", NULL); }
+START_TEST(webdataset_epochs_are_disjoint_shards_of_the_same_images) {
+    check_epoch_shards("webdataset", NULL);
+}
 END_TEST
 
 START_TEST(trivial_augment_and_erasing_are_the_same_on_any_rank_count) {
@@ -236,7 +263,8 @@ static void check_resume(const char *source) {
     ck_assert_int_ne(first.step_in_epoch, 0);  // mid-epoch
     trainer_free(&first);
     comm->barrier(comm);  // rank 0 wrote the checkpoint
-    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 1), "the first run cached no list");
+    ck_assert_msg(tu_on_every_rank(comm, !imagefolder || cache_files(dir) == 1),
+                  "the first run cached no list");
 
     // The resumed run and the straight run read that cache: their batches are compared with those of the
     // first run's walked list (the state the resumed run starts from).
@@ -257,14 +285,14 @@ static void check_resume(const char *source) {
     uint64_t previous = 0;
     for (int s = K; s < N; s++) {
         uint64_t want = tu_train_step(&straight), got = tu_train_step(&resumed);
-        ck_assert_msg(tu_on_every_rank(comm, got == want), "%s: step %d of the resumed run trained on another batch", source,
-                      s);
+        ck_assert_msg(tu_on_every_rank(comm, got == want),
+                      "%s: step %d of the resumed run trained on another batch", source, s);
         ck_assert_msg(want != previous, "%s: steps %d and %d trained on the same batch", source, s - 1, s);
         previous = want;
     }
     uint64_t end = state_digest(&resumed);
-    ck_assert_msg(tu_on_every_rank(comm, end == state_digest(&straight)), "%s: the resumed run ends with other weights",
-                  source);
+    ck_assert_msg(tu_on_every_rank(comm, end == state_digest(&straight)),
+                  "%s: the resumed run ends with other weights", source);
     ck_assert_msg(tu_on_every_rank(comm, end != resumed_at), "%s: the resumed steps did not train", source);
     trainer_free(&resumed), trainer_free(&straight);
 }
@@ -278,7 +306,9 @@ static void check_device_decode(const char *source) {
     make_fixtures(base, sizeof base);
     static Config host_cfg, device_cfg;
     make_config(&host_cfg, source, base, (const char *const[]){"train.steps=7", "data.decode=host", NULL});
-    make_config(&device_cfg, source, base, (const char *const[]){"train.steps=7", "data.decode=device", "data.prefetch=2", "data.workers=2", NULL});
+    make_config(&device_cfg, source, base,
+                (const char *const[]){"train.steps=7", "data.decode=device", "data.prefetch=2",
+                                      "data.workers=2", NULL});
     Trainer host, device;
     trainer_start(&host, &host_cfg);
     ck_assert_int_eq(trainer_run(&host, NULL), 0);
@@ -322,7 +352,8 @@ static void make_bad_folder(const char *base, char *root, size_t cap) {
 
 // What this process writes to stderr while it reads samples `indices` in epochs 0 and 1 (two meetings of
 // each), into text[cap].
-static void read_capturing_stderr(const Dataset *ds, const int32_t *indices, int count, char *text, size_t cap) {
+static void read_capturing_stderr(const Dataset *ds, const int32_t *indices, int count, char *text,
+                                  size_t cap) {
     char path[64];
     snprintf(path, sizeof path, "stderr_rank%d_of_%d.txt", comm->rank, comm->size);
     fflush(stderr);
@@ -350,7 +381,8 @@ START_TEST(bad_file_is_named_by_the_rank_that_read_it) {
     make_config(&cfg, "imagefolder", base, (const char *const[]){path_key, NULL});
     Dataset *ds;
     char err[512] = "";
-    ck_assert_msg(dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, NULL, &ds, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, NULL, &ds, err, sizeof err) == 0,
+                  "%s", err);
     ck_assert_int_eq(ds->size, 2);
     const EncodedSource *src = image_dataset_source(ds);
     char name[512];
@@ -372,8 +404,8 @@ START_TEST(bad_file_is_named_by_the_rank_that_read_it) {
     int prefixed = strstr(text, prefix) == text;
     int ok = reads_broken ? named_once && prefixed && skipped == 2 : text[0] == '\0' && skipped == 0;
     ck_assert_msg(tu_on_every_rank(comm, ok),
-                  "rank %d of %d (the broken file's reader: %d): skipped %ld, stderr '%s'", comm->rank, comm->size,
-                  reader, skipped, text);
+                  "rank %d of %d (the broken file's reader: %d): skipped %ld, stderr '%s'", comm->rank,
+                  comm->size, reader, skipped, text);
 }
 END_TEST
 

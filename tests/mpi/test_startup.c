@@ -20,9 +20,10 @@
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 // A large dist.timeout_s: a rank left waiting would hit the `timeout` of the job (exit 124), never a
 // quick exit 2.
-#define RUN_OPTIONS "backend.device=cpu data.prefetch=0 log.progress=never log.metrics= checkpoint.dir= " \
-                    "train.steps=2 dist.timeout_s=600"
-#define QUICK RUN_OPTIONS " data.train_size=256 data.val_size=0"   // learnable data: sizes are for it alone
+#define RUN_OPTIONS                                                                                          \
+    "backend.device=cpu data.prefetch=0 log.progress=never log.metrics= checkpoint.dir= "                    \
+    "train.steps=2 dist.timeout_s=600"
+#define QUICK RUN_OPTIONS " data.train_size=256 data.val_size=0"  // learnable data: sizes are for it alone
 #define JOB_TIMEOUT_S 120
 
 static char out[1 << 16];
@@ -55,12 +56,13 @@ static void assert_refused(int rc, int code, const char *expect) {
 }
 
 typedef struct {
-    const char *a, *b;      // rank 0's and rank 1's extra arguments
+    const char *a, *b;  // rank 0's and rank 1's extra arguments
     const char *expect;
 } Mismatch;
 
 static const Mismatch mismatches[] = {
-    {"train.lr=0.1", "train.lr=0.05", "the configs differ between ranks: train.lr is 0.05 on rank 1 but 0.1 on rank 0"},
+    {"train.lr=0.1", "train.lr=0.05",
+     "the configs differ between ranks: train.lr is 0.05 on rank 1 but 0.1 on rank 0"},
     {"", "data.batch_size=16", "data.batch_size is 16 on rank 1 but 32 on rank 0"},
     {"", "train.seed=7", "train.seed is 7 on rank 1 but 42 on rank 0"},
     {"", "data.source=synthetic", "data.source is synthetic on rank 1 but learnable on rank 0"},
@@ -97,8 +99,8 @@ END_TEST
 
 // A CIFAR-10 folder of zero records (6 x 64 of them): what cifar10.c reads, small.
 static void make_cifar(const char *dir) {
-    const char *names[] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
-                           "data_batch_5.bin", "test_batch.bin"};
+    const char *names[] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
+                           "data_batch_4.bin", "data_batch_5.bin", "test_batch.bin"};
     static char zeros[64 * 3073];
     for (int i = 0; i < 6; i++) {
         char path[256];
@@ -115,16 +117,19 @@ START_TEST(one_rank_without_its_data) {
     ck_assert_int_eq(system("mkdir -p startup/r0/cifar startup/r1/cifar"), 0);
     make_cifar("startup/r0/cifar");
     const char *args = "data.source=cifar10 data.path=cifar data.augment=false";
-    assert_refused(run_pair_with(RUN_OPTIONS, args, args), 2, "rank 1 of 2: cifar10: cannot open cifar/data_batch_1.bin");
+    assert_refused(run_pair_with(RUN_OPTIONS, args, args), 2,
+                   "rank 1 of 2: cifar10: cannot open cifar/data_batch_1.bin");
 }
 END_TEST
 
 // Writes startup/<folder>/ck.safetensors from a single-process run of `steps` steps.
 static void make_checkpoint(const char *folder, int steps) {
     char args[1024];
-    snprintf(args, sizeof args, "%s " QUICK " train.steps=%d checkpoint.dir=startup/%s/ck_run", TINY, steps, folder);
+    snprintf(args, sizeof args, "%s " QUICK " train.steps=%d checkpoint.dir=startup/%s/ck_run", TINY, steps,
+             folder);
     ck_assert_int_eq(tu_run_cli(args, out, sizeof out), 0);
-    snprintf(args, sizeof args, "mv startup/%s/ck_run/last.safetensors startup/%s/ck.safetensors", folder, folder);
+    snprintf(args, sizeof args, "mv startup/%s/ck_run/last.safetensors startup/%s/ck.safetensors", folder,
+             folder);
     ck_assert_int_eq(system(args), 0);
 }
 
@@ -132,7 +137,8 @@ START_TEST(one_rank_without_its_resume_file) {
     make_folders();
     make_checkpoint("r0", 1);
     const char *args = "checkpoint.resume=ck.safetensors train.steps=3";
-    assert_refused(run_pair(args, args), 2, "rank 1 of 2: ck.safetensors: cannot open: No such file or directory");
+    assert_refused(run_pair(args, args), 2,
+                   "rank 1 of 2: ck.safetensors: cannot open: No such file or directory");
 }
 END_TEST
 
@@ -154,15 +160,19 @@ START_TEST(resume_auto_must_find_the_same_checkpoint) {
     snprintf(args, sizeof args, "%s " QUICK " train.steps=2 checkpoint.dir=startup/r0/ck_run", TINY);
     ck_assert_int_eq(tu_run_cli(args, out, sizeof out), 0);
     const char *resume = "checkpoint.dir=ck_run checkpoint.resume=auto train.steps=3";
-    assert_refused(run_pair(resume, resume), 2,
-                   "the checkpoints checkpoint.resume auto chose differ between ranks: checkpoint is none (a fresh "
-                   "start) on rank 1 but ck_run/last.safetensors on rank 0");
+    assert_refused(
+        run_pair(resume, resume), 2,
+        "the checkpoints checkpoint.resume auto chose differ between ranks: checkpoint is none (a fresh "
+        "start) on rank 1 but ck_run/last.safetensors on rank 0");
     ck_assert_int_eq(system("cp -r startup/r0/ck_run startup/r1/ck_run"), 0);
     int rc = run_pair(resume, resume);
     // 64 samples done, one step of 2 ranks x 32: the position maps exactly
-    ck_assert_msg(rc == 0 && strstr(out, "resumed from ck_run/last.safetensors at epoch 0, step 2") &&
-                      strstr(out, "this run has 2 x 32 x 1: the sample order continues exactly, with 64 samples per "
-                                  "step instead of 32") && strstr(out, "summary: 3 steps"), "exit %d:\n%s", rc, out);
+    ck_assert_msg(
+        rc == 0 && strstr(out, "resumed from ck_run/last.safetensors at epoch 0, step 2") &&
+            strstr(out, "this run has 2 x 32 x 1: the sample order continues exactly, with 64 samples per "
+                        "step instead of 32") &&
+            strstr(out, "summary: 3 steps"),
+        "exit %d:\n%s", rc, out);
 }
 END_TEST
 
@@ -170,7 +180,8 @@ START_TEST(unwritable_output_ends_every_rank) {
     make_folders();
     tu_write_file("startup/r0/a_file", "not a folder\n");
     const char *args = "checkpoint.dir=a_file/ck";
-    assert_refused(run_pair(args, args), 2, "rank 0 of 2: checkpoint.dir: cannot create the folder 'a_file/ck'");
+    assert_refused(run_pair(args, args), 2,
+                   "rank 0 of 2: checkpoint.dir: cannot create the folder 'a_file/ck'");
 }
 END_TEST
 
@@ -193,13 +204,18 @@ END_TEST
 // --print-config on one rank left the others waiting for it forever, --dry-run or --bench for
 // dist.timeout_s or in MPI_ERR_TRUNCATE.
 static const Mismatch modes[] = {
-    {"--version", "", "the command lines differ between ranks: the mode is training on rank 1 but --version on rank 0"},
-    {"", "--print-config", "the command lines differ between ranks: the mode is --print-config on rank 1 but training on rank 0"},
-    {"", "--dry-run", "the command lines differ between ranks: the mode is --dry-run on rank 1 but training on rank 0"},
-    {"--eval", "", "the command lines differ between ranks: the mode is training on rank 1 but --eval on rank 0"},
+    {"--version", "",
+     "the command lines differ between ranks: the mode is training on rank 1 but --version on rank 0"},
+    {"", "--print-config",
+     "the command lines differ between ranks: the mode is --print-config on rank 1 but training on rank 0"},
+    {"", "--dry-run",
+     "the command lines differ between ranks: the mode is --dry-run on rank 1 but training on rank 0"},
+    {"--eval", "",
+     "the command lines differ between ranks: the mode is training on rank 1 but --eval on rank 0"},
     {"--eval", "--dry-run", "the mode is --dry-run on rank 1 but --eval on rank 0"},
     {"", "--bench", "the mode is --bench --bench-steps 30 --bench-warmup 8 on rank 1 but training on rank 0"},
-    {"--bench-data", "--bench-data --bench-steps 4", "the mode is --bench-data --bench-steps 4 on rank 1 but --bench-data --bench-steps 30 on rank 0"},
+    {"--bench-data", "--bench-data --bench-steps 4",
+     "the mode is --bench-data --bench-steps 4 on rank 1 but --bench-data --bench-steps 30 on rank 0"},
     {"", "--frobnicate", "the mode is a command-line error (exit 2) on rank 1 but training on rank 0"},
 };
 
@@ -230,8 +246,10 @@ START_TEST(eval_over_two_ranks_is_one_evaluation) {
     make_checkpoint("r0", 2);
     ck_assert_int_eq(system("cp startup/r0/ck.safetensors startup/r1/ck.safetensors"), 0);
     char args[1024], one[512], two[512];
-    snprintf(args, sizeof args, "cd startup/r0 && %s %s " QUICK " data.val_size=96 --eval checkpoint.resume=ck.safetensors "
-             "2>&1", AMPTRAIN_BIN, TINY);
+    snprintf(args, sizeof args,
+             "cd startup/r0 && %s %s " QUICK " data.val_size=96 --eval checkpoint.resume=ck.safetensors "
+             "2>&1",
+             AMPTRAIN_BIN, TINY);
     ck_assert_int_eq(tu_run_shell(args, out, sizeof out), 0);
     eval_line(one, sizeof one);
     const char *eval = "data.val_size=96 --eval checkpoint.resume=ck.safetensors";
@@ -243,7 +261,8 @@ START_TEST(eval_over_two_ranks_is_one_evaluation) {
     ck_assert_double_eq(field_after(two, "top-5 "), field_after(one, "top-5 "));
     ck_assert_double_eq_tol(field_after(two, "loss "), field_after(one, "loss "), 2e-4);
     make_checkpoint("r1", 1);
-    assert_refused(run_pair(eval, eval), 2, "the weights --eval loaded differ between ranks: the digest of the weights "
+    assert_refused(run_pair(eval, eval), 2,
+                   "the weights --eval loaded differ between ranks: the digest of the weights "
                    "and BN statistics read is ");
 }
 END_TEST
@@ -268,8 +287,9 @@ START_TEST(different_data_is_refused) {
     ck_assert_ptr_nonnull(f);
     ck_assert_int_eq(fwrite(record, 1, sizeof record, f), sizeof record);
     fclose(f);
-    assert_refused(run_pair_with(RUN_OPTIONS, args, args), 2,
-                   "the data differ between ranks: the validation sample count is 65 on rank 1 but 64 on rank 0");
+    assert_refused(
+        run_pair_with(RUN_OPTIONS, args, args), 2,
+        "the data differ between ranks: the validation sample count is 65 on rank 1 but 64 on rank 0");
 }
 END_TEST
 
@@ -277,7 +297,8 @@ static Suite *startup_suite(void) {
     Suite *s = suite_create("startup");
     TCase *tc = tcase_create("mpmd");
     tcase_set_timeout(tc, 2 * JOB_TIMEOUT_S + 60);
-    tcase_add_loop_test(tc, different_configs_are_refused, 0, (int)(sizeof mismatches / sizeof mismatches[0]));
+    tcase_add_loop_test(tc, different_configs_are_refused, 0,
+                        (int)(sizeof mismatches / sizeof mismatches[0]));
     tcase_add_test(tc, same_configs_train);
     tcase_add_test(tc, one_rank_without_its_data);
     tcase_add_test(tc, one_rank_without_its_resume_file);

@@ -31,19 +31,19 @@ START_TEST(test_draws_reach_every_op_and_bin_uniformly) {
     // each op 1/14 of the draws, each bin 1/31 of its op's: within 5 standard deviations of the binomial
     double p = 1.0 / AUGMENT_OPS, sd = sqrt(DRAWS * p * (1 - p));
     for (int op = 0; op < AUGMENT_OPS; op++) {
-        ck_assert_msg(fabs(ops[op] - DRAWS * p) < 5 * sd, "%s drawn %ld times of %d", image_augment_op_name(op),
-                      ops[op], DRAWS);
+        ck_assert_msg(fabs(ops[op] - DRAWS * p) < 5 * sd, "%s drawn %ld times of %d",
+                      image_augment_op_name(op), ops[op], DRAWS);
         int is_signed = op >= AUGMENT_SHEAR_X && op <= AUGMENT_SHARPNESS;
         if (is_signed)
-            ck_assert_msg(fabs(negative[op] - ops[op] / 2.0) < 5 * sqrt(ops[op] / 4.0), "%s negative %ld of %ld",
-                          image_augment_op_name(op), negative[op], ops[op]);
+            ck_assert_msg(fabs(negative[op] - ops[op] / 2.0) < 5 * sqrt(ops[op] / 4.0),
+                          "%s negative %ld of %ld", image_augment_op_name(op), negative[op], ops[op]);
         else
             ck_assert_int_eq(negative[op], 0);
         if (op == AUGMENT_IDENTITY || op == AUGMENT_AUTOCONTRAST || op == AUGMENT_EQUALIZE) continue;
         double q = 1.0 / AUGMENT_BINS, bin_sd = sqrt(ops[op] * q * (1 - q));
         for (int b = 0; b < AUGMENT_BINS; b++)
-            ck_assert_msg(bins[op][b] > 0 && fabs(bins[op][b] - ops[op] * q) < 5 * bin_sd, "%s bin %d drawn %ld times",
-                          image_augment_op_name(op), b, bins[op][b]);
+            ck_assert_msg(bins[op][b] > 0 && fabs(bins[op][b] - ops[op] * q) < 5 * bin_sd,
+                          "%s bin %d drawn %ld times", image_augment_op_name(op), b, bins[op][b]);
     }
     // a key gives its draw again; the neighbouring keys (epoch, index, repetition) give other streams
     Rng a, b;
@@ -100,12 +100,14 @@ START_TEST(test_erasing_boxes_and_bytes) {
         ImageRect box;
         if (!image_random_erase_draw(side, side, 0.3, &rng, &box)) continue;
         hits++;
-        ck_assert(box.top >= 0 && box.left >= 0 && box.top + box.height <= side && box.left + box.width <= side);
+        ck_assert(box.top >= 0 && box.left >= 0 && box.top + box.height <= side &&
+                  box.left + box.width <= side);
         ck_assert(box.height < side && box.width < side);
         // h and w are the area's and aspect's sqrt-products rounded: each within 0.5 of them
         double h = box.height, w = box.width;
         ck_assert(h >= 1 && w >= 1);
-        ck_assert_msg((h + 0.5) * (w + 0.5) >= 0.02 * side * side && (h - 0.5) * (w - 0.5) <= 0.33 * side * side,
+        ck_assert_msg((h + 0.5) * (w + 0.5) >= 0.02 * side * side &&
+                          (h - 0.5) * (w - 0.5) <= 0.33 * side * side,
                       "box %gx%g", h, w);
         ck_assert_msg((h + 0.5) / (w - 0.5) >= 0.3 && (h - 0.5) / (w + 0.5) <= 3.3, "box %gx%g", h, w);
     }

@@ -35,7 +35,8 @@ START_TEST(test_cutmix_box_matches_hand_computed_cases) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         BatchMix m = batch_mix_cutmix(cases[i].lam, cases[i].r_x, cases[i].r_y, cases[i].h, cases[i].w);
-        ck_assert_msg(m.x1 == cases[i].x1 && m.y1 == cases[i].y1 && m.x2 == cases[i].x2 && m.y2 == cases[i].y2,
+        ck_assert_msg(m.x1 == cases[i].x1 && m.y1 == cases[i].y1 && m.x2 == cases[i].x2 &&
+                          m.y2 == cases[i].y2,
                       "case %zu: box x [%d, %d) y [%d, %d)", i, m.x1, m.x2, m.y1, m.y2);
         ck_assert_int_eq(m.blend, 0);
         ck_assert_float_eq(m.lam, (float)cases[i].corrected);
@@ -127,7 +128,8 @@ START_TEST(test_draws_are_keyed_by_seed_step_micro_batch_and_rank) {
     const BatchMix base = batch_mix_draw(0.2, 1.0, 42, 7, 1, 3, 32, 32);
     const BatchMix again = batch_mix_draw(0.2, 1.0, 42, 7, 1, 3, 32, 32);
     ck_assert(memcmp(&base, &again, sizeof base) == 0);
-    const BatchMix other[] = {  // seed, step, micro-batch, rank changed in turn
+    const BatchMix other[] = {
+        // seed, step, micro-batch, rank changed in turn
         batch_mix_draw(0.2, 1.0, 43, 7, 1, 3, 32, 32), batch_mix_draw(0.2, 1.0, 42, 8, 1, 3, 32, 32),
         batch_mix_draw(0.2, 1.0, 42, 7, 0, 3, 32, 32), batch_mix_draw(0.2, 1.0, 42, 7, 1, 2, 32, 32)};
     for (size_t i = 0; i < sizeof other / sizeof other[0]; i++)
@@ -157,11 +159,11 @@ END_TEST
 // batch_mix with it; the loss is softmax_xent's with it and the smoothing, not the plain one.
 START_TEST(test_the_step_trains_on_its_draw) {
     Config cfg;
-    tu_config(&cfg, (const char *const[]){"model.planes=8", "model.base_width=32", "model.cardinality=2",
-                                          "data.batch_size=6", "data.train_size=48", "data.val_size=0",
-                                          "data.prefetch=0", "log.metrics=", "checkpoint.dir=", "train.cuda_graph=off",
-                                          "data.mixup_alpha=0.2", "data.cutmix_alpha=1.0", "train.label_smoothing=0.1",
-                                          NULL});
+    tu_config(&cfg, (const char *const[]){
+                        "model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=6",
+                        "data.train_size=48", "data.val_size=0", "data.prefetch=0",
+                        "log.metrics=", "checkpoint.dir=", "train.cuda_graph=off", "data.mixup_alpha=0.2",
+                        "data.cutmix_alpha=1.0", "train.label_smoothing=0.1", NULL});
     Backend *be = cpu_backend_create();
     Comm *comm = comm_single_create();
     Trainer t;
@@ -183,17 +185,20 @@ START_TEST(test_the_step_trains_on_its_draw) {
 
         const BatchMix draw = batch_mix_draw(0.2, 1.0, (uint64_t)cfg.train.seed, step, 0, 0, side, side);
         kinds[draw.blend]++;
-        ck_assert_msg(memcmp(t.mix, &draw, sizeof draw) == 0, "step %ld: the backend holds another draw", step);
+        ck_assert_msg(memcmp(t.mix, &draw, sizeof draw) == 0, "step %ld: the backend holds another draw",
+                      step);
         be->input_normalize(be, values / 3, DTYPE_U8, images, &t.input.affine, m->act_dt, want_input);
         be->batch_mix(be, m->act_dt, want_input, n, side, side, 3, &draw);
         ck_assert_msg(memcmp(t.act.input, want_input, values * dtype_size(m->act_dt)) == 0,
                       "step %ld: the model's input is not the batch mixed by the step's draw", step);
         float mixed, plain;
         const DType logits_dt = m->act_dt;
-        be->softmax_xent(be, n, classes, logits_dt, t.act.logits, t.act.labels, &draw, 0.1f, &mixed, dlogits, NULL, 1);
-        be->softmax_xent(be, n, classes, logits_dt, t.act.logits, t.act.labels, NULL, 0.0f, &plain, dlogits, NULL, 1);
-        ck_assert_msg(*t.act.loss == mixed && mixed != plain, "step %ld: loss %g, mixed and smoothed %g, plain %g",
-                      step, *t.act.loss, mixed, plain);
+        be->softmax_xent(be, n, classes, logits_dt, t.act.logits, t.act.labels, &draw, 0.1f, &mixed, dlogits,
+                         NULL, 1);
+        be->softmax_xent(be, n, classes, logits_dt, t.act.logits, t.act.labels, NULL, 0.0f, &plain, dlogits,
+                         NULL, 1);
+        ck_assert_msg(*t.act.loss == mixed && mixed != plain,
+                      "step %ld: loss %g, mixed and smoothed %g, plain %g", step, *t.act.loss, mixed, plain);
     }
     ck_assert_msg(kinds[0] > 0 && kinds[1] > 0, "the steps drew only %s", kinds[0] ? "CutMix" : "MixUp");
     be->free(be, want_input);

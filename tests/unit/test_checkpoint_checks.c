@@ -17,8 +17,9 @@
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 // tiny.yaml's model on 256 samples: 8 steps of 32 per epoch, train.epochs 3.
-#define QUICK TINY " backend.device=cpu data.train_size=256 data.val_size=0 data.prefetch=0 log.progress=never " \
-                   "log.metrics="
+#define QUICK                                                                                                \
+    TINY " backend.device=cpu data.train_size=256 data.val_size=0 data.prefetch=0 log.progress=never "       \
+         "log.metrics="
 #define GOOD "ckpt_checks/last.safetensors"
 
 static char out[1 << 16];
@@ -73,24 +74,33 @@ static const BadCheckpoint bad_checkpoints[] = {
     {"layer1.0.bn2.running_mean", INFINITY, {NULL}, "tensor 'layer1.0.bn2.running_mean' holds +inf"},
     {"bn1.running_var", -1, {NULL}, "tensor 'bn1.running_var' holds the negative variance -1"},
     {"bn1.num_batches_tracked", -3, {NULL}, "tensor 'bn1.num_batches_tracked' is -3: must not be negative"},
-    {NULL, 0, {"scale", "nan"}, "'scale' is nan: the loss scale must be a finite, positive, normal fp32 number"},
+    {NULL,
+     0,
+     {"scale", "nan"},
+     "'scale' is nan: the loss scale must be a finite, positive, normal fp32 number"},
     {NULL, 0, {"scale", "inf"}, "'scale' is inf"},
     {NULL, 0, {"scale", "0"}, "'scale' is 0"},
     {NULL, 0, {"scale", "-1"}, "'scale' is -1"},
-    {NULL, 0, {"scale", "1e-40"}, "'scale' is 1e-40"},   // a normal double, a denormal float
-    {NULL, 0, {"scale", "1e+39"}, "'scale' is 1e+39"},   // inf as a float
+    {NULL, 0, {"scale", "1e-40"}, "'scale' is 1e-40"},  // a normal double, a denormal float
+    {NULL, 0, {"scale", "1e+39"}, "'scale' is 1e+39"},  // inf as a float
     {NULL, 0, {"step", "-5"}, "step -5, epoch 0, samples_done 96: counters must not be negative"},
     {NULL, 0, {"epoch", "-1"}, "counters must not be negative"},
     {NULL, 0, {"samples_done", "-64"}, "samples_done -64: counters must not be negative"},
     {NULL, 0, {"samples_done", "256"}, "'samples_done' is 256, beyond the epoch of 256 samples"},
     {NULL, 0, {"step", "9223372036854775807"}, "step 9223372036854775807 is more than a run can have taken"},
-    {NULL, 0, {"step", "97"}, "step 97 is more than a run can have taken: 0 epochs of 256 samples and 96 more allow "
-                              "at most 96 steps"},
+    {NULL,
+     0,
+     {"step", "97"},
+     "step 97 is more than a run can have taken: 0 epochs of 256 samples and 96 more allow "
+     "at most 96 steps"},
     {NULL, 0, {"epoch", "9000000", "step", "2147483648"}, "and a run counts at most 2147483647"},
     {NULL, 0, {"seed", "7"}, "checkpoint metadata 'seed' is 7, this run's train.seed is 42"},
     {NULL, 0, {"train_samples", "2048"}, "'dataset' is learnable, 2048 training samples"},
-    {NULL, 0, {"dataset_digest", "0123456789abcdef"}, "(digest 0123456789abcdef); this run's data is learnable, "
-                                                      "256 samples"},
+    {NULL,
+     0,
+     {"dataset_digest", "0123456789abcdef"},
+     "(digest 0123456789abcdef); this run's data is learnable, "
+     "256 samples"},
     {NULL, 0, {"dataset", "synthetic"}, "'dataset' is synthetic"},
     {NULL, 0, {"dynamic_scale", "2"}, "'dynamic_scale' is 2: must be 0 or 1"},
     {NULL, 0, {"epoch", "5"}, "step 3 is too few for epoch 5 and samples_done 96"},
@@ -118,7 +128,8 @@ END_TEST
 START_TEST(unchanged_copy_resumes) {
     make_good_checkpoint();
     copy_changed("same.safetensors", &(BadCheckpoint){0});
-    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=5 checkpoint.resume=same.safetensors", out, sizeof out), 0);
+    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=5 checkpoint.resume=same.safetensors", out, sizeof out),
+                     0);
     ck_assert_msg(strstr(out, "resumed from same.safetensors at epoch 0, step 3"), "%s", out);
     ck_assert_msg(strstr(out, "summary: 5 steps"), "%s", out);
     ck_assert_msg(strstr(out, "warning") == NULL, "%s", out);
@@ -140,12 +151,15 @@ START_TEST(resume_at_the_end_has_nothing_to_do) {
         {{"epoch", "5", "step", "80"}, "", "nothing to do: checkpoint at step 80, run ends at step 24"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        BadCheckpoint c = {.meta = {cases[i].meta[0], cases[i].meta[1], cases[i].meta[2], cases[i].meta[3], NULL}};
+        BadCheckpoint c = {
+            .meta = {cases[i].meta[0], cases[i].meta[1], cases[i].meta[2], cases[i].meta[3], NULL}};
         copy_changed("end.safetensors", &c);
         char args[512];
-        snprintf(args, sizeof args, QUICK " checkpoint.dir=end_dir checkpoint.resume=end.safetensors %s", cases[i].args);
+        snprintf(args, sizeof args, QUICK " checkpoint.dir=end_dir checkpoint.resume=end.safetensors %s",
+                 cases[i].args);
         ck_assert_int_eq(tu_run_cli(args, out, sizeof out), 0);
-        ck_assert_msg(strstr(out, cases[i].said) && !strstr(out, "summary") && !strstr(out, "step 1/"), "%zu: %s", i, out);
+        ck_assert_msg(strstr(out, cases[i].said) && !strstr(out, "summary") && !strstr(out, "step 1/"),
+                      "%zu: %s", i, out);
         ck_assert(!tu_file_exists("end_dir/last.safetensors"));
     }
 }
@@ -196,9 +210,12 @@ START_TEST(checksum_refuses_a_flipped_bit) {
     hide_key(bytes, "dataset");
     spill("older.safetensors", bytes, len);
     free(bytes);
-    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=4 checkpoint.resume=older.safetensors", out, sizeof out), 0);
-    ck_assert_msg(strstr(out, "older.safetensors has no data checksum (an older amptrain wrote it): its tensors "
-                              "load unchecked"), "%s", out);
+    ck_assert_int_eq(tu_run_cli(QUICK " train.steps=4 checkpoint.resume=older.safetensors", out, sizeof out),
+                     0);
+    ck_assert_msg(strstr(out,
+                         "older.safetensors has no data checksum (an older amptrain wrote it): its tensors "
+                         "load unchecked"),
+                  "%s", out);
     ck_assert_msg(strstr(out, "older.safetensors records no identity of its data"), "%s", out);
     ck_assert_msg(strstr(out, "summary: 4 steps"), "%s", out);
 }
@@ -209,9 +226,13 @@ START_TEST(another_model_is_refused_by_the_dry_run_too) {
     make_good_checkpoint();
     for (int dry = 0; dry < 2; dry++) {
         int rc = tu_run_cli(dry ? QUICK " model.planes=8 checkpoint.resume=" GOOD " --dry-run"
-                                : QUICK " model.planes=8 checkpoint.resume=" GOOD, out, sizeof out);
-        ck_assert_msg(rc == 2 && strstr(out, GOOD ": checkpoint is for model 'layers=1,1,1,1 cardinality=4 base_width=16 "
-                                             "planes=16 classes=10', this run builds '"), "exit %d: %s", rc, out);
+                                : QUICK " model.planes=8 checkpoint.resume=" GOOD,
+                            out, sizeof out);
+        ck_assert_msg(rc == 2 &&
+                          strstr(out,
+                                 GOOD ": checkpoint is for model 'layers=1,1,1,1 cardinality=4 base_width=16 "
+                                      "planes=16 classes=10', this run builds '"),
+                      "exit %d: %s", rc, out);
     }
 }
 END_TEST
@@ -220,9 +241,12 @@ END_TEST
 START_TEST(static_scale_is_the_configs) {
     make_good_checkpoint();
     ck_assert_int_eq(tu_run_cli(QUICK " train.steps=4 amp.dynamic=false amp.init_scale=1024 "
-                                "checkpoint.resume=" GOOD, out, sizeof out), 0);
-    ck_assert_msg(strstr(out, "amp.dynamic is false, so the loss scale is amp.init_scale 1024, not the checkpoint's"),
-                  "%s", out);
+                                      "checkpoint.resume=" GOOD,
+                                out, sizeof out),
+                     0);
+    ck_assert_msg(
+        strstr(out, "amp.dynamic is false, so the loss scale is amp.init_scale 1024, not the checkpoint's"),
+        "%s", out);
     ck_assert_msg(strstr(out, "loss scale 1024,"), "%s", out);
 }
 END_TEST
@@ -235,18 +259,25 @@ START_TEST(resume_with_another_batch_size_ends_with_the_epochs) {
     ck_assert_int_eq(system("rm -rf ckpt_epoch ckpt_mid"), 0);
     ck_assert_int_eq(tu_run_cli(QUICK " train.epochs=1 checkpoint.dir=ckpt_epoch", out, sizeof out), 0);
     ck_assert_int_eq(tu_run_cli(QUICK " train.epochs=2 data.batch_size=16 "
-                                "checkpoint.resume=ckpt_epoch/last.safetensors", out, sizeof out), 0);
+                                      "checkpoint.resume=ckpt_epoch/last.safetensors",
+                                out, sizeof out),
+                     0);
     ck_assert_msg(strstr(out, "resumed from ckpt_epoch/last.safetensors at epoch 1, step 8"), "%s", out);
-    ck_assert_msg(strstr(out, "ckpt_epoch/last.safetensors was written with 1 ranks x batch 32 x accum_steps 1, this "
-                              "run has 1 x 16 x 1: the sample order continues exactly, with 16 samples per step "
-                              "instead of 32"), "%s", out);
+    ck_assert_msg(
+        strstr(out, "ckpt_epoch/last.safetensors was written with 1 ranks x batch 32 x accum_steps 1, this "
+                    "run has 1 x 16 x 1: the sample order continues exactly, with 16 samples per step "
+                    "instead of 32"),
+        "%s", out);
     ck_assert_msg(strstr(out, "summary: 24 steps, epoch 2"), "%s", out);
 
     ck_assert_int_eq(tu_run_cli(QUICK " train.steps=3 checkpoint.dir=ckpt_mid", out, sizeof out), 0);
     ck_assert_int_eq(tu_run_cli(QUICK " train.steps=5 data.batch_size=40 "
-                                "checkpoint.resume=ckpt_mid/last.safetensors", out, sizeof out), 0);
+                                      "checkpoint.resume=ckpt_mid/last.safetensors",
+                                out, sizeof out),
+                     0);
     ck_assert_msg(strstr(out, "does not divide the 96 samples done in epoch 0, so it continues at the start "
-                              "of epoch 1"), "%s", out);
+                              "of epoch 1"),
+                  "%s", out);
     ck_assert_msg(strstr(out, "resumed from ckpt_mid/last.safetensors at epoch 1, step 3"), "%s", out);
 }
 END_TEST
@@ -258,7 +289,8 @@ START_TEST(refused_resume_keeps_the_metrics_file) {
     copy_changed("nan.safetensors", &(BadCheckpoint){.victim = "fc.weight", .value = NAN});
     const char *records = "{\"step\":1,\"epoch\":0,\"loss\":2.3}\n";
     tu_write_file("kept.jsonl", records);
-    ck_assert_int_eq(tu_run_cli(QUICK " log.metrics=kept.jsonl checkpoint.resume=nan.safetensors", out, sizeof out), 2);
+    ck_assert_int_eq(
+        tu_run_cli(QUICK " log.metrics=kept.jsonl checkpoint.resume=nan.safetensors", out, sizeof out), 2);
     char text[256] = "";
     FILE *f = fopen("kept.jsonl", "r");
     ck_assert_ptr_nonnull(f);
@@ -273,7 +305,8 @@ static Suite *checkpoint_checks_suite(void) {
     Suite *s = suite_create("checkpoint_checks");
     TCase *tc = tcase_create("resume");
     tcase_set_timeout(tc, 300);
-    tcase_add_loop_test(tc, bad_checkpoint_is_refused, 0, (int)(sizeof bad_checkpoints / sizeof bad_checkpoints[0]));
+    tcase_add_loop_test(tc, bad_checkpoint_is_refused, 0,
+                        (int)(sizeof bad_checkpoints / sizeof bad_checkpoints[0]));
     tcase_add_test(tc, unchanged_copy_resumes);
     tcase_add_test(tc, resume_at_the_end_has_nothing_to_do);
     tcase_add_test(tc, checksum_refuses_a_flipped_bit);

@@ -45,7 +45,8 @@ START_TEST(test_config_error_writes_nothing) {
     tu_write_file("bad.yaml", "log:\n  metrics: bad_run/metrics.jsonl\ncheckpoint:\n  dir: bad_run\n"
                               "train:\n  lr: 0.1\n  momentun: 0.9\n");
     ck_assert_int_eq(tu_run_cli("bad.yaml", out, sizeof out), 2);
-    ck_assert_msg(strstr(out, "bad.yaml:7: train.momentun: unknown key (did you mean train.momentum?)") != NULL,
+    ck_assert_msg(strstr(out, "bad.yaml:7: train.momentun: unknown key (did you mean train.momentum?)") !=
+                      NULL,
                   "got: %s", out);
     ck_assert(!tu_file_exists("bad_run"));
     ck_assert_int_eq(tu_run_cli(TINY " train.lr=-1 log.metrics=bad_run2/m.jsonl", out, sizeof out), 2);
@@ -58,13 +59,17 @@ END_TEST
 // (exit 2, nothing written), not after the run trained; the same run with room to spare starts.
 START_TEST(test_descriptor_limit_refused_at_start) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "ulimit -n 16 && %s " TINY " " QUICK " train.steps=1 data.workers=8 "
-             "checkpoint.dir=fd_run log.metrics=fd_run/m.jsonl 2>&1; echo \"rc=$?\"", AMPTRAIN_BIN);
+    snprintf(cmd, sizeof cmd,
+             "ulimit -n 16 && %s " TINY " " QUICK " train.steps=1 data.workers=8 "
+             "checkpoint.dir=fd_run log.metrics=fd_run/m.jsonl 2>&1; echo \"rc=$?\"",
+             AMPTRAIN_BIN);
     tu_run_shell(cmd, out, sizeof out);
     ck_assert_msg(strstr(out, "file descriptors: this run holds") && strstr(out, "rc=2"), "%s", out);
     ck_assert(!tu_file_exists("fd_run"));
-    snprintf(cmd, sizeof cmd, "ulimit -n 64 && %s " TINY " " QUICK " train.steps=1 data.workers=8 "
-             "checkpoint.dir=fd_run log.metrics=fd_run/m.jsonl 2>&1; echo \"rc=$?\"", AMPTRAIN_BIN);
+    snprintf(cmd, sizeof cmd,
+             "ulimit -n 64 && %s " TINY " " QUICK " train.steps=1 data.workers=8 "
+             "checkpoint.dir=fd_run log.metrics=fd_run/m.jsonl 2>&1; echo \"rc=$?\"",
+             AMPTRAIN_BIN);
     tu_run_shell(cmd, out, sizeof out);
     ck_assert_msg(strstr(out, "rc=0"), "%s", out);
 }
@@ -75,16 +80,22 @@ END_TEST
 // of one is refused as such.
 START_TEST(test_single_image_last_step_refused_at_start) {
     ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= "
-                                     "log.metrics=split_run/m.jsonl", out, sizeof out), 2);
+                                     "log.metrics=split_run/m.jsonl",
+                                out, sizeof out),
+                     2);
     ck_assert_ptr_nonnull(strstr(out, "gives rank 0 one image"));
     ck_assert_ptr_nonnull(strstr(out, "data.drop_last: true"));
     ck_assert(!tu_file_exists("split_run"));
     ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= log.metrics= "
-                                     "train.epochs=1 log.progress=never data.drop_last=true", out, sizeof out), 0);
+                                     "train.epochs=1 log.progress=never data.drop_last=true",
+                                out, sizeof out),
+                     0);
     ck_assert_ptr_nonnull(strstr(out, "summary: 2 steps"));
     // a run that stops before the epoch's last step never meets it
     ck_assert_int_eq(tu_run_cli(TINY " data.train_size=65 data.val_size=0 checkpoint.dir= log.metrics= "
-                                     "train.steps=2 log.progress=never", out, sizeof out), 0);
+                                     "train.steps=2 log.progress=never",
+                                out, sizeof out),
+                     0);
     // one image per step can never train a 1x1 batch norm: drop_last would not help, so it is not offered
     ck_assert_int_eq(tu_run_cli(TINY " data.batch_size=1 checkpoint.dir= log.metrics=", out, sizeof out), 2);
     ck_assert_ptr_nonnull(strstr(out, "data.batch_size 1"));
@@ -93,7 +104,8 @@ START_TEST(test_single_image_last_step_refused_at_start) {
 END_TEST
 
 START_TEST(test_print_config_round_trips) {
-    ck_assert_int_eq(tu_run_cli(TINY " --print-config train.lr=0.05 model.layers=[2,1,1,1]", out, sizeof out), 0);
+    ck_assert_int_eq(tu_run_cli(TINY " --print-config train.lr=0.05 model.layers=[2,1,1,1]", out, sizeof out),
+                     0);
     ck_assert_ptr_nonnull(strstr(out, "lr: 0.05"));
     tu_write_file("printed.yaml", out);
     static char again[1 << 16];
@@ -116,7 +128,9 @@ END_TEST
 START_TEST(test_short_run_outputs) {
     ck_assert_int_eq(system("rm -rf short"), 0);
     ck_assert_int_eq(tu_run_cli(TINY " " QUICK " train.steps=4 log.every=2 log.metrics=short/m.jsonl "
-                                "checkpoint.dir=short", out, sizeof out), 0);
+                                     "checkpoint.dir=short",
+                                out, sizeof out),
+                     0);
     ck_assert_ptr_nonnull(strstr(out, "step 2/4"));
     ck_assert_ptr_nonnull(strstr(out, "summary: 4 steps"));
     ck_assert_ptr_nonnull(strstr(out, "images/s"));
@@ -178,9 +192,12 @@ END_TEST
 START_TEST(test_epochs_count_alike_everywhere) {
     ck_assert_int_eq(system("rm -rf epochs"), 0);
     ck_assert_int_eq(tu_run_cli(TINY " " QUICK " train.epochs=2 log.every=1 log.metrics=epochs/m.jsonl "
-                                "checkpoint.dir=", out, sizeof out), 0);
-    static const char *const lines[] = {"step 1/16  epoch 1 ", "step 8/16  epoch 1 ", "eval  epoch 1  step 8 ",
-                                        "step 9/16  epoch 2 ", "step 16/16  epoch 2 ", "eval  epoch 2  step 16 ",
+                                     "checkpoint.dir=",
+                                out, sizeof out),
+                     0);
+    static const char *const lines[] = {"step 1/16  epoch 1 ",        "step 8/16  epoch 1 ",
+                                        "eval  epoch 1  step 8 ",     "step 9/16  epoch 2 ",
+                                        "step 16/16  epoch 2 ",       "eval  epoch 2  step 16 ",
                                         "summary: 16 steps, epoch 2,"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         ck_assert_msg(strstr(out, lines[i]) != NULL, "no '%s' in:\n%s", lines[i], out);
@@ -199,7 +216,8 @@ START_TEST(test_epochs_count_alike_everywhere) {
             continue;
         }
         const char *s = strstr(line, "\"step\":"), *e = strstr(line, "\"epoch\":");
-        ck_assert_msg(s && e && sscanf(s, "\"step\":%ld", &step) == 1 && sscanf(e, "\"epoch\":%d", &epoch) == 1,
+        ck_assert_msg(s && e && sscanf(s, "\"step\":%ld", &step) == 1 &&
+                          sscanf(e, "\"epoch\":%d", &epoch) == 1,
                       "%s", line);
         ck_assert_msg(epoch == (step - 1) / 8 + 1, "step %ld in epoch %d: %s", step, epoch, line);
         checked++;
@@ -219,7 +237,8 @@ START_TEST(test_sigterm_checkpoints_and_exits_0) {
     if (pid == 0) {
         if (!freopen("sigterm.log", "w", stdout)) _exit(126);
         execl(AMPTRAIN_BIN, AMPTRAIN_BIN, TINY, "backend.device=cpu", "data.prefetch=0", "log.every=1",
-              "log.metrics=sig/m.jsonl", "checkpoint.dir=sig", "train.epochs=50", "log.progress=never", (char *)NULL);
+              "log.metrics=sig/m.jsonl", "checkpoint.dir=sig", "train.epochs=50", "log.progress=never",
+              (char *)NULL);
         _exit(127);
     }
     // Wait until it has trained a step (the metrics file has a line after its header), then ask it to stop.
@@ -266,8 +285,8 @@ START_TEST(test_sigterm_during_evaluation_stops_it) {
     if (pid == 0) {
         if (!freopen("sigeval.log", "w", stdout)) _exit(126);
         execl(AMPTRAIN_BIN, AMPTRAIN_BIN, TINY, "backend.device=cpu", "data.prefetch=0", "log.every=1",
-              "data.train_size=64", "data.val_size=200000", "log.metrics=sigeval/m.jsonl", "checkpoint.dir=sigeval",
-              "log.progress=never", (char *)NULL);
+              "data.train_size=64", "data.val_size=200000", "log.metrics=sigeval/m.jsonl",
+              "checkpoint.dir=sigeval", "log.progress=never", (char *)NULL);
         _exit(127);
     }
     // Both steps of the epoch are recorded before its evaluation starts.
@@ -281,7 +300,8 @@ START_TEST(test_sigterm_during_evaluation_stops_it) {
     ck_assert(WIFEXITED(status));
     ck_assert_int_eq(WEXITSTATUS(status), 0);
     ck_assert_int_eq(tu_run_shell("cat sigeval.log", out, sizeof out), 0);
-    ck_assert_msg(strstr(out, "evaluation at step 2 stopped by signal after ") && strstr(out, "of 200000 samples"),
+    ck_assert_msg(strstr(out, "evaluation at step 2 stopped by signal after ") &&
+                      strstr(out, "of 200000 samples"),
                   "%s", out);
     ck_assert_msg(strstr(out, "checkpoint written: sigeval/last.safetensors (step 2)"), "%s", out);
     ck_assert_int_eq(tu_run_shell("grep -c '\"eval\":true' sigeval/m.jsonl; true", out, sizeof out), 0);
@@ -295,8 +315,10 @@ END_TEST
 // writes its checkpoint and metrics summary, and exits 0 (SIGPIPE would have killed it with 141).
 START_TEST(test_closed_stdout_keeps_the_run) {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "(%s " TINY " " QUICK " train.epochs=1 log.every=1 checkpoint.dir=pipe "
-             "log.metrics=pipe/m.jsonl 2>pipe.err; echo $? > pipe.rc) | head -1", AMPTRAIN_BIN);
+    snprintf(cmd, sizeof cmd,
+             "(%s " TINY " " QUICK " train.epochs=1 log.every=1 checkpoint.dir=pipe "
+             "log.metrics=pipe/m.jsonl 2>pipe.err; echo $? > pipe.rc) | head -1",
+             AMPTRAIN_BIN);
     ck_assert_int_eq(tu_run_shell(cmd, out, sizeof out), 0);
     ck_assert_msg(strstr(out, "amptrain ") == out && strchr(out, '\n') == out + strlen(out) - 1, "%s", out);
     FILE *f = fopen("pipe.rc", "r");

@@ -32,8 +32,9 @@ START_TEST(local_rank_takes_its_own_gpu) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const int *c = cases[i];
-        ck_assert_msg(comm_local_gpu(c[0], c[1], c[2]) == c[3], "local rank %d of %d seeing %d GPUs: got %d, want %d",
-                      c[0], c[1], c[2], comm_local_gpu(c[0], c[1], c[2]), c[3]);
+        ck_assert_msg(comm_local_gpu(c[0], c[1], c[2]) == c[3],
+                      "local rank %d of %d seeing %d GPUs: got %d, want %d", c[0], c[1], c[2],
+                      comm_local_gpu(c[0], c[1], c[2]), c[3]);
     }
 }
 END_TEST
@@ -86,17 +87,20 @@ END_TEST
 // message saying how to launch, before the run's folder exists; one task, or one step task of a larger
 // allocation, runs.
 START_TEST(unwired_slurm_tasks_are_refused) {
-    static const char *const refused[] = {"SLURM_NTASKS=2", "SLURM_NPROCS=3", "SLURM_STEP_NUM_TASKS=4 SLURM_NTASKS=4"};
+    static const char *const refused[] = {"SLURM_NTASKS=2", "SLURM_NPROCS=3",
+                                          "SLURM_STEP_NUM_TASKS=4 SLURM_NTASKS=4"};
     char cmd[2048];
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        snprintf(cmd, sizeof cmd,
-                 "env -u SLURM_STEP_NUM_TASKS -u SLURM_NTASKS -u SLURM_NPROCS %s %s " TINY
-                 " backend.device=cpu data.train_size=64 data.val_size=0 train.epochs=1 checkpoint.dir=slurm_run "
-                 "log.metrics=slurm_run/metrics.jsonl 2>&1",
-                 refused[i], AMPTRAIN_BIN);
+        snprintf(
+            cmd, sizeof cmd,
+            "env -u SLURM_STEP_NUM_TASKS -u SLURM_NTASKS -u SLURM_NPROCS %s %s " TINY
+            " backend.device=cpu data.train_size=64 data.val_size=0 train.epochs=1 checkpoint.dir=slurm_run "
+            "log.metrics=slurm_run/metrics.jsonl 2>&1",
+            refused[i], AMPTRAIN_BIN);
         int rc = tu_run_shell(cmd, out, sizeof out);
         ck_assert_msg(rc == 2, "%s: exit %d\n%s", refused[i], rc, out);
-        ck_assert_msg(strstr(out, "srun --mpi=pmix") && strstr(out, "mpirun") && strstr(out, "MPI world of 1 rank"),
+        ck_assert_msg(strstr(out, "srun --mpi=pmix") && strstr(out, "mpirun") &&
+                          strstr(out, "MPI world of 1 rank"),
                       "%s: %s", refused[i], out);
         ck_assert_msg(!tu_file_exists("slurm_run"), "%s: slurm_run was made", refused[i]);
     }
@@ -185,23 +189,23 @@ static void write_in(const char *dir, const char *name, const char *text) {
 // A cgroup tree in the scratch folder: v2's cpu.max and v1's quota files, at several depths.
 START_TEST(cgroup_quota_is_the_tightest_on_the_path) {
     ck_assert_int_eq(system("rm -rf cg && mkdir -p cg/a/b/c cg1/job/step"), 0);
-    ck_assert_int_eq(cpus_cgroup_limit("cg", "/a/b/c"), 0);   // no quota files anywhere
-    write_in("cg/a/b/c", "cpu.max", "max 100000\n");          // "max": no quota
+    ck_assert_int_eq(cpus_cgroup_limit("cg", "/a/b/c"), 0);  // no quota files anywhere
+    write_in("cg/a/b/c", "cpu.max", "max 100000\n");         // "max": no quota
     ck_assert_int_eq(cpus_cgroup_limit("cg", "/a/b/c"), 0);
-    write_in("cg/a", "cpu.max", "250000 100000\n");           // 2.5 CPUs' worth: 3 threads
+    write_in("cg/a", "cpu.max", "250000 100000\n");  // 2.5 CPUs' worth: 3 threads
     ck_assert_int_eq(cpus_cgroup_limit("cg", "/a/b/c"), 3);
-    write_in("cg/a/b", "cpu.max", "150000 100000\n");         // tighter below: 2
+    write_in("cg/a/b", "cpu.max", "150000 100000\n");  // tighter below: 2
     ck_assert_int_eq(cpus_cgroup_limit("cg", "/a/b/c"), 2);
-    ck_assert_int_eq(cpus_cgroup_limit("cg", "/a"), 3);       // the parent does not see its child's
-    write_in("cg", "cpu.max", "50000 100000\n");              // the mount itself (a container's root): 1
+    ck_assert_int_eq(cpus_cgroup_limit("cg", "/a"), 3);  // the parent does not see its child's
+    write_in("cg", "cpu.max", "50000 100000\n");         // the mount itself (a container's root): 1
     ck_assert_int_eq(cpus_cgroup_limit("cg", "/a/b/c"), 1);
     ck_assert_int_eq(cpus_cgroup_limit("cg", "/"), 1);
     // /proc/self/cgroup names a path the container does not show: its ancestors still count
     ck_assert_int_eq(cpus_cgroup_limit("cg", "/docker/abc"), 1);
-    write_in("cg/a/b/c", "cpu.max", "garbage\n");             // unreadable: ignored
+    write_in("cg/a/b/c", "cpu.max", "garbage\n");  // unreadable: ignored
     ck_assert_int_eq(cpus_cgroup_limit("cg", "/a/b/c"), 1);
 
-    write_in("cg1/job", "cpu.cfs_quota_us", "400000\n");      // v1: quota and period in two files
+    write_in("cg1/job", "cpu.cfs_quota_us", "400000\n");  // v1: quota and period in two files
     write_in("cg1/job", "cpu.cfs_period_us", "100000\n");
     write_in("cg1/job/step", "cpu.cfs_quota_us", "-1\n");
     write_in("cg1/job/step", "cpu.cfs_period_us", "100000\n");

@@ -19,7 +19,7 @@
 
 typedef struct {
     int rc;
-    char message[2048];   // everything config_load wrote to err
+    char message[2048];  // everything config_load wrote to err
 } LoadResult;
 
 static LoadResult load(Config *cfg, const char *path, int n, char **overrides) {
@@ -224,12 +224,14 @@ START_TEST(yaml_floats_parse) {
 END_TEST
 
 START_TEST(overrides_apply_after_the_file) {
-    char *overrides[] = {"train.lr=0.01",          "model.layers=[2, 3, 4, 5]", "amp.enabled=false",
-                         "log.metrics=out/m.jsonl", "data.source=cifar10",       "data.path=\"with space\"",
-                         "train.seed=123456789012", "train.lr=0.02",             "checkpoint.dir="};
+    char *overrides[] = {"train.lr=0.01",           "model.layers=[2, 3, 4, 5]",
+                         "amp.enabled=false",       "log.metrics=out/m.jsonl",
+                         "data.source=cifar10",     "data.path=\"with space\"",
+                         "train.seed=123456789012", "train.lr=0.02",
+                         "checkpoint.dir="};
     Config c;
     load_ok(&c, SHIPPED("tiny.yaml"), 9, overrides);
-    ck_assert(c.train.lr == 0.02);   // the last one wins
+    ck_assert(c.train.lr == 0.02);  // the last one wins
     int layers[4] = {2, 3, 4, 5};
     ck_assert_mem_eq(c.model.layers, layers, sizeof layers);
     ck_assert_int_eq(c.amp.enabled, 0);
@@ -264,10 +266,16 @@ START_TEST(workspace_default_follows_precision) {
 END_TEST
 
 START_TEST(print_reads_back_to_identical_values) {
-    char *overrides[] = {"train.lr=0.0123456789012345", "train.momentum=0.3", "debug.inject_value=.nan",
-                         "train.seed=9007199254740993", "log.metrics=\"q\\\"uote\\\\back\\nline: #x\"",
-                         "dist.timeout_s=1e-7",         "amp.init_scale=3e38",   "train.nesterov=true",
-                         "cudnn.tf32=true",             "model.arch=resnext50_32x4d"};
+    char *overrides[] = {"train.lr=0.0123456789012345",
+                         "train.momentum=0.3",
+                         "debug.inject_value=.nan",
+                         "train.seed=9007199254740993",
+                         "log.metrics=\"q\\\"uote\\\\back\\nline: #x\"",
+                         "dist.timeout_s=1e-7",
+                         "amp.init_scale=3e38",
+                         "train.nesterov=true",
+                         "cudnn.tf32=true",
+                         "model.arch=resnext50_32x4d"};
     Config a, b;
     load_ok(&a, SHIPPED("seed_resnext50.yaml"), 10, overrides);
     ck_assert_str_eq(a.log.metrics, "q\"uote\\back\nline: #x");
@@ -294,7 +302,8 @@ START_TEST(print_reads_back_to_identical_values) {
     load_ok(&a, SHIPPED("fashion_mnist.yaml"), 0, NULL);
     text_a = printed(&a);
     ck_assert_ptr_nonnull(strstr(text_a, "\n  # train_size: 2048   (not read: only synthetic and learnable"));
-    ck_assert_ptr_nonnull(strstr(text_a, "\n  # crop_scale_min: 0.08   (not read: imagefolder with data.augment: false"));
+    ck_assert_ptr_nonnull(
+        strstr(text_a, "\n  # crop_scale_min: 0.08   (not read: imagefolder with data.augment: false"));
     ck_assert_ptr_nonnull(strstr(text_a, "\n  mean: [0.286, 0.286, 0.286]\n"));
     tu_write_file("printed_folder.yaml", text_a);
     load_ok(&b, "printed_folder.yaml", 0, NULL);
@@ -310,20 +319,20 @@ START_TEST(command_line_source_drops_the_files_keys_for_its_source) {
     Config c, d;
     config_defaults(&d);
     char *folder[] = {"data.source=imagefolder", "data.path=x"};
-    load_ok(&c, SHIPPED("resnext50_32x4d_imagenet.yaml"), 2, folder);   // the file writes train_size
+    load_ok(&c, SHIPPED("resnext50_32x4d_imagenet.yaml"), 2, folder);  // the file writes train_size
     ck_assert_int_eq(c.data.train_size, d.data.train_size);
     ck_assert_int_eq(c.data.val_size, d.data.val_size);
     ck_assert_int_eq(c.data.batch_size, 256);
 
     char *generated[] = {"data.source=synthetic"};
-    load_ok(&c, SHIPPED("fashion_mnist.yaml"), 1, generated);   // path, augment, mean and std are dropped
+    load_ok(&c, SHIPPED("fashion_mnist.yaml"), 1, generated);  // path, augment, mean and std are dropped
     ck_assert_str_eq(c.data.path, "");
     ck_assert_int_eq(c.data.augment, d.data.augment);
     ck_assert_mem_eq(c.data.mean, d.data.mean, sizeof c.data.mean);
     ck_assert_mem_eq(c.data.std, d.data.std, sizeof c.data.std);
 
     char *shards[] = {"data.source=webdataset"};
-    load_ok(&c, SHIPPED("fashion_mnist.yaml"), 1, shards);   // the JPEG keys stay
+    load_ok(&c, SHIPPED("fashion_mnist.yaml"), 1, shards);  // the JPEG keys stay
     ck_assert(c.data.mean[0] == 0.2860 && c.data.std[2] == 0.3530 && !c.data.augment);
 
     // crop_scale_min that the file's augment: false leaves unread, read once the command line augments
@@ -351,9 +360,9 @@ START_TEST(image_sides_follow_image_size_unless_written) {
         {{"model.image_size=224"}, 224, 256, 224},
         {{"model.image_size=224", "data.train_crop=176", "data.val_resize=232"}, 176, 232, 224},
         {{"model.image_size=176", "data.val_crop=224"}, 176, 256, 224},
-        {{"data.val_crop=160"}, 32, 183, 160},   // 182.857 rounds up
+        {{"data.val_crop=160"}, 32, 183, 160},  // 182.857 rounds up
         {{"model.image_size=112"}, 112, 128, 112},
-        {{"model.image_size=49"}, 49, 56, 49},   // 56.0 exactly
+        {{"model.image_size=49"}, 49, 56, 49},  // 56.0 exactly
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *ov[5] = {"data.source=imagefolder", "data.path=x"};
@@ -365,26 +374,37 @@ START_TEST(image_sides_follow_image_size_unless_written) {
                       "case %zu: train %d, resize %d, crop %d", i, c.data.train_crop, c.data.val_resize,
                       c.data.val_crop);
     }
-    char *v2[] = {"data.source=imagefolder", "data.path=x", "model.image_size=224", "data.train_crop=176",
-                  "data.val_resize=232", "data.auto_augment=ta_wide", "data.auto_augment_interpolation=bilinear",
-                  "data.random_erase=0.1", "data.repeated_aug=4", "data.mixup_alpha=0.2", "data.cutmix_alpha=1.0",
+    char *v2[] = {"data.source=imagefolder",
+                  "data.path=x",
+                  "model.image_size=224",
+                  "data.train_crop=176",
+                  "data.val_resize=232",
+                  "data.auto_augment=ta_wide",
+                  "data.auto_augment_interpolation=bilinear",
+                  "data.random_erase=0.1",
+                  "data.repeated_aug=4",
+                  "data.mixup_alpha=0.2",
+                  "data.cutmix_alpha=1.0",
                   "train.label_smoothing=0.1"};
     load_ok(&c, NULL, 12, v2);
     char *text = printed(&c);
-    ck_assert_ptr_nonnull(strstr(text, "\n  train_crop: 176\n  val_resize: 232\n  val_crop: 224\n  auto_augment: ta_wide\n"
-                                       "  auto_augment_interpolation: bilinear\n  random_erase: 0.1\n  repeated_aug: 4\n"
-                                       "  mixup_alpha: 0.2\n  cutmix_alpha: 1\n"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\n  train_crop: 176\n  val_resize: 232\n  val_crop: 224\n  auto_augment: ta_wide\n"
+                     "  auto_augment_interpolation: bilinear\n  random_erase: 0.1\n  repeated_aug: 4\n"
+                     "  mixup_alpha: 0.2\n  cutmix_alpha: 1\n"));
     ck_assert_ptr_nonnull(strstr(text, "\n  label_smoothing: 0.1\n"));
     tu_write_file("printed_v2.yaml", text);
     load_ok(&b, "printed_v2.yaml", 0, NULL);
     assert_same_values(&c, &b);
     free(text);
     // CIFAR-10 augments: TrivialAugmentWide and erasing apply; its sides are its 32 whatever is written
-    char *cifar[] = {"data.source=cifar10", "data.path=x", "data.auto_augment=ta_wide", "data.random_erase=0.25"};
+    char *cifar[] = {"data.source=cifar10", "data.path=x", "data.auto_augment=ta_wide",
+                     "data.random_erase=0.25"};
     load_ok(&c, NULL, 4, cifar);
     ck_assert(c.data.train_crop == 32 && c.data.val_crop == 32 && c.data.random_erase == 0.25);
     text = printed(&c);
-    ck_assert_ptr_nonnull(strstr(text, "\n  # train_crop: 32   (not read: only imagefolder and webdataset resize"));
+    ck_assert_ptr_nonnull(
+        strstr(text, "\n  # train_crop: 32   (not read: only imagefolder and webdataset resize"));
     free(text);
 }
 END_TEST
@@ -418,9 +438,10 @@ START_TEST(bounds_take_their_largest_values) {
     Config d;
     LoadResult r = load(&d, NULL, 1, one_more);
     ck_assert_int_eq(r.rc, 2);
-    ck_assert_msg(strstr(r.message, "command line: train.epochs: 33554432 epochs of 64 steps") == r.message, "%s",
-                  r.message);
-    tu_write_file("pixels_ok.yaml", "data:\n  source: webdataset\n  path: x\n  max_image_pixels: 1073741824\n");
+    ck_assert_msg(strstr(r.message, "command line: train.epochs: 33554432 epochs of 64 steps") == r.message,
+                  "%s", r.message);
+    tu_write_file("pixels_ok.yaml",
+                  "data:\n  source: webdataset\n  path: x\n  max_image_pixels: 1073741824\n");
     load_ok(&c, "pixels_ok.yaml", 0, NULL);
     ck_assert_int_eq(c.data.max_image_pixels, 1073741824L);
     load_ok(&c, NULL, 0, NULL);
@@ -431,10 +452,10 @@ END_TEST
 // ---- errors --------------------------------------------------------------------------------------------
 
 typedef struct {
-    const char *file;       // written into the test's folder; NULL: no file
+    const char *file;  // written into the test's folder; NULL: no file
     const char *text;
-    const char *override;   // NULL: none
-    const char *expected;   // the line must contain this (file, line and key included)
+    const char *override;  // NULL: none
+    const char *expected;  // the line must contain this (file, line and key included)
 } BadConfig;
 
 static const BadConfig bad_configs[] = {
@@ -556,7 +577,8 @@ static const BadConfig bad_configs[] = {
     {"ok.yaml", "train:\n  lr: 0.1\n", "data.std=[1, 1, 1]",
      "command line: data.std: only imagefolder and webdataset are normalised by data.mean and data.std; learnable"},
     {"center_crop.yaml", "data:\n  source: imagefolder\n  path: x\n  augment: false\n  crop_scale_min: 0.5\n",
-     NULL, "center_crop.yaml:5: data.crop_scale_min: imagefolder with data.augment: false crops no random area"},
+     NULL,
+     "center_crop.yaml:5: data.crop_scale_min: imagefolder with data.augment: false crops no random area"},
     {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.crop_scale_max=0.5",
      "command line: data.crop_scale_max: only imagefolder and webdataset with data.augment crop a random area; "
      "cifar10 does not"},
@@ -567,8 +589,9 @@ static const BadConfig bad_configs[] = {
      "command line: data.val_crop: must be in [32, 1024] (got 1025)"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "data.auto_augment=ta_wide",
      "command line: data.auto_augment: learnable data is never augmented (only cifar10, imagefolder and webdataset"},
-    {"center_crop_erase.yaml", "data:\n  source: imagefolder\n  path: x\n  augment: false\n  random_erase: 0.1\n",
-     NULL, "center_crop_erase.yaml:5: data.random_erase: data.augment: false leaves training images unaugmented"},
+    {"center_crop_erase.yaml",
+     "data:\n  source: imagefolder\n  path: x\n  augment: false\n  random_erase: 0.1\n", NULL,
+     "center_crop_erase.yaml:5: data.random_erase: data.augment: false leaves training images unaugmented"},
     {"folder.yaml", "data:\n  source: imagefolder\n  path: x\n", "data.auto_augment_interpolation=bilinear",
      "command line: data.auto_augment_interpolation: only data.auto_augment: ta_wide resamples"},
     {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.train_crop=28",
@@ -576,16 +599,19 @@ static const BadConfig bad_configs[] = {
     {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.val_crop=32",
      "command line: data.val_crop: only imagefolder and webdataset resize and crop; cifar10 images are "
      "model.image_size as they are"},
-    {"device_ta.yaml", "data:\n  source: webdataset\n  path: x\n  decode: device\n  auto_augment: ta_wide\n", NULL,
+    {"device_ta.yaml", "data:\n  source: webdataset\n  path: x\n  decode: device\n  auto_augment: ta_wide\n",
+     NULL,
      "device_ta.yaml:5: data.auto_augment: not available with data.decode: device (it runs in the loader, on "
      "pixels the host decoded); use data.decode: host"},
-    {"device_erase.yaml", "data:\n  source: imagefolder\n  path: x\n  decode: device\n", "data.random_erase=0.25",
-     "command line: data.random_erase: not available with data.decode: device"},
+    {"device_erase.yaml", "data:\n  source: imagefolder\n  path: x\n  decode: device\n",
+     "data.random_erase=0.25", "command line: data.random_erase: not available with data.decode: device"},
     {"device_ra.yaml", "data:\n  source: imagefolder\n  path: x\n  decode: device\n  repeated_aug: 4\n", NULL,
      "device_ra.yaml:5: data.repeated_aug: not available with data.decode: device (the device's decode jobs do "
      "not say which repetition a sample is)"},
-    {"ok.yaml", "train:\n  lr: 0.1\n", "data.repeated_aug=0", "command line: data.repeated_aug: must be in [1, 16]"},
-    {"ok.yaml", "train:\n  lr: 0.1\n", "data.auto_augment=ta", "command line: data.auto_augment: expected one of "
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.repeated_aug=0",
+     "command line: data.repeated_aug: must be in [1, 16]"},
+    {"ok.yaml", "train:\n  lr: 0.1\n", "data.auto_augment=ta",
+     "command line: data.auto_augment: expected one of "
      "none, ta_wide, got ta"},
     {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.random_erase=1.5",
      "command line: data.random_erase: must be in [0, 1] (got 1.5)"},
@@ -596,7 +622,8 @@ static const BadConfig bad_configs[] = {
      "command line: data.mixup_alpha: must be >= 0 (got -0.2)"},
     {"mix.yaml", "data:\n  cutmix_alpha: -1\n", NULL, "mix.yaml:2: data.cutmix_alpha: must be >= 0 (got -1)"},
     // a file key that neither the file's source nor the command line's reads
-    {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n", "data.source=cifar10",
+    {"folder_size.yaml", "data:\n  source: imagefolder\n  path: x\n  train_size: 100\n",
+     "data.source=cifar10",
      "folder_size.yaml:4: data.train_size: only synthetic and learnable data have a size to choose; imagefolder's"},
 };
 
@@ -604,8 +631,7 @@ static const BadConfig bad_configs[] = {
 START_TEST(bad_config_is_one_line_and_exit_2) {
     const BadConfig *bad = &bad_configs[_i];
     const char *path = "no_such_dir/x.yaml";
-    if (bad->file)
-        path = tu_write_file(bad->file, bad->text);
+    if (bad->file) path = tu_write_file(bad->file, bad->text);
     ck_assert_ptr_nonnull(path);
     char *override = bad->override ? strdup(bad->override) : NULL;
     Config c, d;

@@ -324,8 +324,8 @@ START_TEST(test_bn_forward_matches_direct_formulas) {
             ck_assert_double_eq_tol(rm[ch], 0.9 * rm0[ch] + 0.1 * m, 1e-5);
             ck_assert_double_eq_tol(rv[ch], 0.9 * rv0[ch] + 0.1 * v * rows / (rows - 1), 1e-5);
             for (int r = 0; r < rows; r++) {
-                double e =
-                    gamma[ch] * (x[r * c + ch] - m) * is + beta[ch] + (residual ? residual[r * c + ch] : 0);
+                double e = gamma[ch] * (x[r * c + ch] - m) * is + beta[ch] +
+                           (residual ? residual[r * c + ch] : 0);
                 if (relu && e < 0) e = 0;
                 ck_assert_double_eq_tol(y[r * c + ch], e, 1e-4);
             }
@@ -419,7 +419,7 @@ START_TEST(test_maxpool_padding_and_tie_rule) {
 
     // A NaN wins every window it is in, wherever it sits in the window (as torch and the CUDA backend).
     for (int i = 0; i < 16; i++) x[i] = 0.0f;
-    x[5] = NAN;   // in all four windows, before some larger values of window (1,1)
+    x[5] = NAN;  // in all four windows, before some larger values of window (1,1)
     x[15] = 7.0f;
     be->maxpool_forward(be, &s, DTYPE_F32, x, y);
     for (int i = 0; i < 4; i++) ck_assert_msg(isnan(y[i]), "window %d: %g, expected NaN", i, y[i]);
@@ -518,8 +518,8 @@ typedef struct XentCtx {
 static double xent_objective(void *ctx) {
     XentCtx *x = ctx;
     float loss;
-    be->softmax_xent(be, x->n, x->classes, DTYPE_F32, x->logits, x->labels, x->mix, x->smoothing, &loss, x->dlogits,
-                     NULL, 1.0f);
+    be->softmax_xent(be, x->n, x->classes, DTYPE_F32, x->logits, x->labels, x->mix, x->smoothing, &loss,
+                     x->dlogits, NULL, 1.0f);
     return loss;
 }
 
@@ -567,7 +567,8 @@ END_TEST
 // 2/4). Labels 2, 0, 1; targets (1 - 0.3) onehot + 0.1. Then the same with MixUp targets, lam 0.75: each row
 // mixed with the label of the row before it (row 0 with row 2's: the batch rolled by one).
 START_TEST(test_softmax_xent_smoothing_and_mixing_match_hand_computed_targets) {
-    const float logits[9] = {0.0f, (float)log(2.0), (float)log(3.0), 0.5f, 0.5f, 0.5f, 0.0f, 0.0f, (float)log(2.0)};
+    const float logits[9] = {0.0f, (float)log(2.0), (float)log(3.0), 0.5f, 0.5f, 0.5f, 0.0f,
+                             0.0f, (float)log(2.0)};
     const int32_t labels[3] = {2, 0, 1};
     const double p[3][3] = {{1.0 / 6, 2.0 / 6, 3.0 / 6}, {1.0 / 3, 1.0 / 3, 1.0 / 3}, {0.25, 0.25, 0.5}};
     // Targets written out by hand: smoothed one-hot, and smoothed (0.75 own label + 0.25 the row before's).
@@ -584,8 +585,8 @@ START_TEST(test_softmax_xent_smoothing_and_mixing_match_hand_computed_targets) {
         const float scale = 6.0f;  // seed 6 x 1/3: the mean's gradient times the loss scale
         be->softmax_xent(be, 3, 3, DTYPE_F32, logits, labels, with_mix ? &mix : NULL, 0.3f, &loss, dz, &scale,
                          1.0f / 3);
-        ck_assert_msg(fabs(loss - expect) < 1e-6, "%s: loss %.8f, hand-computed %.8f", with_mix ? "mixed" : "plain",
-                      loss, expect);
+        ck_assert_msg(fabs(loss - expect) < 1e-6, "%s: loss %.8f, hand-computed %.8f",
+                      with_mix ? "mixed" : "plain", loss, expect);
         for (int r = 0; r < 3; r++)
             for (int k = 0; k < 3; k++) {
                 const double g = (p[r][k] - t[r][k]) * 2.0;
@@ -609,11 +610,11 @@ START_TEST(test_softmax_xent_smoothing_and_mixing_match_finite_differences) {
     for (int with_mix = 0; with_mix < 2; with_mix++) {
         x.mix = with_mix ? &mix : NULL;
         float loss;
-        be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, x.mix, x.smoothing, &loss, x.dlogits,
-                         NULL, 1.0f / x.n);
+        be->softmax_xent(be, x.n, x.classes, DTYPE_F32, x.logits, x.labels, x.mix, x.smoothing, &loss,
+                         x.dlogits, NULL, 1.0f / x.n);
         float *grad = copy_floats(x.dlogits, count);  // seed 1/n: the gradient of the mean loss itself
-        assert_fd_close(with_mix ? "softmax_xent mixed and smoothed" : "softmax_xent smoothed", xent_objective, &x,
-                        x.logits, count, grad);
+        assert_fd_close(with_mix ? "softmax_xent mixed and smoothed" : "softmax_xent smoothed",
+                        xent_objective, &x, x.logits, count, grad);
         // softmax and the target are both distributions: each row of dlogits sums to zero.
         for (int r = 0; r < x.n; r++) {
             double s = 0;
@@ -645,15 +646,18 @@ START_TEST(test_softmax_xent_without_smoothing_or_mixing_is_bitwise_the_one_hot_
         const double log_sum = log(sum);
         loss_sum += log_sum - ((double)z[labels[r]] - zmax);
         for (int k = 0; k < C; k++)
-            want[r * C + k] = (float)((exp((double)z[k] - zmax - log_sum) - (k == labels[r] ? 1.0 : 0.0)) * seed);
+            want[r * C + k] =
+                (float)((exp((double)z[k] - zmax - log_sum) - (k == labels[r] ? 1.0 : 0.0)) * seed);
     }
     const float want_loss = (float)(loss_sum / N);
     float loss, loss_mix;
     be->softmax_xent(be, N, C, DTYPE_F32, logits, labels, NULL, 0.0f, &loss, dz, &scale, seed_factor);
-    ck_assert_msg(memcmp(&loss, &want_loss, sizeof loss) == 0, "loss %.9g, the formula's %.9g", loss, want_loss);
+    ck_assert_msg(memcmp(&loss, &want_loss, sizeof loss) == 0, "loss %.9g, the formula's %.9g", loss,
+                  want_loss);
     ck_assert_msg(memcmp(dz, want, sizeof dz) == 0, "dlogits differ from the one-hot formula's bits");
     const BatchMix identity = {.lam = 1.0f, .rest = 0.0f, .blend = 1};
-    be->softmax_xent(be, N, C, DTYPE_F32, logits, labels, &identity, 0.0f, &loss_mix, dz_mix, &scale, seed_factor);
+    be->softmax_xent(be, N, C, DTYPE_F32, logits, labels, &identity, 0.0f, &loss_mix, dz_mix, &scale,
+                     seed_factor);
     ck_assert(memcmp(&loss_mix, &loss, sizeof loss) == 0 && memcmp(dz_mix, dz, sizeof dz) == 0);
     free(logits);
 }
@@ -784,7 +788,8 @@ START_TEST(test_fp16_matches_fp32) {
     float *ly_rounded = floats(n * out);
     for (int i = 0; i < n * out; i++) ly_rounded[i] = half_to_float(lyh[i]);
     float loss_rounded;
-    be->softmax_xent(be, n, out, DTYPE_F32, ly_rounded, labels, NULL, 0.0f, &loss_rounded, dz, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, DTYPE_F32, ly_rounded, labels, NULL, 0.0f, &loss_rounded, dz, &scale,
+                     1.0f / n);
     be->softmax_xent(be, n, out, DTYPE_F16, lyh, labels, NULL, 0.0f, &loss_h, dzh, &scale, 1.0f / n);
     ck_assert_double_eq_tol(loss_h, loss_rounded, 1e-6 * loss_rounded);  // fp32 math on the same values
     ck_assert_double_eq_tol(loss_h, loss, F16_TOL * loss);
@@ -810,8 +815,14 @@ START_TEST(test_batch_mix_matches_torchvision_arithmetic) {
     enum { N = 3, H = 5, W = 4, C = 3, IMAGE = H * W * C, COUNT = N * IMAGE };
     const BatchMix cases[] = {
         {.lam = 0.3f, .rest = (float)(1.0 - (double)0.3f), .blend = 1},
-        {.lam = 0.65f, .rest = 0.35f, .blend = 0, .x1 = 1, .y1 = 2, .x2 = 3, .y2 = 5},  // a box at the bottom edge
-        {.lam = 1.0f, .rest = 0.0f, .blend = 0, .x1 = 2, .y1 = 2, .x2 = 2, .y2 = 4},    // an empty box
+        {.lam = 0.65f,
+         .rest = 0.35f,
+         .blend = 0,
+         .x1 = 1,
+         .y1 = 2,
+         .x2 = 3,
+         .y2 = 5},  // a box at the bottom edge
+        {.lam = 1.0f, .rest = 0.0f, .blend = 0, .x1 = 2, .y1 = 2, .x2 = 2, .y2 = 4},  // an empty box
     };
     float *x = random_floats(COUNT, 1330, -2.5f, 2.5f);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
@@ -837,8 +848,9 @@ START_TEST(test_batch_mix_matches_torchvision_arithmetic) {
                 memcpy(got, in, sizeof got);
                 be->batch_mix(be, DTYPE_F32, got, N, H, W, C, m);
             }
-            ck_assert_msg(memcmp(got, want, sizeof got) == 0, "case %zu %s: the mixed batch differs from torchvision's",
-                          ci, f16 ? "fp16" : "fp32");
+            ck_assert_msg(memcmp(got, want, sizeof got) == 0,
+                          "case %zu %s: the mixed batch differs from torchvision's", ci,
+                          f16 ? "fp16" : "fp32");
             if (ci == 1) {  // not vacuous: the box changed values, and only inside it
                 ck_assert(got[(2 * W + 1) * C] != in[(2 * W + 1) * C] && got[0] == in[0]);
             }
@@ -909,8 +921,8 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
         memcpy(copy_before, copy, n * sizeof(half));
         st.found_inf = 1.0f;
         const float nan_norm = NAN;
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, group, &cases[k].lr, norm ? &nan_norm : NULL,
-                     &st);
+        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, group, &cases[k].lr,
+                     norm ? &nan_norm : NULL, &st);
         ck_assert_mem_eq(master, master_before, n * sizeof(float));
         ck_assert_mem_eq(mom, mom_before, n * sizeof(float));
         ck_assert_mem_eq(copy, copy_before, n * sizeof(half));
@@ -927,7 +939,8 @@ START_TEST(test_sgd_step_with_an_infinite_norm_keeps_only_the_decay) {
     const size_t n = 64;
     const SgdParams p = {0.0f, {0.5f, 0.5f}, 0, 1.0f};
     const float lr = 0.1f, norm = INFINITY;
-    float *master = random_floats(n, 1530, -1, 1), *mom = floats(n), *grad = random_floats(n, 1531, -1e30f, 1e30f);
+    float *master = random_floats(n, 1530, -1, 1), *mom = floats(n),
+          *grad = random_floats(n, 1531, -1e30f, 1e30f);
     float *before = copy_floats(master, n);
     ScalerState st = {.scale = 1.0f};
     be->sgd_step(be, n, DTYPE_F32, grad, master, mom, NULL, &p, NULL, &lr, &norm, &st);
@@ -951,8 +964,8 @@ START_TEST(test_grad_norm_matches_a_double_sum) {
         }
         float norm = -1;
         be->grad_norm(be, (DType)dt, grad, n, &st, &norm);
-        ck_assert_msg(fabs(norm - sqrt(sum)) <= 1e-6 * sqrt(sum), "%s: norm %.9g, want %.9g", dtype_name((DType)dt),
-                      norm, sqrt(sum));
+        ck_assert_msg(fabs(norm - sqrt(sum)) <= 1e-6 * sqrt(sum), "%s: norm %.9g, want %.9g",
+                      dtype_name((DType)dt), norm, sqrt(sum));
     }
     float bad[3] = {1, INFINITY, 1}, nan_bad[3] = {1, NAN, 1}, norm;
     ScalerState st = {.scale = 1.0f};

@@ -247,8 +247,8 @@ END_TEST
 
 // One epoch of every simulated rank, entries in (step, micro, rank) order: indices and repetitions; returns
 // how many.
-static int read_repeated_epoch(int size, int batch, int world, int accum, int repeats, int epoch, int32_t *idx,
-                               uint8_t *rep) {
+static int read_repeated_epoch(int size, int batch, int world, int accum, int repeats, int epoch,
+                               int32_t *idx, uint8_t *rep) {
     Sampler ranks[3];
     for (int r = 0; r < world; r++) {
         sampler_init(&ranks[r], size, batch, world, r, accum, 0, 77);
@@ -282,13 +282,16 @@ START_TEST(test_sampler_repeats_like_rasampler) {
         for (int repeats = 2; repeats <= 4; repeats++)
             for (int batch = 4; batch <= 5; batch++) {
                 int size = sizes[k], epoch_size = size / 256 * 256, epoch = (int)k + repeats;
-                int32_t *idx0 = calloc((size_t)epoch_size, sizeof(int32_t)), *idx = calloc((size_t)epoch_size, sizeof(int32_t));
+                int32_t *idx0 = calloc((size_t)epoch_size, sizeof(int32_t)),
+                        *idx = calloc((size_t)epoch_size, sizeof(int32_t));
                 uint8_t *rep0 = calloc((size_t)epoch_size, 1), *rep = calloc((size_t)epoch_size, 1);
-                ck_assert_int_eq(read_repeated_epoch(size, batch, 1, 1, repeats, epoch, idx0, rep0), epoch_size);
+                ck_assert_int_eq(read_repeated_epoch(size, batch, 1, 1, repeats, epoch, idx0, rep0),
+                                 epoch_size);
                 for (int world = 1; world <= 3; world++)
                     for (int accum = 1; accum <= 2; accum++) {
-                        ck_assert_int_eq(read_repeated_epoch(size, batch, world, accum, repeats, epoch, idx, rep),
-                                         epoch_size);
+                        ck_assert_int_eq(
+                            read_repeated_epoch(size, batch, world, accum, repeats, epoch, idx, rep),
+                            epoch_size);
                         ck_assert_mem_eq(idx, idx0, (size_t)epoch_size * sizeof(int32_t));
                         ck_assert_mem_eq(rep, rep0, (size_t)epoch_size);
                     }
@@ -351,7 +354,8 @@ END_TEST
 // Sample i as the network sees it: the dataset's bytes, normalised with its norm (what the device's
 // input_normalize computes), so the value tests below read normalised floats.
 static void normalise(const Dataset *ds, const uint8_t *raw, size_t n, float *x) {
-    for (size_t k = 0; k < n; k++) x[k] = ((float)raw[k] / 255.0f - ds->norm.mean[k % 3]) / ds->norm.std[k % 3];
+    for (size_t k = 0; k < n; k++)
+        x[k] = ((float)raw[k] / 255.0f - ds->norm.mean[k % 3]) / ds->norm.std[k % 3];
 }
 
 static void get_normalised(const Dataset *ds, int index, float *x, int32_t *label, Rng *rng) {
@@ -445,7 +449,8 @@ START_TEST(test_learnable_is_learnable) {
     for (int c = 0; c < L_CLASSES; c++) {
         for (int d = c + 1; d < L_CLASSES; d++) {
             double dist2 = 0;
-            for (int k = 0; k < L_FLOATS; k++) dist2 += (means[c][k] - means[d][k]) * (means[c][k] - means[d][k]);
+            for (int k = 0; k < L_FLOATS; k++)
+                dist2 += (means[c][k] - means[d][k]) * (means[c][k] - means[d][k]);
             ck_assert_double_gt(sqrt(dist2 / L_FLOATS), 0.3);
         }
     }
@@ -585,7 +590,8 @@ static int cifar_match_crop(const float *img, int rec, int *flip_out) {
                     for (int x = 0; x < 32 && ok; x++)
                         for (int ch = 0; ch < 3 && ok; ch++) {
                             int sx = (flip ? 31 - x : x) + dx - 4;
-                            ok = fabs(img[(y * 32 + x) * 3 + ch] - cifar_expected(rec, ch, y + dy - 4, sx)) < 1e-5;
+                            ok = fabs(img[(y * 32 + x) * 3 + ch] - cifar_expected(rec, ch, y + dy - 4, sx)) <
+                                 1e-5;
                         }
                 if (ok) {
                     matches++;
@@ -615,8 +621,10 @@ START_TEST(test_cifar10_augmentation_reproducible) {
         int flip = -1;
         ck_assert_int_ge(cifar_match_crop(a[0], 4, &flip), 1);
         flips[flip]++;
-        if (epoch == 0) memcpy(first, a[0], sizeof first);
-        else distinct += memcmp(first, a[0], sizeof first) != 0;
+        if (epoch == 0)
+            memcpy(first, a[0], sizeof first);
+        else
+            distinct += memcmp(first, a[0], sizeof first) != 0;
     }
     ck_assert_int_gt(flips[0], 0);
     ck_assert_int_gt(flips[1], 0);
@@ -642,15 +650,22 @@ END_TEST
 START_TEST(test_cifar10_trivial_augment_and_erasing) {
     cifar_fixture("cifar_ta");
     Config cfg;
-    const char *ov[] = {"data.source=cifar10", "data.path=cifar_ta", "data.auto_augment=ta_wide",
-                        "data.auto_augment_interpolation=bilinear", "data.random_erase=0.5", "train.seed=42", NULL};
+    const char *ov[] = {"data.source=cifar10",
+                        "data.path=cifar_ta",
+                        "data.auto_augment=ta_wide",
+                        "data.auto_augment_interpolation=bilinear",
+                        "data.random_erase=0.5",
+                        "train.seed=42",
+                        NULL};
     tu_config(&cfg, ov);
     char err[512] = "";
     Dataset *ds = NULL, *plain = NULL, *val = NULL;
-    ck_assert_int_eq(dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, NULL, &ds, err, sizeof err), 0);
+    ck_assert_int_eq(dataset_open_train(&cfg.data, &cfg.model, cfg.train.seed, NULL, &ds, err, sizeof err),
+                     0);
     ck_assert_int_eq(dataset_open_val(&cfg.data, &cfg.model, cfg.train.seed, NULL, &val, err, sizeof err), 0);
     ck_assert(ds->extra.ta_wide && ds->extra.filter == AUGMENT_BILINEAR && ds->extra.erase_p == 0.5);
-    ck_assert(ds->extra.erase_fill[0] == 125 && ds->extra.erase_fill[1] == 123 && ds->extra.erase_fill[2] == 114);
+    ck_assert(ds->extra.erase_fill[0] == 125 && ds->extra.erase_fill[1] == 123 &&
+              ds->extra.erase_fill[2] == 114);
     ck_assert(!val->extra.ta_wide && val->extra.erase_p == 0);
     ck_assert_int_eq(dataset_cifar10_open("cifar_ta", 1, 1, 42, &plain, err, sizeof err), 0);
     enum { BYTES = 32 * 32 * 3 };
@@ -753,8 +768,7 @@ END_TEST
 
 static int batches_equal(const Batch *a, const Batch *b, size_t bytes_per_batch, int batch) {
     return a->count == b->count && a->step_total == b->step_total && a->epoch == b->epoch &&
-           a->step == b->step && a->micro == b->micro &&
-           memcmp(a->images, b->images, bytes_per_batch) == 0 &&
+           a->step == b->step && a->micro == b->micro && memcmp(a->images, b->images, bytes_per_batch) == 0 &&
            memcmp(a->labels, b->labels, (size_t)batch * sizeof(int32_t)) == 0;
 }
 
@@ -771,7 +785,8 @@ static void check_prefetch_matches_sync(const Dataset *ds, const Sampler *s) {
     uint8_t *reps = calloc((size_t)s->batch, 1);
     size_t bytes = (size_t)s->batch * dataset_image_bytes(ds);
     uint8_t *images = calloc(bytes, 1);
-    int32_t *labels = calloc((size_t)s->batch, sizeof(int32_t)), *idx = calloc((size_t)s->batch, sizeof(int32_t));
+    int32_t *labels = calloc((size_t)s->batch, sizeof(int32_t)),
+            *idx = calloc((size_t)s->batch, sizeof(int32_t));
     int n = 0, partial = 0;
     for (int epoch = 0; epoch < 2; epoch++) {
         for (int step = 0; step < sampler_steps_per_epoch(s); step++) {
@@ -907,7 +922,8 @@ static void *set_stop_later(void *arg) {
 START_TEST(test_loader_wait_ends_on_stop) {
     static int hang_from = 8;
     // static: the abandoned worker finishes its stuck sample after this test has returned
-    static Dataset ds = {.name = "hanging", .size = 64, .side = 4, .classes = 2, .get = hanging_get, .impl = &hang_from};
+    static Dataset ds =
+        {.name = "hanging", .size = 64, .side = 4, .classes = 2, .get = hanging_get, .impl = &hang_from};
     Sampler s;
     sampler_init(&s, ds.size, 8, 1, 0, 1, 0, 1);
     atomic_store(&hang_released, 0);

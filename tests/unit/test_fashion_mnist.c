@@ -33,8 +33,8 @@ static void open_split(const char *source, const char *path, int augment, int tr
     snprintf(source_kv, sizeof source_kv, "data.source=%s", source);
     snprintf(path_kv, sizeof path_kv, "data.path=%s", path);
     snprintf(augment_kv, sizeof augment_kv, "data.augment=%s", augment ? "true" : "false");
-    const char *const overrides[] = {source_kv, path_kv, augment_kv, "model.image_size=32", "model.num_classes=10",
-                                     NULL};
+    const char *const overrides[] = {
+        source_kv, path_kv, augment_kv, "model.image_size=32", "model.num_classes=10", NULL};
     Config cfg;
     tu_config(&cfg, overrides);
     char err[512] = "";
@@ -56,13 +56,16 @@ static long compare_sources(const Dataset *a, const Dataset *b, int epoch, uint8
         for (int k = 0; k < n; k++) idx[k] = at + k;
         dataset_get_batch(a, idx, n, epoch, ia, la);
         dataset_get_batch(b, idx, n, epoch, ib, lb);
-        ck_assert_msg(memcmp(ia, ib, (size_t)n * bytes) == 0, "images %d..%d differ (epoch %d)", at, at + n - 1, epoch);
+        ck_assert_msg(memcmp(ia, ib, (size_t)n * bytes) == 0, "images %d..%d differ (epoch %d)", at,
+                      at + n - 1, epoch);
         ck_assert_mem_eq(la, lb, (size_t)n * sizeof(int32_t));
         for (int k = 0; k < n; k++) {
             ck_assert(la[k] >= 0 && la[k] < 10);
             uint8_t *first = first_epoch_images + (size_t)(at + k) * bytes;
-            if (epoch == 0) memcpy(first, ia + (size_t)k * bytes, bytes);
-            else differ_from_first += memcmp(first, ia + (size_t)k * bytes, bytes) != 0;
+            if (epoch == 0)
+                memcpy(first, ia + (size_t)k * bytes, bytes);
+            else
+                differ_from_first += memcmp(first, ia + (size_t)k * bytes, bytes) != 0;
         }
     }
     free(ia);
@@ -81,8 +84,11 @@ START_TEST(test_imagefolder_and_shards_agree) {
         uint8_t *first = malloc((size_t)folder->size * dataset_image_bytes(folder));
         compare_sources(folder, shards, 0, first);
         long changed = compare_sources(folder, shards, 1, first);
-        if (augment) ck_assert_msg(changed > N_TRAIN / 2, "only %ld of %d images changed between epochs", changed, N_TRAIN);
-        else ck_assert_int_eq(changed, 0);
+        if (augment)
+            ck_assert_msg(changed > N_TRAIN / 2, "only %ld of %d images changed between epochs", changed,
+                          N_TRAIN);
+        else
+            ck_assert_int_eq(changed, 0);
         free(first);
         dataset_close(folder);
         dataset_close(shards);
@@ -116,17 +122,19 @@ static double last_eval_top1(const char *path) {
 // configs/fashion_mnist.yaml with the CPU demo's model (tiny.yaml's) on the shards.
 START_TEST(test_training_learns) {
     char cmd[2048], out[16384];
-    snprintf(cmd, sizeof cmd,
-             "%s/configs/fashion_mnist.yaml backend.device=cpu data.source=webdataset data.path=" SHARDS " "
-             "'model.layers=[1,1,1,1]' model.cardinality=4 model.base_width=16 model.planes=16 model.image_size=32 "
-             "data.batch_size=32 train.epochs=6 train.lr=0.05 train.warmup_steps=20 log.every=10 "
-             "log.metrics=run/metrics.jsonl checkpoint.dir= 2>&1",
-             AMPTRAIN_SOURCE_DIR);
+    snprintf(
+        cmd, sizeof cmd,
+        "%s/configs/fashion_mnist.yaml backend.device=cpu data.source=webdataset data.path=" SHARDS " "
+        "'model.layers=[1,1,1,1]' model.cardinality=4 model.base_width=16 model.planes=16 model.image_size=32 "
+        "data.batch_size=32 train.epochs=6 train.lr=0.05 train.warmup_steps=20 log.every=10 "
+        "log.metrics=run/metrics.jsonl checkpoint.dir= 2>&1",
+        AMPTRAIN_SOURCE_DIR);
     unlink("run/metrics.jsonl");
     int rc = tu_run_cli(cmd, out, sizeof out);
     ck_assert_msg(rc == 0, "amptrain exited with %d:\n%s", rc, out);
     double top1 = last_eval_top1("run/metrics.jsonl");
-    printf("fashion-mnist, %d training images, 6 epochs on the CPU: test top-1 %.2f%%\n", N_TRAIN, 100 * top1);
+    printf("fashion-mnist, %d training images, 6 epochs on the CPU: test top-1 %.2f%%\n", N_TRAIN,
+           100 * top1);
     ck_assert_msg(top1 >= MIN_TOP1, "test top-1 %.4f < %.2f:\n%s", top1, MIN_TOP1, out);
 }
 END_TEST

@@ -23,7 +23,8 @@
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 // tiny.yaml's model (10 classes, fc 512 -> 10) on 256 learnable samples, 64 for validation.
-#define BASE TINY " backend.device=cpu data.train_size=256 data.val_size=64 data.prefetch=0 log.progress=never"
+#define BASE                                                                                                 \
+    TINY " backend.device=cpu data.train_size=256 data.val_size=64 data.prefetch=0 log.progress=never"
 #define QUICK BASE " log.metrics= checkpoint.dir="
 
 static char out[1 << 16];
@@ -114,8 +115,8 @@ static Comm *comm;
 static void trainer_from(Trainer *t, Config *cfg, const char *init) {
     char init_ov[128];
     snprintf(init_ov, sizeof init_ov, "model.init=%s", init);
-    tu_config(cfg, (const char *[]){"backend.device=cpu", "data.train_size=256", "data.val_size=0", "data.prefetch=0",
-                                    "log.metrics=", "checkpoint.dir=", init_ov, NULL});
+    tu_config(cfg, (const char *[]){"backend.device=cpu", "data.train_size=256", "data.val_size=0",
+                                    "data.prefetch=0", "log.metrics=", "checkpoint.dir=", init_ov, NULL});
     if (!be) be = cpu_backend_create(), comm = comm_single_create();
     ck_assert_int_eq(trainer_init(t, cfg, be, comm, comm), 0);
 }
@@ -152,7 +153,8 @@ static void assert_params_from(const char *path, const Trainer *t, const Trainer
         float *x = param_torch(t, i);
         if (drawn && (i == m->fc_weight || i == m->fc_bias)) {
             float *own = param_torch(drawn, i);
-            ck_assert_msg(memcmp(x, own, p->numel * sizeof(float)) == 0, "%s is not the run's own draw", p->name);
+            ck_assert_msg(memcmp(x, own, p->numel * sizeof(float)) == 0, "%s is not the run's own draw",
+                          p->name);
             free(own);
         } else {
             assert_file_tensor(f, p->name, x, p->numel);
@@ -211,12 +213,15 @@ START_TEST(init_of_other_classes_keeps_the_classifier) {
     trainer_free(&init);
     // 53 parameters and 17 BN layers' 3 buffers, less the classifier's two
     int rc = tu_run_cli(QUICK " train.steps=2 model.init=tv7.safetensors", out, sizeof out);
-    ck_assert_msg(rc == 0 && strstr(out, "model.init: 102 tensors from tv7.safetensors; fc.weight, fc.bias left at "
-                                         "their initial values (the file has 7 classes, this model 10)\n") &&
-                      strstr(out, "summary: 2 steps"), "exit %d:\n%s", rc, out);
-    rc = tu_run_cli(QUICK " train.steps=2 model.init=tv7.safetensors model.num_classes=7", out, sizeof out);
-    ck_assert_msg(rc == 0 && strstr(out, "model.init: 104 tensors from tv7.safetensors, every tensor of the model\n"),
+    ck_assert_msg(rc == 0 &&
+                      strstr(out, "model.init: 102 tensors from tv7.safetensors; fc.weight, fc.bias left at "
+                                  "their initial values (the file has 7 classes, this model 10)\n") &&
+                      strstr(out, "summary: 2 steps"),
                   "exit %d:\n%s", rc, out);
+    rc = tu_run_cli(QUICK " train.steps=2 model.init=tv7.safetensors model.num_classes=7", out, sizeof out);
+    ck_assert_msg(
+        rc == 0 && strstr(out, "model.init: 104 tensors from tv7.safetensors, every tensor of the model\n"),
+        "exit %d:\n%s", rc, out);
 }
 END_TEST
 
@@ -229,9 +234,11 @@ static const struct {
     {{.victim = "fc.weight", .ndim = 2, .shape = {20, 256}},
      "model.init: bad.safetensors: tensor 'fc.weight' is F32 [20, 256], expected F32 [10, 512]"},
     {{.victim = "fc.bias", .ndim = 1, .shape = {5}}, "tensor 'fc.bias' is F32 [5], expected F32 [10]"},
-    {{.victim = "layer1.0.bn1.bias", .drop = 1}, "model.init: bad.safetensors: no tensor 'layer1.0.bn1.bias'"},
+    {{.victim = "layer1.0.bn1.bias", .drop = 1},
+     "model.init: bad.safetensors: no tensor 'layer1.0.bn1.bias'"},
     {{.victim = "bn1.running_var", .drop = 1}, "no tensor 'bn1.running_var'"},
-    {{.victim = "layer4.0.bn3.num_batches_tracked", .drop = 1}, "no tensor 'layer4.0.bn3.num_batches_tracked'"},
+    {{.victim = "layer4.0.bn3.num_batches_tracked", .drop = 1},
+     "no tensor 'layer4.0.bn3.num_batches_tracked'"},
     {{.extra = "layer4.1.conv1.weight"},
      "tensor 'layer4.1.conv1.weight' is no part of this model (model.arch custom, layers [1, 1, 1, 1])"},
     {{.extra = "layer1.0.bn9.running_mean"}, "tensor 'layer1.0.bn9.running_mean' is no part of this model"},
@@ -247,7 +254,8 @@ START_TEST(bad_init_is_refused) {
     tu_run_shell("rm -rf bad_run", NULL, 0);
     for (int dry = 0; dry < 2; dry++) {
         char args[512];
-        snprintf(args, sizeof args, BASE " log.metrics=bad_run/m.jsonl checkpoint.dir=bad_run model.init=bad.safetensors%s",
+        snprintf(args, sizeof args,
+                 BASE " log.metrics=bad_run/m.jsonl checkpoint.dir=bad_run model.init=bad.safetensors%s",
                  dry ? " --dry-run" : "");
         int rc = tu_run_cli(args, out, sizeof out);
         ck_assert_msg(rc == 2 && strstr(out, bad_inits[_i].expect), "exit %d, want '%s' in:\n%s", rc,
@@ -263,14 +271,20 @@ END_TEST
 START_TEST(resume_wins_over_init) {
     tu_run_shell("rm -rf res_run auto_run", NULL, 0);
     ck_assert_int_eq(tu_run_cli(QUICK " train.steps=2 checkpoint.dir=res_run", out, sizeof out), 0);
-    int rc = tu_run_cli(QUICK " train.steps=3 checkpoint.dir=res_run checkpoint.resume=auto model.init=absent.safetensors",
-                        out, sizeof out);
-    ck_assert_msg(rc == 0 && strstr(out, "model.init absent.safetensors not read: the weights are the resumed "
-                                         "checkpoint's") && strstr(out, "summary: 3 steps"), "exit %d:\n%s", rc, out);
+    int rc = tu_run_cli(
+        QUICK " train.steps=3 checkpoint.dir=res_run checkpoint.resume=auto model.init=absent.safetensors",
+        out, sizeof out);
+    ck_assert_msg(rc == 0 &&
+                      strstr(out, "model.init absent.safetensors not read: the weights are the resumed "
+                                  "checkpoint's") &&
+                      strstr(out, "summary: 3 steps"),
+                  "exit %d:\n%s", rc, out);
     write_state_dict("tv10.safetensors", 10, 1, NULL);
-    rc = tu_run_cli(QUICK " train.steps=2 checkpoint.dir=auto_run checkpoint.resume=auto model.init=tv10.safetensors",
-                    out, sizeof out);
-    ck_assert_msg(rc == 0 && strstr(out, "model.init: 104 tensors from tv10.safetensors"), "exit %d:\n%s", rc, out);
+    rc = tu_run_cli(
+        QUICK " train.steps=2 checkpoint.dir=auto_run checkpoint.resume=auto model.init=tv10.safetensors",
+        out, sizeof out);
+    ck_assert_msg(rc == 0 && strstr(out, "model.init: 104 tensors from tv10.safetensors"), "exit %d:\n%s", rc,
+                  out);
 }
 END_TEST
 
@@ -279,9 +293,10 @@ START_TEST(init_is_no_output) {
     tu_run_shell("rm -rf own && mkdir own", NULL, 0);
     write_state_dict("own/last.safetensors", 10, 1, NULL);
     int rc = tu_run_cli(QUICK " train.steps=2 checkpoint.dir=own checkpoint.overwrite=true "
-                        "model.init=own/last.safetensors", out, sizeof out);
-    ck_assert_msg(rc == 2 && strstr(out, "is the same file as model.init 'own/last.safetensors'"), "exit %d:\n%s", rc,
-                  out);
+                              "model.init=own/last.safetensors",
+                        out, sizeof out);
+    ck_assert_msg(rc == 2 && strstr(out, "is the same file as model.init 'own/last.safetensors'"),
+                  "exit %d:\n%s", rc, out);
 }
 END_TEST
 
@@ -322,14 +337,17 @@ static void eval_result(const char *jsonl, const char *marker, char *result, siz
 // folder, not the config's log.metrics (tiny.yaml's runs/tiny/metrics.jsonl).
 START_TEST(eval_of_a_checkpoint_is_the_runs_last_evaluation) {
     tu_run_shell("rm -rf ev_run ev_out runs", NULL, 0);
-    ck_assert_int_eq(tu_run_cli(QUICK " train.epochs=1 checkpoint.dir=ev_run log.metrics=ev_run/metrics.jsonl", out,
-                                sizeof out), 0);
+    ck_assert_int_eq(tu_run_cli(QUICK
+                                " train.epochs=1 checkpoint.dir=ev_run log.metrics=ev_run/metrics.jsonl",
+                                out, sizeof out),
+                     0);
     char before[4096], after[4096];
     tu_run_shell("ls -lA --time-style=full-iso ev_run", before, sizeof before);
-    int rc = tu_run_cli(BASE " --eval checkpoint.resume=ev_run/last.safetensors log.metrics=ev_out/eval.jsonl", out,
-                        sizeof out);
-    ck_assert_msg(rc == 0 && strstr(out, "eval  ev_run/last.safetensors  epoch 1  step 8  loss "), "exit %d:\n%s",
-                  rc, out);
+    int rc = tu_run_cli(BASE
+                        " --eval checkpoint.resume=ev_run/last.safetensors log.metrics=ev_out/eval.jsonl",
+                        out, sizeof out);
+    ck_assert_msg(rc == 0 && strstr(out, "eval  ev_run/last.safetensors  epoch 1  step 8  loss "),
+                  "exit %d:\n%s", rc, out);
     char trained[256], evaluated[256];
     eval_result("ev_run/metrics.jsonl", "\"eval\":true", trained, sizeof trained);
     eval_result("ev_out/eval.jsonl", "\"file\":\"ev_run/last.safetensors\",\"weights\":\"model\"", evaluated,
@@ -339,19 +357,24 @@ START_TEST(eval_of_a_checkpoint_is_the_runs_last_evaluation) {
     ck_assert_str_eq(after, before);
     // without log.metrics on the command line: the line alone; checkpoint.resume auto finds last (model.init
     // not read), or else evaluates model.init
-    rc = tu_run_cli(BASE " --eval checkpoint.dir=ev_run checkpoint.resume=auto model.init=absent.safetensors", out,
-                    sizeof out);
+    rc = tu_run_cli(BASE " --eval checkpoint.dir=ev_run checkpoint.resume=auto model.init=absent.safetensors",
+                    out, sizeof out);
     ck_assert_msg(rc == 0 && strstr(out, "eval  ev_run/last.safetensors  epoch 1") &&
-                      strstr(out, "model.init absent.safetensors not read: --eval evaluates checkpoint.resume "
-                                  "ev_run/last.safetensors"), "exit %d:\n%s", rc, out);
-    rc = tu_run_cli(BASE " --eval checkpoint.dir=no_run checkpoint.resume=auto model.init=ev_run/last.safetensors", out,
-                    sizeof out);
+                      strstr(out,
+                             "model.init absent.safetensors not read: --eval evaluates checkpoint.resume "
+                             "ev_run/last.safetensors"),
+                  "exit %d:\n%s", rc, out);
+    rc = tu_run_cli(BASE
+                    " --eval checkpoint.dir=no_run checkpoint.resume=auto model.init=ev_run/last.safetensors",
+                    out, sizeof out);
     ck_assert_msg(rc == 0 && strstr(out, "eval  ev_run/last.safetensors  epoch 1"), "exit %d:\n%s", rc, out);
     ck_assert_msg(!tu_file_exists("no_run"), "--eval made checkpoint.dir:\n%s", out);
     ck_assert_msg(!tu_file_exists("runs"), "--eval wrote the config's outputs:\n%s", out);
     // a second --eval appends its record
-    ck_assert_int_eq(tu_run_cli(BASE " --eval model.init=ev_run/last.safetensors log.metrics=ev_out/eval.jsonl", out,
-                                sizeof out), 0);
+    ck_assert_int_eq(tu_run_cli(BASE
+                                " --eval model.init=ev_run/last.safetensors log.metrics=ev_out/eval.jsonl",
+                                out, sizeof out),
+                     0);
     char *text = tu_read_file("ev_out/eval.jsonl", NULL);
     int records = 0;
     for (const char *s = strstr(text, "\"eval\":true"); s; s = strstr(s + 1, "\"eval\":true")) records++;
@@ -381,7 +404,8 @@ START_TEST(eval_reports_ema_weights) {
         ck_assert_msg(rc == 0, "%s: exit %d:\n%s", files[i], rc, out);
     }
     ck_assert_msg(strstr(out, "eval  ema_ab.safetensors  epoch 0  step 0  loss ") &&
-                      strstr(out, "eval  ema_ab.safetensors (EMA weights)  epoch 0  step 0  loss "), "%s", out);
+                      strstr(out, "eval  ema_ab.safetensors (EMA weights)  epoch 0  step 0  loss "),
+                  "%s", out);
     char a[256], b[256], model[256], ema[256];
     eval_result("ema.jsonl", "\"file\":\"ema_a.safetensors\",\"weights\":\"model\"", a, sizeof a);
     eval_result("ema.jsonl", "\"file\":\"ema_b.safetensors\",\"weights\":\"model\"", b, sizeof b);
@@ -405,7 +429,8 @@ static const struct {
     {" --eval checkpoint.dir=empty_dir checkpoint.resume=auto",
      "--eval needs the weights to evaluate: checkpoint.resume auto found no checkpoint in empty_dir, and model.init is "
      "not set"},
-    {" --eval --dry-run model.init=tv10.safetensors", "--eval evaluates a file; it does not go with --dry-run"},
+    {" --eval --dry-run model.init=tv10.safetensors",
+     "--eval evaluates a file; it does not go with --dry-run"},
 };
 
 START_TEST(bad_eval_is_refused) {
@@ -413,8 +438,8 @@ START_TEST(bad_eval_is_refused) {
     char args[512];
     snprintf(args, sizeof args, QUICK "%s", bad_evals[_i].args);
     int rc = tu_run_cli(args, out, sizeof out);
-    ck_assert_msg(rc == 2 && strstr(out, bad_evals[_i].expect), "exit %d, want '%s' in:\n%s", rc, bad_evals[_i].expect,
-                  out);
+    ck_assert_msg(rc == 2 && strstr(out, bad_evals[_i].expect), "exit %d, want '%s' in:\n%s", rc,
+                  bad_evals[_i].expect, out);
     ck_assert_msg(!strstr(out, "eval  "), "evaluated:\n%s", out);
 }
 END_TEST

@@ -40,7 +40,8 @@
 
 // Largest and mean |decoded - source| over (h, w, 3) decoded and (h, w, channels) source (gray: the
 // source value for every channel).
-static void diff_to_source(const DecodedImage *img, const uint8_t *src, int channels, int *max, double *mean) {
+static void diff_to_source(const DecodedImage *img, const uint8_t *src, int channels, int *max,
+                           double *mean) {
     long sum = 0;
     *max = 0;
     size_t n = (size_t)img->width * img->height;
@@ -63,9 +64,13 @@ static DecodedImage decode_ok(const uint8_t *jpeg, size_t len) {
 START_TEST(decode_rgb_round_trip) {
     // (w, h, subsampling, quality, largest and mean error allowed): 4:4:4 at quality 100 keeps a smooth
     // pattern within a few levels; 4:2:0 at 90 halves the chroma resolution, so the bound is looser.
-    const struct { int w, h, subsamp, quality, max_err; double mean_err; } cases[] = {
-        {64, 48, TJSAMP_444, 100, 4, 0.8}, {37, 23, TJSAMP_444, 100, 4, 0.8}, {1, 1, TJSAMP_444, 100, 4, 1.0},
-        {37, 23, TJSAMP_420, 90, 24, 4.0}, {500, 375, TJSAMP_420, 90, 24, 3.0},
+    const struct {
+        int w, h, subsamp, quality, max_err;
+        double mean_err;
+    } cases[] = {
+        {64, 48, TJSAMP_444, 100, 4, 0.8},   {37, 23, TJSAMP_444, 100, 4, 0.8},
+        {1, 1, TJSAMP_444, 100, 4, 1.0},     {37, 23, TJSAMP_420, 90, 24, 4.0},
+        {500, 375, TJSAMP_420, 90, 24, 3.0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         uint8_t *src = fx_pattern(cases[k].w, cases[k].h, 3, (int)k);
@@ -77,7 +82,8 @@ START_TEST(decode_rgb_round_trip) {
         int max;
         double mean;
         diff_to_source(&img, src, 3, &max, &mean);
-        ck_assert_msg(max <= cases[k].max_err && mean <= cases[k].mean_err, "case %zu: max %d, mean %.3f", k, max, mean);
+        ck_assert_msg(max <= cases[k].max_err && mean <= cases[k].mean_err, "case %zu: max %d, mean %.3f", k,
+                      max, mean);
         image_free(&img);
         free(jpeg);
         free(src);
@@ -107,13 +113,19 @@ END_TEST
 // A progressive JPEG stores the same quantised coefficients as the baseline one in more scans, so the
 // decoded pixels are bitwise the same: an exact check that every scan was decoded.
 START_TEST(decode_progressive_equals_baseline) {
-    const struct { int w, h, channels, subsamp; } cases[] = {{64, 48, 3, TJSAMP_420}, {37, 23, 3, TJSAMP_444},
-                                                            {37, 23, 1, TJSAMP_GRAY}, {301, 199, 3, TJSAMP_422}};
+    const struct {
+        int w, h, channels, subsamp;
+    } cases[] = {{64, 48, 3, TJSAMP_420},
+                 {37, 23, 3, TJSAMP_444},
+                 {37, 23, 1, TJSAMP_GRAY},
+                 {301, 199, 3, TJSAMP_422}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         uint8_t *src = fx_pattern(cases[k].w, cases[k].h, cases[k].channels, 5);
         size_t len_b, len_p;
-        uint8_t *base = fx_jpeg(src, cases[k].w, cases[k].h, cases[k].channels, 85, cases[k].subsamp, 0, &len_b);
-        uint8_t *prog = fx_jpeg(src, cases[k].w, cases[k].h, cases[k].channels, 85, cases[k].subsamp, 1, &len_p);
+        uint8_t *base =
+            fx_jpeg(src, cases[k].w, cases[k].h, cases[k].channels, 85, cases[k].subsamp, 0, &len_b);
+        uint8_t *prog =
+            fx_jpeg(src, cases[k].w, cases[k].h, cases[k].channels, 85, cases[k].subsamp, 1, &len_p);
         ck_assert(memcmp(base, prog, len_b < len_p ? len_b : len_p) != 0);  // really two encodings
         DecodedImage a = decode_ok(base, len_b), b = decode_ok(prog, len_p);
         ck_assert_int_eq(a.width, b.width);
@@ -188,7 +200,7 @@ START_TEST(decode_refuses_bad_input) {
     assert_refused(prog, plen / 2, "truncated");
     assert_refused(jpeg, 300, "");  // cut inside the headers
     uint8_t garbage[512];
-    memcpy(garbage, jpeg, 2);       // FF D8, then noise
+    memcpy(garbage, jpeg, 2);  // FF D8, then noise
     for (size_t i = 2; i < sizeof garbage; i++) garbage[i] = (uint8_t)(i * 37 + 11);
     assert_refused(garbage, sizeof garbage, "");
     // Two stray bytes before the end marker: libjpeg warns and recovers, and so does PIL: same pixels.
@@ -275,15 +287,19 @@ START_TEST(decode_keeps_the_most_compressible_jpegs) {
     uint8_t *grey = malloc((size_t)side * side * 3);
     memset(grey, 128, (size_t)side * side * 3);
     uint8_t *pattern = fx_pattern(side, side, 3, 5);
-    const struct { const uint8_t *pixels; int channels, quality, subsamp, progressive; } cases[] = {
-        {grey, 1, 1, TJSAMP_GRAY, 0}, {grey, 1, 1, TJSAMP_GRAY, 1}, {grey, 3, 1, TJSAMP_420, 0},
-        {grey, 3, 1, TJSAMP_420, 1},  {pattern, 3, 1, TJSAMP_420, 1}, {pattern, 3, 75, TJSAMP_420, 0}};
+    const struct {
+        const uint8_t *pixels;
+        int channels, quality, subsamp, progressive;
+    } cases[] = {{grey, 1, 1, TJSAMP_GRAY, 0},   {grey, 1, 1, TJSAMP_GRAY, 1},
+                 {grey, 3, 1, TJSAMP_420, 0},    {grey, 3, 1, TJSAMP_420, 1},
+                 {pattern, 3, 1, TJSAMP_420, 1}, {pattern, 3, 75, TJSAMP_420, 0}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         size_t len;
-        uint8_t *jpeg = fx_jpeg(cases[k].pixels, side, side, cases[k].channels, cases[k].quality, cases[k].subsamp,
-                                cases[k].progressive, &len);
+        uint8_t *jpeg = fx_jpeg(cases[k].pixels, side, side, cases[k].channels, cases[k].quality,
+                                cases[k].subsamp, cases[k].progressive, &len);
         double per_byte = (double)side * side / (double)len;
-        ck_assert_msg(per_byte <= IMAGE_MAX_PIXELS_PER_BYTE / 2, "case %zu: %.0f pixels per byte", k, per_byte);
+        ck_assert_msg(per_byte <= IMAGE_MAX_PIXELS_PER_BYTE / 2, "case %zu: %.0f pixels per byte", k,
+                      per_byte);
         DecodedImage img = decode_ok(jpeg, len);
         ck_assert_int_eq(img.width, side);
         image_free(&img);
@@ -303,21 +319,24 @@ static int region_matches_full(const uint8_t *jpeg, size_t len, const DecodedIma
     DecodedImage part = {0};
     CropBox held;
     char err[256] = "";
-    ck_assert_msg(image_decode_region(jpeg, len, want, &part, &held, err, sizeof err) == 0, "%s: %s", what, err);
+    ck_assert_msg(image_decode_region(jpeg, len, want, &part, &held, err, sizeof err) == 0, "%s: %s", what,
+                  err);
     ck_assert(held.width == part.width && held.height == part.height);
-    ck_assert_msg(held.top <= want.top && held.left <= want.left && held.top + held.height >= want.top + want.height &&
+    ck_assert_msg(held.top <= want.top && held.left <= want.left &&
+                      held.top + held.height >= want.top + want.height &&
                       held.left + held.width >= want.left + want.width,
-                  "%s: held (%d, %d, %d, %d) lacks want (%d, %d, %d, %d)", what, held.top, held.left, held.height,
-                  held.width, want.top, want.left, want.height, want.width);
+                  "%s: held (%d, %d, %d, %d) lacks want (%d, %d, %d, %d)", what, held.top, held.left,
+                  held.height, held.width, want.top, want.left, want.height, want.width);
     for (int y = want.top; y < want.top + want.height; y++) {
         const uint8_t *got = part.rgb + ((size_t)(y - held.top) * part.width + (want.left - held.left)) * 3;
         const uint8_t *ref = full->rgb + ((size_t)y * full->width + want.left) * 3;
         if (memcmp(got, ref, (size_t)want.width * 3) == 0) continue;
         int x = 0;
         while (memcmp(got + 3 * x, ref + 3 * x, 3) == 0) x++;
-        ck_abort_msg("%s: box (%d, %d, %d, %d), held (%d, %d, %d, %d): pixel (%d, %d) differs from the full decode",
-                     what, want.top, want.left, want.height, want.width, held.top, held.left, held.height, held.width,
-                     y, want.left + x);
+        ck_abort_msg(
+            "%s: box (%d, %d, %d, %d), held (%d, %d, %d, %d): pixel (%d, %d) differs from the full decode",
+            what, want.top, want.left, want.height, want.width, held.top, held.left, held.height, held.width,
+            y, want.left + x);
     }
     int cropped = (long)held.width * held.height < (long)full->width * full->height;
     image_free(&part);
@@ -328,9 +347,11 @@ static int region_matches_full(const uint8_t *jpeg, size_t len, const DecodedIma
 // grayscale, progressive files, odd sizes; noise so that neighbours differ. Boxes: RandomResizedCrop's,
 // plus the whole image, 1x1 corners and strips along the edges.
 START_TEST(decode_region_equals_full_decode) {
-    const struct { int w, h, channels, subsamp, progressive; } cases[] = {
-        {500, 375, 3, TJSAMP_420, 0}, {500, 375, 3, TJSAMP_420, 1}, {333, 250, 3, TJSAMP_422, 0},
-        {333, 250, 3, TJSAMP_444, 0}, {301, 199, 3, TJSAMP_440, 0}, {301, 199, 3, TJSAMP_411, 0},
+    const struct {
+        int w, h, channels, subsamp, progressive;
+    } cases[] = {
+        {500, 375, 3, TJSAMP_420, 0}, {500, 375, 3, TJSAMP_420, 1},  {333, 250, 3, TJSAMP_422, 0},
+        {333, 250, 3, TJSAMP_444, 0}, {301, 199, 3, TJSAMP_440, 0},  {301, 199, 3, TJSAMP_411, 0},
         {301, 199, 3, TJSAMP_444, 1}, {257, 193, 1, TJSAMP_GRAY, 0}, {257, 193, 1, TJSAMP_GRAY, 1},
         {17, 9, 3, TJSAMP_420, 0},
     };
@@ -340,12 +361,14 @@ START_TEST(decode_region_equals_full_decode) {
         if (cases[k].channels == 1)
             for (size_t i = 0; i < (size_t)W * H; i++) src[i] = src[3 * i];
         size_t len;
-        uint8_t *jpeg = fx_jpeg(src, W, H, cases[k].channels, 90, cases[k].subsamp, cases[k].progressive, &len);
+        uint8_t *jpeg =
+            fx_jpeg(src, W, H, cases[k].channels, 90, cases[k].subsamp, cases[k].progressive, &len);
         DecodedImage full = decode_ok(jpeg, len);
         char what[64];
         snprintf(what, sizeof what, "%dx%d case %zu", W, H, k);
-        const CropBox edges[] = {{0, 0, H, W},     {0, 0, 1, 1},     {H - 1, W - 1, 1, 1}, {0, W - 1, 1, 1},
-                                 {H - 1, 0, 1, 1}, {0, W - 3, H, 3}, {H - 2, 0, 2, W},     {H / 3, W / 3, 1, W / 3 + 1}};
+        const CropBox edges[] = {
+            {0, 0, H, W},     {0, 0, 1, 1},     {H - 1, W - 1, 1, 1}, {0, W - 1, 1, 1},
+            {H - 1, 0, 1, 1}, {0, W - 3, H, 3}, {H - 2, 0, 2, W},     {H / 3, W / 3, 1, W / 3 + 1}};
         for (size_t e = 0; e < sizeof edges / sizeof edges[0]; e++, boxes++)
             cropped += region_matches_full(jpeg, len, &full, edges[e], what);
         for (uint32_t n = 0; n < 150; n++, boxes++) {
@@ -436,7 +459,8 @@ START_TEST(rrc_boxes_match_torchvision_distribution) {
         for (int n = 0; n < RRC_DRAWS; n++) {
             Rng rng;
             data_rng_seed(&rng, 42, DATA_STREAM_AUGMENT, (uint32_t)z, (uint32_t)n);
-            CropBox box[2] = {image_random_resized_crop_box(W, H, CROP_SCALE_TORCHVISION, &rng), ref_rrc(W, H, &ref_state)};
+            CropBox box[2] = {image_random_resized_crop_box(W, H, CROP_SCALE_TORCHVISION, &rng),
+                              ref_rrc(W, H, &ref_state)};
             for (int k = 0; k < 2; k++) {
                 CropBox b = box[k];
                 ck_assert(b.top >= 0 && b.left >= 0 && b.height > 0 && b.width > 0);
@@ -486,12 +510,13 @@ START_TEST(rrc_scale_bounds_the_area) {
         data_rng_seed(&rng, 11, DATA_STREAM_AUGMENT, 0, n);
         CropBox b = image_random_resized_crop_box(W, H, (CropScale){0.5, 1.0}, &rng);
         double fraction = (double)b.width * b.height / (W * H);
-        ck_assert_msg(fraction >= 0.5 - 0.01, "box %dx%d covers %.3f of the image", b.width, b.height, fraction);
+        ck_assert_msg(fraction >= 0.5 - 0.01, "box %dx%d covers %.3f of the image", b.width, b.height,
+                      fraction);
         ck_assert(b.top >= 0 && b.left >= 0 && b.top + b.height <= H && b.left + b.width <= W);
         small += fraction < 0.7;
         CropBox whole = image_random_resized_crop_box(W, H, (CropScale){1.0, 1.0}, &rng);
-        ck_assert_msg((double)whole.width * whole.height >= 0.99 * W * H, "scale (1, 1) gave %dx%d", whole.width,
-                      whole.height);
+        ck_assert_msg((double)whole.width * whole.height >= 0.99 * W * H, "scale (1, 1) gave %dx%d",
+                      whole.width, whole.height);
     }
     ck_assert_int_gt(small, 400);  // not vacuous: about 40% of U(0.5, 1) lies below 0.7
 }
@@ -528,9 +553,10 @@ static void ref_pixel(const DecodedImage *img, CropBox box, int out_w, int out_h
 }
 
 // Largest |out - formula| over out (win.height, win.width, 3), the window win of the resize of box.
-static int ref_max_diff(const DecodedImage *img, CropBox box, int out_w, int out_h, CropBox win, const uint8_t *out,
-                        int mirrored) {
-    double *wx = malloc((size_t)box.width * sizeof(double)), *wy = malloc((size_t)box.height * sizeof(double));
+static int ref_max_diff(const DecodedImage *img, CropBox box, int out_w, int out_h, CropBox win,
+                        const uint8_t *out, int mirrored) {
+    double *wx = malloc((size_t)box.width * sizeof(double)),
+           *wy = malloc((size_t)box.height * sizeof(double));
     int max = 0;
     for (int y = 0; y < win.height; y++)
         for (int x = 0; x < win.width; x++) {
@@ -547,24 +573,28 @@ static int ref_max_diff(const DecodedImage *img, CropBox box, int out_w, int out
     return max;
 }
 
-static DecodedImage image_of(uint8_t *rgb, int w, int h) { return (DecodedImage){.rgb = rgb, .width = w, .height = h}; }
+static DecodedImage image_of(uint8_t *rgb, int w, int h) {
+    return (DecodedImage){.rgb = rgb, .width = w, .height = h};
+}
 
 START_TEST(val_transform_matches_formula_within_one) {
     // (w, h, side) and torchvision's numbers: Resize(s = round(side*256/224)) gives the shorter side s and
     // the longer int(s * long / short); CenterCrop offsets int(round((size - side) / 2)), half to even.
-    const struct { int w, h, side, out_w, out_h, top, left; } cases[] = {
-        {500, 375, 224, 341, 256, 16, 58},   // (341 - 224) / 2 = 58.5 -> 58
-        {375, 500, 224, 256, 341, 58, 16},
-        {300, 300, 224, 256, 256, 16, 16},
-        {37, 23, 32, 59, 37, 2, 14},         // upsampling: s = round(36.57) = 37, int(37*37/23) = 59; 2.5 -> 2, 13.5 -> 14
-        {640, 480, 64, 97, 73, 4, 16},       // s = round(73.14) = 73, long int(73*640/480) = 97
+    const struct {
+        int w, h, side, out_w, out_h, top, left;
+    } cases[] = {
+        {500, 375, 224, 341, 256, 16, 58},  // (341 - 224) / 2 = 58.5 -> 58
+        {375, 500, 224, 256, 341, 58, 16}, {300, 300, 224, 256, 256, 16, 16},
+        {37, 23, 32, 59, 37, 2, 14},  // upsampling: s = round(36.57) = 37, int(37*37/23) = 59; 2.5 -> 2, 13.5 -> 14
+        {640, 480, 64, 97, 73, 4, 16},  // s = round(73.14) = 73, long int(73*640/480) = 97
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         int W = cases[k].w, H = cases[k].h, side = cases[k].side;
         // The expected numbers, from the rules above in this test's own arithmetic.
         int s = (int)nearbyint(side * 256.0 / 224.0);
         int out_w = W <= H ? s : (int)((double)s * W / H), out_h = W <= H ? (int)((double)s * H / W) : s;
-        CropBox win = {(int)nearbyint((out_h - side) / 2.0), (int)nearbyint((out_w - side) / 2.0), side, side};
+        CropBox win = {(int)nearbyint((out_h - side) / 2.0), (int)nearbyint((out_w - side) / 2.0), side,
+                       side};
         ck_assert_int_eq(out_w, cases[k].out_w);
         ck_assert_int_eq(out_h, cases[k].out_h);
         ck_assert_int_eq(win.top, cases[k].top);
@@ -575,7 +605,8 @@ START_TEST(val_transform_matches_formula_within_one) {
             uint8_t *out = malloc((size_t)side * side * 3);
             image_transform_val(&img, image_val_resize(side), side, out);
             int d = ref_max_diff(&img, (CropBox){0, 0, H, W}, out_w, out_h, win, out, 0);
-            ck_assert_msg(d <= 1, "%dx%d -> %d (%s): off by %d", W, H, side, pattern ? "noise" : "pattern", d);
+            ck_assert_msg(d <= 1, "%dx%d -> %d (%s): off by %d", W, H, side, pattern ? "noise" : "pattern",
+                          d);
             free(out);
             free(rgb);
         }
@@ -663,7 +694,7 @@ static int level_of(const uint8_t *img) { return img[(16 * 32 + 16) * 3]; }
 
 // Classes C, a, b (byte order: upper case first); in a, os.walk's folders sorted by path: a, a/s, a/s-t,
 // a/s/deeper, and files sorted by name within each ("10.jpg" before "2.jpg").
-static const char *const order_files[] = {"C/x.JPEG",   "a/10.jpg",         "a/2.jpg", "a/s/0.jpeg",
+static const char *const order_files[] = {"C/x.JPEG",    "a/10.jpg",         "a/2.jpg", "a/s/0.jpeg",
                                           "a/s-t/1.jpg", "a/s/deeper/9.Jpg", "b/1.jpg"};
 static const int order_labels[] = {0, 1, 1, 1, 1, 1, 2};
 
@@ -701,8 +732,9 @@ START_TEST(imagefolder_order_is_torchvision_order) {
             int32_t label = -1;
             dataset_get(ds, k, img, &label, NULL);
             ck_assert_msg(label == order_labels[k], "sample %d (%s): label %d", k, order_files[k], label);
-            ck_assert_msg(abs(level_of(img) - (20 + 10 * k)) <= 2, "sample %d should be %s (level %d), got %d", k,
-                          order_files[k], 20 + 10 * k, level_of(img));
+            ck_assert_msg(abs(level_of(img) - (20 + 10 * k)) <= 2,
+                          "sample %d should be %s (level %d), got %d", k, order_files[k], 20 + 10 * k,
+                          level_of(img));
         }
         ck_assert_int_eq(image_dataset_skipped(ds), 0);
         dataset_close(ds);
@@ -776,14 +808,17 @@ START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
     const char *root = "folder_crop";
     rm_rf(root);
     mkdirs("folder_crop/train/a");
-    const struct { int w, h, subsamp, progressive; size_t cut; } files[] = {
-        {500, 375, TJSAMP_420, 0, 0}, {333, 250, TJSAMP_420, 0, 2}, {301, 199, TJSAMP_422, 1, 0}};
+    const struct {
+        int w, h, subsamp, progressive;
+        size_t cut;
+    } files[] = {{500, 375, TJSAMP_420, 0, 0}, {333, 250, TJSAMP_420, 0, 2}, {301, 199, TJSAMP_422, 1, 0}};
     uint8_t *jpeg[3];
     size_t len[3];
     char path[512];
     for (int k = 0; k < 3; k++) {
         uint8_t *src = fx_noise(files[k].w, files[k].h, 70 + (uint64_t)k);
-        jpeg[k] = fx_jpeg(src, files[k].w, files[k].h, 3, 90, files[k].subsamp, files[k].progressive, &len[k]);
+        jpeg[k] =
+            fx_jpeg(src, files[k].w, files[k].h, 3, 90, files[k].subsamp, files[k].progressive, &len[k]);
         snprintf(path, sizeof path, "%s/train/a/%d.jpg", root, k);
         fx_write(path, jpeg[k], files[k].cut ? len[k] / files[k].cut : len[k]);  // 1.jpg is cut in half
         free(src);
@@ -791,8 +826,9 @@ START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
     Dataset *ds;
     char err[512] = "";
     const int side = 64, decoded_as[] = {0, 2, 2};
-    ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, 1, side, 10, 42, imagenet, &ds, err, sizeof err) == 0, "%s",
-                  err);
+    ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, 1, side, 10, 42, imagenet, &ds, err, sizeof err) ==
+                      0,
+                  "%s", err);
     uint8_t got[64 * 64 * 3], want[64 * 64 * 3];
     for (uint32_t n = 0; n < 40; n++) {
         int k = (int)(n % 3);
@@ -803,7 +839,8 @@ START_TEST(imagefolder_train_crop_equals_full_decode_transform) {
         dataset_get(ds, k, got, &label, &rng);
         DecodedImage full = decode_ok(jpeg[decoded_as[k]], len[decoded_as[k]]);
         image_transform_train(&full, side, CROP_SCALE_TORCHVISION, &copy, want);
-        ck_assert_msg(memcmp(got, want, sizeof got) == 0, "sample %d, draw %u: differs from the full decode's", k, n);
+        ck_assert_msg(memcmp(got, want, sizeof got) == 0,
+                      "sample %d, draw %u: differs from the full decode's", k, n);
         ck_assert_mem_eq(&rng, &copy, sizeof rng);  // the same numbers drawn
         image_free(&full);
     }
@@ -817,14 +854,16 @@ END_TEST
 // bytes, train first (jpeg[k], len[k], k < 6 train, 6..9 val, in torchvision's order).
 static void make_sides_folder(uint8_t *jpeg[10], size_t len[10]) {
     rm_rf("folder_sides");
-    const char *dirs[] = {"folder_sides/train/a", "folder_sides/train/b", "folder_sides/val/a", "folder_sides/val/b"};
+    const char *dirs[] = {"folder_sides/train/a", "folder_sides/train/b", "folder_sides/val/a",
+                          "folder_sides/val/b"};
     for (int d = 0; d < 4; d++) mkdirs(dirs[d]);
     char path[512];
     for (int k = 0; k < 10; k++) {
         int w = 90 + 13 * k, h = 140 - 9 * k, train = k < 6, j = train ? k : k - 6, per = train ? 3 : 2;
         uint8_t *src = fx_pattern(w, h, 3, 30 + k);
         jpeg[k] = fx_jpeg(src, w, h, 3, 92, TJSAMP_420, 0, &len[k]);
-        snprintf(path, sizeof path, "folder_sides/%s/%c/%d.jpg", train ? "train" : "val", j < per ? 'a' : 'b', j);
+        snprintf(path, sizeof path, "folder_sides/%s/%c/%d.jpg", train ? "train" : "val", j < per ? 'a' : 'b',
+                 j);
         fx_write(path, jpeg[k], len[k]);
         free(src);
     }
@@ -839,12 +878,14 @@ START_TEST(image_sides_and_augmentation_through_the_factory) {
     size_t len[10];
     make_sides_folder(jpeg, len);
     Config cfg;
-    const char *ov[] = {"data.source=imagefolder", "data.path=folder_sides", "data.train_crop=32", "data.val_resize=48",
-                        "data.val_crop=40", "data.auto_augment=ta_wide", "data.random_erase=0.7", NULL};
+    const char *ov[] = {
+        "data.source=imagefolder", "data.path=folder_sides",    "data.train_crop=32",    "data.val_resize=48",
+        "data.val_crop=40",        "data.auto_augment=ta_wide", "data.random_erase=0.7", NULL};
     tu_config(&cfg, ov);
     Dataset *train = NULL, *val = NULL;
     char err[512] = "";
-    ck_assert_msg(dataset_open_train(&cfg.data, &cfg.model, 9, NULL, &train, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(dataset_open_train(&cfg.data, &cfg.model, 9, NULL, &train, err, sizeof err) == 0, "%s",
+                  err);
     ck_assert_msg(dataset_open_val(&cfg.data, &cfg.model, 9, NULL, &val, err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(train->side, 32);
     ck_assert_int_eq(val->side, 40);
@@ -871,7 +912,8 @@ START_TEST(image_sides_and_augmentation_through_the_factory) {
         AugmentDraw d = image_ta_wide_draw(&copy);
         image_augment_op(want, 32, 32, d.op, image_ta_wide_magnitude(d), AUGMENT_NEAREST);
         ImageRect box;
-        if (image_random_erase_draw(32, 32, 0.7, &copy, &box)) image_erase(want, 32, box, mean_bytes), erased++;
+        if (image_random_erase_draw(32, 32, 0.7, &copy, &box))
+            image_erase(want, 32, box, mean_bytes), erased++;
         ck_assert_msg(memcmp(got, want, 32 * 32 * 3) == 0, "training sample %d, epoch %u (%s)", k, n,
                       image_augment_op_name(d.op));
         ck_assert_mem_eq(&rng, &copy, sizeof rng);
@@ -892,10 +934,11 @@ START_TEST(run_trains_and_evaluates_at_their_own_sides) {
     make_sides_folder(jpeg, len);
     for (int k = 0; k < 10; k++) free(jpeg[k]);
     char out[16384];
-    const char *run = AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
-                      "data.path=folder_sides data.batch_size=3 data.workers=2 data.train_crop=32 data.val_resize=48 "
-                      "data.val_crop=40 data.auto_augment=ta_wide data.auto_augment_interpolation=bilinear "
-                      "data.random_erase=0.5 train.epochs=2 log.metrics= log.progress=never checkpoint.dir= 2>&1";
+    const char *run = AMPTRAIN_SOURCE_DIR
+        "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+        "data.path=folder_sides data.batch_size=3 data.workers=2 data.train_crop=32 data.val_resize=48 "
+        "data.val_crop=40 data.auto_augment=ta_wide data.auto_augment_interpolation=bilinear "
+        "data.random_erase=0.5 train.epochs=2 log.metrics= log.progress=never checkpoint.dir= 2>&1";
     ck_assert_msg(tu_run_cli(run, out, sizeof out) == 0, "%s", out);
     const char *eval = strstr(out, "eval  epoch 2");
     ck_assert_msg(eval && strstr(eval, "(4 samples)"), "%s", out);
@@ -914,9 +957,14 @@ static void make_jobs_folder(void) {
     rm_rf(root);
     mkdirs("folder_jobs/train/a");
     mkdirs("folder_jobs/train/b");
-    const struct { int w, h, channels, subsamp, progressive; size_t cut; } files[] = {
-        {500, 375, 3, TJSAMP_420, 0, 0}, {333, 250, 3, TJSAMP_420, 0, 2}, {301, 199, 3, TJSAMP_422, 1, 0},
-        {97, 211, 1, TJSAMP_GRAY, 0, 0}, {256, 256, 3, TJSAMP_444, 0, 0}};
+    const struct {
+        int w, h, channels, subsamp, progressive;
+        size_t cut;
+    } files[] = {{500, 375, 3, TJSAMP_420, 0, 0},
+                 {333, 250, 3, TJSAMP_420, 0, 2},
+                 {301, 199, 3, TJSAMP_422, 1, 0},
+                 {97, 211, 1, TJSAMP_GRAY, 0, 0},
+                 {256, 256, 3, TJSAMP_444, 0, 0}};
     char path[512];
     for (int k = 0; k < 5; k++) {
         uint8_t *src = fx_pattern(files[k].w, files[k].h, files[k].channels, k);
@@ -946,9 +994,11 @@ START_TEST(decode_jobs_equal_host_path) {
     for (int augment = 1; augment >= 0; augment--) {
         Dataset *host, *dev;
         char err[512] = "";
-        ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &host, err, sizeof err) == 0,
+        ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &host, err,
+                                               sizeof err) == 0,
                       "%s", err);
-        ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &dev, err, sizeof err) == 0,
+        ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &dev, err,
+                                               sizeof err) == 0,
                       "%s", err);
         const int n = host->size;
         ck_assert_int_eq(n, 7);
@@ -971,8 +1021,8 @@ START_TEST(decode_jobs_equal_host_path) {
                 free((void *)jobs[k].bytes);
             }
             ck_assert_mem_eq(got_labels, want_labels, sizeof want_labels);
-            ck_assert_msg(memcmp(got, want, (size_t)n * bytes) == 0, "augment %d epoch %d: pixels differ", augment,
-                          epoch);
+            ck_assert_msg(memcmp(got, want, (size_t)n * bytes) == 0, "augment %d epoch %d: pixels differ",
+                          augment, epoch);
         }
         // not vacuous: each epoch the cut 1.jpg fails to decode as itself and as the replacement of the
         // 0-byte 5.jpg before it
@@ -994,9 +1044,11 @@ START_TEST(loader_jobs_decode_to_loader_pixels) {
     const size_t bytes = (size_t)side * side * 3;
     Dataset *pixels_ds, *jobs_ds;
     char err[512] = "";
-    ck_assert_msg(dataset_imagefolder_open("folder_jobs", NULL, 1, 1, side, 10, 7, imagenet, &pixels_ds, err, sizeof err) == 0,
+    ck_assert_msg(dataset_imagefolder_open("folder_jobs", NULL, 1, 1, side, 10, 7, imagenet, &pixels_ds, err,
+                                           sizeof err) == 0,
                   "%s", err);
-    ck_assert_msg(dataset_imagefolder_open("folder_jobs", NULL, 1, 1, side, 10, 7, imagenet, &jobs_ds, err, sizeof err) == 0,
+    ck_assert_msg(dataset_imagefolder_open("folder_jobs", NULL, 1, 1, side, 10, 7, imagenet, &jobs_ds, err,
+                                           sizeof err) == 0,
                   "%s", err);
     Sampler s;
     sampler_init(&s, pixels_ds->size, batch, 1, 0, 1, 0, 7);  // 7 samples: 3 steps an epoch, the last partial
@@ -1020,12 +1072,14 @@ START_TEST(loader_jobs_decode_to_loader_pixels) {
         for (int k = 0; k < j->count; k++)
             if (failed[k]) {
                 failures++;
-                dataset_replace_failed(jobs_ds, j->indices[k], &j->jobs[k], j->epoch, "refused", decoded + k * bytes,
-                                       &labels[k]);
+                dataset_replace_failed(jobs_ds, j->indices[k], &j->jobs[k], j->epoch, "refused",
+                                       decoded + k * bytes, &labels[k]);
             }
         ck_assert_mem_eq(labels, p->labels, (size_t)p->count * sizeof(int32_t));
-        ck_assert_msg(memcmp(decoded, p->images, (size_t)p->count * bytes) == 0, "batch %d: pixels differ", batches);
-        for (int k = j->count; k < batch; k++) ck_assert_ptr_null(j->jobs[k].bytes);  // the unused rows are empty
+        ck_assert_msg(memcmp(decoded, p->images, (size_t)p->count * bytes) == 0, "batch %d: pixels differ",
+                      batches);
+        for (int k = j->count; k < batch; k++)
+            ck_assert_ptr_null(j->jobs[k].bytes);  // the unused rows are empty
         batches++;
     }
     ck_assert_ptr_null(loader_next(jobs, NULL));
@@ -1064,19 +1118,22 @@ START_TEST(device_decode_trains_like_host_decode) {
     make_jobs_folder();
     rm_rf("decode_runs");
     char out[16384], cmd[1024];
-    const char *run = AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
-                      "data.path=folder_jobs data.batch_size=3 data.prefetch=2 data.workers=2 model.image_size=40 "
-                      "train.steps=6 log.metrics= log.progress=never checkpoint.every=0";
+    const char *run = AMPTRAIN_SOURCE_DIR
+        "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+        "data.path=folder_jobs data.batch_size=3 data.prefetch=2 data.workers=2 model.image_size=40 "
+        "train.steps=6 log.metrics= log.progress=never checkpoint.every=0";
     const char *modes[] = {"host", "device"};
     for (int m = 0; m < 2; m++) {
-        snprintf(cmd, sizeof cmd, "%s data.decode=%s checkpoint.dir=decode_runs/%s 2>&1", run, modes[m], modes[m]);
+        snprintf(cmd, sizeof cmd, "%s data.decode=%s checkpoint.dir=decode_runs/%s 2>&1", run, modes[m],
+                 modes[m]);
         ck_assert_msg(tu_run_cli(cmd, out, sizeof out) == 0, "%s", out);
         if (m == 1)
             ck_assert_msg(strstr(out, "decoded by the cpu backend") && strstr(out, "1.jpg"), "%s", out);
     }
     ck_assert(checkpoints_equal("decode_runs/host/last.safetensors", "decode_runs/device/last.safetensors"));
     // --bench-data times the backend's decoder and counts what it refused (the cut 1.jpg, met every epoch)
-    ck_assert_msg(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+    ck_assert_msg(tu_run_cli(AMPTRAIN_SOURCE_DIR
+                             "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
                              "data.path=folder_jobs data.batch_size=3 data.workers=2 model.image_size=40 "
                              "data.decode=device --bench-data --bench-steps 6 2>&1",
                              out, sizeof out) == 0,
@@ -1084,8 +1141,8 @@ START_TEST(device_decode_trains_like_host_decode) {
     const char *json = strstr(out, "{\"bench\":\"data\"");
     ck_assert_msg(json && strstr(json, "\"decode\":\"cpu\"") && strstr(json, "\"batches\":6,"), "%s", out);
     ck_assert_int_ge(atol(strstr(json, "\"device_refused\":") + strlen("\"device_refused\":")), 2);
-    ck_assert_int_eq(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml data.decode=device --dry-run 2>&1", out,
-                                sizeof out),
+    ck_assert_int_eq(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml data.decode=device --dry-run 2>&1",
+                                out, sizeof out),
                      2);
     ck_assert_msg(strstr(out, "data.decode") && strstr(out, "learnable"), "%s", out);
 }
@@ -1162,8 +1219,9 @@ static void write_cache(const char *dir, const char *split, const uint8_t *bytes
 static Dataset *open_cached(const char *root, const char *cache_dir, int train) {
     Dataset *ds;
     char err[512] = "";
-    ck_assert_msg(dataset_imagefolder_open(root, cache_dir, train, 0, 32, 10, 42, imagenet, &ds, err, sizeof err) == 0,
-                  "%s", err);
+    ck_assert_msg(
+        dataset_imagefolder_open(root, cache_dir, train, 0, 32, 10, 42, imagenet, &ds, err, sizeof err) == 0,
+        "%s", err);
     return ds;
 }
 
@@ -1175,7 +1233,8 @@ static void assert_samples(Dataset *ds, const int *levels, const int *labels, in
         int32_t label = -1;
         dataset_get(ds, k, img, &label, NULL);
         ck_assert_msg(label == labels[k] && abs(level_of(img) - levels[k]) <= 2,
-                      "sample %d: label %d level %d, want %d and %d", k, label, level_of(img), labels[k], levels[k]);
+                      "sample %d: label %d level %d, want %d and %d", k, label, level_of(img), labels[k],
+                      levels[k]);
     }
     ck_assert_int_eq(image_dataset_skipped(ds), 0);
 }
@@ -1237,7 +1296,8 @@ START_TEST(imagefolder_list_cache_is_read_back_and_rebuilt) {
         dataset_close(ds);
         size_t again_len;
         uint8_t *again = read_cache(cache, "train", &again_len);
-        ck_assert_msg(again_len == len3 && memcmp(again, third, len3) == 0, "corrupt cache (cut %d) not rebuilt", cut);
+        ck_assert_msg(again_len == len3 && memcmp(again, third, len3) == 0,
+                      "corrupt cache (cut %d) not rebuilt", cut);
         free(again);
     }
 
@@ -1248,7 +1308,8 @@ START_TEST(imagefolder_list_cache_is_read_back_and_rebuilt) {
     dataset_close(ds);
     size_t len5;
     uint8_t *fifth = read_cache(cache, "train", &len5);
-    ck_assert_msg(len5 == len3 && memcmp(fifth, third, len3) == 0, "a list with an unsettled folder was cached");
+    ck_assert_msg(len5 == len3 && memcmp(fifth, third, len3) == 0,
+                  "a list with an unsettled folder was cached");
 
     // 6. The validation split has its own cache; no cache folder: nothing is written anywhere.
     ds = open_cached(root, cache, 0);
@@ -1271,8 +1332,8 @@ END_TEST
 // saves the true list again (the same bytes as before the edit).
 typedef void (*ListEdit)(ImageList *l, NameList *classes, const char *outside);
 
-static void assert_edited_cache_rebuilt(const char *root, const char *cache, ListEdit edit, const char *outside,
-                                        const int *levels, const int *labels, int n) {
+static void assert_edited_cache_rebuilt(const char *root, const char *cache, ListEdit edit,
+                                        const char *outside, const int *levels, const int *labels, int n) {
     size_t len;
     uint8_t *good = read_cache(cache, "train", &len);
     char train[512], split_abs[PATH_MAX], path[512] = "", cmd[256], why[1024] = "";
@@ -1298,7 +1359,8 @@ static void assert_edited_cache_rebuilt(const char *root, const char *cache, Lis
     dataset_close(ds);
     size_t again_len;
     uint8_t *again = read_cache(cache, "train", &again_len);
-    ck_assert_msg(again_len == len && memcmp(again, good, len) == 0, "the edited cache was not rebuilt (%s)", why);
+    ck_assert_msg(again_len == len && memcmp(again, good, len) == 0, "the edited cache was not rebuilt (%s)",
+                  why);
     free(again);
     free(good);
 }
@@ -1363,7 +1425,7 @@ START_TEST(imagefolder_list_cache_edited_to_point_outside_is_rebuilt) {
     int levels[7], labels[7];
     for (int k = 0; k < 7; k++) levels[k] = 20 + 10 * k, labels[k] = order_labels[k];
     dataset_close(open_cached(root, cache, 1));
-    const ListEdit edits[] = {edit_dotdot,         edit_absolute,       edit_swap_labels,
+    const ListEdit edits[] = {edit_dotdot,           edit_absolute,       edit_swap_labels,
                               edit_untracked_folder, edit_folder_outside, edit_extra_class};
     for (size_t e = 0; e < sizeof edits / sizeof edits[0]; e++)
         assert_edited_cache_rebuilt(root, cache, edits[e], outside, levels, labels, 7);
@@ -1398,9 +1460,9 @@ END_TEST
 // samples are those of the tree without them. A link to a folder beside it is no loop and is walked.
 START_TEST(imagefolder_skips_folder_link_loops) {
     make_ordered_folder("folder_loop");
-    ck_assert_int_eq(symlink("..", "folder_loop/train/a/s/back"), 0);      // to a
-    ck_assert_int_eq(symlink("..", "folder_loop/train/b/split"), 0);      // to train
-    ck_assert_int_eq(symlink("../..", "folder_loop/train/C/root"), 0);    // to folder_loop
+    ck_assert_int_eq(symlink("..", "folder_loop/train/a/s/back"), 0);   // to a
+    ck_assert_int_eq(symlink("..", "folder_loop/train/b/split"), 0);    // to train
+    ck_assert_int_eq(symlink("../..", "folder_loop/train/C/root"), 0);  // to folder_loop
     ck_assert_int_eq(symlink(".", "folder_loop/val/b/self"), 0);
     for (int train = 1; train >= 0; train--) {
         Dataset *ds;
@@ -1425,7 +1487,7 @@ END_TEST
 START_TEST(imagefolder_replaces_images_over_max_pixels) {
     rm_rf("folder_pixels");
     mkdirs("folder_pixels/train/a");
-    fx_write_solid("folder_pixels/train/a/0_big.jpg", 64, 48, 60, 60, 60);   // 3072 pixels
+    fx_write_solid("folder_pixels/train/a/0_big.jpg", 64, 48, 60, 60, 60);       // 3072 pixels
     fx_write_solid("folder_pixels/train/a/1_small.jpg", 16, 12, 160, 160, 160);  // 192
     Dataset *ds;
     char err[512] = "";
@@ -1507,9 +1569,10 @@ START_TEST(fresh_checkpoint_dir_gets_the_list_cache) {
     fx_set_folder_mtimes("folder_cli", 1700000000);
     rm_rf("cli_run");
     char out[16384];
-    const char *run = AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
-                      "data.path=folder_cli data.batch_size=4 data.prefetch=0 train.steps=1 log.metrics= "
-                      "log.progress=never checkpoint.dir=cli_run/ck";
+    const char *run = AMPTRAIN_SOURCE_DIR
+        "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+        "data.path=folder_cli data.batch_size=4 data.prefetch=0 train.steps=1 log.metrics= "
+        "log.progress=never checkpoint.dir=cli_run/ck";
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s --dry-run 2>&1", run);
     ck_assert_int_eq(tu_run_cli(cmd, out, sizeof out), 0);
@@ -1533,11 +1596,14 @@ START_TEST(config_image_keys) {
     char msg[512] = "";
     ck_assert_int_eq(load(&cfg, NULL, 0, msg, sizeof msg), 0);
     ck_assert(cfg.data.mean[0] == 0.485 && cfg.data.mean[2] == 0.406 && cfg.data.std[1] == 0.224);
-    const char *good[] = {"data.source=imagefolder", "data.path=x", "data.mean=[0.5, 0.25, 0]", "data.std=[1, 2, 0.5]"};
+    const char *good[] = {"data.source=imagefolder", "data.path=x", "data.mean=[0.5, 0.25, 0]",
+                          "data.std=[1, 2, 0.5]"};
     ck_assert_msg(load(&cfg, good, 4, msg, sizeof msg) == 0, "%s", msg);
     ck_assert(cfg.data.mean[1] == 0.25 && cfg.data.std[1] == 2.0 && !strcmp(cfg.data.source, "imagefolder"));
     // Each: up to three overrides (the crop keys need a source that crops) and what the one line says.
-    const struct { const char *set[3], *says; } bad[] = {
+    const struct {
+        const char *set[3], *says;
+    } bad[] = {
         {{"data.mean=[0.5, 0.5]"}, "data.mean: expected a list of 3 numbers"},
         {{"data.mean=[0.5, 0.5, 2]"}, "data.mean[2]: must be in [0, 1]"},
         {{"data.std=[0.5, 0, 0.5]"}, "data.std[1]: must be > 0"},
@@ -1571,15 +1637,16 @@ START_TEST(bench_data_cli_reports_and_names_bad_file_once) {
     ck_assert_msg(rc == 0, "exit %d: %s", rc, out);
     const char *json = strstr(out, "{\"bench\":\"data\"");
     ck_assert_msg(json != NULL, "%s", out);
-    ck_assert_msg(strstr(json, "\"threads\":2,") && strstr(json, "\"batches\":12,") && strstr(json, "\"img_per_s\":") &&
-                      strstr(json, "\"decode_img_per_s_per_core\":"),
+    ck_assert_msg(strstr(json, "\"threads\":2,") && strstr(json, "\"batches\":12,") &&
+                      strstr(json, "\"img_per_s\":") && strstr(json, "\"decode_img_per_s_per_core\":"),
                   "%s", json);
     const char *first = strstr(out, "broken.jpg");
     ck_assert_msg(first && !strstr(first + 1, "broken.jpg"), "named once: %s", out);
     long skipped = atol(strstr(json, "\"skipped\":") + strlen("\"skipped\":"));
     ck_assert_int_ge(skipped, 4);  // 8 samples, 13 batches of 4: the bad one is met at least 4 times
     rc = tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml data.source=imagefolder data.path=no_such_folder "
-                    "--bench-data 2>&1", out, sizeof out);
+                                        "--bench-data 2>&1",
+                    out, sizeof out);
     ck_assert_int_eq(rc, 2);
     ck_assert_msg(strstr(out, "no_such_folder"), "%s", out);
 }
@@ -1594,12 +1661,14 @@ START_TEST(undecodable_split_refused_at_start) {
         snprintf(path, sizeof path, "folder_badval/val/%s", order_files[k]);
         tu_write_file(path, "not a JPEG\n");
     }
-    const char *run = AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
-                      "data.path=folder_badval data.batch_size=4 "
-                      "log.metrics=badval_run/m.jsonl checkpoint.dir=badval_run log.progress=never";
+    const char *run = AMPTRAIN_SOURCE_DIR
+        "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
+        "data.path=folder_badval data.batch_size=4 "
+        "log.metrics=badval_run/m.jsonl checkpoint.dir=badval_run log.progress=never";
     int rc = tu_run_cli(run, out, sizeof out);
     ck_assert_msg(rc == 2, "exit %d: %s", rc, out);
-    ck_assert_msg(strstr(out, "none of the 7 samples of the validation split can be read or decoded"), "%s", out);
+    ck_assert_msg(strstr(out, "none of the 7 samples of the validation split can be read or decoded"), "%s",
+                  out);
     ck_assert_ptr_null(strstr(out, "step 1/"));
     ck_assert(!tu_file_exists("badval_run"));
     for (int k = 0; k < 7; k++) {
@@ -1615,7 +1684,8 @@ END_TEST
 static Suite *images_suite(void) {
     Suite *s = suite_create("images");
     TCase *decode = tcase_create("decode");
-    tcase_set_timeout(decode, 120);  // Check's default 4 s: the region sweep took longer under ASan on a busy host
+    tcase_set_timeout(decode,
+                      120);  // Check's default 4 s: the region sweep took longer under ASan on a busy host
     tcase_add_test(decode, decode_rgb_round_trip);
     tcase_add_test(decode, decode_grayscale_becomes_three_equal_channels);
     tcase_add_test(decode, decode_progressive_equals_baseline);

@@ -34,9 +34,12 @@ typedef struct Fixture {
 } Fixture;
 
 static const Fixture fixtures[] = {
-    {"photo", 500, 375, 3, TJSAMP_420, 90, 0},      {"portrait", 375, 500, 3, TJSAMP_422, 85, 0},
-    {"gray", 37, 23, 1, TJSAMP_GRAY, 90, 0},        {"progressive", 301, 199, 3, TJSAMP_420, 90, 1},
-    {"odd", 37, 23, 3, TJSAMP_444, 95, 0},          {"cmyk", 40, 30, 4, TJSAMP_444, 95, 0},
+    {"photo", 500, 375, 3, TJSAMP_420, 90, 0},
+    {"portrait", 375, 500, 3, TJSAMP_422, 85, 0},
+    {"gray", 37, 23, 1, TJSAMP_GRAY, 90, 0},
+    {"progressive", 301, 199, 3, TJSAMP_420, 90, 1},
+    {"odd", 37, 23, 3, TJSAMP_444, 95, 0},
+    {"cmyk", 40, 30, 4, TJSAMP_444, 95, 0},
     {"gray_progressive", 64, 48, 1, TJSAMP_GRAY, 80, 1},
 };
 
@@ -47,7 +50,8 @@ static void write_raw(const char *path, const uint8_t *bytes, size_t n) { fx_wri
 static void check_manifest(int jobs, const char *torchvision_what) {
     char cmd[512];
     static char report[1 << 16];
-    snprintf(cmd, sizeof cmd, "%s %s/tests/unit/pil_reference.py pil_manifest.txt 2>&1", python(), AMPTRAIN_SOURCE_DIR);
+    snprintf(cmd, sizeof cmd, "%s %s/tests/unit/pil_reference.py pil_manifest.txt 2>&1", python(),
+             AMPTRAIN_SOURCE_DIR);
     ck_assert_msg(tu_run_shell(cmd, report, sizeof report) == 0, "%s", report);
     FILE *m = fopen("pil_manifest.txt", "r");
     const char *at = report;
@@ -66,14 +70,16 @@ static void check_manifest(int jobs, const char *torchvision_what) {
         int allowed = strncmp(line, "decode", 6) == 0 ? 1 : 0;
         ck_assert_msg(diff <= allowed, "differs from Pillow by %d (allowed %d): %s", diff, allowed, line);
         if (fields == 3) {
-            ck_assert_msg(tv <= allowed, "differs from torchvision by %d (allowed %d): %s", tv, allowed, line);
+            ck_assert_msg(tv <= allowed, "differs from torchvision by %d (allowed %d): %s", tv, allowed,
+                          line);
             against_torchvision++;
             worst_torchvision = tv > worst_torchvision ? tv : worst_torchvision;
         }
     }
     fclose(m);
     if (against_torchvision)
-        printf("%s: %d jobs, largest difference %d\n", torchvision_what, against_torchvision, worst_torchvision);
+        printf("%s: %d jobs, largest difference %d\n", torchvision_what, against_torchvision,
+               worst_torchvision);
     else
         printf("torchvision is not installed for %s: %s not compared\n", python(), torchvision_what);
 }
@@ -91,8 +97,8 @@ static int ta_job(FILE *manifest, const char *name, const uint8_t *img, int w, i
     snprintf(raw, sizeof raw, "%s.rgb", name);
     snprintf(path, sizeof path, "%s_%d.rgb", name, k);
     write_raw(path, out, bytes);
-    fprintf(manifest, "ta %s %d %d %.17g %s %s %d %d %s\n", image_augment_op_name(d.op), d.bin, d.negative, magnitude,
-            filter == AUGMENT_NEAREST ? "nearest" : "bilinear", raw, w, h, path);
+    fprintf(manifest, "ta %s %d %d %.17g %s %s %d %d %s\n", image_augment_op_name(d.op), d.bin, d.negative,
+            magnitude, filter == AUGMENT_NEAREST ? "nearest" : "bilinear", raw, w, h, path);
     free(out);
     return 1;
 }
@@ -132,7 +138,8 @@ START_TEST(decode_and_resize_match_pillow) {
     char path[256], raw[256], out[256];
     for (size_t k = 0; k < sizeof fixtures / sizeof fixtures[0]; k++) {
         const Fixture *f = &fixtures[k];
-        uint8_t *src = f->channels == 3 && f->w > 100 ? fx_noise(f->w, f->h, k) : fx_pattern(f->w, f->h, f->channels, (int)k);
+        uint8_t *src = f->channels == 3 && f->w > 100 ? fx_noise(f->w, f->h, k)
+                                                      : fx_pattern(f->w, f->h, f->channels, (int)k);
         size_t len;
         uint8_t *jpeg = fx_jpeg(src, f->w, f->h, f->channels, f->quality, f->subsamp, f->progressive, &len);
         snprintf(path, sizeof path, "pil_%s.jpg", f->name);
@@ -151,7 +158,8 @@ START_TEST(decode_and_resize_match_pillow) {
             image_transform_val(&img, resizes[s], sides[s], o);
             snprintf(out, sizeof out, "pil_%s_val%d_%d.rgb", f->name, resizes[s], sides[s]);
             write_raw(out, o, (size_t)sides[s] * sides[s] * 3);
-            fprintf(manifest, "val %s %d %d %d %d %s\n", raw, img.width, img.height, resizes[s], sides[s], out);
+            fprintf(manifest, "val %s %d %d %d %d %s\n", raw, img.width, img.height, resizes[s], sides[s],
+                    out);
             jobs++;
             free(o);
         }
@@ -164,8 +172,8 @@ START_TEST(decode_and_resize_match_pillow) {
             image_resize_bilinear(&img, box, side, side, (CropBox){0, 0, side, side}, 0, o);
             snprintf(out, sizeof out, "pil_%s_crop%u.rgb", f->name, n);
             write_raw(out, o, (size_t)side * side * 3);
-            fprintf(manifest, "crop %s %d %d %d %d %d %d %d %s\n", raw, img.width, img.height, box.top, box.left,
-                    box.height, box.width, side, out);
+            fprintf(manifest, "crop %s %d %d %d %d %d %d %d %s\n", raw, img.width, img.height, box.top,
+                    box.left, box.height, box.width, side, out);
             jobs++;
             free(o);
         }
@@ -213,7 +221,8 @@ START_TEST(trivial_augment_matches_pillow) {
     for (uint32_t n = 0; n < 48; n++) {
         Rng rng;
         data_rng_seed(&rng, 5, DATA_STREAM_AUGMENT, 1, n);
-        jobs += ta_job(manifest, "ta_draws", full, 112, 112, image_ta_wide_draw(&rng), (AugmentFilter)(n % 2), (int)n);
+        jobs += ta_job(manifest, "ta_draws", full, 112, 112, image_ta_wide_draw(&rng), (AugmentFilter)(n % 2),
+                       (int)n);
     }
     fclose(manifest);
     check_manifest(jobs, "TrivialAugmentWide vs torchvision's _apply_op and magnitudes");

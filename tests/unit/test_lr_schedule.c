@@ -41,10 +41,10 @@ END_TEST
 START_TEST(test_cosine_after_warmup) {
     TrainConfig t = train_config("cosine", 10);
     t.min_lr = 0.01;
-    ck_assert_double_eq_tol(lr_at(&t, 0.4, 9, 10, 110), 0.4, 1e-12);                   // end of warm-up
-    ck_assert_double_eq_tol(lr_at(&t, 0.4, 10, 10, 110), 0.4, 1e-12);                  // cosine starts at base
-    ck_assert_double_eq_tol(lr_at(&t, 0.4, 60, 10, 110), 0.01 + 0.39 * 0.5, 1e-12);    // halfway
-    ck_assert_double_eq_tol(lr_at(&t, 0.4, 110, 10, 110), 0.01, 1e-12);                // the floor
+    ck_assert_double_eq_tol(lr_at(&t, 0.4, 9, 10, 110), 0.4, 1e-12);                 // end of warm-up
+    ck_assert_double_eq_tol(lr_at(&t, 0.4, 10, 10, 110), 0.4, 1e-12);                // cosine starts at base
+    ck_assert_double_eq_tol(lr_at(&t, 0.4, 60, 10, 110), 0.01 + 0.39 * 0.5, 1e-12);  // halfway
+    ck_assert_double_eq_tol(lr_at(&t, 0.4, 110, 10, 110), 0.01, 1e-12);              // the floor
     // Runs counted past INT_MAX steps keep their schedule (no int wrap): halfway through 6e9 steps.
     ck_assert_double_eq_tol(lr_at(&t, 0.4, 3000000005L, 10, 6000000000L), 0.01 + 0.39 * 0.5, 1e-9);
 }

@@ -101,18 +101,25 @@ static int read_lines(const char *path, char lines[][1024], int cap) {
 // (exit 4) after its epoch of two steps and the evaluation that ends it.
 START_TEST(nan_values_are_null_with_the_reason) {
     ck_assert_int_eq(system("rm -rf nan_run"), 0);
-    ck_assert_int_eq(tu_run_cli(QUICK " data.train_size=64 data.val_size=64 train.epochs=1 amp.enabled=false "
+    ck_assert_int_eq(tu_run_cli(QUICK
+                                " data.train_size=64 data.val_size=64 train.epochs=1 amp.enabled=false "
                                 "train.lr=1e30 train.warmup_steps=0 log.every=1 log.metrics=nan_run/m.jsonl "
-                                "checkpoint.dir=", out, sizeof out), 4);
+                                "checkpoint.dir=",
+                                out, sizeof out),
+                     4);
     ck_assert_msg(strstr(out, "top-1 and top-5 not finite (the loss is not finite)"), "%s", out);
     ck_assert_msg(strstr(out, "val loss -nan, top-1 and top-5 not finite") ||
-                  strstr(out, "val loss nan, top-1 and top-5 not finite"), "%s", out);
+                      strstr(out, "val loss nan, top-1 and top-5 not finite"),
+                  "%s", out);
     static char lines[64][1024];
     int n = read_lines("nan_run/m.jsonl", lines, 64);
     ck_assert_int_eq(n, 5);  // the header, steps 1 and 2, one evaluation, the summary
-    ck_assert_msg(strncmp(lines[0], "{\"header\":true,", 15) == 0 && is_json_object_line(lines[0]), "%s", lines[0]);
-    ck_assert_msg(strstr(lines[n - 1], "\"summary\":true") && strstr(lines[n - 1], "\"outcome\":\"diverged\"") &&
-                  strstr(lines[n - 1], "\"top1\":null"), "%s", lines[n - 1]);
+    ck_assert_msg(strncmp(lines[0], "{\"header\":true,", 15) == 0 && is_json_object_line(lines[0]), "%s",
+                  lines[0]);
+    ck_assert_msg(strstr(lines[n - 1], "\"summary\":true") &&
+                      strstr(lines[n - 1], "\"outcome\":\"diverged\"") &&
+                      strstr(lines[n - 1], "\"top1\":null"),
+                  "%s", lines[n - 1]);
     n--;
     int nulls = 0;
     for (int i = 0; i < n; i++) {
@@ -124,7 +131,8 @@ START_TEST(nan_values_are_null_with_the_reason) {
     }
     ck_assert_msg(nulls >= 2, "the run never reached a NaN loss (%d null losses)", nulls);
     ck_assert_msg(strstr(lines[n - 1], "\"eval\":true") && strstr(lines[n - 1], "\"top1\":null") &&
-                  strstr(lines[n - 1], "\"top5\":null") && strstr(lines[n - 1], "\"top1\":\"loss not finite\""),
+                      strstr(lines[n - 1], "\"top5\":null") &&
+                      strstr(lines[n - 1], "\"top1\":\"loss not finite\""),
                   "%s", lines[n - 1]);
 }
 END_TEST
@@ -133,9 +141,11 @@ END_TEST
 // model of NaN weights. Every row is a miss.
 START_TEST(nan_logits_are_misses) {
     Config cfg;
-    const char *ov[] = {"model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=8",
-                        "data.train_size=64", "data.val_size=24", "data.prefetch=0", "log.metrics=",
-                        "checkpoint.dir=", NULL};
+    const char *ov[] = {"model.planes=8",      "model.base_width=32",
+                        "model.cardinality=2", "data.batch_size=8",
+                        "data.train_size=64",  "data.val_size=24",
+                        "data.prefetch=0",     "log.metrics=",
+                        "checkpoint.dir=",     NULL};
     tu_config(&cfg, ov);
     Backend *be = cpu_backend_create();
     Comm *comm = comm_single_create();
@@ -163,9 +173,13 @@ END_TEST
 START_TEST(resumed_run_appends) {
     ck_assert_int_eq(system("rm -rf app"), 0);
     ck_assert_int_eq(tu_run_cli(QUICK " data.val_size=0 train.steps=4 log.every=2 log.metrics=app/m.jsonl "
-                                "checkpoint.dir=app", out, sizeof out), 0);
+                                      "checkpoint.dir=app",
+                                out, sizeof out),
+                     0);
     ck_assert_int_eq(tu_run_cli(QUICK " data.val_size=0 train.steps=8 log.every=2 log.metrics=app/m.jsonl "
-                                "checkpoint.dir=app checkpoint.resume=app/last.safetensors", out, sizeof out), 0);
+                                      "checkpoint.dir=app checkpoint.resume=app/last.safetensors",
+                                out, sizeof out),
+                     0);
     static char lines[16][1024];
     int n = read_lines("app/m.jsonl", lines, 16);
     // each run opens with its header (-1, the step it starts at after it) and ends with its summary (-2)
@@ -181,7 +195,7 @@ START_TEST(resumed_run_appends) {
         if (want[w] == -1) {
             static const char head[] = "{\"header\":true,\"version\":\"" AMPTRAIN_VERSION "\",";
             ck_assert_msg(strncmp(lines[i], head, sizeof head - 1) == 0 &&
-                          strstr(lines[i], "\"world_size\":1,") && strstr(lines[i], "\"config_hash\":\""),
+                              strstr(lines[i], "\"world_size\":1,") && strstr(lines[i], "\"config_hash\":\""),
                           "%s", lines[i]);
             const char *start = strstr(lines[i], "\"start_step\":");
             ck_assert_msg(start && atol(start + 13) == want[++w], "%s", lines[i]);
@@ -196,11 +210,15 @@ START_TEST(resumed_run_appends) {
     }
     // a fresh run (no resume) is refused the file of another run, unless told to start it again
     ck_assert_int_eq(tu_run_cli(QUICK " data.val_size=0 train.steps=2 log.every=2 log.metrics=app/m.jsonl "
-                                "checkpoint.dir=", out, sizeof out), 2);
+                                      "checkpoint.dir=",
+                                out, sizeof out),
+                     2);
     ck_assert_msg(strstr(out, "log.metrics: 'app/m.jsonl' holds "), "%s", out);
     ck_assert_int_eq(read_lines("app/m.jsonl", lines, 16), 9);
     ck_assert_int_eq(tu_run_cli(QUICK " data.val_size=0 train.steps=2 log.every=2 log.metrics=app/m.jsonl "
-                                "checkpoint.dir= checkpoint.overwrite=true", out, sizeof out), 0);
+                                      "checkpoint.dir= checkpoint.overwrite=true",
+                                out, sizeof out),
+                     0);
     ck_assert_int_eq(read_lines("app/m.jsonl", lines, 16), 4);  // the header, steps 1, 2 and the summary
 }
 END_TEST
@@ -209,10 +227,12 @@ END_TEST
 // found it, writes its checkpoint and exits 1.
 START_TEST(metrics_write_error_stops_the_run) {
     ck_assert_int_eq(system("rm -rf full_ck"), 0);
-    int rc = tu_run_cli(QUICK " data.val_size=0 train.steps=6 log.every=1 log.metrics=/dev/full checkpoint.dir=full_ck",
-                        out, sizeof out);
+    int rc = tu_run_cli(
+        QUICK " data.val_size=0 train.steps=6 log.every=1 log.metrics=/dev/full checkpoint.dir=full_ck", out,
+        sizeof out);
     ck_assert_msg(rc == 1, "exit %d:\n%s", rc, out);
-    ck_assert_msg(strstr(out, "error: log.metrics: cannot write '/dev/full': No space left on device"), "%s", out);
+    ck_assert_msg(strstr(out, "error: log.metrics: cannot write '/dev/full': No space left on device"), "%s",
+                  out);
     ck_assert_msg(strstr(out, "summary:") == NULL, "%s", out);
     const char *stopped = strstr(out, "stopped after step ");
     ck_assert_msg(stopped != NULL, "%s", out);

@@ -17,16 +17,19 @@
 
 // Several blocks per stage, identity and downsample shortcuts, a downsample whose output is larger than
 // its block's input.
-#define UNEVEN_MODEL "model.arch=custom", "model.layers=[2,1,3,2]", "model.planes=8", "model.base_width=8", \
-                     "model.cardinality=2", "model.image_size=32"
+#define UNEVEN_MODEL                                                                                         \
+    "model.arch=custom", "model.layers=[2,1,3,2]", "model.planes=8", "model.base_width=8",                   \
+        "model.cardinality=2", "model.image_size=32"
 
 // One block per stage, groups wider than the block's output (width 4x planes): every conv2/conv1 data
 // gradient is larger than the block's output. And the same idea with the widths of ResNeXt's 64x4d
 // scaled down.
-#define WIDE_MODEL "model.arch=custom", "model.layers=[1,1,1,1]", "model.planes=16", "model.base_width=8", \
-                   "model.cardinality=16", "model.image_size=32"
-#define WIDER_MODEL "model.arch=custom", "model.layers=[2,1,1,1]", "model.planes=8", "model.base_width=8", \
-                    "model.cardinality=64", "model.image_size=32"
+#define WIDE_MODEL                                                                                           \
+    "model.arch=custom", "model.layers=[1,1,1,1]", "model.planes=16", "model.base_width=8",                  \
+        "model.cardinality=16", "model.image_size=32"
+#define WIDER_MODEL                                                                                          \
+    "model.arch=custom", "model.layers=[2,1,1,1]", "model.planes=8", "model.base_width=8",                   \
+        "model.cardinality=64", "model.image_size=32"
 
 // ---- arena ------------------------------------------------------------------------------------------
 
@@ -46,7 +49,7 @@ START_TEST(test_arena_places_first_fit_above_the_floor) {
     size_t size = a.size;
     ArenaSpan gap = arena_place_above(&a, 0, A, busy, 2);
     ck_assert_uint_eq(gap.offset, 3 * A);
-    ck_assert_uint_eq(a.size, size);  // inside what the arena already had
+    ck_assert_uint_eq(a.size, size);                            // inside what the arena already had
     ArenaSpan past = arena_place_above(&a, 0, 2 * A, busy, 2);  // [3A, 5A) would cover busy[0]
     ck_assert_uint_eq(past.offset, 5 * A);
     ck_assert_uint_eq(a.size, 7 * A);
@@ -70,7 +73,8 @@ static ArenaSpan span_of(const Laid *l, const void *p, size_t bytes) {
 }
 
 static size_t out_bytes(const Laid *l, const ConvLayer *c) {
-    return (size_t)l->a.max_batch * c->shape.out_h * c->shape.out_w * c->shape.c_out * dtype_size(l->m.act_dt);
+    return (size_t)l->a.max_batch * c->shape.out_h * c->shape.out_w * c->shape.c_out *
+           dtype_size(l->m.act_dt);
 }
 
 static size_t in_bytes(const Laid *l, const ConvLayer *c) {
@@ -132,24 +136,27 @@ static void check_layout(const char *const *overrides, int amp) {
         assert_clear(d_in, live_end(&l, i), "d_in", i);
         assert_clear(d_tmp, live_end(&l, i), "d_tmp", i);
         ck_assert_msg(!arena_spans_overlap(d_in, dout) && !arena_spans_overlap(d_tmp, dout) &&
-                          !arena_spans_overlap(d_in, d_tmp), "block %d: its gradient buffers overlap", i);
-        if (b->has_down) assert_clear(span_of(&l, ba->down_b, out_bytes(&l, &b->down)), live_end(&l, i), "down_b", i);
+                          !arena_spans_overlap(d_in, d_tmp),
+                      "block %d: its gradient buffers overlap", i);
+        if (b->has_down)
+            assert_clear(span_of(&l, ba->down_b, out_bytes(&l, &b->down)), live_end(&l, i), "down_b", i);
         if (model_block_recomputes_bn(&l.m, i)) {  // b1, b2 recomputed in backward while the gradients live
-            ArenaSpan b1 = span_of(&l, ba->b1, out_bytes(&l, &b->conv1)), b2 = span_of(&l, ba->b2, out_bytes(&l, &b->conv2));
+            ArenaSpan b1 = span_of(&l, ba->b1, out_bytes(&l, &b->conv1)),
+                      b2 = span_of(&l, ba->b2, out_bytes(&l, &b->conv2));
             ArenaSpan grads[3] = {dout, d_in, d_tmp}, mine[2] = {b1, b2};
             for (int k = 0; k < 2; k++) {
                 assert_clear(mine[k], live_end(&l, i), k ? "b2" : "b1", i);
                 ck_assert(mine[k].offset + mine[k].bytes <= arena_end);
                 for (int g = 0; g < 3; g++)
-                    ck_assert_msg(!arena_spans_overlap(mine[k], grads[g]), "block %d: recomputed b%d overlaps gradient %d",
-                                  i, k + 1, g);
+                    ck_assert_msg(!arena_spans_overlap(mine[k], grads[g]),
+                                  "block %d: recomputed b%d overlaps gradient %d", i, k + 1, g);
             }
         }
         ArenaSpan spans[3] = {dout, d_in, d_tmp};
         for (int k = 0; k < 3; k++) {
             size_t end = spans[k].offset + spans[k].bytes;
-            ck_assert_msg(end <= arena_end, "block %d: buffer %d ends at %zu, past the arena (%zu)", i, k, end,
-                          arena_end);
+            ck_assert_msg(end <= arena_end, "block %d: buffer %d ends at %zu, past the arena (%zu)", i, k,
+                          end, arena_end);
             if (end > activations_end && end - activations_end > grads_above_activations)
                 grads_above_activations = end - activations_end;
         }
@@ -162,12 +169,14 @@ static void check_layout(const char *const *overrides, int amp) {
     ArenaSpan d_b = span_of(&l, l.a.d_stem_b, stem_bytes), d_a = span_of(&l, l.a.d_stem_a, stem_bytes);
     assert_clear(d_b, stem_live, "d_stem_b", -1);
     assert_clear(d_a, stem_live, "d_stem_a", -1);
-    ck_assert(!arena_spans_overlap(d_b, dout) && !arena_spans_overlap(d_a, dout) && !arena_spans_overlap(d_a, d_b));
+    ck_assert(!arena_spans_overlap(d_b, dout) && !arena_spans_overlap(d_a, dout) &&
+              !arena_spans_overlap(d_a, d_b));
     ck_assert(d_b.offset + d_b.bytes <= arena_end && d_a.offset + d_a.bytes <= arena_end);
     // the raw bytes sit above the stem (only the first op reads them), the normalised input below it (the
     // stem's backward reads it)
     size_t image_bytes = (size_t)l.a.max_batch * cfg.model.image_size * cfg.model.image_size * 3;
-    ArenaSpan raw = span_of(&l, l.a.images, image_bytes), input = span_of(&l, l.a.input, image_bytes * dtype_size(l.m.act_dt));
+    ArenaSpan raw = span_of(&l, l.a.images, image_bytes),
+              input = span_of(&l, l.a.input, image_bytes * dtype_size(l.m.act_dt));
     assert_clear(raw, stem_live, "images", -1);
     ck_assert(raw.offset + raw.bytes <= arena_end);
     ck_assert_uint_lt(input.offset, span_of(&l, l.a.stem_a, 0).offset);
@@ -199,7 +208,8 @@ START_TEST(test_gradients_never_overlap_live_activations) {
     check_layout(wide, 1);
     const char *wider[] = {WIDER_MODEL, NULL};
     check_layout(wider, 0);
-    const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.recompute_bn_blocks=3", NULL};
+    const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64",
+                                   "model.recompute_bn_blocks=3", NULL};
     check_layout(r50_recompute, 1);
     const char *uneven_all[] = {UNEVEN_MODEL, "model.recompute_bn_blocks=256", NULL};
     check_layout(uneven_all, 0);
@@ -226,7 +236,11 @@ static unsigned char *step_gradients_on(const Config *cfg, int amp, int no_reuse
     for (size_t i = 0; i < (size_t)n * image; i++) images[i] = (uint8_t)(i * 2654435761u >> 13);
     for (int i = 0; i < n; i++) labels[i] = (3 * i + 1) % cfg->model.num_classes;
     PixelNorm norm = {{0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
-    ModelBatch b = {.images = images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm), .labels = labels, .n = n};
+    ModelBatch b = {.images = images,
+                    .images_dt = DTYPE_U8,
+                    .affine = pixel_affine_of(&norm),
+                    .labels = labels,
+                    .n = n};
     model_forward(&m, &act, be, &b, 1);
     model_loss(&m, &act, be, &b, 0.0f, NULL, 1.0f / (float)n);
     model_backward(&m, &act, be, &b, 0, NULL, NULL);
@@ -247,8 +261,8 @@ static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, i
 
 // One step of two set-ups (config and no_reuse each) from the same weights and batch: the same finite
 // loss and bitwise the same gradients.
-static void assert_same_step(const Config *cfg_a, int no_reuse_a, const Config *cfg_b, int no_reuse_b, int amp,
-                             const char *what) {
+static void assert_same_step(const Config *cfg_a, int no_reuse_a, const Config *cfg_b, int no_reuse_b,
+                             int amp, const char *what) {
     Model shapes;
     model_init_shapes(&shapes, &cfg_a->model, amp);
     size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
@@ -328,8 +342,8 @@ static void expect_conv_prepared(const ConvShape *s) {
     prepared.conv_calls++;
     for (int i = 0; i < prepared.convs; i++)
         if (memcmp(&prepared.conv[i], s, sizeof *s) == 0) return;
-    ck_abort_msg("convolution n=%d %dx%d c %d->%d k%d s%d g%d runs without conv_prepare", s->n, s->h, s->w, s->c_in,
-                 s->c_out, s->kh, s->stride, s->groups);
+    ck_abort_msg("convolution n=%d %dx%d c %d->%d k%d s%d g%d runs without conv_prepare", s->n, s->h, s->w,
+                 s->c_in, s->c_out, s->kh, s->stride, s->groups);
 }
 
 static void expect_bn_prepared(int rows, int c, int residual, int relu) {
@@ -338,33 +352,35 @@ static void expect_bn_prepared(int rows, int c, int residual, int relu) {
         const int *e = prepared.bn[i];
         if (e[0] == rows && e[1] == c && e[2] == residual && e[3] == relu) return;
     }
-    ck_abort_msg("batch norm rows %d c %d residual %d relu %d trains without bn_prepare", rows, c, residual, relu);
+    ck_abort_msg("batch norm rows %d c %d residual %d relu %d trains without bn_prepare", rows, c, residual,
+                 relu);
 }
 
-static void checked_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {
+static void checked_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w,
+                                 void *y) {
     expect_conv_prepared(s);
     prepared.inner.conv_forward(be, s, dt, x, w, y);
 }
 
-static void checked_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
-                                       void *dx, int accumulate) {
+static void checked_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy,
+                                       const void *w, void *dx, int accumulate) {
     expect_conv_prepared(s);
     prepared.inner.conv_backward_data(be, s, dt, dy, w, dx, accumulate);
 }
 
-static void checked_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x, const void *dy,
-                                         void *dw, int accumulate) {
+static void checked_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const void *x,
+                                         const void *dy, void *dw, int accumulate) {
     expect_conv_prepared(s);
     prepared.inner.conv_backward_filter(be, s, dt, x, dy, dw, accumulate);
 }
 
-static void checked_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
-                                     int relu, const float *gamma, const float *beta, float *running_mean,
-                                     float *running_var, float momentum, float eps, float *save_mean,
-                                     float *save_invstd, void *y) {
+static void checked_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x,
+                                     const void *residual, int relu, const float *gamma, const float *beta,
+                                     float *running_mean, float *running_var, float momentum, float eps,
+                                     float *save_mean, float *save_invstd, void *y) {
     expect_bn_prepared(rows, c, residual != NULL, relu);
-    prepared.inner.bn_forward_train(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var,
-                                    momentum, eps, save_mean, save_invstd, y);
+    prepared.inner.bn_forward_train(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean,
+                                    running_var, momentum, eps, save_mean, save_invstd, y);
 }
 
 static void instrument_prepared(Backend *be) {
@@ -428,8 +444,8 @@ START_TEST(test_every_op_of_a_step_was_prepared) {
     check_step_was_prepared(uneven, 1);
     const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
     check_step_was_prepared(r50, 0);
-    const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10",
-                                   "model.recompute_bn_blocks=3", NULL};
+    const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64",
+                                   "model.num_classes=10", "model.recompute_bn_blocks=3", NULL};
     check_step_was_prepared(r50_recompute, 1);
 }
 END_TEST
@@ -439,9 +455,7 @@ END_TEST
 // bn_add_bn as a fused backend runs it, made of the CPU's own calls on private buffers: the scratch it is
 // given is filled with NaN instead (a fused kernel leaves it untouched, so nothing may read it afterwards),
 // and dx_b is written last (it may be dy).
-static struct {
-    int forward_calls, backward_calls, dx_b_was_dy;
-} fused;
+static struct { int forward_calls, backward_calls, dx_b_was_dy; } fused;
 
 static void fill_nan(void *p, DType dt, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -456,23 +470,24 @@ static void fused_forward(Backend *be, int rows, int c, DType dt, const BnArgs *
                           float momentum, float eps, void *scratch, void *y) {
     const size_t n = (size_t)rows * c;
     void *out_b = malloc(n * dtype_size(dt));
-    be->bn_forward_train(be, rows, c, dt, b->x, NULL, 0, b->gamma, b->beta, b->running_mean, b->running_var, momentum,
-                         eps, b->save_mean, b->save_invstd, out_b);
-    be->bn_forward_train(be, rows, c, dt, a->x, out_b, relu, a->gamma, a->beta, a->running_mean, a->running_var,
-                         momentum, eps, a->save_mean, a->save_invstd, y);
+    be->bn_forward_train(be, rows, c, dt, b->x, NULL, 0, b->gamma, b->beta, b->running_mean, b->running_var,
+                         momentum, eps, b->save_mean, b->save_invstd, out_b);
+    be->bn_forward_train(be, rows, c, dt, a->x, out_b, relu, a->gamma, a->beta, a->running_mean,
+                         a->running_var, momentum, eps, a->save_mean, a->save_invstd, y);
     free(out_b);
     fill_nan(scratch, dt, n);
     fused.forward_calls++;
 }
 
-static void fused_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b, const void *y,
-                           const void *dy, int relu, void *dx_a, void *dx_b, int accumulate_params, void *scratch) {
+static void fused_backward(Backend *be, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
+                           const void *y, const void *dy, int relu, void *dx_a, void *dx_b,
+                           int accumulate_params, void *scratch) {
     const size_t n = (size_t)rows * c, bytes = n * dtype_size(dt);
     void *g = malloc(bytes), *d_b = malloc(bytes);
-    be->bn_backward(be, rows, c, dt, a->x, y, dy, relu, a->gamma, a->save_mean, a->save_invstd, dx_a, 0, a->dgamma,
-                    a->dbeta, accumulate_params, g);
-    be->bn_backward(be, rows, c, dt, b->x, NULL, g, 0, b->gamma, b->save_mean, b->save_invstd, d_b, 0, b->dgamma,
-                    b->dbeta, accumulate_params, NULL);
+    be->bn_backward(be, rows, c, dt, a->x, y, dy, relu, a->gamma, a->save_mean, a->save_invstd, dx_a, 0,
+                    a->dgamma, a->dbeta, accumulate_params, g);
+    be->bn_backward(be, rows, c, dt, b->x, NULL, g, 0, b->gamma, b->save_mean, b->save_invstd, d_b, 0,
+                    b->dgamma, b->dbeta, accumulate_params, NULL);
     memcpy(dx_b, d_b, bytes);
     free(g), free(d_b);
     fill_nan(scratch, dt, n);
@@ -533,12 +548,16 @@ END_TEST
 // ---- evaluation at another side ------------------------------------------------------------------------
 
 // Logits (n, classes) fp32 of an evaluation forward of batch b (host memory on the CPU backend).
-static float *eval_logits(Model *m, Activations *act, Backend *be, const uint8_t *images, const int32_t *labels, int n) {
+static float *eval_logits(Model *m, Activations *act, Backend *be, const uint8_t *images,
+                          const int32_t *labels, int n) {
     PixelNorm norm = {{0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
     size_t image = (size_t)m->cfg.image_size * m->cfg.image_size * 3;
     memcpy(act->images, images, (size_t)n * image);
     memcpy(act->labels, labels, (size_t)n * sizeof(int32_t));
-    ModelBatch b = {.images = act->images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm), .labels = act->labels,
+    ModelBatch b = {.images = act->images,
+                    .images_dt = DTYPE_U8,
+                    .affine = pixel_affine_of(&norm),
+                    .labels = act->labels,
                     .n = n};
     model_forward(m, act, be, &b, 0);
     size_t count = (size_t)n * m->cfg.num_classes;
@@ -579,8 +598,11 @@ static void check_view_evaluates_like_a_model_at_its_side(const char *const *ove
             for (size_t i = 0; i < N * small; i++) act.images[i] = (uint8_t)(i * 40503u >> 7);
             memcpy(act.labels, labels, sizeof labels);
             PixelNorm norm = {{0.4f, 0.5f, 0.6f}, {0.2f, 0.25f, 0.3f}};
-            ModelBatch b = {.images = act.images, .images_dt = DTYPE_U8, .affine = pixel_affine_of(&norm),
-                            .labels = act.labels, .n = N};
+            ModelBatch b = {.images = act.images,
+                            .images_dt = DTYPE_U8,
+                            .affine = pixel_affine_of(&norm),
+                            .labels = act.labels,
+                            .n = N};
             model_forward(&train, &act, be, &b, 1);
             model_loss(&train, &act, be, &b, 0.0f, NULL, 1.0f / N);
             model_backward(&train, &act, be, &b, 0, NULL, NULL);

@@ -13,7 +13,7 @@
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 #define TINY_CPU TINY " backend.device=cpu data.prefetch=0 log.progress=never"
-#define QUICK TINY_CPU " data.train_size=256 data.val_size=0"   // learnable data: sizes are for it alone
+#define QUICK TINY_CPU " data.train_size=256 data.val_size=0"  // learnable data: sizes are for it alone
 
 static char out[1 << 16];
 static char args[8192];
@@ -28,7 +28,9 @@ static void run_expect_from(const char *base, int code, const char *extra) {
 
 static void run_expect(int code, const char *extra) { run_expect_from(QUICK, code, extra); }
 
-static void assert_said(const char *text) { ck_assert_msg(strstr(out, text) != NULL, "want '%s' in:\n%s", text, out); }
+static void assert_said(const char *text) {
+    ck_assert_msg(strstr(out, text) != NULL, "want '%s' in:\n%s", text, out);
+}
 
 START_TEST(unwritable_checkpoint_dir_fails_at_start) {
     ck_assert_int_eq(system("rm -rf a_file out_a"), 0);

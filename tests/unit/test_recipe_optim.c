@@ -20,9 +20,11 @@
 
 // A small, fast model: one block per stage, 8 planes, 32x32 images, batch 8, no files written; a constant
 // learning rate without warm-up unless a test says otherwise.
-#define SMALL_MODEL "model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=8", \
-                    "data.train_size=64", "data.val_size=0", "data.prefetch=0", "log.metrics=", "checkpoint.dir=", \
-                    "log.progress=never", "train.schedule=constant", "train.warmup_steps=0"
+#define SMALL_MODEL                                                                                          \
+    "model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=8",                     \
+        "data.train_size=64", "data.val_size=0", "data.prefetch=0",                                          \
+        "log.metrics=", "checkpoint.dir=", "log.progress=never", "train.schedule=constant",                  \
+        "train.warmup_steps=0"
 
 // Host copy of n floats of CPU-backend memory (host memory).
 static float *copy_floats(const float *src, size_t n) {
@@ -36,7 +38,8 @@ static double *unscaled_grads(const Model *m, float scale) {
     size_t n = m->params.padded_numel;
     double *g = malloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++)
-        g[i] = (m->act_dt == DTYPE_F16 ? (double)half_to_float(((const half *)m->grads)[i]) : ((const float *)m->grads)[i]) /
+        g[i] = (m->act_dt == DTYPE_F16 ? (double)half_to_float(((const half *)m->grads)[i])
+                                       : ((const float *)m->grads)[i]) /
                scale;
     return g;
 }
@@ -57,8 +60,12 @@ static void randomise_weights(TuTrainer *r, uint64_t seed) {
 // for convolution weights, fc.weight and fc.bias, train.norm_weight_decay for BN weights and biases
 // (torchvision's set_weight_decay). Each kind is checked to move by its own decay and not by the other.
 START_TEST(test_norm_weight_decay_applies_to_bn_parameters_only) {
-    const char *ov[] = {SMALL_MODEL, "amp.enabled=false", "train.lr=0.1", "train.weight_decay=0.02",
-                        "train.norm_weight_decay=0.005", NULL};
+    const char *ov[] = {SMALL_MODEL,
+                        "amp.enabled=false",
+                        "train.lr=0.1",
+                        "train.weight_decay=0.02",
+                        "train.norm_weight_decay=0.005",
+                        NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     ck_assert_double_eq(r.cfg.train.norm_weight_decay, 0.005);
@@ -104,8 +111,8 @@ END_TEST
 
 // The keys' ranges: one line naming the key, status 2.
 START_TEST(test_recipe_keys_refuse_values_torch_would_not_take) {
-    const char *bad[] = {"train.ema_decay=1", "train.ema_decay=-0.1", "train.ema_every=0", "train.clip_grad_norm=-1",
-                         "train.norm_weight_decay=-1e-5"};
+    const char *bad[] = {"train.ema_decay=1", "train.ema_decay=-0.1", "train.ema_every=0",
+                         "train.clip_grad_norm=-1", "train.norm_weight_decay=-1e-5"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         Config cfg;
         char *ov[] = {(char *)bad[i]};
@@ -129,8 +136,12 @@ END_TEST
 // c = max_norm / (norm + 1e-6). lr 10 makes the move large against the masters' fp32 rounding, so a
 // factor a per mille off would show.
 START_TEST(test_clipped_step_matches_a_direct_computation) {
-    const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "train.lr=10", "train.weight_decay=1e-3",
-                        "train.clip_grad_norm=0.05", NULL};
+    const char *ov[] = {SMALL_MODEL,
+                        "amp.init_scale=1024",
+                        "train.lr=10",
+                        "train.weight_decay=1e-3",
+                        "train.clip_grad_norm=0.05",
+                        NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     Model *m = &r.t.model;
@@ -150,7 +161,8 @@ START_TEST(test_clipped_step_matches_a_direct_computation) {
         double want = -10 * (g[i] * c + 1e-3 * before[i]), moved = (double)m->master[i] - before[i];
         diff2 += (moved - want) * (moved - want), want2 += want * want;
     }
-    ck_assert_msg(sqrt(diff2 / want2) < 1e-3, "the clipped step is %g off the direct computation", sqrt(diff2 / want2));
+    ck_assert_msg(sqrt(diff2 / want2) < 1e-3, "the clipped step is %g off the direct computation",
+                  sqrt(diff2 / want2));
     free(before), free(g);
     tu_trainer_stop(&r);
 }
@@ -194,9 +206,9 @@ static int positive_grad_norm(const char *line) {
 // carry grad_norm (null, with the reason, for the skipped step).
 START_TEST(test_nonfinite_norm_skips_the_step) {
     ck_assert_int_eq(system("rm -rf clip_inf && mkdir clip_inf"), 0);
-    const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "train.clip_grad_norm=0.05", "debug.inject_step=1",
-                        "debug.inject_value=.inf", "train.steps=3", "log.every=1", "log.metrics=clip_inf/m.jsonl",
-                        NULL};
+    const char *ov[] = {SMALL_MODEL,           "amp.init_scale=1024",          "train.clip_grad_norm=0.05",
+                        "debug.inject_step=1", "debug.inject_value=.inf",      "train.steps=3",
+                        "log.every=1",         "log.metrics=clip_inf/m.jsonl", NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
@@ -223,10 +235,12 @@ START_TEST(test_nonfinite_norm_skips_the_step) {
     tu_trainer_stop(&f);
     char *text = tu_read_file("clip_inf/m.jsonl", NULL);
     ck_assert_ptr_nonnull(text);
-    const char *s1 = strstr(text, "{\"step\":1,"), *s2 = strstr(text, "{\"step\":2,"), *s3 = strstr(text, "{\"step\":3,");
+    const char *s1 = strstr(text, "{\"step\":1,"), *s2 = strstr(text, "{\"step\":2,"),
+               *s3 = strstr(text, "{\"step\":3,");
     ck_assert_msg(s1 && s2 && s3, "%s", text);
     ck_assert_msg(positive_grad_norm(s1) && positive_grad_norm(s3), "%s", text);
-    ck_assert_msg(in_line(s2, "\"grad_norm\":null") && in_line(s2, "\"not_finite\":{\"grad_norm\":\"inf\"}"), "%s", text);
+    ck_assert_msg(in_line(s2, "\"grad_norm\":null") && in_line(s2, "\"not_finite\":{\"grad_norm\":\"inf\"}"),
+                  "%s", text);
     free(text);
 }
 END_TEST
@@ -253,8 +267,14 @@ static float ema_avg(float decay, float avg, float weight, float p) {
 // third) must equal the trainer's bit for bit.
 START_TEST(test_ema_equals_the_rule_after_n_steps) {
     enum { STEPS = 13, EVERY = 2, WARMUP = 3 };
-    const char *ov[] = {SMALL_MODEL, "train.epochs=3", "train.ema_decay=0.9", "train.ema_every=2",
-                        "train.warmup_steps=3", "train.clip_grad_norm=1", "train.norm_weight_decay=0", NULL};
+    const char *ov[] = {SMALL_MODEL,
+                        "train.epochs=3",
+                        "train.ema_decay=0.9",
+                        "train.ema_every=2",
+                        "train.warmup_steps=3",
+                        "train.clip_grad_norm=1",
+                        "train.norm_weight_decay=0",
+                        NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     Model *m = &r.t.model;
@@ -273,15 +293,17 @@ START_TEST(test_ema_equals_the_rule_after_n_steps) {
         if ((s % 8) % EVERY != 0) continue;
         updates++;
         averages += n_averaged > 0;
-        for (size_t k = 0; k < np; k++) avg[k] = n_averaged == 0 ? m->master[k] : ema_avg(d32, avg[k], w32, m->master[k]);
+        for (size_t k = 0; k < np; k++)
+            avg[k] = n_averaged == 0 ? m->master[k] : ema_avg(d32, avg[k], w32, m->master[k]);
         for (size_t k = 0; k < ns; k++)
             avg_stats[k] = n_averaged == 0 ? m->running[k] : ema_avg(d32, avg_stats[k], w32, m->running[k]);
         tracked = n_averaged == 0 ? m->num_batches_tracked
                                   : (int64_t)ema_avg(d32, (float)tracked, w32, (float)m->num_batches_tracked);
         n_averaged = s < WARMUP ? 0 : n_averaged + 1;
-        ck_assert_msg(memcmp(avg, r.t.ema.params, np * sizeof(float)) == 0, "EMA weights differ after step %d", s + 1);
-        ck_assert_msg(memcmp(avg_stats, r.t.ema.stats, ns * sizeof(float)) == 0, "EMA statistics differ after step %d",
-                      s + 1);
+        ck_assert_msg(memcmp(avg, r.t.ema.params, np * sizeof(float)) == 0,
+                      "EMA weights differ after step %d", s + 1);
+        ck_assert_msg(memcmp(avg_stats, r.t.ema.stats, ns * sizeof(float)) == 0,
+                      "EMA statistics differ after step %d", s + 1);
     }
     // Indices 0, 2, 4, 6 of the first epoch and 0, 2, 4 of the second; steps 0 and 2 were warm-up ones,
     // so 4 copied and steps 6, 8, 10, 12 averaged.
@@ -318,8 +340,8 @@ START_TEST(test_ema_evaluation_is_the_averaged_model_s) {
     EvalRecord want = trainer_evaluate(&ref.t);
     ck_assert_int_eq(want.has_ema, 0);
     ck_assert_msg(want.loss == first.ema_loss && want.top1 == first.ema_top1 && want.top5 == first.ema_top5,
-                  "EMA evaluation loss %.9g top-1 %g, the averaged model's %.9g %g", first.ema_loss, first.ema_top1,
-                  want.loss, want.top1);
+                  "EMA evaluation loss %.9g top-1 %g, the averaged model's %.9g %g", first.ema_loss,
+                  first.ema_top1, want.loss, want.top1);
     tu_trainer_stop(&ref);
     tu_trainer_stop(&r);
 }
@@ -331,11 +353,13 @@ END_TEST
 // EMA's weights and statistics, n_averaged and its num_batches_tracked bitwise equal. The checkpoint holds
 // the EMA under AveragedModel's state-dict names.
 START_TEST(test_resume_restores_the_ema_bitwise) {
-#define RECIPE SMALL_MODEL, "data.train_size=96", "train.epochs=3", "train.warmup_steps=4", "amp.growth_interval=4", \
-               "train.norm_weight_decay=0", "train.clip_grad_norm=0.5", "train.ema_decay=0.95", "train.ema_every=3"
+#define RECIPE                                                                                               \
+    SMALL_MODEL, "data.train_size=96", "train.epochs=3", "train.warmup_steps=4", "amp.growth_interval=4",    \
+        "train.norm_weight_decay=0", "train.clip_grad_norm=0.5", "train.ema_decay=0.95", "train.ema_every=3"
     const char *straight[] = {RECIPE, "train.steps=20", NULL};
     const char *first_half[] = {RECIPE, "train.steps=10", "checkpoint.dir=ema_resume", NULL};
-    const char *second_half[] = {RECIPE, "train.steps=20", "checkpoint.resume=ema_resume/last.safetensors", NULL};
+    const char *second_half[] = {RECIPE, "train.steps=20", "checkpoint.resume=ema_resume/last.safetensors",
+                                 NULL};
 #undef RECIPE
     TuTrainer a, b, c;
     tu_trainer_start(&a, straight);
@@ -365,13 +389,15 @@ START_TEST(test_resume_restores_the_ema_bitwise) {
         char name[PARAM_NAME_MAX + 16];
         snprintf(name, sizeof name, "module.%s", ma->params.items[i].name);
         const StTensor *t = st_find(f, name), *raw = st_find(f, ma->params.items[i].name);
-        ck_assert_msg(t && raw && t->ndim == raw->ndim && memcmp(t->shape, raw->shape, sizeof t->shape) == 0, "%s", name);
+        ck_assert_msg(t && raw && t->ndim == raw->ndim && memcmp(t->shape, raw->shape, sizeof t->shape) == 0,
+                      "%s", name);
     }
     ck_assert_ptr_nonnull(st_find(f, "module.bn1.running_mean"));
     ck_assert_ptr_nonnull(st_find(f, "module.layer4.0.downsample.1.running_var"));
     int64_t n_averaged, tracked;
     ck_assert_int_eq(st_read(f, "n_averaged", ST_I64, 0, NULL, &n_averaged, err, sizeof err), 0);
-    ck_assert_int_eq(st_read(f, "module.bn1.num_batches_tracked", ST_I64, 0, NULL, &tracked, err, sizeof err), 0);
+    ck_assert_int_eq(st_read(f, "module.bn1.num_batches_tracked", ST_I64, 0, NULL, &tracked, err, sizeof err),
+                     0);
     // Steps 0, 3, 6, 9 updated it; the first two were warm-up steps (n_averaged back to 0).
     ck_assert_int_eq(n_averaged, 2);
     ck_assert_int_lt(tracked, 10);

@@ -19,7 +19,8 @@
 
 #define TINY AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml"
 // tiny.yaml's model on 256 learnable samples: 8 steps of 32 per epoch.
-#define QUICK TINY " backend.device=cpu data.train_size=256 data.val_size=0 data.prefetch=0 log.progress=never"
+#define QUICK                                                                                                \
+    TINY " backend.device=cpu data.train_size=256 data.val_size=0 data.prefetch=0 log.progress=never"
 
 static char out[1 << 16];
 
@@ -32,7 +33,9 @@ static void run_expect(int code, const char *extra) {
     if (code != 0) ck_assert_msg(strstr(out, "step 1/") == NULL, "trained before failing:\n%s", out);
 }
 
-static void assert_said(const char *text) { ck_assert_msg(strstr(out, text) != NULL, "want '%s' in:\n%s", text, out); }
+static void assert_said(const char *text) {
+    ck_assert_msg(strstr(out, text) != NULL, "want '%s' in:\n%s", text, out);
+}
 
 // The whole file as a string (malloc'd), "" when it does not exist.
 static char *slurp(const char *path) {
@@ -70,8 +73,9 @@ START_TEST(fresh_start_keeps_an_earlier_run) {
     for (int dry = 0; dry < 2; dry++) {
         run_expect(2, dry ? "train.steps=4 checkpoint.dir=rf log.metrics=rf/m.jsonl --dry-run"
                           : "train.steps=4 checkpoint.dir=rf log.metrics=rf/m.jsonl");
-        assert_said("checkpoint.dir: 'rf' holds last.safetensors (step 2) of an earlier run: continue it with "
-                    "checkpoint.resume=auto, or start over with checkpoint.overwrite=true");
+        assert_said(
+            "checkpoint.dir: 'rf' holds last.safetensors (step 2) of an earlier run: continue it with "
+            "checkpoint.resume=auto, or start over with checkpoint.overwrite=true");
     }
     ck_assert_int_eq(checkpoint_step("rf/last.safetensors"), 2);
     char *again = slurp("rf/m.jsonl");
@@ -100,7 +104,8 @@ START_TEST(resume_auto_continues_or_starts) {
     ck_assert_int_eq(count_lines("ra/m.jsonl", "{\"summary\":true,"), 2);
     // last.safetensors cut short; an older copy of step 4 is the newest valid one
     ck_assert_int_eq(system("cp ra/last.safetensors ra/step4.safetensors && touch -d '1 hour ago' "
-                            "ra/step4.safetensors && truncate -s 1000 ra/last.safetensors"), 0);
+                            "ra/step4.safetensors && truncate -s 1000 ra/last.safetensors"),
+                     0);
     tu_write_file("ra/notes.safetensors", "not a checkpoint");
     run_expect(0, "train.steps=6 checkpoint.dir=ra log.metrics=ra/m.jsonl checkpoint.resume=auto");
     assert_said("checkpoint.resume auto passes over ra/last.safetensors: ");
@@ -186,8 +191,9 @@ START_TEST(colliding_paths_are_refused) {
     ck_assert_int_eq(system("rm -rf col && mkdir col && cp " TINY " col/my.yaml"), 0);
     char *config = slurp("col/my.yaml");
     char args[1024];
-    snprintf(args, sizeof args, "col/my.yaml backend.device=cpu data.val_size=0 train.steps=1 checkpoint.dir=col/ck "
-                                "log.metrics=col/my.yaml");
+    snprintf(args, sizeof args,
+             "col/my.yaml backend.device=cpu data.val_size=0 train.steps=1 checkpoint.dir=col/ck "
+             "log.metrics=col/my.yaml");
     ck_assert_int_eq(tu_run_cli(args, out, sizeof out), 2);
     assert_said("log.metrics: 'col/my.yaml' is the same file as the config file 'col/my.yaml'");
     char *after = slurp("col/my.yaml");
@@ -206,7 +212,8 @@ START_TEST(colliding_paths_are_refused) {
                 "'col/ck/last.safetensors'");
     run_expect(2, "train.steps=2 checkpoint.dir=col/ck2 log.metrics=col/ck2/last.safetensors --dry-run");
     assert_said("log.metrics: 'col/ck2/last.safetensors' is the same file as checkpoint.dir's checkpoint");
-    run_expect(2, "train.steps=2 checkpoint.dir=col/ck log.metrics=col/ck/.amptrain.lock checkpoint.resume=auto");
+    run_expect(
+        2, "train.steps=2 checkpoint.dir=col/ck log.metrics=col/ck/.amptrain.lock checkpoint.resume=auto");
     assert_said("is the same file as checkpoint.dir's lock");
     ck_assert_int_eq(stat("col/ck/last.safetensors", &st), 0);
     ck_assert_int_eq(st.st_size, size);
@@ -253,9 +260,11 @@ START_TEST(partial_last_line_is_moved_aside) {
     FILE *f = fopen("part/m.jsonl", "a");
     fputs("{\"step\":3,\"epoch\":1,\"lo", f);
     fclose(f);
-    run_expect(0, "train.steps=4 log.every=1 checkpoint.dir=part log.metrics=part/m.jsonl checkpoint.resume=auto");
-    assert_said("log.metrics: the last line of part/m.jsonl was cut short (23 bytes without a newline, a run that "
-                "died while writing it): moved to part/m.jsonl.partial");
+    run_expect(
+        0, "train.steps=4 log.every=1 checkpoint.dir=part log.metrics=part/m.jsonl checkpoint.resume=auto");
+    assert_said(
+        "log.metrics: the last line of part/m.jsonl was cut short (23 bytes without a newline, a run that "
+        "died while writing it): moved to part/m.jsonl.partial");
     char *partial = slurp("part/m.jsonl.partial");
     ck_assert_str_eq(partial, "{\"step\":3,\"epoch\":1,\"lo");
     free(partial);

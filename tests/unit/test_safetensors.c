@@ -135,7 +135,7 @@ START_TEST(layout_matches_the_spec) {
                        "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
                        "\"b\":{\"dtype\":\"I32\",\"shape\":[3],\"data_offsets\":[8,20]}}";
     size_t json_len = strlen(json);
-    ck_assert_uint_eq(n % 8, 0);            // data region 8-byte aligned in the file
+    ck_assert_uint_eq(n % 8, 0);  // data region 8-byte aligned in the file
     ck_assert_uint_ge(n, json_len);
     ck_assert_uint_lt(n, json_len + 8);
     ck_assert_uint_eq(len, 8 + n + 20);
@@ -153,7 +153,8 @@ START_TEST(digest_matches_its_formula) {
         const char *bytes;
         size_t len;
         const char *hex;
-    } cases[] = {{"", 0, "0ca884aec830c74d"}, {"abc", 3, "c516d00fb629a00f"},
+    } cases[] = {{"", 0, "0ca884aec830c74d"},
+                 {"abc", 3, "c516d00fb629a00f"},
                  {"\x00\x01\x02\x03\x04\x05\x06\x07\x08\x09\x0a\x0b\x0c\x0d\x0e\x0f\x10\x11\x12\x13", 20,
                   "f9d7a48a54a9ee2c"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -164,7 +165,8 @@ START_TEST(digest_matches_its_formula) {
             digest_add(&d, cases[i].bytes + split, cases[i].len - split);
             char hex[17];
             digest_hex(digest_end(&d), hex);
-            ck_assert_msg(!strcmp(hex, cases[i].hex), "case %zu split %zu: %s, want %s", i, split, hex, cases[i].hex);
+            ck_assert_msg(!strcmp(hex, cases[i].hex), "case %zu split %zu: %s, want %s", i, split, hex,
+                          cases[i].hex);
         }
 }
 END_TEST
@@ -194,7 +196,8 @@ START_TEST(checksum_catches_changed_data) {
     f = st_open("sum.safetensors", err, sizeof err);
     ck_assert_msg(f != NULL, "%s", err);
     ck_assert_int_eq(st_load_checked(f, err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "sum.safetensors: the tensor data's checksum is ") && strstr(err, "the file is damaged"),
+    ck_assert_msg(strstr(err, "sum.safetensors: the tensor data's checksum is ") &&
+                      strstr(err, "the file is damaged"),
                   "%s", err);
     st_close(f);
     // the key renamed (same length, so the header stays valid): no checksum to compare
@@ -253,12 +256,12 @@ static const struct {
      "tensor 'w': shape [3] of F32 is 12 bytes but data_offsets [0, 8] span 8"},
     {"overlap",
      "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 12,
-     "tensor 'b': data_offsets [4, 12] overlap tensor 'a' [0, 8]"},
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+     12, "tensor 'b': data_offsets [4, 12] overlap tensor 'a' [0, 8]"},
     {"gap",
      "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12,
-     "tensor 'b': data_offsets [8, 12] leave a gap after byte 4"},
+     "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+     12, "tensor 'b': data_offsets [8, 12] leave a gap after byte 4"},
     {"uncovered tail", "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 12,
      "the tensors cover 8 bytes but the data region has 12"},
     {"wrong dtype", "{\"w\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4,
@@ -277,15 +280,14 @@ static const struct {
      "tensor 'w': unexpected field 'x'"},
     {"duplicate name",
      "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
-     "c.safetensors:1: duplicate key 'a'"},
+     "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+     8, "c.safetensors:1: duplicate key 'a'"},
     {"metadata not a string", "{\"__metadata__\":{\"step\":12}}", 0,
      "__metadata__ 'step': value must be a string"},
     {"too many dims", "{\"w\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
      "shape has 9 dims, at most 8"},
-    {"shape overflow",
-     "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}", 4,
-     "tensor 'w': shape overflows 64 bits"},
+    {"shape overflow", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296],\"data_offsets\":[0,4]}}",
+     4, "tensor 'w': shape overflows 64 bits"},
 };
 
 START_TEST(corrupt_files_rejected) {
@@ -410,7 +412,8 @@ START_TEST(failed_commit_cleans_up) {
     st_writer_add(writer, "x", ST_F32, 1, shape, &x);
     ck_assert_int_eq(st_writer_commit(writer, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "no_such_dir/ckpt.safetensors.tmp.") &&
-                      strstr(err, "cannot create: No such file or directory"), "%s", err);
+                      strstr(err, "cannot create: No such file or directory"),
+                  "%s", err);
 }
 END_TEST
 

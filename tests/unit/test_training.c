@@ -19,8 +19,9 @@
 // ---- helpers ---------------------------------------------------------------------------------------
 
 // A small, fast model: one block per stage, 8 planes, 32x32 images, batch 8, no files written.
-#define SMALL_MODEL "model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=8", \
-                    "data.train_size=64", "data.val_size=0", "data.prefetch=0", "log.metrics=", "checkpoint.dir="
+#define SMALL_MODEL                                                                                          \
+    "model.planes=8", "model.base_width=32", "model.cardinality=2", "data.batch_size=8",                     \
+        "data.train_size=64", "data.val_size=0", "data.prefetch=0", "log.metrics=", "checkpoint.dir="
 
 // Host copies of the fp32 masters and momentum (the CPU backend's memory is host memory).
 static float *copy_floats(const float *src, size_t n) {
@@ -31,7 +32,9 @@ static float *copy_floats(const float *src, size_t n) {
 
 static ScalerState scaler_now(TuTrainer *r) { return scaler_read(&r->t.scaler, r->be); }
 
-static int floats_equal(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+static int floats_equal(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof(float)) == 0;
+}
 
 // ---- model facts -----------------------------------------------------------------------------------
 
@@ -41,15 +44,22 @@ START_TEST(test_resnext50_matches_torchvision_counts) {
     tu_config(&cfg, ov);
     Model m;
     model_init_shapes(&m, &cfg.model, 1);
-    ck_assert_uint_eq(m.params.numel, 25028904u);      // torchvision: sum(p.numel() for p in parameters())
-    ck_assert_int_eq(m.params.count, 161);              // parameter tensors
-    ck_assert_int_eq(m.n_bn, 53);                       // 1 stem + 16 blocks x 3 + 4 downsample BNs
-    ck_assert_int_eq(m.params.count + 3 * m.n_bn, 320); // len(state_dict()) in torchvision
+    ck_assert_uint_eq(m.params.numel, 25028904u);        // torchvision: sum(p.numel() for p in parameters())
+    ck_assert_int_eq(m.params.count, 161);               // parameter tensors
+    ck_assert_int_eq(m.n_bn, 53);                        // 1 stem + 16 blocks x 3 + 4 downsample BNs
+    ck_assert_int_eq(m.params.count + 3 * m.n_bn, 320);  // len(state_dict()) in torchvision
     ck_assert_double_eq_tol(model_macs_per_image(&m) / 1e9, 4.23, 0.005);  // torchvision's 4.23 GFLOPS
-    const char *names[] = {"conv1.weight", "bn1.weight", "layer1.0.conv2.weight", "layer2.0.downsample.0.weight",
-                           "layer2.0.downsample.1.bias", "layer3.5.bn3.weight", "layer4.2.conv3.weight",
-                           "fc.weight", "fc.bias"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) ck_assert_int_ge(params_find(&m.params, names[i]), 0);
+    const char *names[] = {"conv1.weight",
+                           "bn1.weight",
+                           "layer1.0.conv2.weight",
+                           "layer2.0.downsample.0.weight",
+                           "layer2.0.downsample.1.bias",
+                           "layer3.5.bn3.weight",
+                           "layer4.2.conv3.weight",
+                           "fc.weight",
+                           "fc.bias"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        ck_assert_int_ge(params_find(&m.params, names[i]), 0);
     ck_assert_int_lt(params_find(&m.params, "layer1.1.downsample.0.weight"), 0);  // identity shortcut there
     const ParamInfo *g = &m.params.items[params_find(&m.params, "layer1.0.conv2.weight")];
     ck_assert_int_eq(g->shape[0], 128);  // width 128 out
@@ -74,7 +84,8 @@ END_TEST
 // An inf in the gradients at step 2 skips exactly that step: masters and momentum unchanged, scale
 // halved, growth counter reset; the steps after it train again.
 START_TEST(test_injected_inf_skips_exactly_that_step) {
-    const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "debug.inject_step=2", "debug.inject_value=.inf", NULL};
+    const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "debug.inject_step=2", "debug.inject_value=.inf",
+                        NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
@@ -100,7 +111,8 @@ START_TEST(test_injected_inf_skips_exactly_that_step) {
 END_TEST
 
 START_TEST(test_nan_injection_also_skips) {
-    const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "debug.inject_step=0", "debug.inject_value=.nan", NULL};
+    const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "debug.inject_step=0", "debug.inject_value=.nan",
+                        NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     size_t np = r.t.model.params.padded_numel;
@@ -137,13 +149,16 @@ END_TEST
 // cancel, so fp16 activations' 1e-3 rounding is amplified; PyTorch AMP behaves the same way.
 static double cosine(const float *a, const float *b, size_t n) {
     double ab = 0, aa = 0, bb = 0;
-    for (size_t i = 0; i < n; i++) ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        ab += (double)a[i] * b[i], aa += (double)a[i] * a[i], bb += (double)b[i] * b[i];
     return ab / sqrt(aa * bb);
 }
 
 START_TEST(test_amp_step_agrees_with_fp32_step) {
-    const char *amp_ov[] = {SMALL_MODEL, "amp.init_scale=1024", "train.weight_decay=0", "train.momentum=0", NULL};
-    const char *fp32_ov[] = {SMALL_MODEL, "amp.enabled=false", "train.weight_decay=0", "train.momentum=0", NULL};
+    const char *amp_ov[] = {SMALL_MODEL, "amp.init_scale=1024", "train.weight_decay=0", "train.momentum=0",
+                            NULL};
+    const char *fp32_ov[] = {SMALL_MODEL, "amp.enabled=false", "train.weight_decay=0", "train.momentum=0",
+                             NULL};
     TuTrainer a, f;
     tu_trainer_start(&a, amp_ov);
     tu_trainer_start(&f, fp32_ov);
@@ -195,19 +210,28 @@ static void train_three_ways(const char *amp) {
         int count = sampler_block(&host.t.sampler, 0, step, 0, idx);
         ck_assert_int_eq(count, b);
         dataset_get_batch(ds, idx, count, 0, raw, labels);
-        for (size_t k = 0; k < (size_t)b * image; k++) normalised[k] = (float)raw[k] * a.scale[k % 3] + a.shift[k % 3];
+        for (size_t k = 0; k < (size_t)b * image; k++)
+            normalised[k] = (float)raw[k] * a.scale[k % 3] + a.shift[k % 3];
         MicroBatch from_host = {.count = b, .step_total = b, .host_images = raw, .host_labels = labels};
-        MicroBatch from_bytes = {.count = b, .step_total = b, .device_images = raw, .device_dt = DTYPE_U8,
+        MicroBatch from_bytes = {.count = b,
+                                 .step_total = b,
+                                 .device_images = raw,
+                                 .device_dt = DTYPE_U8,
                                  .device_labels = labels};
-        MicroBatch from_floats = {.count = b, .step_total = b, .device_images = normalised, .device_dt = DTYPE_F32,
+        MicroBatch from_floats = {.count = b,
+                                  .step_total = b,
+                                  .device_images = normalised,
+                                  .device_dt = DTYPE_F32,
                                   .device_labels = labels};
         trainer_step_array(&host.t, &from_host, 1);
         trainer_step_array(&bytes.t, &from_bytes, 1);
         trainer_step_array(&floats.t, &from_floats, 1);
     }
     size_t np = host.t.model.params.padded_numel;
-    ck_assert_msg(floats_equal(host.t.model.master, bytes.t.model.master, np), "%s: resident bytes differ", amp);
-    ck_assert_msg(floats_equal(host.t.model.master, floats.t.model.master, np), "%s: fp32 images differ", amp);
+    ck_assert_msg(floats_equal(host.t.model.master, bytes.t.model.master, np), "%s: resident bytes differ",
+                  amp);
+    ck_assert_msg(floats_equal(host.t.model.master, floats.t.model.master, np), "%s: fp32 images differ",
+                  amp);
     free(raw), free(normalised), free(labels), free(idx);
     tu_trainer_stop(&host), tu_trainer_stop(&bytes), tu_trainer_stop(&floats);
 }
@@ -219,8 +243,9 @@ START_TEST(test_every_batch_path_trains_on_its_batch) {
 END_TEST
 
 START_TEST(test_tiny_model_learns) {
-    const char *ov[] = {"data.train_size=1024", "data.val_size=256", "train.epochs=4", "log.metrics=",
-                        "checkpoint.dir=", "data.prefetch=0", "log.progress=never", "log.every=1000", NULL};
+    const char *ov[] = {"data.train_size=1024", "data.val_size=256", "train.epochs=4",
+                        "log.metrics=",         "checkpoint.dir=",   "data.prefetch=0",
+                        "log.progress=never",   "log.every=1000",    NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     EvalRecord before = trainer_evaluate(&r.t);
@@ -242,15 +267,35 @@ static void run_steps(TuTrainer *r) { ck_assert_int_eq(trainer_run(&r->t, NULL),
 // N steps straight vs N/2, checkpoint, resume, N/2 more: bitwise-identical masters, momentum, scale.
 // The checkpoint falls mid-epoch (16 steps per epoch) so the sampler position is restored too.
 START_TEST(test_resume_is_bitwise_identical) {
-    const char *straight[] = {SMALL_MODEL, "data.train_size=128", "train.epochs=3", "train.steps=24",
-                              "train.schedule=constant", "train.warmup_steps=5", "amp.growth_interval=4",
-                              "log.progress=never", NULL};
-    const char *first_half[] = {SMALL_MODEL, "data.train_size=128", "train.epochs=3", "train.steps=12",
-                                "train.schedule=constant", "train.warmup_steps=5", "amp.growth_interval=4",
-                                "log.progress=never", "checkpoint.dir=resume_test", NULL};
-    const char *second_half[] = {SMALL_MODEL, "data.train_size=128", "train.epochs=3", "train.steps=24",
-                                 "train.schedule=constant", "train.warmup_steps=5", "amp.growth_interval=4",
-                                 "log.progress=never", "checkpoint.resume=resume_test/last.safetensors", NULL};
+    const char *straight[] = {SMALL_MODEL,
+                              "data.train_size=128",
+                              "train.epochs=3",
+                              "train.steps=24",
+                              "train.schedule=constant",
+                              "train.warmup_steps=5",
+                              "amp.growth_interval=4",
+                              "log.progress=never",
+                              NULL};
+    const char *first_half[] = {SMALL_MODEL,
+                                "data.train_size=128",
+                                "train.epochs=3",
+                                "train.steps=12",
+                                "train.schedule=constant",
+                                "train.warmup_steps=5",
+                                "amp.growth_interval=4",
+                                "log.progress=never",
+                                "checkpoint.dir=resume_test",
+                                NULL};
+    const char *second_half[] = {SMALL_MODEL,
+                                 "data.train_size=128",
+                                 "train.epochs=3",
+                                 "train.steps=24",
+                                 "train.schedule=constant",
+                                 "train.warmup_steps=5",
+                                 "amp.growth_interval=4",
+                                 "log.progress=never",
+                                 "checkpoint.resume=resume_test/last.safetensors",
+                                 NULL};
     TuTrainer a, b, c;
     tu_trainer_start(&a, straight);
     run_steps(&a);
@@ -348,8 +393,8 @@ START_TEST(test_corrupted_checkpoints_are_refused) {
     char dir[64];
     snprintf(dir, sizeof dir, "ckpt_other");
     {
-        const char *ov[] = {SMALL_MODEL, "model.planes=16", "train.steps=1", "log.progress=never",
-                            "checkpoint.dir=ckpt_other", NULL};
+        const char *ov[] = {SMALL_MODEL,          "model.planes=16",           "train.steps=1",
+                            "log.progress=never", "checkpoint.dir=ckpt_other", NULL};
         TuTrainer r;
         tu_trainer_start(&r, ov);
         run_steps(&r);

@@ -77,7 +77,8 @@ static void expect_sample(const EncodedSource *src, int index, long n, long salt
     size_t len = 0;
     int32_t got_label = -1;
     char err[512] = "";
-    ck_assert_msg(src->read(src, index, &bytes, &len, &got_label, err, sizeof err) == 0, "sample %d: %s", index, err);
+    ck_assert_msg(src->read(src, index, &bytes, &len, &got_label, err, sizeof err) == 0, "sample %d: %s",
+                  index, err);
     ck_assert_msg(len == (size_t)n, "sample %d: %zu bytes, expected %ld", index, len, n);
     long j = 0;  // the first wrong byte, found before one assertion (an assertion per byte made the
                  // six-thread test take minutes under the sanitizers)
@@ -104,17 +105,17 @@ static void expect_refused(const char *dir, const char *split, int classes, cons
 // path within a class (so "10.jpg" before "9.jpg", the subfolder after the files beside it), notes.txt
 // left out. Sizes straddle the 512-byte block.
 typedef struct FolderFile {
-    const char *path;   // under the split's folder
+    const char *path;  // under the split's folder
     long size;
     int label;
 } FolderFile;
 
 static const FolderFile TRAIN_FILES[] = {
-    {"a_cat/10.jpg", 513, 0},  {"a_cat/9.JPEG", 0, 0},    {"a_cat/x.jpg", 512, 0},
-    {"a_cat/z/1.jpg", 1, 0},   {"b_dog/1.jpg", 70001, 1}, {"c_eel/a.b.jpg", 511, 2},
-    {"c_eel/b.jpeg", 3000, 2},
+    {"a_cat/10.jpg", 513, 0},  {"a_cat/9.JPEG", 0, 0},    {"a_cat/x.jpg", 512, 0},   {"a_cat/z/1.jpg", 1, 0},
+    {"b_dog/1.jpg", 70001, 1}, {"c_eel/a.b.jpg", 511, 2}, {"c_eel/b.jpeg", 3000, 2},
 };
-static const FolderFile VAL_FILES[] = {{"a_cat/v.jpg", 100, 0}, {"b_dog/v.jpg", 200, 1}, {"c_eel/v.jpg", 300, 2}};
+static const FolderFile VAL_FILES[] = {
+    {"a_cat/v.jpg", 100, 0}, {"b_dog/v.jpg", 200, 1}, {"c_eel/v.jpg", 300, 2}};
 #define N_TRAIN ((int)(sizeof TRAIN_FILES / sizeof TRAIN_FILES[0]))
 #define N_VAL ((int)(sizeof VAL_FILES / sizeof VAL_FILES[0]))
 
@@ -132,8 +133,8 @@ static void folder_write(const char *root, const char *split, const FolderFile *
 
 static void pack(const char *root, const char *out, int shard_size) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "python3 %s/tools/pack-shards '%s' '%s' --shard-size %d 2>&1", AMPTRAIN_SOURCE_DIR,
-             root, out, shard_size);
+    snprintf(cmd, sizeof cmd, "python3 %s/tools/pack-shards '%s' '%s' --shard-size %d 2>&1",
+             AMPTRAIN_SOURCE_DIR, root, out, shard_size);
     run_ok(cmd);
 }
 
@@ -153,12 +154,14 @@ START_TEST(test_packed_folder_reads_back_in_imagefolder_order) {
     ck_assert_int_eq(val->size, N_VAL);
     ck_assert_int_eq(train->classes, 3);
     ck_assert_str_eq(train->name, "webdataset");
-    for (int i = N_TRAIN - 1; i >= 0; i--) expect_sample(train, i, TRAIN_FILES[i].size, i, TRAIN_FILES[i].label);
+    for (int i = N_TRAIN - 1; i >= 0; i--)
+        expect_sample(train, i, TRAIN_FILES[i].size, i, TRAIN_FILES[i].label);
     for (int i = 0; i < N_VAL; i++) expect_sample(val, i, VAL_FILES[i].size, 100 + i, VAL_FILES[i].label);
     train->destroy(train);
     val->destroy(val);
     // Labels are checked against the model's class count.
-    expect_refused("pk/shards", "train", 2, (const char *const[]){"train-000001.tar", "'00000005.cls' holds label 2", "[0, 2)", NULL});
+    expect_refused("pk/shards", "train", 2,
+                   (const char *const[]){"train-000001.tar", "'00000005.cls' holds label 2", "[0, 2)", NULL});
     // The packer refuses to mix its shards with an earlier run's.
     char cmd[1024], out[2048];
     snprintf(cmd, sizeof cmd, "python3 %s/tools/pack-shards pk/folder pk/shards 2>&1", AMPTRAIN_SOURCE_DIR);
@@ -175,7 +178,8 @@ START_TEST(test_pack_is_reproducible) {
     pack("rp/folder", "rp/one", 4);
     run_ok("touch rp/folder/train/b_dog/1.jpg");
     pack("rp/folder", "rp/two", 4);
-    run_ok("cmp rp/one/train-000000.tar rp/two/train-000000.tar && cmp rp/one/train-000001.tar rp/two/train-000001.tar");
+    run_ok(
+        "cmp rp/one/train-000000.tar rp/two/train-000000.tar && cmp rp/one/train-000001.tar rp/two/train-000001.tar");
 }
 END_TEST
 
@@ -196,7 +200,8 @@ START_TEST(test_pack_refusals) {
         folder_write("pr/folder", "val", VAL_FILES, 1, 100);
         run_ok(cases[c].setup);
         char cmd[1024], out[2048];
-        snprintf(cmd, sizeof cmd, "python3 %s/tools/pack-shards pr/folder pr/shards 2>&1", AMPTRAIN_SOURCE_DIR);
+        snprintf(cmd, sizeof cmd, "python3 %s/tools/pack-shards pr/folder pr/shards 2>&1",
+                 AMPTRAIN_SOURCE_DIR);
         ck_assert_int_eq(tu_run_shell(cmd, out, sizeof out), 2);
         ck_assert_msg(strstr(out, cases[c].message), "%s", out);
         ck_assert(!tu_file_exists("pr/shards/train-000000.tar"));
@@ -215,20 +220,26 @@ START_TEST(test_python_tar_formats) {
     for (int i = 0; i < 12; i++) strcat(deep, "directory/");  // 120 characters
     memset(long_base, 'k', 150);
     long_base[150] = '\0';
-    int n = snprintf(specs, sizeof specs, "'d|top|' 'f|top/s0.jpg|@700,1' 'f|top/s0.cls|1' 'f|top/s0.json|{}' "
-                     "'f|top/nokey|x' 'f|a/%ss.jpg|@1024,2' 'f|a/%ss.cls| 0\n' 'f|b/%ss.jpg|@9,4' 'f|b/%ss.cls|1'",
-                     deep, deep, deep, deep);
+    int n = snprintf(
+        specs, sizeof specs,
+        "'d|top|' 'f|top/s0.jpg|@700,1' 'f|top/s0.cls|1' 'f|top/s0.json|{}' "
+        "'f|top/nokey|x' 'f|a/%ss.jpg|@1024,2' 'f|a/%ss.cls| 0\n' 'f|b/%ss.jpg|@9,4' 'f|b/%ss.cls|1'",
+        deep, deep, deep, deep);
     static const char *const formats[] = {"ustar", "gnu", "pax"};
     for (int f = 0; f < 3; f++) {
         char dir[32];
         snprintf(dir, sizeof dir, "py_%s", formats[f]);
         fresh_dir(dir);
-        if (f > 0) snprintf(specs + n, sizeof specs - (size_t)n, " 'f|%s.jpeg|@5,3' 'f|%s.cls|2'", long_base, long_base);
-        else specs[n] = '\0';
+        if (f > 0)
+            snprintf(specs + n, sizeof specs - (size_t)n, " 'f|%s.jpeg|@5,3' 'f|%s.cls|2'", long_base,
+                     long_base);
+        else
+            specs[n] = '\0';
         mktar(dir, "train-0.tar", formats[f], specs);
         char err[512] = "";
         EncodedSource *src = NULL;
-        ck_assert_msg(webdataset_open(dir, "train", 3, 0, &src, err, sizeof err) == 0, "%s: %s", formats[f], err);
+        ck_assert_msg(webdataset_open(dir, "train", 3, 0, &src, err, sizeof err) == 0, "%s: %s", formats[f],
+                      err);
         ck_assert_int_eq(src->size, f == 0 ? 3 : 4);
         expect_sample(src, 0, 700, 1, 1);
         expect_sample(src, 1, 1024, 2, 0);
@@ -263,7 +274,8 @@ START_TEST(test_gnu_tar) {
     for (int d = 0; d < 2; d++) {
         char err[512] = "";
         EncodedSource *src = NULL;
-        ck_assert_msg(webdataset_open(dirs[d], "train", 5, 0, &src, err, sizeof err) == 0, "%s: %s", dirs[d], err);
+        ck_assert_msg(webdataset_open(dirs[d], "train", 5, 0, &src, err, sizeof err) == 0, "%s: %s", dirs[d],
+                      err);
         ck_assert_int_eq(src->size, 2);
         expect_sample(src, 0, 2049, 7, 4);
         expect_sample(src, 1, 10, 8, 0);
@@ -276,8 +288,9 @@ END_TEST
 static void *read_all(void *arg) {
     const EncodedSource *src = arg;
     for (int round = 0; round < 20; round++)
-        for (int i = 0; i < N_TRAIN; i++) expect_sample(src, (i * 3 + round) % N_TRAIN, TRAIN_FILES[(i * 3 + round) % N_TRAIN].size,
-                                                        (i * 3 + round) % N_TRAIN, TRAIN_FILES[(i * 3 + round) % N_TRAIN].label);
+        for (int i = 0; i < N_TRAIN; i++)
+            expect_sample(src, (i * 3 + round) % N_TRAIN, TRAIN_FILES[(i * 3 + round) % N_TRAIN].size,
+                          (i * 3 + round) % N_TRAIN, TRAIN_FILES[(i * 3 + round) % N_TRAIN].label);
     return NULL;
 }
 
@@ -304,7 +317,8 @@ END_TEST
 
 START_TEST(test_refuses_missing_or_empty) {
     fresh_dir("rf_empty");
-    expect_refused("rf_empty", "train", 10, (const char *const[]){"no train-*.tar shards in 'rf_empty'", NULL});
+    expect_refused("rf_empty", "train", 10,
+                   (const char *const[]){"no train-*.tar shards in 'rf_empty'", NULL});
     // An optional split without shards is no split; a missing folder is still an error.
     EncodedSource *src = (EncodedSource *)1;
     char err[512] = "";
@@ -331,8 +345,9 @@ START_TEST(test_refuses_a_fifo_shard_without_blocking) {
     ck_assert_int_eq(src->size, 1);
     src->destroy(src);
     ck_assert_int_eq(mkfifo("rf_fifo/train-1.tar", 0644), 0);
-    expect_refused("rf_fifo", "train", 10,
-                   (const char *const[]){"cannot open shard 'rf_fifo/train-1.tar': not a regular file (a FIFO)", NULL});
+    expect_refused(
+        "rf_fifo", "train", 10,
+        (const char *const[]){"cannot open shard 'rf_fifo/train-1.tar': not a regular file (a FIFO)", NULL});
     ck_assert_int_eq(unlink("rf_fifo/train-1.tar"), 0);
     ck_assert_int_eq(mkdir("rf_fifo/train-1.tar", 0755), 0);
     expect_refused("rf_fifo", "train", 10, (const char *const[]){"not a regular file (a directory)", NULL});
@@ -345,23 +360,32 @@ START_TEST(test_refuses_truncated_and_corrupt) {
     run_ok("cp rf_cut/train-0.tar rf_cut/good.bin");
     // Cut inside the first image's data.
     ck_assert_int_eq(truncate("rf_cut/train-0.tar", 1500), 0);
-    expect_refused("rf_cut", "train", 10, (const char *const[]){"rf_cut/train-0.tar: offset 0:", "'00000000.jpg' "
-                   "needs 1000 bytes, the file has 988 left (truncated)", NULL});
+    expect_refused("rf_cut", "train", 10,
+                   (const char *const[]){"rf_cut/train-0.tar: offset 0:",
+                                         "'00000000.jpg' "
+                                         "needs 1000 bytes, the file has 988 left (truncated)",
+                                         NULL});
     // Cut inside the second sample's header, and right after the last member (no end-of-archive block).
     run_ok("head -c 2660 rf_cut/good.bin > rf_cut/train-0.tar");
-    expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 2560: the file ends inside a header block", NULL});
+    expect_refused("rf_cut", "train", 10,
+                   (const char *const[]){"offset 2560: the file ends inside a header block", NULL});
     run_ok("head -c 4200 rf_cut/good.bin > rf_cut/train-0.tar");  // inside the last .cls member's padding
-    expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 4200: the file ends inside the padding", NULL});
+    expect_refused("rf_cut", "train", 10,
+                   (const char *const[]){"offset 4200: the file ends inside the padding", NULL});
     run_ok("head -c 4608 rf_cut/good.bin > rf_cut/train-0.tar");  // two samples: 4 members in 9 blocks
-    expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 4608: the archive ends without its "
-                   "end-of-archive block", NULL});
+    expect_refused("rf_cut", "train", 10,
+                   (const char *const[]){"offset 4608: the archive ends without its "
+                                         "end-of-archive block",
+                                         NULL});
     // A damaged header (a byte of the .cls member's name).
     run_ok("cp rf_cut/good.bin rf_cut/train-0.tar && printf 'X' | dd of=rf_cut/train-0.tar bs=1 seek=1538 "
            "conv=notrunc 2>/dev/null");
-    expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 1536: not a tar header (checksum mismatch)", NULL});
+    expect_refused("rf_cut", "train", 10,
+                   (const char *const[]){"offset 1536: not a tar header (checksum mismatch)", NULL});
     // Not a tar file at all.
     tu_write_file("rf_cut/train-0.tar", "hello");
-    expect_refused("rf_cut", "train", 10, (const char *const[]){"offset 0: the file ends inside a header block", NULL});
+    expect_refused("rf_cut", "train", 10,
+                   (const char *const[]){"offset 0: the file ends inside a header block", NULL});
 }
 END_TEST
 
@@ -373,10 +397,13 @@ START_TEST(test_refuses_incomplete_samples) {
         {GOOD_SAMPLE " 'f|00000001.jpg|@10,2'", "offset 2560: sample '00000001' has no .cls member"},
         {GOOD_SAMPLE " 'f|line\nbreak.jpg|@10,2'", "offset 2560: sample 'line\\x0abreak' has no .cls member"},
         {GOOD_SAMPLE " 'f|00000001.cls|3'", "offset 2560: sample '00000001' has no .jpg or .jpeg member"},
-        {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|10'", "'00000001.cls' holds label 10, outside [0, 10)"},
+        {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|10'",
+         "'00000001.cls' holds label 10, outside [0, 10)"},
         {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|-1'", "holds label -1, outside [0, 10)"},
-        {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|cat'", "'00000001.cls' (3 bytes) is not an ASCII integer"},
-        {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.jpeg|@10,2'", "sample '00000001' has a second image"},
+        {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|cat'",
+         "'00000001.cls' (3 bytes) is not an ASCII integer"},
+        {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.jpeg|@10,2'",
+         "sample '00000001' has a second image"},
         {GOOD_SAMPLE " 'l|00000001.jpg|00000000.jpg'", "offset 2560: member '00000001.jpg' is of type '2'"},
         // A key that comes back after another sample is a new sample, as in WebDataset's grouping.
         {GOOD_SAMPLE " 'f|00000001.jpg|@10,2' 'f|00000001.cls|1' 'f|00000000.cls|0'",
@@ -385,7 +412,8 @@ START_TEST(test_refuses_incomplete_samples) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fresh_dir("rf_sample");
         mktar("rf_sample", "train-0.tar", "pax", cases[c].specs);
-        expect_refused("rf_sample", "train", 10, (const char *const[]){"rf_sample/train-0.tar", cases[c].fragment, NULL});
+        expect_refused("rf_sample", "train", 10,
+                       (const char *const[]){"rf_sample/train-0.tar", cases[c].fragment, NULL});
     }
 }
 END_TEST

@@ -73,7 +73,8 @@ extern "C" {
 #endif
 
 nvjpegStatus_t nvjpegCreateEx(nvjpegBackend_t backend, nvjpegDevAllocator_t *dev_allocator,
-                              nvjpegPinnedAllocator_t *pinned_allocator, unsigned int flags, nvjpegHandle_t *handle);
+                              nvjpegPinnedAllocator_t *pinned_allocator, unsigned int flags,
+                              nvjpegHandle_t *handle);
 nvjpegStatus_t nvjpegDestroy(nvjpegHandle_t handle);
 nvjpegStatus_t nvjpegJpegStateCreate(nvjpegHandle_t handle, nvjpegJpegState_t *jpeg_handle);
 nvjpegStatus_t nvjpegJpegStateDestroy(nvjpegJpegState_t jpeg_handle);
@@ -83,8 +84,9 @@ nvjpegStatus_t nvjpegJpegStreamParseHeader(nvjpegHandle_t handle, const unsigned
                                            nvjpegJpegStream_t jpeg_stream);
 nvjpegStatus_t nvjpegDecodeBatchedSupported(nvjpegHandle_t handle, nvjpegJpegStream_t jpeg_stream,
                                             int *is_supported);
-nvjpegStatus_t nvjpegDecodeBatchedInitialize(nvjpegHandle_t handle, nvjpegJpegState_t jpeg_handle, int batch_size,
-                                             int max_cpu_threads, nvjpegOutputFormat_t output_format);
+nvjpegStatus_t nvjpegDecodeBatchedInitialize(nvjpegHandle_t handle, nvjpegJpegState_t jpeg_handle,
+                                             int batch_size, int max_cpu_threads,
+                                             nvjpegOutputFormat_t output_format);
 nvjpegStatus_t nvjpegDecodeBatched(nvjpegHandle_t handle, nvjpegJpegState_t jpeg_handle,
                                    const unsigned char *const *data, const size_t *lengths,
                                    nvjpegImage_t *destinations, cudaStream_t stream);

@@ -26,7 +26,7 @@
 #define CIFAR10_PAD 4
 
 typedef struct Cifar10 {
-    uint8_t *records;     // (size, 3073) bytes, as in the files
+    uint8_t *records;  // (size, 3073) bytes, as in the files
 } Cifar10;
 
 static const char *const cifar10_train_files[] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin",
@@ -70,13 +70,17 @@ static int cifar10_file_open(const char *path, long *size, char *err, size_t err
     char why[96];
     int fd = file_open_regular(path, &st, why, sizeof why);
     if (fd < 0) {
-        snprintf(err, err_cap, "cifar10: cannot open %s: %s (data.path must be the folder with "
-                 "data_batch_1..5.bin and test_batch.bin, i.e. cifar-10-batches-bin)", path, why);
+        snprintf(err, err_cap,
+                 "cifar10: cannot open %s: %s (data.path must be the folder with "
+                 "data_batch_1..5.bin and test_batch.bin, i.e. cifar-10-batches-bin)",
+                 path, why);
         return -1;
     }
     if (st.st_size == 0 || st.st_size % CIFAR10_RECORD_BYTES != 0) {
-        snprintf(err, err_cap, "cifar10: %s is %lld bytes, not a positive multiple of the %d-byte record "
-                 "(truncated, or not the binary version?)", path, (long long)st.st_size, CIFAR10_RECORD_BYTES);
+        snprintf(err, err_cap,
+                 "cifar10: %s is %lld bytes, not a positive multiple of the %d-byte record "
+                 "(truncated, or not the binary version?)",
+                 path, (long long)st.st_size, CIFAR10_RECORD_BYTES);
         close(fd);
         return -1;
     }
@@ -85,16 +89,18 @@ static int cifar10_file_open(const char *path, long *size, char *err, size_t err
 }
 
 // Reads the files one after another into one buffer; checks every label.
-static int cifar10_read(const char *dir, const char *const *names, int n_files, uint8_t **records,
-                        int *count, char *err, size_t err_cap) {
+static int cifar10_read(const char *dir, const char *const *names, int n_files, uint8_t **records, int *count,
+                        char *err, size_t err_cap) {
     char path[CONFIG_PATH_MAX + 32];
     long sizes[5], total = 0;
     int fds[5], rc = 0, opened = 0;
     for (; !rc && opened < n_files; opened++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[opened]);
         fds[opened] = cifar10_file_open(path, &sizes[opened], err, err_cap);
-        if (fds[opened] < 0) rc = 2;
-        else total += sizes[opened];
+        if (fds[opened] < 0)
+            rc = 2;
+        else
+            total += sizes[opened];
     }
     uint8_t *buf = rc ? NULL : xcalloc((size_t)total, 1);
     long at = 0;
@@ -102,7 +108,8 @@ static int cifar10_read(const char *dir, const char *const *names, int n_files, 
         snprintf(path, sizeof path, "%s/%s", dir, names[f]);
         long got = 0;
         ssize_t n;
-        while (got < sizes[f] && (n = pread(fds[f], buf + at + got, (size_t)(sizes[f] - got), (off_t)got)) > 0)
+        while (got < sizes[f] &&
+               (n = pread(fds[f], buf + at + got, (size_t)(sizes[f] - got), (off_t)got)) > 0)
             got += n;
         if (got != sizes[f]) {
             snprintf(err, err_cap, "cifar10: %s: read %ld of %ld bytes", path, got, sizes[f]);
@@ -139,7 +146,8 @@ int dataset_cifar10_open(const char *dir, int train, int augment, long seed, Dat
     Cifar10 *c = xcalloc(1, sizeof *c);
     c->records = records;
     Dataset *ds = xcalloc(1, sizeof *ds);
-    ds->norm = (PixelNorm){{CIFAR10_MEAN_R, CIFAR10_MEAN_G, CIFAR10_MEAN_B}, {CIFAR10_STD_R, CIFAR10_STD_G, CIFAR10_STD_B}};
+    ds->norm = (PixelNorm){{CIFAR10_MEAN_R, CIFAR10_MEAN_G, CIFAR10_MEAN_B},
+                           {CIFAR10_STD_R, CIFAR10_STD_G, CIFAR10_STD_B}};
     ds->name = "cifar10";
     ds->size = count;
     ds->side = CIFAR10_SIDE;

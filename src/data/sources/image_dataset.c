@@ -20,11 +20,11 @@
 
 typedef struct ImageSet {
     EncodedSource *src;
-    atomic_long skipped;           // calls of `get` that handed out a replacement
-    atomic_uchar *named;           // (size) 1 once sample i's failure was logged by this process
-    CropScale crop;                // RandomResizedCrop's scale range (training with augmentation)
-    int resize;                    // Resize's shorter side before CenterCrop (validation, or augment off)
-    long max_pixels;               // data.max_image_pixels: a header claiming more is refused
+    atomic_long skipped;  // calls of `get` that handed out a replacement
+    atomic_uchar *named;  // (size) 1 once sample i's failure was logged by this process
+    CropScale crop;       // RandomResizedCrop's scale range (training with augmentation)
+    int resize;           // Resize's shorter side before CenterCrop (validation, or augment off)
+    long max_pixels;      // data.max_image_pixels: a header claiming more is refused
 } ImageSet;
 
 // Names sample `index` in the log, the first time it fails in this process only. The rank that read it
@@ -37,7 +37,8 @@ static void image_report(ImageSet *s, int index, const char *why) {
         s->src->describe(s->src, index, what, sizeof what);
     else
         snprintf(what, sizeof what, "sample %d", index);
-    log_warn_local("%s: %s: %s; replaced by the next readable sample (counted as skipped)", s->src->name, what, why);
+    log_warn_local("%s: %s: %s; replaced by the next readable sample (counted as skipped)", s->src->name,
+                   what, why);
 }
 
 // One attempt at sample `at`: pixels (img) or a job; 0, or 1 with err filled and rng as it was.
@@ -54,14 +55,17 @@ static int image_attempt_from(const Dataset *ds, int first, ImageAttempt attempt
     while (attempt(ds, at, rng, out, label, err, sizeof err) != 0) {
         image_report(s, at, err);
         at = (at + 1) % ds->size;
-        AMP_ASSERT(at != first, "%s: none of the %d samples of this split can be read or decoded (the last: %s)",
+        AMP_ASSERT(at != first,
+                   "%s: none of the %d samples of this split can be read or decoded (the last: %s)",
                    s->src->name, ds->size, err);
     }
     return at;
 }
 
 // Counts one replacement (once per request that could not use the sample it asked for).
-static void image_count_replacement(const Dataset *ds) { atomic_fetch_add(&((ImageSet *)ds->impl)->skipped, 1); }
+static void image_count_replacement(const Dataset *ds) {
+    atomic_fetch_add(&((ImageSet *)ds->impl)->skipped, 1);
+}
 
 // A job: the bytes read, the header parsed (nothing decoded), the transform's geometry drawn from rng
 // (training) or fixed (validation); rng untouched on failure. out: ImageJob, its bytes malloc'd.
@@ -76,8 +80,9 @@ static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int
     int width, height;
     int rc = image_decode_size(bytes, len, &width, &height, err, err_cap);
     if (rc == 0 && (long)width * height > s->max_pixels) {
-        snprintf(err, err_cap, "%d x %d = %ld pixels, more than data.max_image_pixels %ld (a decompression bomb?)",
-                 width, height, (long)width * height, s->max_pixels);
+        snprintf(err, err_cap,
+                 "%d x %d = %ld pixels, more than data.max_image_pixels %ld (a decompression bomb?)", width,
+                 height, (long)width * height, s->max_pixels);
         rc = 1;
     }
     if (rc == 0 && (*label < 0 || *label >= src->classes)) {
@@ -88,7 +93,11 @@ static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int
         free(bytes);
         return 1;
     }
-    *job = (ImageJob){bytes, len, at, width, height,
+    *job = (ImageJob){bytes,
+                      len,
+                      at,
+                      width,
+                      height,
                       rng ? image_train_geometry(image_train_crop_draw(width, height, s->crop, rng), ds->side)
                           : image_val_geometry(width, height, s->resize, ds->side)};
     return 0;
@@ -109,12 +118,14 @@ static int image_attempt_pixels(const Dataset *ds, int at, Rng *rng, void *out, 
 }
 
 static void image_get(const Dataset *ds, int index, uint8_t *img, int32_t *label, Rng *rng) {
-    if (image_attempt_from(ds, index, image_attempt_pixels, rng, img, label) != index) image_count_replacement(ds);
+    if (image_attempt_from(ds, index, image_attempt_pixels, rng, img, label) != index)
+        image_count_replacement(ds);
 }
 
 void image_dataset_job(const Dataset *ds, int index, Rng *rng, ImageJob *job, int32_t *label) {
     AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
-    AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index, ds->size);
+    AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index,
+               ds->size);
     if (image_attempt_from(ds, index, image_attempt_job, ds->augment ? rng : NULL, job, label) != index)
         image_count_replacement(ds);
 }
@@ -122,13 +133,14 @@ void image_dataset_job(const Dataset *ds, int index, Rng *rng, ImageJob *job, in
 void image_dataset_replace(const Dataset *ds, int index, const ImageJob *failed, Rng *rng, const char *why,
                            uint8_t *img, int32_t *label) {
     AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
-    AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index, ds->size);
+    AMP_ASSERT(index >= 0 && index < ds->size, "%s: sample %d out of range [0, %d)", ds->name, index,
+               ds->size);
     image_report(ds->impl, failed->sample, why);
     AMP_ASSERT(ds->size > 1, "%s: its only sample cannot be decoded (%s)", ds->name, why);
     // Where `get` would have gone on from the failed sample; counted once (a job that was already a
     // replacement was counted when it was made).
-    image_attempt_from(ds, (failed->sample + 1) % ds->size, image_attempt_pixels, ds->augment ? rng : NULL, img,
-                       label);
+    image_attempt_from(ds, (failed->sample + 1) % ds->size, image_attempt_pixels, ds->augment ? rng : NULL,
+                       img, label);
     if (failed->sample == index) image_count_replacement(ds);
 }
 
@@ -140,9 +152,10 @@ static void image_destroy(Dataset *ds) {
     free(ds);
 }
 
-Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm) {
-    AMP_ASSERT(src->size > 0 && src->classes > 0 && side > 0, "%s: %d samples, %d classes, side %d", src->name,
-               src->size, src->classes, side);
+Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed,
+                              PixelNorm norm) {
+    AMP_ASSERT(src->size > 0 && src->classes > 0 && side > 0, "%s: %d samples, %d classes, side %d",
+               src->name, src->size, src->classes, side);
     ImageSet *s = xcalloc(1, sizeof *s);
     s->src = src;
     s->crop = CROP_SCALE_TORCHVISION;
@@ -167,8 +180,8 @@ Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augme
 
 void image_dataset_set_crop_scale(Dataset *ds, CropScale scale) {
     AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
-    AMP_ASSERT(scale.min > 0 && scale.min <= scale.max && scale.max <= 1, "crop scale (%g, %g) outside 0 < min <= max <= 1",
-               scale.min, scale.max);
+    AMP_ASSERT(scale.min > 0 && scale.min <= scale.max && scale.max <= 1,
+               "crop scale (%g, %g) outside 0 < min <= max <= 1", scale.min, scale.max);
     ((ImageSet *)ds->impl)->crop = scale;
 }
 
@@ -180,8 +193,8 @@ void image_dataset_set_resize(Dataset *ds, int resize) {
 
 void image_dataset_set_max_pixels(Dataset *ds, long max_pixels) {
     AMP_ASSERT(ds->get == image_get, "%s: not an image dataset", ds->name);
-    AMP_ASSERT(max_pixels > 0 && max_pixels <= IMAGE_MAX_PIXELS, "max image pixels %ld outside [1, %ld]", max_pixels,
-               IMAGE_MAX_PIXELS);
+    AMP_ASSERT(max_pixels > 0 && max_pixels <= IMAGE_MAX_PIXELS, "max image pixels %ld outside [1, %ld]",
+               max_pixels, IMAGE_MAX_PIXELS);
     ((ImageSet *)ds->impl)->max_pixels = max_pixels;
 }
 

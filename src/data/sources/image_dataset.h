@@ -26,7 +26,7 @@ typedef struct EncodedSource {
                 char *err, size_t err_cap);
     void (*destroy)(struct EncodedSource *src);
     void *impl;
-    char name[64];       // "imagefolder", "webdataset"
+    char name[64];         // "imagefolder", "webdataset"
     uint64_t list_digest;  // the samples' identity (Dataset.list_digest), set by the source at open
     // Optional (NULL: "sample i"): writes what a user calls sample i (its file, its shard member) into
     // out, for the log line that names a sample that does not decode.
@@ -40,7 +40,8 @@ typedef struct EncodedSource {
 // rank that read it (log_warn_local: once per sample and process, with the rank in front) and replaced
 // by the next readable index (i+1, i+2, ... mod size): deterministic, so every rank and thread agrees;
 // never stops the run. side: output images are (side, side, 3) u8.
-Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed, PixelNorm norm);
+Dataset *image_dataset_create(EncodedSource *src, int side, int train, int augment, long seed,
+                              PixelNorm norm);
 
 // For a backend that decodes (backend_ops.def input_decode): sample `index` as an ImageJob (core/image_job.h),
 // its encoded bytes malloc'd into job->bytes (the caller frees them), its size from the header and its

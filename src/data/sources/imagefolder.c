@@ -92,7 +92,8 @@ static int list_classes(const char *split_dir, NameList *classes, char *err, siz
     int rc = list_dir(split_dir, classes, NULL, err, err_cap);
     if (rc) return rc;
     if (classes->count == 0) {
-        snprintf(err, err_cap, "imagefolder: %s has no class folders (expected %s/<class>/*.jpg)", split_dir, split_dir);
+        snprintf(err, err_cap, "imagefolder: %s has no class folders (expected %s/<class>/*.jpg)", split_dir,
+                 split_dir);
         return 2;
     }
     names_sort(classes);
@@ -108,7 +109,7 @@ typedef struct Folder {
     int list_unsaved;
     NameList classes;
     struct timespec walk_start;
-    long loops;                       // folder links the walk passed over: each led back to a folder above it
+    long loops;  // folder links the walk passed over: each led back to a folder above it
     char loop_example[PATH_MAX];
 } Folder;
 
@@ -131,7 +132,8 @@ static int chain_holds(const FolderChain *c, const struct stat *st) {
 // sorted: every folder path sorted as a string. Each folder's mtime, taken before it is listed, goes to
 // the list for its cache (imagefolder_list.h). A folder that is one of those above it (up) is left out
 // and counted in f->loops. 0, or 2 with err.
-static int walk_dirs(Folder *f, const char *rel, const FolderChain *up, NameList *out, char *err, size_t err_cap) {
+static int walk_dirs(Folder *f, const char *rel, const FolderChain *up, NameList *out, char *err,
+                     size_t err_cap) {
     char dir[PATH_MAX], sub[PATH_MAX];
     int rc = path_join(dir, sizeof dir, f->split_dir, rel, err, err_cap);
     struct stat st;
@@ -159,7 +161,8 @@ static int walk_dirs(Folder *f, const char *rel, const FolderChain *up, NameList
 }
 
 // Appends class c's JPEGs to f. 0, or 2 with err (unreadable, or no JPEG in the class at all).
-static int scan_class(Folder *f, const char *class_name, int c, const FolderChain *top, char *err, size_t err_cap) {
+static int scan_class(Folder *f, const char *class_name, int c, const FolderChain *top, char *err,
+                      size_t err_cap) {
     NameList dirs = {0};
     int rc = walk_dirs(f, class_name, top, &dirs, err, err_cap);
     names_sort(&dirs);
@@ -207,8 +210,8 @@ static const char *first_missing(const NameList *a, const NameList *b) {
 
 // ---- the EncodedSource ------------------------------------------------------------------------------
 
-static int folder_read(const EncodedSource *src, int index, uint8_t **bytes, size_t *len, int32_t *label, char *err,
-                       size_t err_cap) {
+static int folder_read(const EncodedSource *src, int index, uint8_t **bytes, size_t *len, int32_t *label,
+                       char *err, size_t err_cap) {
     const Folder *f = src->impl;
     char path[PATH_MAX];
     *label = f->list.labels[index];
@@ -286,10 +289,13 @@ static int walk_split(Folder *f, const NameList *classes, char *err, size_t err_
     // data.path and the split folder are above every class folder: a link to either is a loop too.
     const FolderChain data_root = {root_st.st_dev, root_st.st_ino, NULL};
     const FolderChain top = {split_st.st_dev, split_st.st_ino, &data_root};
-    for (int c = 0; !rc && c < classes->count; c++) rc = scan_class(f, classes->items[c], c, &top, err, err_cap);
+    for (int c = 0; !rc && c < classes->count; c++)
+        rc = scan_class(f, classes->items[c], c, &top, err, err_cap);
     if (!rc && f->loops)
-        log_warn("imagefolder: %s: passed over %ld folder links that lead back to a folder above them (a loop), "
-                 "e.g. %s", f->split_dir, f->loops, f->loop_example);
+        log_warn(
+            "imagefolder: %s: passed over %ld folder links that lead back to a folder above them (a loop), "
+            "e.g. %s",
+            f->split_dir, f->loops, f->loop_example);
     return rc;
 }
 
@@ -300,8 +306,8 @@ static void cache_save(const Folder *f, const char *path, const char *split_abs,
     const char *unsettled = image_list_unsettled_dir(&f->list, walk_start);
     char why[PATH_MAX + 128];
     if (unsettled)
-        log_info("imagefolder: file list of %s not cached: %s/%s changed less than %d s before the walk", f->split_dir,
-                 f->split_dir, unsettled, IMAGE_LIST_SETTLE_S);
+        log_info("imagefolder: file list of %s not cached: %s/%s changed less than %d s before the walk",
+                 f->split_dir, f->split_dir, unsettled, IMAGE_LIST_SETTLE_S);
     else if (image_list_save(path, split_abs, classes, &f->list, why, sizeof why))
         log_warn("imagefolder: file-list cache: %s (the next start walks %s again)", why, f->split_dir);
     else
@@ -310,8 +316,10 @@ static void cache_save(const Folder *f, const char *path, const char *split_abs,
 
 // The split folder's absolute path and its cache file in cache_dir (image_list_cache_path); 0, or 1
 // after one warning.
-static int cache_file_of(const Folder *f, const char *cache_dir, char *split_abs, char *path, size_t path_cap) {
-    if (realpath(f->split_dir, split_abs) && !image_list_cache_path(cache_dir, split_abs, f->split, path, path_cap))
+static int cache_file_of(const Folder *f, const char *cache_dir, char *split_abs, char *path,
+                         size_t path_cap) {
+    if (realpath(f->split_dir, split_abs) &&
+        !image_list_cache_path(cache_dir, split_abs, f->split, path, path_cap))
         return 0;
     log_warn("imagefolder: file list of %s not cached: no cache path for it in %s", f->split_dir, cache_dir);
     return 1;
@@ -328,7 +336,8 @@ static int list_split(Folder *f, const NameList *classes, const char *cache_dir,
     int cached = dir_exists && cache_file_of(f, cache_dir, split_abs, path, sizeof path) == 0;
     if (cached) {
         if (image_list_load(path, split_abs, classes, &f->list, why, sizeof why) == 0) {
-            log_info("imagefolder: file list of %s read from %s (%d images)", f->split_dir, path, f->list.files.count);
+            log_info("imagefolder: file list of %s read from %s (%d images)", f->split_dir, path,
+                     f->list.files.count);
             return 0;
         }
         log_info("imagefolder: file-list cache not used: %s; walking %s", why, f->split_dir);
@@ -353,15 +362,17 @@ static void folder_save_list(const EncodedSource *src, const char *cache_dir) {
     if (!f->list_unsaved || !cache_dir || !cache_dir[0]) return;
     f->list_unsaved = 0;
     if (stat(cache_dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        log_info("imagefolder: file list of %s not cached: the folder %s does not exist", f->split_dir, cache_dir);
+        log_info("imagefolder: file list of %s not cached: the folder %s does not exist", f->split_dir,
+                 cache_dir);
     else if (cache_file_of(f, cache_dir, split_abs, path, sizeof path) == 0)
         cache_save(f, path, split_abs, &f->classes, f->walk_start);
 }
 
 // ---- open ---------------------------------------------------------------------------------------------
 
-int dataset_imagefolder_open(const char *root, const char *cache_dir, int train, int augment, int side, int max_classes, long seed,
-                             PixelNorm norm, Dataset **out, char *err, size_t err_cap) {
+int dataset_imagefolder_open(const char *root, const char *cache_dir, int train, int augment, int side,
+                             int max_classes, long seed, PixelNorm norm, Dataset **out, char *err,
+                             size_t err_cap) {
     *out = NULL;
     struct stat st;
     int missing = stat(root, &st) != 0;
@@ -381,8 +392,8 @@ int dataset_imagefolder_open(const char *root, const char *cache_dir, int train,
     NameList train_classes = {0}, val_classes = {0};
     rc = list_classes(train_dir, &train_classes, err, err_cap);
     if (!rc && train_classes.count > max_classes) {
-        snprintf(err, err_cap, "imagefolder: %s has %d class folders, more than model.num_classes %d", train_dir,
-                 train_classes.count, max_classes);
+        snprintf(err, err_cap, "imagefolder: %s has %d class folders, more than model.num_classes %d",
+                 train_dir, train_classes.count, max_classes);
         rc = 2;
     }
     // The validation labels are only right if both splits number the same classes the same way.
@@ -391,8 +402,9 @@ int dataset_imagefolder_open(const char *root, const char *cache_dir, int train,
         const char *only_train = rc ? NULL : first_missing(&train_classes, &val_classes);
         const char *only_val = rc ? NULL : first_missing(&val_classes, &train_classes);
         if (only_train || only_val) {
-            snprintf(err, err_cap, "imagefolder: the class folders of %s and %s differ: %s is only in %s", train_dir,
-                     val_dir, only_train ? only_train : only_val, only_train ? train_dir : val_dir);
+            snprintf(err, err_cap, "imagefolder: the class folders of %s and %s differ: %s is only in %s",
+                     train_dir, val_dir, only_train ? only_train : only_val,
+                     only_train ? train_dir : val_dir);
             rc = 2;
         }
     }
@@ -406,9 +418,14 @@ int dataset_imagefolder_open(const char *root, const char *cache_dir, int train,
             log_info("imagefolder: %s: left out %ld files that are not .jpg/.jpeg (e.g. %s)", f->split_dir,
                      f->list.other_files, f->list.other_example);
         src = xcalloc(1, sizeof *src);
-        *src = (EncodedSource){.size = f->list.files.count, .classes = train_classes.count, .read = folder_read,
-                               .destroy = folder_destroy, .impl = f, .describe = folder_describe,
-                               .save_list = folder_save_list, .list_digest = list_digest(&f->list)};
+        *src = (EncodedSource){.size = f->list.files.count,
+                               .classes = train_classes.count,
+                               .read = folder_read,
+                               .destroy = folder_destroy,
+                               .impl = f,
+                               .describe = folder_describe,
+                               .save_list = folder_save_list,
+                               .list_digest = list_digest(&f->list)};
         snprintf(src->name, sizeof src->name, "imagefolder");
     }
     names_free(&train_classes);

@@ -90,9 +90,11 @@ static uint64_t fnv1a64(const uint8_t *p, size_t n) {
     return h;
 }
 
-int image_list_cache_path(const char *cache_dir, const char *split_abs, const char *split, char *out, size_t cap) {
+int image_list_cache_path(const char *cache_dir, const char *split_abs, const char *split, char *out,
+                          size_t cap) {
     uint64_t h = fnv1a64((const uint8_t *)split_abs, strlen(split_abs));
-    return (size_t)snprintf(out, cap, "%s/imagefolder-%016llx-%s.list", cache_dir, (unsigned long long)h, split) >= cap;
+    return (size_t)snprintf(out, cap, "%s/imagefolder-%016llx-%s.list", cache_dir, (unsigned long long)h,
+                            split) >= cap;
 }
 
 // ---- writing ----------------------------------------------------------------------------------------
@@ -137,8 +139,8 @@ static int write_all(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
-int image_list_save(const char *path, const char *split_abs, const NameList *classes, const ImageList *l, char *err,
-                    size_t err_cap) {
+int image_list_save(const char *path, const char *split_abs, const NameList *classes, const ImageList *l,
+                    char *err, size_t err_cap) {
     Buf payload = {0}, file = {0};
     put_str(&payload, split_abs);
     put_names(&payload, classes);
@@ -311,8 +313,8 @@ static int entries_inside(const NameList *classes, const ImageList *l, char *why
         size_t head = plain_path_head(rel);
         const char *label_class = classes->items[l->labels[i]];
         if (head == 0 || !slash || head != strlen(label_class) || memcmp(rel, label_class, head) != 0) {
-            snprintf(why, why_cap, "the file '%s' is not inside the folder of its class %d (%s)", rel, l->labels[i],
-                     label_class);
+            snprintf(why, why_cap, "the file '%s' is not inside the folder of its class %d (%s)", rel,
+                     l->labels[i], label_class);
             rc = 1;
         } else {
             snprintf(parent, sizeof parent, "%.*s", (int)(slash - rel), rel);
@@ -370,8 +372,8 @@ static int parse_payload(Cursor *c, const char *split_abs, const NameList *class
     return entries_inside(classes, out, why, why_cap);
 }
 
-int image_list_load(const char *path, const char *split_abs, const NameList *classes, ImageList *out, char *why,
-                    size_t why_cap) {
+int image_list_load(const char *path, const char *split_abs, const NameList *classes, ImageList *out,
+                    char *why, size_t why_cap) {
     *out = (ImageList){0};
     uint8_t *data;
     size_t len;

@@ -40,13 +40,13 @@ void names_sort(NameList *l);  // byte order (strcmp), as Python sorts str
 void names_free(NameList *l);
 
 typedef struct ImageList {
-    NameList files;          // (count) JPEG paths relative to the split folder: "<class>/<sub>/<file>"
-    int32_t *labels;         // (files.count) int32 class index
+    NameList files;   // (count) JPEG paths relative to the split folder: "<class>/<sub>/<file>"
+    int32_t *labels;  // (files.count) int32 class index
     int labels_cap;
-    NameList dirs;           // every folder the walk listed, relative to the split folder, in walk order
-    struct timespec *mtimes; // (dirs.count) each folder's mtime, taken before it was listed
+    NameList dirs;            // every folder the walk listed, relative to the split folder, in walk order
+    struct timespec *mtimes;  // (dirs.count) each folder's mtime, taken before it was listed
     int mtimes_cap;
-    long other_files;        // non-JPEG files left out
+    long other_files;  // non-JPEG files left out
     char other_example[PATH_MAX];
 } ImageList;
 
@@ -56,16 +56,17 @@ void image_list_free(ImageList *l);
 
 // The cache file of split ("train"/"val") of the ImageFolder whose split folder has the absolute path
 // split_abs, in cache_dir. 0, or 1 when the name does not fit in cap.
-int image_list_cache_path(const char *cache_dir, const char *split_abs, const char *split, char *out, size_t cap);
+int image_list_cache_path(const char *cache_dir, const char *split_abs, const char *split, char *out,
+                          size_t cap);
 
 // Reads the cache at path for split_abs with the current class folders `classes` and checks it (above).
 // 0 and *out filled when it holds; 1 with one line in why (missing, corrupt, stale: what and where).
-int image_list_load(const char *path, const char *split_abs, const NameList *classes, ImageList *out, char *why,
-                    size_t why_cap);
+int image_list_load(const char *path, const char *split_abs, const NameList *classes, ImageList *out,
+                    char *why, size_t why_cap);
 
 // Writes l atomically to path. 0, or 1 with one line in err (nothing is left at path but a whole file).
-int image_list_save(const char *path, const char *split_abs, const NameList *classes, const ImageList *l, char *err,
-                    size_t err_cap);
+int image_list_save(const char *path, const char *split_abs, const NameList *classes, const ImageList *l,
+                    char *err, size_t err_cap);
 
 // The first folder of l modified less than IMAGE_LIST_SETTLE_S before walk_start (or after it), or NULL.
 const char *image_list_unsettled_dir(const ImageList *l, struct timespec walk_start);

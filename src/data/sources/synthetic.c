@@ -19,20 +19,20 @@
 #include "core/check.h"
 #include "data/data_rng.h"
 
-#define POOL_OFFSETS (1 << 18)   // distinct windows; the pool is image_bytes + POOL_OFFSETS values
-#define LEARNABLE_NOISE 5.0f  // noise sigma relative to the templates' std of 1
-#define SYNTHETIC_STEPS 40.0f  // bytes per unit of value (k above)
+#define POOL_OFFSETS (1 << 18)  // distinct windows; the pool is image_bytes + POOL_OFFSETS values
+#define LEARNABLE_NOISE 5.0f    // noise sigma relative to the templates' std of 1
+#define SYNTHETIC_STEPS 40.0f   // bytes per unit of value (k above)
 #define LEARNABLE_STEPS 8.0f
 
 // ---- synthetic: N(0,1) images, uniform labels ------------------------------------------------------
 
 typedef struct Generated {
     int split;
-    float *pool;     // learnable: (image_bytes + POOL_OFFSETS) float32, N(0,1)
+    float *pool;          // learnable: (image_bytes + POOL_OFFSETS) float32, N(0,1)
     uint8_t *pool_bytes;  // synthetic: the same pool as bytes (see the top of the file)
-    float *colour;   // learnable: (classes, 3) float32, per-class mean colour
-    float *rows;     // learnable: (classes, side, 3) float32, per-class wave along y
-    float *cols;     // learnable: (classes, side, 3) float32, per-class wave along x
+    float *colour;        // learnable: (classes, 3) float32, per-class mean colour
+    float *rows;          // learnable: (classes, side, 3) float32, per-class wave along y
+    float *cols;          // learnable: (classes, side, 3) float32, per-class wave along x
 } Generated;
 
 // Label and pool offset of sample i: the only per-sample randomness of the generated sources.
@@ -74,8 +74,8 @@ static void generated_destroy(Dataset *ds) {
 }
 
 static Dataset *generated_create(const char *name, int size, int side, int classes, long seed, int split) {
-    AMP_ASSERT(size > 0 && side > 0 && classes > 0, "%s: size %d, side %d, classes %d must be positive",
-               name, size, side, classes);
+    AMP_ASSERT(size > 0 && side > 0 && classes > 0, "%s: size %d, side %d, classes %d must be positive", name,
+               size, side, classes);
     Dataset *ds = xcalloc(1, sizeof *ds);
     Generated *g = xcalloc(1, sizeof *g);
     ds->name = name;
@@ -127,7 +127,8 @@ static void learnable_get(const Dataset *ds, int index, uint8_t *img, int32_t *l
         for (int x = 0; x < side; x++) {
             size_t p = ((size_t)y * side + x) * 3;
             for (int ch = 0; ch < 3; ch++)
-                img[p + ch] = quantise(colour[ch] + rows[y * 3 + ch] + cols[x * 3 + ch] + LEARNABLE_NOISE * noise[p + ch],
+                img[p + ch] = quantise(colour[ch] + rows[y * 3 + ch] + cols[x * 3 + ch] +
+                                           LEARNABLE_NOISE * noise[p + ch],
                                        LEARNABLE_STEPS);
         }
     }

@@ -32,20 +32,20 @@
 #include "core/file_open.h"
 
 #define TAR_BLOCK 512
-#define TAR_NAME_MAX 4096        // the longest member name read (pax or GNU long names)
-#define TAR_META_MAX (1 << 20)   // the largest pax header read
-#define WDS_LABEL_MAX 32         // a .cls member longer than this holds no label
+#define TAR_NAME_MAX 4096       // the longest member name read (pax or GNU long names)
+#define TAR_META_MAX (1 << 20)  // the largest pax header read
+#define WDS_LABEL_MAX 32        // a .cls member longer than this holds no label
 
 typedef struct WdsSample {
-    long long offset;    // the image member's data in its shard
-    long long size;      // its bytes
+    long long offset;  // the image member's data in its shard
+    long long size;    // its bytes
     int shard;
     int32_t label;
 } WdsSample;
 
 typedef struct WdsIndex {
-    char **paths;        // (n_shards) shard paths in name order
-    int *fds;            // (n_shards) open for pread; -1 not opened
+    char **paths;  // (n_shards) shard paths in name order
+    int *fds;      // (n_shards) open for pread; -1 not opened
     int n_shards;
     int listed;          // 1 once the folder was read (so "no shards" means none there)
     WdsSample *samples;  // (n_samples) in shard order, then archive order
@@ -56,7 +56,7 @@ typedef struct WdsIndex {
 typedef struct WdsGroup {
     int open;
     char key[TAR_NAME_MAX];
-    long long start;     // the header offset of its first member
+    long long start;  // the header offset of its first member
     int has_image, has_label;
     WdsSample sample;
 } WdsGroup;
@@ -65,8 +65,8 @@ typedef struct WdsGroup {
 
 // "webdataset: SHARD: offset N: what"; returns 2, the exit code for bad data at start-up. Control
 // characters (a member name is any bytes) are written as \xHH, so the message stays one line.
-__attribute__((format(printf, 5, 6)))
-static int wds_fail(char *err, size_t err_cap, const char *path, long long offset, const char *fmt, ...) {
+__attribute__((format(printf, 5, 6))) static int wds_fail(char *err, size_t err_cap, const char *path,
+                                                          long long offset, const char *fmt, ...) {
     char text[1024];
     int n = snprintf(text, sizeof text, "webdataset: %s: offset %lld: ", path, offset);
     if (n >= 0 && (size_t)n < sizeof text) {
@@ -77,8 +77,10 @@ static int wds_fail(char *err, size_t err_cap, const char *path, long long offse
     }
     size_t at = 0;
     for (const unsigned char *c = (const unsigned char *)text; *c && at + 5 < err_cap; c++) {
-        if (*c < 0x20 || *c == 0x7f) at += (size_t)snprintf(err + at, 5, "\\x%02x", *c);
-        else err[at++] = (char)*c;
+        if (*c < 0x20 || *c == 0x7f)
+            at += (size_t)snprintf(err + at, 5, "\\x%02x", *c);
+        else
+            err[at++] = (char)*c;
     }
     if (err_cap) err[at] = '\0';
     return 2;
@@ -213,7 +215,8 @@ static int wds_parse_label(const unsigned char *d, long long n, long long *label
 static int wds_group_close(WdsIndex *ix, WdsGroup *g, const char *path, char *err, size_t err_cap) {
     if (!g->open) return 0;
     g->open = 0;
-    if (!g->has_image) return wds_fail(err, err_cap, path, g->start, "sample '%s' has no .jpg or .jpeg member", g->key);
+    if (!g->has_image)
+        return wds_fail(err, err_cap, path, g->start, "sample '%s' has no .jpg or .jpeg member", g->key);
     if (!g->has_label)
         return wds_fail(err, err_cap, path, g->start, "sample '%s' has no .cls member (its label)", g->key);
     if (ix->n_samples == INT_MAX)
@@ -231,7 +234,8 @@ static int wds_group_close(WdsIndex *ix, WdsGroup *g, const char *path, char *er
 // shares its key, else closes it and starts the next. first: the data's first bytes (at least
 // min(size, 512) of them).
 static int wds_add_member(WdsIndex *ix, WdsGroup *g, int shard, int classes, const char *name, long long at,
-                          long long data, long long size, const unsigned char *first, char *err, size_t err_cap) {
+                          long long data, long long size, const unsigned char *first, char *err,
+                          size_t err_cap) {
     const char *path = ix->paths[shard];
     const char *dot = wds_extension_dot(name);
     if (!dot) return 0;
@@ -247,18 +251,22 @@ static int wds_add_member(WdsIndex *ix, WdsGroup *g, int shard, int classes, con
     }
     const char *ext = dot + 1;
     if (strcasecmp(ext, "jpg") == 0 || strcasecmp(ext, "jpeg") == 0) {
-        if (g->has_image) return wds_fail(err, err_cap, path, at, "sample '%s' has a second image, '%s'", g->key, name);
+        if (g->has_image)
+            return wds_fail(err, err_cap, path, at, "sample '%s' has a second image, '%s'", g->key, name);
         g->has_image = 1;
         g->sample.offset = data;
         g->sample.size = size;
     } else if (strcasecmp(ext, "cls") == 0) {
         long long label;
-        if (g->has_label) return wds_fail(err, err_cap, path, at, "sample '%s' has a second label, '%s'", g->key, name);
+        if (g->has_label)
+            return wds_fail(err, err_cap, path, at, "sample '%s' has a second label, '%s'", g->key, name);
         if (size > WDS_LABEL_MAX || wds_parse_label(first, size, &label) != 0)
-            return wds_fail(err, err_cap, path, at, "'%s' (%lld bytes) is not an ASCII integer label", name, size);
+            return wds_fail(err, err_cap, path, at, "'%s' (%lld bytes) is not an ASCII integer label", name,
+                            size);
         if (label < 0 || label >= classes)
-            return wds_fail(err, err_cap, path, at, "'%s' holds label %lld, outside [0, %d) (model.num_classes)",
-                            name, label, classes);
+            return wds_fail(err, err_cap, path, at,
+                            "'%s' holds label %lld, outside [0, %d) (model.num_classes)", name, label,
+                            classes);
         g->has_label = 1;
         g->sample.label = (int32_t)label;
     }
@@ -286,14 +294,14 @@ static int wds_index_shard(WdsIndex *ix, int shard, int classes, char *err, size
     long long end = st.st_size, at = 0;
     unsigned char block[2 * TAR_BLOCK];  // a header and the first block of its data
     char name[TAR_NAME_MAX];
-    char long_name[TAR_NAME_MAX] = "";    // from a pax or GNU entry, for the next member only
+    char long_name[TAR_NAME_MAX] = "";  // from a pax or GNU entry, for the next member only
     long long long_size = -1;
     WdsGroup *g = xcalloc(1, sizeof *g);
     int rc = 0;
     for (;;) {
         if (end - at < TAR_BLOCK) {
             rc = wds_fail(err, err_cap, path, at < end ? at : end,
-                          at > end ? "the file ends inside the padding of the last member (truncated)"
+                          at > end    ? "the file ends inside the padding of the last member (truncated)"
                           : at == end ? "the archive ends without its end-of-archive block (truncated?)"
                                       : "the file ends inside a header block (truncated)");
             break;
@@ -305,22 +313,26 @@ static int wds_index_shard(WdsIndex *ix, int shard, int classes, char *err, size
         }
         if (tar_is_zero_block(block)) break;
         if (!tar_checksum_ok(block)) {
-            rc = wds_fail(err, err_cap, path, at, "not a tar header (checksum mismatch): corrupt, or not a tar file");
+            rc = wds_fail(err, err_cap, path, at,
+                          "not a tar header (checksum mismatch): corrupt, or not a tar file");
             break;
         }
         char type = (char)block[156];
         int meta = type == 'x' || type == 'L' || type == 'g';
         long long size = meta || long_size < 0 ? tar_number(block + 124, 12) : long_size;
-        if (long_name[0] && !meta) strcpy(name, long_name);
-        else tar_header_name(block, name);
+        if (long_name[0] && !meta)
+            strcpy(name, long_name);
+        else
+            tar_header_name(block, name);
         long long data = at + TAR_BLOCK;
         if (size < 0) {
             rc = wds_fail(err, err_cap, path, at, "member '%s' has an unreadable size field", name);
             break;
         }
         if (size > end - data) {
-            rc = wds_fail(err, err_cap, path, at, "member '%s' needs %lld bytes, the file has %lld left (truncated)",
-                          name, size, end - data);
+            rc = wds_fail(err, err_cap, path, at,
+                          "member '%s' needs %lld bytes, the file has %lld left (truncated)", name, size,
+                          end - data);
             break;
         }
         if (type == 'x' || type == 'L') {
@@ -337,8 +349,10 @@ static int wds_index_shard(WdsIndex *ix, int shard, int classes, char *err, size
             rc = wds_add_member(ix, g, shard, classes, name, at, data, size, block + TAR_BLOCK, err, err_cap);
             if (rc) break;
         } else if (type != '5' && type != 'g' && type != '\0') {
-            rc = wds_fail(err, err_cap, path, at, "member '%s' is of type '%c': only regular files, directories "
-                          "and pax or GNU name entries belong in a shard", name, isprint((unsigned char)type) ? type : '?');
+            rc = wds_fail(err, err_cap, path, at,
+                          "member '%s' is of type '%c': only regular files, directories "
+                          "and pax or GNU name entries belong in a shard",
+                          name, isprint((unsigned char)type) ? type : '?');
             break;
         }
         if (!meta) long_name[0] = '\0', long_size = -1;
@@ -370,8 +384,10 @@ static void wds_index_free(WdsIndex *ix) {
 static int wds_list_shards(WdsIndex *ix, const char *dir, const char *split, char *err, size_t err_cap) {
     DIR *d = opendir(dir);
     if (!d) {
-        snprintf(err, err_cap, "webdataset: cannot open folder '%s': %s (data.path must hold train-*.tar and "
-                 "val-*.tar shards)", dir, strerror(errno));
+        snprintf(err, err_cap,
+                 "webdataset: cannot open folder '%s': %s (data.path must hold train-*.tar and "
+                 "val-*.tar shards)",
+                 dir, strerror(errno));
         return 2;
     }
     size_t prefix_len = strlen(split) + 1;
@@ -405,22 +421,25 @@ static int wds_list_shards(WdsIndex *ix, const char *dir, const char *split, cha
         ix->fds[s] = file_open_regular(ix->paths[s], &st, why, sizeof why);
         if (ix->fds[s] < 0) {
             snprintf(err, err_cap, "webdataset: cannot open shard '%s': %s%s", ix->paths[s], why,
-                     errno == EMFILE ? " (one descriptor per shard stays open: raise `ulimit -n`, or pack fewer, "
-                                       "larger shards)" : "");
+                     errno == EMFILE
+                         ? " (one descriptor per shard stays open: raise `ulimit -n`, or pack fewer, "
+                           "larger shards)"
+                         : "");
             return 2;
         }
     }
     return 0;
 }
 
-static int wds_read(const EncodedSource *src, int index, uint8_t **bytes, size_t *len, int32_t *label, char *err,
-                    size_t err_cap) {
+static int wds_read(const EncodedSource *src, int index, uint8_t **bytes, size_t *len, int32_t *label,
+                    char *err, size_t err_cap) {
     const WdsIndex *ix = src->impl;
     const WdsSample *s = &ix->samples[index];
     uint8_t *buf = xcalloc(s->size ? (size_t)s->size : 1, 1);
     long long got = wds_read_at(ix->fds[s->shard], buf, s->size, s->offset);
     if (got != s->size) {
-        snprintf(err, err_cap, "read %lld of %lld bytes: %s", got, s->size, errno ? strerror(errno) : "end of file");
+        snprintf(err, err_cap, "read %lld of %lld bytes: %s", got, s->size,
+                 errno ? strerror(errno) : "end of file");
         free(buf);
         return 1;
     }
@@ -458,8 +477,8 @@ static uint64_t index_digest(const WdsIndex *ix) {
     return digest_end(&d);
 }
 
-int webdataset_open(const char *dir, const char *split, int classes, int optional, EncodedSource **out, char *err,
-                    size_t err_cap) {
+int webdataset_open(const char *dir, const char *split, int classes, int optional, EncodedSource **out,
+                    char *err, size_t err_cap) {
     *out = NULL;
     WdsIndex *ix = xcalloc(1, sizeof *ix);
     int rc = wds_list_shards(ix, dir, split, err, err_cap);
@@ -469,7 +488,8 @@ int webdataset_open(const char *dir, const char *split, int classes, int optiona
     }
     for (int s = 0; !rc && s < ix->n_shards; s++) rc = wds_index_shard(ix, s, classes, err, err_cap);
     if (!rc && ix->n_samples == 0) {
-        snprintf(err, err_cap, "webdataset: the %d %s-*.tar shards in '%s' hold no samples", ix->n_shards, split, dir);
+        snprintf(err, err_cap, "webdataset: the %d %s-*.tar shards in '%s' hold no samples", ix->n_shards,
+                 split, dir);
         rc = 2;
     }
     if (rc) {

@@ -26,7 +26,7 @@
 // problem: no shards (unless optional: then 0 and *out = NULL), an unreadable shard, a truncated or corrupt
 // one (the shard and the byte offset), a sample without an image or without a label, a label that is not
 // an integer or is out of range. A failed read names the shard and offset through src->describe.
-int webdataset_open(const char *dir, const char *split, int classes, int optional, EncodedSource **out, char *err,
-                    size_t err_cap);
+int webdataset_open(const char *dir, const char *split, int classes, int optional, EncodedSource **out,
+                    char *err, size_t err_cap);
 
 #endif
