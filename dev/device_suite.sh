@@ -322,18 +322,6 @@ stage_recipe() {  # each feature's block sets rc=1 when its check fails; every b
         >"$OUT/recipe_finetune.log" 2>&1 || rc=1
     grep -E "^(ok|FAIL) |^recipe_finetune:" "$OUT/recipe_finetune.log"
     # ---- END model.init and --eval ----
-    return $rc
-}
-scaling_run() {  # out-folder extra-flags...
-    local out=$1; shift
-    python3 launch/scaling --config configs/resnext50_32x4d_imagenet.yaml --gpus 1,2 --precisions amp,fp32 \
-        --batch 256 --steps 30 --warmup 8 --torch-baseline bench/torch_baseline.py --out "$out" "$@" \
-        -- cudnn.benchmark=true cudnn.tf32=true && cat "$out/scaling.md"
-}
-stage_scaling() { scaling_run "$OUT/scaling"; }
-stage_scalingnet() { scaling_run "$OUT/scaling-net" --simulate-network; }
-stage_recipe() {
-    local rc=0
     # ---- recipe: optimizer (train.norm_weight_decay, train.clip_grad_norm, train.ema_decay) --------------
     # torch SGD with torchvision's decay groups, clip_grad_norm_ and ExponentialMovingAverage against
     # amptrain's steps on the same gradients (CPU and CUDA); then a ResNeXt-50 run with all three on, whose
@@ -351,6 +339,14 @@ stage_recipe() {
     # ---- end recipe: optimizer ------------------------------------------------------------------------
     return $rc
 }
+scaling_run() {  # out-folder extra-flags...
+    local out=$1; shift
+    python3 launch/scaling --config configs/resnext50_32x4d_imagenet.yaml --gpus 1,2 --precisions amp,fp32 \
+        --batch 256 --steps 30 --warmup 8 --torch-baseline bench/torch_baseline.py --out "$out" "$@" \
+        -- cudnn.benchmark=true cudnn.tf32=true && cat "$out/scaling.md"
+}
+stage_scaling() { scaling_run "$OUT/scaling"; }
+stage_scalingnet() { scaling_run "$OUT/scaling-net" --simulate-network; }
 
 nvidia-smi -L
 for s in "$@"; do

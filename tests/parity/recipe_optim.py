@@ -134,6 +134,9 @@ def run(case):
                     b.copy_(stats[k][n])
                 elif n.endswith("num_batches_tracked"):
                     b.fill_(tracked[k])
+        if amp:
+            # GradScaler makes its scale tensor at its first scale(); the gradients here come from the file
+            scaler.scale(torch.zeros((), device=device))
         for n, p in model.named_parameters():
             g = grads[k][n].to(device).clone()  # clip_grad_norm_ scales it in place
             if amp:
