@@ -167,6 +167,7 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("augment");
     TCase *tc = tcase_create("augment");
+    tcase_set_timeout(tc, 120);  // the draw statistics take seconds, more under the sanitizers
     tcase_add_test(tc, test_draws_reach_every_op_and_bin_uniformly);
     tcase_add_test(tc, test_magnitudes_are_torchvisions_table);
     tcase_add_test(tc, test_erasing_boxes_and_bytes);
