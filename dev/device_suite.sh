@@ -48,7 +48,7 @@
 #   recipe    the modern recipe's features against PyTorch and torchvision (tests/parity/recipe_*.py), one
 #             delimited block per feature
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
-# The JPEG stages (fmnist, jpegs, jpegloop) need libjpeg-turbo in the bundle: bash dev/devdeps-add-jpeg.sh .devdeps
+# The JPEG stages (fmnist, jpegs, jpegloop, recipe's --eval check) need libjpeg-turbo in the bundle: bash dev/devdeps-add-jpeg.sh .devdeps
 # (the build stage prints whether CMake found it).
 set -u
 source .devdeps/env.sh
