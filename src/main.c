@@ -22,7 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint/checkpoint.h"
+#include "train/checkpoint.h"
 #include "checkpoint/model_file.h"
 #include "core/backend.h"
 #include "core/check.h"

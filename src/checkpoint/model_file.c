@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/checkpoint.h"
+#include "checkpoint/model_tensors.h"
 #include "checkpoint/checkpoint_meta.h"
 #include "checkpoint/safetensors.h"
 #include "core/check.h"

@@ -17,7 +17,7 @@
 
 #include "config/config_schema.h"
 #include "config/yaml_tree.h"
-#include "image/image_decode.h"
+#include "core/image_job.h"
 
 #define CONFIG_EXIT_INVALID 2
 #define MESSAGE_MAX 1024

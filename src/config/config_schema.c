@@ -10,7 +10,7 @@
 
 #include "config/config.h"
 #include "dist/watchdog.h"
-#include "image/image_decode.h"
+#include "core/image_job.h"
 
 #define AT(field) offsetof(Config, field), 0
 #define AT_STR(field) offsetof(Config, field), sizeof(((Config *)0)->field)

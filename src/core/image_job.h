@@ -8,6 +8,11 @@
 #ifndef AMPTRAIN_IMAGE_JOB_H
 #define AMPTRAIN_IMAGE_JOB_H
 
+// The most pixels an image's header may claim: the ceiling of data.max_image_pixels and its default
+// (Pillow's decompression-bomb limit); image/image_decode.h says how they are used.
+#define IMAGE_MAX_PIXELS (1L << 30)
+#define IMAGE_DEFAULT_MAX_PIXELS 89478485L  // 1024 * 1024 * 1024 / 4 / 3, as Pillow has it
+
 #include <stddef.h>
 #include <stdint.h>
 

@@ -21,11 +21,10 @@
 
 #include "core/image_job.h"
 
-// The most pixels any decode makes (3 GiB of RGB): the ceiling of data.max_image_pixels, whose default,
-// IMAGE_DEFAULT_MAX_PIXELS, is Pillow's decompression-bomb limit (Image.MAX_IMAGE_PIXELS). The datasets
-// hold each image to the configured limit (image_dataset.h); this one is what the decoder itself allows.
-#define IMAGE_MAX_PIXELS (1L << 30)
-#define IMAGE_DEFAULT_MAX_PIXELS 89478485L  // 1024 * 1024 * 1024 / 4 / 3, as Pillow has it
+// IMAGE_MAX_PIXELS (core/image_job.h) is the most pixels any decode makes (3 GiB of RGB): the ceiling of
+// data.max_image_pixels, whose default, IMAGE_DEFAULT_MAX_PIXELS, is Pillow's decompression-bomb limit
+// (Image.MAX_IMAGE_PIXELS). The datasets hold each image to the configured limit (image_dataset.h); the
+// ceiling is what the decoder itself allows.
 
 // The most pixels a JPEG file may claim per byte of its size. A Huffman-coded scan of the luma (or
 // only) component spends at least one bit on each 8x8 block's DC coefficient (the shortest Huffman

@@ -1,16 +1,16 @@
 // decode_feed.h - the training loop's batches when the backend decodes the JPEGs (data.decode on the device):
 // a thread of its own takes the loader's ImageJob batches and has the backend decode each into an input slot
-// (the caller's DecodeBatchFn: input.h's input_decode, which replaces the refused jobs on the host and uploads the
+// (the caller's DecodeBatchFn: input.h's input_slot_decode, which replaces the refused jobs on the host and uploads the
 // labels), up to BACKEND_INPUT_SLOTS batches ahead of the step that reads them.
 //
-// Why a thread: input_decode returns only once it knows which jobs failed, and a decoder may synchronise the
+// Why a thread: input_slot_decode returns only once it knows which jobs failed, and a decoder may synchronise the
 // device on the way (nvJPEG grows its buffers with cudaFree/cudaFreeHost); on the training thread either
 // would hold back the launch of the next step. Here the training thread only waits, on the host, for a batch
 // that is not decoded yet (counted as data wait).
 //
 // Slot hand-over (host side; the device side is the backend's uploaded / consumed events): the thread decodes
 // batch n into slot n % BACKEND_INPUT_SLOTS once the training thread has staged batch n - SLOTS out of it
-// (input_stage's input_release is issued, so input_decode's wait for "consumed" waits for that release).
+// (input_stage's input_release is issued, so input_slot_decode's wait for "consumed" waits for that release).
 // decode_feed_next releases the slot of the batch it returned before: trainer_step stages every batch
 // before it asks for the next one.
 #ifndef AMPTRAIN_DECODE_FEED_H

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "checkpoint/checkpoint.h"
+#include "train/checkpoint.h"
 #include "core/check.h"
 
 void divergence_init(Divergence *d, Backend *be) {

@@ -29,15 +29,15 @@ void input_free(TrainerInput *in) {
     memset(in, 0, sizeof *in);
 }
 
-void input_upload(TrainerInput *in, int slot, const uint8_t *images, const int32_t *labels, int count) {
+void input_slot_upload(TrainerInput *in, int slot, const uint8_t *images, const int32_t *labels, int count) {
     Backend *be = in->be;
     size_t image_bytes = (size_t)count * dataset_image_bytes(in->set);
     be->input_upload(be, slot, in->slot_images[slot], images, image_bytes);
     be->input_upload(be, slot, in->slot_labels[slot], labels, (size_t)count * sizeof(int32_t));
 }
 
-void input_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
-                  const int32_t *labels, int count, int epoch) {
+void input_slot_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
+                       const int32_t *labels, int count, int epoch) {
     Backend *be = in->be;
     const size_t bytes = dataset_image_bytes(in->set);
     be->input_decode(be, slot, in->slot_images[slot], count, in->set->side, jobs, in->decode_failed);
@@ -71,7 +71,7 @@ ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb)
     size_t label_bytes = (size_t)mb->count * sizeof(int32_t);
     if (mb->host_images || mb->uploaded) {
         int slot = mb->uploaded ? mb->slot : 0;
-        if (!mb->uploaded) input_upload(in, slot, mb->host_images, mb->host_labels, mb->count);
+        if (!mb->uploaded) input_slot_upload(in, slot, mb->host_images, mb->host_labels, mb->count);
         be->input_acquire(be, slot);
         be->copy(be, act->images, in->slot_images[slot], image_bytes);
         be->copy(be, act->labels, in->slot_labels[slot], label_bytes);
@@ -89,9 +89,9 @@ ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb)
 
 // ---- the loop's feed ------------------------------------------------------------------------------
 
-// decode_feed's DecodeBatchFn: input_decode on one of the loader's batches.
+// decode_feed's DecodeBatchFn: input_slot_decode on one of the loader's batches.
 static void decode_loader_batch(void *in, int slot, const Batch *b) {
-    input_decode(in, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
+    input_slot_decode(in, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
 }
 
 // The next batch from the loader, uploaded into the next slot. stop: NULL inside a step (its micro-batches
@@ -102,7 +102,8 @@ static void feed_fetch(InputFeed *f, volatile sig_atomic_t *stop) {
     f->ahead = loader_next_unless(f->loader, f->waited, stop);
     if (!f->ahead && stop && *stop) f->interrupted = 1;
     f->ahead_slot = (f->ahead_slot + 1) % BACKEND_INPUT_SLOTS;
-    if (f->ahead) input_upload(f->in, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
+    if (f->ahead)
+        input_slot_upload(f->in, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
 }
 
 void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited,

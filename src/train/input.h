@@ -2,8 +2,8 @@
 // before the step reads it, and the loop's feed that fills them from the loader.
 //
 // A slot is filled on the copy stream while the step before runs: raw bytes uploaded from pinned host
-// memory (input_upload), or, with data.decode on the device, the loader's ImageJobs decoded by the backend
-// (input_decode, on the decode thread of decode_feed.h). A job the decoder refuses is replaced on the host
+// memory (input_slot_upload), or, with data.decode on the device, the loader's ImageJobs decoded by the backend
+// (input_slot_decode, on the decode thread of decode_feed.h). A job the decoder refuses is replaced on the host
 // as the host path would have (dataset_replace_failed) and its row uploaded over the slot's. The step then
 // copies the slot into the static act.images / act.labels (input_stage), the addresses a captured graph
 // reads. backend.h says which stream owns a slot when.
@@ -30,7 +30,7 @@ typedef struct TrainerInput {
     int device_decode;   // data.decode on the device: the loader makes ImageJobs
     uint8_t *slot_images[BACKEND_INPUT_SLOTS];  // (batch, side, side, 3) u8, backend memory
     int32_t *slot_labels[BACKEND_INPUT_SLOTS];  // (batch), backend memory
-    uint8_t *decode_failed;                     // (batch) the backend's verdicts of one input_decode
+    uint8_t *decode_failed;                     // (batch) the backend's verdicts of one input_slot_decode
     // A slot's pinned host rows and labels for refused jobs' replacements, made at its first (else NULL).
     uint8_t *repair_images[BACKEND_INPUT_SLOTS];  // (batch, side, side, 3) u8
     int32_t *repair_labels[BACKEND_INPUT_SLOTS];  // (batch)
@@ -38,22 +38,22 @@ typedef struct TrainerInput {
 
 // Allocates the slots (backend memory) for batches of `batch` samples of set.
 void input_init(TrainerInput *in, Backend *be, const Dataset *set, int batch, int device_decode);
-// Frees what input_init and input_decode made; a zeroed TrainerInput is fine.
+// Frees what input_init and input_slot_decode made; a zeroed TrainerInput is fine.
 void input_free(TrainerInput *in);
 // Sends a host batch (pinned memory from host_alloc) up on the copy stream into slot `slot`.
-void input_upload(TrainerInput *in, int slot, const uint8_t *images, const int32_t *labels, int count);
+void input_slot_upload(TrainerInput *in, int slot, const uint8_t *images, const int32_t *labels, int count);
 // The same for a batch of the loader's ImageJobs: the backend decodes them into the slot, the jobs it
 // refuses are replaced as the host path would have, and the labels follow. indices: the samples asked for,
 // epoch: theirs (dataset_replace_failed). The jobs' bytes stay untouched until input_upload_wait(slot).
-void input_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
-                  const int32_t *labels, int count, int epoch);
+void input_slot_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
+                       const int32_t *labels, int count, int epoch);
 // Puts micro-batch mb where the step reads it and says so as a ModelBatch: raw bytes in act->images /
 // act->labels (from its slot, or uploaded through slot 0 first, or copied from backend memory); fp32 images
 // (tests) are read where they are.
 ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb);
 
 // The loop's micro-batches from the loader, one batch ahead: while step k runs, batch k+1 is already on its
-// way up on the copy stream (input_upload into the next slot). A loader buffer is handed back (by taking
+// way up on the copy stream (input_slot_upload into the next slot). A loader buffer is handed back (by taking
 // the next batch) only after its upload has left it. With data.decode on the device the decode thread
 // (decode_feed.h) makes the batches instead.
 typedef struct InputFeed {

@@ -15,7 +15,7 @@ typedef struct MicroBatch {
     int step_total;              // samples of the whole optimizer step over all ranks
     const uint8_t *host_images;  // (count, side, side, 3) u8 or NULL (NULL too when decoded into the slot)
     const int32_t *host_labels;  // (count) or NULL
-    int uploaded;                // 1: input_upload or the decode feed already filled the slot
+    int uploaded;                // 1: input_slot_upload or the decode feed already filled the slot
     int slot;                    // the input slot it went to
     const void *device_images;   // backend memory, used when host_images is NULL
     DType device_dt;             // DTYPE_U8 (normalised by the dataset's norm) or DTYPE_F32 (as is)

@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint/checkpoint.h"
+#include "train/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "core/log.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/checkpoint.h"
+#include "train/checkpoint.h"
 #include "checkpoint/model_file.h"
 #include "core/check.h"
 #include "core/clock.h"

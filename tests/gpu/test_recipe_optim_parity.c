@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "checkpoint/checkpoint.h"
+#include "train/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
 #include "core/backend.h"

@@ -22,7 +22,7 @@
 #include "dist/dist.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/test_util.h"
-#include "checkpoint/checkpoint.h"
+#include "train/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 

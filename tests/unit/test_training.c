@@ -12,7 +12,7 @@
 #include "dist/dist.h"
 #include "model/resnext.h"
 #include "tests/test_util.h"
-#include "checkpoint/checkpoint.h"
+#include "train/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "train/trainer.h"
 

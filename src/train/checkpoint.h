@@ -19,17 +19,11 @@
 
 #include <stddef.h>
 
+#include "checkpoint/model_tensors.h"
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
 #include "data/dataset.h"
 #include "train/trainer.h"
-
-#define CHECKPOINT_MOMENTUM_PREFIX "amptrain.momentum."
-#define CHECKPOINT_EMA_PREFIX "module."
-#define CHECKPOINT_EMA_COUNT "n_averaged"
-// The metadata `format` of every version of the file; this one writes and reads version 1.
-#define CHECKPOINT_FORMAT_PREFIX "amptrain-checkpoint-"
-#define CHECKPOINT_FORMAT CHECKPOINT_FORMAT_PREFIX "1"
 
 int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len);
 // Restores weights, momentum, BN statistics, scaler state, the EMA (with train.ema_decay; a file without one
@@ -51,14 +45,5 @@ int checkpoint_check(const char *path, const Config *cfg, const Dataset *train, 
 // the same state (position, scaler, a digest of weights, momentum and BN statistics), else 2 on every
 // rank with the first difference printed (dist/agree.h).
 int checkpoint_agree_resumed(Trainer *t);
-
-// The model part alone (torchvision names and layouts) into host buffers in our layout: master
-// (padded_numel) fp32, stats (stats_numel) fp32 running mean/var, tracked = num_batches_tracked.
-// Reads a torchvision state_dict exported to safetensors as well as an amptrain checkpoint. Every name is
-// read with prefix in front ("" for the model, "module." for an AveragedModel's copy, model_file.h);
-// skip_classifier leaves fc.weight and fc.bias in master as they were. 0, or 1 with one line in err: a
-// tensor missing, of another dtype or shape (both named), holding NaN or inf, a negative variance or count.
-int checkpoint_read_model(SafetensorsFile *f, const Model *m, const char *prefix, int skip_classifier,
-                          float *master, float *stats, int64_t *tracked, char *err, size_t err_len);
 
 #endif
