@@ -3,7 +3,7 @@
 // and is refused (one line naming the key, the file's value and this run's) when the values are ones no
 // run writes, or when continuing would not be the same run: another train.seed, or other data.
 //
-// Keys: format, model, arch (checkpoint.c); amp, dynamic_scale, scale, growth_count, skipped_total,
+// Keys: format, model, arch (train/checkpoint.c); amp, dynamic_scale, scale, growth_count, skipped_total,
 // skipped_run (skipped steps in a row up to this one; a file without it resumes with 0), step,
 // epoch, samples_done (of that epoch), seed, world_size, batch_size, accum_steps, dataset (the source's
 // name), train_samples, dataset_digest (dataset_digest: the samples' identity), data_checksum
