@@ -7,6 +7,7 @@
 #include "config/config.h"
 #include "checkpoint/safetensors.h"
 #include "dist/dist.h"
+#include "kernels/cuda/cuda_backend.h"
 #include "train/trainer.h"
 
 #include <dirent.h>
@@ -270,6 +271,31 @@ int tu_skip_gpu(const char *suite, const char *why) {
         return 1;
     }
     return tu_skip(suite, "%s", why);
+}
+
+int tu_parity_main(const char *suite, const char *env, const char *script, const char **path,
+                   const struct TTest *cpu_test, const struct TTest *cuda_test, int timeout_s) {
+    char why[256];
+    Backend *probe = cuda_backend_create(0, NULL, why, sizeof why);
+    if (!probe && tu_gpu_required()) return tu_skip_gpu(suite, why);
+    const int have_gpu = probe != NULL;
+    if (probe) probe->destroy(probe);
+    *path = getenv(env);
+    if (!*path)
+        return tu_skip(suite,
+                       "%s is not set (dev/device_suite.sh recipe makes it with tests/parity/%s on a machine "
+                       "with torch)",
+                       env, script);
+    Suite *s = suite_create(suite);
+    TCase *tc = tcase_create("parity");
+    tcase_set_timeout(tc, timeout_s);
+    tcase_add_test(tc, cpu_test);
+    if (have_gpu)
+        tcase_add_test(tc, cuda_test);
+    else
+        printf("%s: CUDA case skipped: %s\n", suite, why);
+    suite_add_tcase(s, tc);
+    return tu_run_suite(s, 0);
 }
 
 int tu_leave_launch(const char *suite) {

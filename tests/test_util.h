@@ -137,4 +137,12 @@ int tu_skip_gpu(const char *suite, const char *why);
 // 1 when AMPTRAIN_REQUIRE_GPU=1: a suite that could still run its CPU part must fail without a GPU.
 int tu_gpu_required(void);
 
+struct TTest;
+// The main of a suite that holds amptrain to a file PyTorch wrote on the device machine: the file's path is
+// in environment variable `env` (made by tests/parity/`script`), without it the suite skips; cpu_test runs
+// on every machine that has the file, cuda_test where a GPU is usable (a missing one fails under
+// AMPTRAIN_REQUIRE_GPU=1). *path receives the file's path. Returns the exit code.
+int tu_parity_main(const char *suite, const char *env, const char *script, const char **path,
+                   const struct TTest *cpu_test, const struct TTest *cuda_test, int timeout_s);
+
 #endif

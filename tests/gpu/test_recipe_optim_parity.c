@@ -237,26 +237,6 @@ START_TEST(test_cuda_matches_torch) {
 END_TEST
 
 int main(void) {
-    char why[256];
-    Backend *probe = cuda_backend_create(0, NULL, why, sizeof why);
-    if (!probe && tu_gpu_required()) return tu_skip_gpu("test_recipe_optim_parity", why);
-    int have_gpu = probe != NULL;
-    if (probe) probe->destroy(probe);
-    parity_path = getenv("AMPTRAIN_RECIPE_OPTIM_FILE");
-    if (!parity_path) {
-        printf(
-            "test_recipe_optim_parity: skipped: AMPTRAIN_RECIPE_OPTIM_FILE is not set (dev/device_suite.sh recipe "
-            "makes it with tests/parity/recipe_optim.py on a machine with torch)\n");
-        return TU_SKIP_EXIT;
-    }
-    Suite *s = suite_create("recipe_optim_parity");
-    TCase *tc = tcase_create("parity");
-    tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_cpu_matches_torch);
-    if (have_gpu)
-        tcase_add_test(tc, test_cuda_matches_torch);
-    else
-        printf("test_recipe_optim_parity: CUDA case skipped: %s\n", why);
-    suite_add_tcase(s, tc);
-    return tu_run_suite(s, 0);
+    return tu_parity_main("test_recipe_optim_parity", "AMPTRAIN_RECIPE_OPTIM_FILE", "recipe_optim.py",
+                          &parity_path, test_cpu_matches_torch, test_cuda_matches_torch, 600);
 }
