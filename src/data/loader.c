@@ -54,12 +54,13 @@ struct Loader {
 
     int threaded;
     pthread_mutex_t mutex;
-    pthread_cond_t changed;  // broadcast on every counter change; both sides wait on it
-    long open;               // the walk index whose chunks are handed out (-1 before the first)
-    int open_chunks;         // its chunks; -1 while a worker sets it up
-    int next_chunk;          // the next chunk of `open` to hand out
-    long next;               // the walk index the caller takes next
-    int stop;                // loader_destroy asked the workers to end
+    pthread_cond_t changed;         // broadcast on every counter change; both sides wait on it
+    long open;                      // the walk index whose chunks are handed out (-1 before the first)
+    int open_chunks;                // its chunks; -1 while a worker sets it up
+    int next_chunk;                 // the next chunk of `open` to hand out
+    long next;                      // the walk index the caller takes next
+    int stop;                       // loader_destroy asked the workers to end
+    struct Loader *next_abandoned;  // the list abandoned_loaders
 };
 
 // Frees the bytes of a slot's jobs (the batch it held was released) and zeroes them.
@@ -267,11 +268,20 @@ int loader_auto_workers(int local_cpus, int local_ranks) {
     return share < 1 ? 1 : share > LOADER_MAX_WORKERS ? LOADER_MAX_WORKERS : share;
 }
 
+// Loaders given up with a thread still in them: kept, and reachable, until the process exits (their threads
+// may still write the buffers).
+static Loader *abandoned_loaders;
+static pthread_mutex_t abandoned_mutex = PTHREAD_MUTEX_INITIALIZER;
+
 void loader_abandon(Loader *l) {
     if (!l || !l->threaded) {
         loader_destroy(l);
         return;
     }
+    pthread_mutex_lock(&abandoned_mutex);
+    l->next_abandoned = abandoned_loaders;
+    abandoned_loaders = l;
+    pthread_mutex_unlock(&abandoned_mutex);
     pthread_mutex_lock(&l->mutex);
     l->stop = 1;
     pthread_cond_broadcast(&l->changed);
