@@ -1,8 +1,10 @@
 // nvjpeg_decode.cu - Backend.input_decode on CUDA (core/backend_ops.def): every ImageJob's JPEG (core/image_job.h)
 // decoded by nvJPEG to interleaved RGB in device memory, then its geometry applied by two resampling kernels
-// with Pillow's fixed-point taps. The taps come from the CPU resampler's own code (image_resample_taps), so
-// given the same decoded pixels the bytes are the CPU reference's (image/image_job_decode.h); what differs is
-// the decoder's rounding against libjpeg-turbo's.
+// with Pillow's fixed-point taps, then its augmentation (TrivialAugmentWide's op, RandomErasing's box) by
+// cuda_augment.cu's kernel. The taps come from the CPU resampler's own code (image_resample_taps) and the
+// augmentation from the CPU's own ops (image/image_augment_ops.h), so given the same decoded pixels the bytes
+// are the CPU reference's (image/image_job_decode.h); what differs is the decoder's rounding against
+// libjpeg-turbo's.
 //
 // Decoders, per job:
 // - nvJPEG's hardware engines, one batched call for every job they take (nvjpegDecodeBatchedSupported: baseline
@@ -15,9 +17,10 @@
 // Chroma is upsampled with interpolation (NVJPEG_FLAGS_UPSAMPLING_WITH_INTERPOLATION), as libjpeg-turbo's
 // fancy upsampling does.
 //
-// Streams and memory: the decode (nvJPEG's engines, libjpeg-turbo's uploads, the taps) runs on the decoder's
-// own stream into its own device buffers (the decoded images, the horizontal pass's rows, the taps), grown when
-// a batch needs more; the resampling kernels that write the input slot run on the copy stream inside
+// Streams and memory: the decode (nvJPEG's engines, libjpeg-turbo's uploads, the taps and the augmentation's
+// plans) runs on the decoder's own stream into its own device buffers (the decoded images, the horizontal
+// pass's rows, the taps, the plans, the augmentation's input copies), grown when a batch needs more; the
+// resampling and augmentation kernels that write the input slot run on the copy stream inside
 // input_upload's hand-over (wait for the slot's "consumed" and for the decode, record "uploaded"). The caching
 // allocator's blocks belong to the compute stream. nvJPEG's own buffers come from its default allocators
 // (pools that never free, against cudaFree's device-wide wait, measured no difference on an H200:
@@ -30,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/cuda_augment.h"
 #include "kernels/cuda/cuda_internal.h"
 
 extern "C" {
@@ -73,6 +77,7 @@ struct CudaJpeg {
     nvjpegJpegStream_t parsed;  // header parsing for the hardware's support check
     int hardware_batch;         // the batch size hardware_state was initialised for (0: none)
     JpegBuffer images, rows, taps, plans;
+    JpegBuffer augment_work, augment_inputs;  // cuda_augment_launch's work and scratch
     cudaStream_t stream;    // the decode and the uploads into the buffers above (see cuda_input_decode)
     cudaEvent_t decoded;    // the batch's images, taps and plans are on the device
     cudaEvent_t resampled;  // the last batch's kernels are done with `images` (see cuda_input_decode)
@@ -115,8 +120,8 @@ void cuda_jpeg_destroy(CudaBackend *cb) {
         NVJPEG_CHECK(nvjpegJpegStateDestroy(j->hardware_state));
         NVJPEG_CHECK(nvjpegDestroy(j->hardware));
     }
-    JpegBuffer *buffers[] = {&j->images, &j->rows, &j->taps, &j->plans};
-    for (int i = 0; i < 4; i++)
+    JpegBuffer *buffers[] = {&j->images, &j->rows, &j->taps, &j->plans, &j->augment_work, &j->augment_inputs};
+    for (int i = 0; i < 6; i++)
         if (buffers[i]->ptr) CUDA_CHECK(cudaFree(buffers[i]->ptr));
     CUDA_CHECK(cudaEventDestroy(j->resampled));
     CUDA_CHECK(cudaEventDestroy(j->decoded));
@@ -302,10 +307,14 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
     int most_rows = 0;
     const size_t image_bytes =
         jpeg_plan(jobs, count, side, plans, &host_taps, &taps_used, &row_bytes, &most_rows);
+    CudaAugmentJob *work = (CudaAugmentJob *)xcalloc((size_t)(count > 0 ? count : 1), sizeof *work);
+    const int augmented = cuda_augment_plan(jobs, count, side, work);
     jpeg_buffer_reserve(&j->images, image_bytes);
     jpeg_buffer_reserve(&j->rows, row_bytes);
     jpeg_buffer_reserve(&j->taps, taps_used * sizeof(int32_t));
     jpeg_buffer_reserve(&j->plans, (size_t)count * sizeof *plans);
+    jpeg_buffer_reserve(&j->augment_work, (size_t)augmented * sizeof *work);
+    jpeg_buffer_reserve(&j->augment_inputs, (size_t)augmented * side * side * 3);
     // nvJPEG's hardware engines write their output when the call is made, not in stream order (torchcodec
     // found it on H100s, nvJPEG 12.3-13.2): the host waits until the last batch's kernels are done with the
     // decoded images before the engines are called.
@@ -335,6 +344,9 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
                                    cudaMemcpyHostToDevice, j->stream));
         CUDA_CHECK(cudaMemcpyAsync(j->plans.ptr, plans, (size_t)count * sizeof *plans, cudaMemcpyHostToDevice,
                                    j->stream));
+        if (augmented > 0)
+            CUDA_CHECK(cudaMemcpyAsync(j->augment_work.ptr, work, (size_t)augmented * sizeof *work,
+                                       cudaMemcpyHostToDevice, j->stream));
         CUDA_CHECK(cudaEventRecord(j->decoded, j->stream));
         CUDA_CHECK(cudaStreamWaitEvent(stream, j->decoded, 0));
         const size_t most_row_bytes = (size_t)most_rows * side * 3, out_bytes = (size_t)side * side * 3;
@@ -350,6 +362,8 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
             (const JpegJobPlan *)j->plans.ptr, side, (const uint8_t *)j->rows.ptr,
             (const int32_t *)j->taps.ptr, (uint8_t *)dst);
         CUDA_CHECK_LAUNCH();
+        cuda_augment_launch((const CudaAugmentJob *)j->augment_work.ptr, augmented, side, (uint8_t *)dst,
+                            (uint8_t *)j->augment_inputs.ptr, stream);
     }
     CUDA_CHECK(cudaEventRecord(j->resampled, stream));
     cuda_input_slot_filled(cb, slot);
@@ -359,5 +373,5 @@ void cuda_input_decode(Backend *be, int slot, void *dst, int count, int side, co
                 "launch %.2f ms\n",
                 count, on_host, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (t3 - t2),
                 1e3 * (clock_seconds() - t3));
-    free(plans), free(host_taps), free(decoded);
+    free(plans), free(host_taps), free(decoded), free(work);
 }

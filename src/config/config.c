@@ -844,23 +844,16 @@ static int resolve_sides(ConfigReader *L) {
         key, d->val_resize, d->val_crop);
 }
 
-// data.decode: device hands the loader's threads nothing decoded: what works on the host's pixels, or needs
-// numbers the device jobs do not carry, is refused rather than skipped.
+// data.decode: device hands the loader's threads nothing decoded; the decode jobs carry each sample's
+// geometry and augmentation draws, not which repetition it is, so repeated augmentation is refused rather
+// than skipped.
 static int check_device_decode(const ConfigReader *L) {
     const DataConfig *d = &L->cfg.data;
-    if (!is_jpeg_source(d->source) || strcmp(d->decode, "device") != 0) return 0;
-    const char *key = NULL, *why = "it runs in the loader, on pixels the host decoded";
-    if (strcmp(d->auto_augment, "none") != 0)
-        key = "auto_augment";
-    else if (d->random_erase > 0)
-        key = "random_erase";
-    else if (d->repeated_aug > 1)
-        key = "repeated_aug", why = "the device's decode jobs do not say which repetition a sample is";
-    if (!key) return 0;
-    return fail_at(L, where_set(L, "data", key),
-                   "data.%s: not available with data.decode: device (%s); use "
-                   "data.decode: host",
-                   key, why);
+    if (!is_jpeg_source(d->source) || strcmp(d->decode, "device") != 0 || d->repeated_aug <= 1) return 0;
+    return fail_at(
+        L, where_set(L, "data", "repeated_aug"),
+        "data.repeated_aug: not available with data.decode: device (the device's decode jobs do not "
+        "say which repetition a sample is); use data.decode: host");
 }
 
 // cudnn.workspace_mb left unset follows the precision: what measured fastest without exceeding PyTorch's

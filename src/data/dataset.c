@@ -61,12 +61,10 @@ void dataset_get_batch(const Dataset *ds, const int32_t *indices, int count, int
 
 void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, ImageJob *jobs,
                            int32_t *labels) {
-    AMP_ASSERT(!ds->augment || (!ds->extra.ta_wide && ds->extra.erase_p == 0),
-               "%s: TrivialAugmentWide and RandomErasing run on decoded pixels, not on decode jobs",
-               ds->name);
     for (int k = 0; k < count; k++) {
         Rng rng = sample_rng(ds, epoch, 0, indices[k]);
         image_dataset_job(ds, indices[k], &rng, &jobs[k], &labels[k]);
+        if (ds->augment) image_augment_draw(&ds->extra, ds->side, &rng, &jobs[k].augment);
     }
 }
 
@@ -74,6 +72,7 @@ void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed
                             uint8_t *img, int32_t *label) {
     Rng rng = sample_rng(ds, epoch, 0, index);
     image_dataset_replace(ds, index, failed, &rng, why, img, label);
+    if (ds->augment) image_augment_apply(&ds->extra, img, ds->side, &rng);
 }
 
 void dataset_save_cache(const Dataset *ds, const char *cache_dir) {

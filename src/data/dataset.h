@@ -105,13 +105,13 @@ void dataset_get_repeated_batch(const Dataset *ds, const int32_t *indices, const
 
 // dataset_get_batch for a backend that decodes (backend_ops.def input_decode), image sources only: the same
 // samples as ImageJobs (image_dataset_job: encoded bytes and the transform's geometry, nothing decoded), with
-// the same per-sample numbers, so decoding job k gives sample indices[k]'s pixels bitwise on the CPU. Each
-// jobs[k].bytes is malloc'd (the caller frees it). Not with ds->extra on (the config refuses
-// data.auto_augment and data.random_erase with data.decode: device).
+// the same per-sample numbers: the crop and flip, then ds->extra's TrivialAugmentWide op and erasing box
+// (image_augment_draw, into jobs[k].augment), so decoding job k gives sample indices[k]'s pixels bitwise on
+// the CPU. Each jobs[k].bytes is malloc'd (the caller frees it).
 void dataset_get_job_batch(const Dataset *ds, const int32_t *indices, int count, int epoch, ImageJob *jobs,
                            int32_t *labels);
-// Sample index's pixels and label in epoch after its job `failed` did not decode (image_dataset_replace):
-// the replacement dataset_get_batch would have made.
+// Sample index's pixels and label in epoch after its job `failed` did not decode (image_dataset_replace,
+// then ds->extra from the same stream): the replacement dataset_get_batch would have made.
 void dataset_replace_failed(const Dataset *ds, int index, const ImageJob *failed, int epoch, const char *why,
                             uint8_t *img, int32_t *label);
 

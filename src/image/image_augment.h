@@ -18,32 +18,9 @@
 
 #include "core/image_job.h"
 #include "core/rng.h"
-
-// TrivialAugmentWide's ops in torchvision's order (its _augmentation_space dict).
-typedef enum AugmentOp {
-    AUGMENT_IDENTITY,
-    AUGMENT_SHEAR_X,
-    AUGMENT_SHEAR_Y,
-    AUGMENT_TRANSLATE_X,
-    AUGMENT_TRANSLATE_Y,
-    AUGMENT_ROTATE,
-    AUGMENT_BRIGHTNESS,
-    AUGMENT_COLOR,
-    AUGMENT_CONTRAST,
-    AUGMENT_SHARPNESS,
-    AUGMENT_POSTERIZE,
-    AUGMENT_SOLARIZE,
-    AUGMENT_AUTOCONTRAST,
-    AUGMENT_EQUALIZE,
-    AUGMENT_OPS
-} AugmentOp;
+#include "image/image_augment_ops.h"
 
 #define AUGMENT_BINS 31
-
-// Resampling of the geometric ops (shears, translations, rotation): torchvision's InterpolationMode
-// NEAREST (TrivialAugmentWide's default) or BILINEAR (what torchvision's reference train.py passes, its
-// --interpolation), Pillow's non-antialiased filters of Image.transform.
-typedef enum AugmentFilter { AUGMENT_NEAREST, AUGMENT_BILINEAR } AugmentFilter;
 
 // One draw of TrivialAugmentWide.
 typedef struct AugmentDraw {
@@ -65,10 +42,18 @@ AugmentDraw image_ta_wide_draw(Rng *rng);
 // magnitudes.
 double image_ta_wide_magnitude(AugmentDraw d);
 
-// torchvision's _apply_op(img, op, magnitude, interpolation, fill=None) on a PIL RGB image, in place.
-// img (height, width, 3) u8.
+// torchvision's _apply_op(img, op, magnitude, interpolation, fill=None) on a PIL RGB image, in place:
+// image_augment_plan, then image_augment_plan_run. img (height, width, 3) u8.
 void image_augment_op(uint8_t *img, int width, int height, AugmentOp op, double magnitude,
                       AugmentFilter filter);
+
+// The plan of _apply_op(op, magnitude, interpolation) for a (height, width) image (image_augment_ops.h):
+// what both the CPU (image_augment_plan_run) and the CUDA decoder (kernels/cuda/cuda_augment.cu) run.
+void image_augment_plan(AugmentOp op, double magnitude, AugmentFilter filter, int width, int height,
+                        AugmentPlan *plan);
+
+// plan on img (height, width, 3) u8, in place, with image_augment_ops.h's functions.
+void image_augment_plan_run(const AugmentPlan *plan, uint8_t *img, int width, int height);
 
 // RandomErasing's draws: the coin (rng_uniform < p); then up to 10 tries of area fraction
 // ~ U(0.02, 0.33) and log-aspect ~ U(log 0.3, log 3.3), h = round(sqrt(area * aspect)),
@@ -92,8 +77,17 @@ typedef struct ImageAugment {
     uint8_t erase_fill[3];  // image_erase_byte of the dataset's mean, per channel
 } ImageAugment;
 
-// TrivialAugmentWide (when a->ta_wide), then RandomErasing (when a->erase_p > 0), drawing from rng in
-// that order. img (side, side, 3) u8.
+// TrivialAugmentWide's draw (when a->ta_wide), then RandomErasing's (when a->erase_p > 0), from rng in that
+// order, for a (side, side) image: *out, all zero when both are off.
+void image_augment_draw(const ImageAugment *a, int side, Rng *rng, ImageJobAugment *out);
+
+// The plan of d's op (image_augment_plan of its magnitude) for a (side, side) image.
+void image_augment_plan_of(const ImageJobAugment *d, int side, AugmentPlan *plan);
+
+// d on img (side, side, 3) u8, in place: its op, then its box erased.
+void image_augment_run(const ImageJobAugment *d, uint8_t *img, int side);
+
+// image_augment_draw, then image_augment_run.
 void image_augment_apply(const ImageAugment *a, uint8_t *img, int side, Rng *rng);
 
 #endif

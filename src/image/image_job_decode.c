@@ -2,6 +2,7 @@
 #include "image/image_job_decode.h"
 
 #include "core/check.h"
+#include "image/image_augment.h"
 #include "image/image_decode.h"
 #include "image/image_decode_region.h"
 #include "image/image_transform.h"
@@ -19,5 +20,6 @@ int image_job_decode(const ImageJob *job, int side, uint8_t *out, char *err, siz
     if (rc != 0) return 1;
     image_geometry_apply(&img, held, *g, out);
     image_free(&img);
+    image_augment_run(&job->augment, out, side);
     return 0;
 }

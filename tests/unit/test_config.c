@@ -406,6 +406,12 @@ START_TEST(image_sides_follow_image_size_unless_written) {
     ck_assert_ptr_nonnull(
         strstr(text, "\n  # train_crop: 32   (not read: only imagefolder and webdataset resize"));
     free(text);
+    // the device decoder applies TrivialAugmentWide and erasing as drawn by the loader
+    char *device[] = {"data.source=webdataset", "data.path=x", "data.decode=device",
+                      "data.auto_augment=ta_wide", "data.random_erase=0.25"};
+    load_ok(&c, NULL, 5, device);
+    ck_assert(!strcmp(c.data.decode, "device") && !strcmp(c.data.auto_augment, "ta_wide") &&
+              c.data.random_erase == 0.25);
 }
 END_TEST
 
@@ -599,12 +605,6 @@ static const BadConfig bad_configs[] = {
     {"cifar.yaml", "data:\n  source: cifar10\n  path: x\n", "data.val_crop=32",
      "command line: data.val_crop: only imagefolder and webdataset resize and crop; cifar10 images are "
      "model.image_size as they are"},
-    {"device_ta.yaml", "data:\n  source: webdataset\n  path: x\n  decode: device\n  auto_augment: ta_wide\n",
-     NULL,
-     "device_ta.yaml:5: data.auto_augment: not available with data.decode: device (it runs in the loader, on "
-     "pixels the host decoded); use data.decode: host"},
-    {"device_erase.yaml", "data:\n  source: imagefolder\n  path: x\n  decode: device\n",
-     "data.random_erase=0.25", "command line: data.random_erase: not available with data.decode: device"},
     {"device_ra.yaml", "data:\n  source: imagefolder\n  path: x\n  decode: device\n  repeated_aug: 4\n", NULL,
      "device_ra.yaml:5: data.repeated_aug: not available with data.decode: device (the device's decode jobs do "
      "not say which repetition a sample is)"},

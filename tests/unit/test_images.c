@@ -979,19 +979,38 @@ static void make_jobs_folder(void) {
     tu_write_file("folder_jobs/train/b/6.jpg", "hello, I am text\n");
 }
 
+// What the datasets of a test apply after the crop and flip: nothing, or TrivialAugmentWide (each filter) and
+// erasing with probability 1/2 and ImageNet's fill.
+typedef struct ExtraCase {
+    int augment, ta_wide;
+    AugmentFilter filter;
+    double erase_p;
+} ExtraCase;
+
+static void set_extra(Dataset *ds, ExtraCase c) {
+    ds->extra = (ImageAugment){c.ta_wide, c.filter, c.erase_p, {124, 116, 104}};
+}
+
 // A backend that decodes (input_decode) gets ImageJobs instead of pixels: the CPU backend's reference decoder
-// must give bitwise the pixels and labels of the loader's host path, for training crops and flips and the
-// validation transform, over several epochs, with the same replacements: a 0-byte file and a text file are
-// replaced when the job is made (their headers do not parse), a file cut in half only when its job fails to
-// decode (its header parses; the 0-byte file's replacement is that file, so that chain crosses both stages),
-// and both paths count the same replacements.
+// must give bitwise the pixels and labels of the loader's host path, for training crops and flips (without
+// and with TrivialAugmentWide and erasing, whose draws the jobs carry) and the validation transform, over
+// several epochs, with the same replacements: a 0-byte file and a text file are replaced when the job is made
+// (their headers do not parse), a file cut in half only when its job fails to decode (its header parses; the
+// 0-byte file's replacement is that file, so that chain crosses both stages), and both paths count the same
+// replacements.
 START_TEST(decode_jobs_equal_host_path) {
     const char *root = "folder_jobs";
     make_jobs_folder();
     Backend *cpu = cpu_backend_create();
-    const int side = 48;
+    const int side = 48, epochs = 6;
     const size_t bytes = (size_t)side * side * 3;
-    for (int augment = 1; augment >= 0; augment--) {
+    const ExtraCase cases[] = {{1, 1, AUGMENT_NEAREST, 0.5},
+                               {1, 1, AUGMENT_BILINEAR, 0.5},
+                               {1, 0, 0, 0},
+                               {0, 0, 0, 0}};
+    int ops = 0, boxes = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int augment = cases[c].augment;
         Dataset *host, *dev;
         char err[512] = "";
         ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &host, err,
@@ -1000,13 +1019,14 @@ START_TEST(decode_jobs_equal_host_path) {
         ck_assert_msg(dataset_imagefolder_open(root, NULL, 1, augment, side, 10, 42, imagenet, &dev, err,
                                                sizeof err) == 0,
                       "%s", err);
+        set_extra(host, cases[c]), set_extra(dev, cases[c]);
         const int n = host->size;
         ck_assert_int_eq(n, 7);
         int32_t indices[7], want_labels[7], got_labels[7];
         uint8_t want[7 * 48 * 48 * 3], got[7 * 48 * 48 * 3], failed[7];
         ImageJob jobs[7];
         int failures = 0;
-        for (int epoch = 0; epoch < 3; epoch++) {
+        for (int epoch = 0; epoch < epochs; epoch++) {
             for (int k = 0; k < n; k++) indices[k] = (k * 3 + epoch) % n;
             dataset_get_batch(host, indices, n, epoch, want, want_labels);
             dataset_get_job_batch(dev, indices, n, epoch, jobs, got_labels);
@@ -1018,26 +1038,33 @@ START_TEST(decode_jobs_equal_host_path) {
                     dataset_replace_failed(dev, indices[k], &jobs[k], epoch, "the test's decoder refused it",
                                            got + k * bytes, &got_labels[k]);
                 failures += failed[k];
+                ops += jobs[k].augment.op != AUGMENT_IDENTITY;
+                boxes += jobs[k].augment.erase;
+                if (!cases[c].ta_wide) ck_assert_int_eq(jobs[k].augment.op, AUGMENT_IDENTITY);
                 free((void *)jobs[k].bytes);
             }
             ck_assert_mem_eq(got_labels, want_labels, sizeof want_labels);
-            ck_assert_msg(memcmp(got, want, (size_t)n * bytes) == 0, "augment %d epoch %d: pixels differ",
-                          augment, epoch);
+            ck_assert_msg(memcmp(got, want, (size_t)n * bytes) == 0, "case %zu epoch %d: pixels differ", c,
+                          epoch);
         }
         // not vacuous: each epoch the cut 1.jpg fails to decode as itself and as the replacement of the
         // 0-byte 5.jpg before it
-        ck_assert_int_eq(failures, 2 * 3);
+        ck_assert_int_eq(failures, 2 * epochs);
         ck_assert_int_eq(image_dataset_skipped(dev), image_dataset_skipped(host));
-        ck_assert_int_eq(image_dataset_skipped(host), 3 * 3);  // 1.jpg, 5.jpg and 6.jpg in each epoch
+        ck_assert_int_eq(image_dataset_skipped(host), 3 * epochs);  // 1.jpg, 5.jpg and 6.jpg in each epoch
         dataset_close(host), dataset_close(dev);
     }
+    // the jobs carried ops and boxes: of 2 x 42 draws, 13/14 an op and 1/2 a box on average
+    ck_assert_int_gt(ops, 60);
+    ck_assert_int_gt(boxes, 25);
     cpu->destroy(cpu);
 }
 END_TEST
 
 // The loader's job mode (threaded, chunks handed out across workers, a partial last step) hands out the
-// samples of its pixel mode: each batch's jobs, decoded by the CPU backend with the failed ones replaced,
-// equal the synchronous pixel loader's batch, with the same indices and labels, over two epochs.
+// samples of its pixel mode, TrivialAugmentWide and erasing included: each batch's jobs, decoded by the CPU
+// backend with the failed ones replaced, equal the synchronous pixel loader's batch, with the same indices and
+// labels, over two epochs.
 START_TEST(loader_jobs_decode_to_loader_pixels) {
     make_jobs_folder();
     const int side = 40, batch = 3;
@@ -1050,6 +1077,8 @@ START_TEST(loader_jobs_decode_to_loader_pixels) {
     ck_assert_msg(dataset_imagefolder_open("folder_jobs", NULL, 1, 1, side, 10, 7, imagenet, &jobs_ds, err,
                                            sizeof err) == 0,
                   "%s", err);
+    const ExtraCase extra = {1, 1, AUGMENT_BILINEAR, 0.5};
+    set_extra(pixels_ds, extra), set_extra(jobs_ds, extra);
     Sampler s;
     sampler_init(&s, pixels_ds->size, batch, 1, 0, 1, 0, 7);  // 7 samples: 3 steps an epoch, the last partial
     Loader *pixels = loader_create(pixels_ds, &s, LOADER_PIXELS, 0, 1, 0, 0, 2, NULL);
@@ -1111,7 +1140,8 @@ static int checkpoints_equal(const char *a_path, const char *b_path) {
 }
 
 // data.decode=device on the CPU backend (its reference decoder, fed the loader's jobs, the refused ones replaced
-// in the input slot) trains bitwise as data.decode=host does, on a folder whose files fail at both stages; the
+// in the input slot) trains bitwise as data.decode=host does, with TrivialAugmentWide and erasing, on a folder
+// whose files fail at both stages; the
 // device run names the file its decoder refused; --bench-data times that decoder. data.decode=device is refused
 // for data that is not JPEGs.
 START_TEST(device_decode_trains_like_host_decode) {
@@ -1121,7 +1151,8 @@ START_TEST(device_decode_trains_like_host_decode) {
     const char *run = AMPTRAIN_SOURCE_DIR
         "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "
         "data.path=folder_jobs data.batch_size=3 data.prefetch=2 data.workers=2 model.image_size=40 "
-        "train.steps=6 log.metrics= log.progress=never checkpoint.every=0";
+        "data.auto_augment=ta_wide data.random_erase=0.5 train.steps=6 log.metrics= log.progress=never "
+        "checkpoint.every=0";
     const char *modes[] = {"host", "device"};
     for (int m = 0; m < 2; m++) {
         snprintf(cmd, sizeof cmd, "%s data.decode=%s checkpoint.dir=decode_runs/%s 2>&1", run, modes[m],

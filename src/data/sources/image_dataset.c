@@ -99,7 +99,8 @@ static int image_attempt_job(const Dataset *ds, int at, Rng *rng, void *out, int
                       width,
                       height,
                       rng ? image_train_geometry(image_train_crop_draw(width, height, s->crop, rng), ds->side)
-                          : image_val_geometry(width, height, s->resize, ds->side)};
+                          : image_val_geometry(width, height, s->resize, ds->side),
+                      {0}};  // the augmentation is drawn after the job (dataset_get_job_batch)
     return 0;
 }
 
