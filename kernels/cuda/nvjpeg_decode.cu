@@ -80,7 +80,7 @@ struct CudaJpeg {
     JpegBuffer augment_work, augment_inputs;  // cuda_augment_launch's work and scratch
     cudaStream_t stream;    // the decode and the uploads into the buffers above (see cuda_input_decode)
     cudaEvent_t decoded;    // the batch's images, taps and plans are on the device
-    cudaEvent_t resampled;  // the last batch's kernels are done with `images` (see cuda_input_decode)
+    cudaEvent_t resampled;  // the last batch's kernels are done with these buffers (see cuda_input_decode)
     int log;                // AMPTRAIN_DECODE_LOG=1 (see cuda_input_decode)
 };
 

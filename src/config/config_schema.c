@@ -202,7 +202,7 @@ const ConfigKey config_keys[] = {
      NONE,
      {"none", "ta_wide"},
      "cifar10/imagefolder/webdataset with augment: ta_wide applies torchvision's TrivialAugmentWide after the "
-     "crop and flip (data.decode host)"},
+     "crop and flip"},
     {"data",
      "auto_augment_interpolation",
      CK_ENUM,
@@ -217,8 +217,7 @@ const ConfigKey config_keys[] = {
      AT(data.random_erase),
      BETWEEN(0, 1),
      {0},
-     "cifar10/imagefolder/webdataset with augment: torchvision's RandomErasing probability, last (0: off; "
-     "data.decode host)"},
+     "cifar10/imagefolder/webdataset with augment: torchvision's RandomErasing probability, last (0: off)"},
     {"data",
      "repeated_aug",
      CK_INT,

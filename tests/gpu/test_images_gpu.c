@@ -1,12 +1,14 @@
-// test_images_gpu.c - Backend.input_decode on CUDA (nvJPEG + the resampling kernels) against the CPU
-// reference (image/image_job_decode.h) on the same ImageJobs. Reports skipped without a GPU or when the build
-// has no nvJPEG (CMake's "amptrain: nvJPEG ..." line says which).
+// test_images_gpu.c - Backend.input_decode on CUDA (nvJPEG, the resampling kernels, the augmentation kernel)
+// against the CPU reference (image/image_job_decode.h) on the same ImageJobs. Reports skipped without a GPU or
+// when the build has no nvJPEG (CMake's "amptrain: nvJPEG ..." line says which).
 //
 // Bounds: the decoded pixels are nvJPEG's, not libjpeg-turbo's; amptrain promises decoded pixels equal to
 // libjpeg-turbo's (torchvision's CPU decode) within 1 per channel, checked here through a geometry that copies
 // a window of the image unchanged (a resize to the same size has one tap of weight 1). Through the training
 // and validation transforms the two passes' roundings may each add 1 more: at most 3 per channel, and a mean
-// absolute difference under 0.5.
+// absolute difference under 0.5. TrivialAugmentWide's ops and RandomErasing run on the decoded pixels with the
+// CPU's own arithmetic (image/image_augment_ops.h), so they are held bitwise to the CPU's ops applied to the
+// GPU's pixels.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,6 +18,7 @@
 
 #include "core/backend.h"
 #include "data/data_rng.h"
+#include "image/image_augment.h"
 #include "image/image_transform.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "tests/image_fixtures.h"
@@ -101,7 +104,7 @@ static int decode_both(const ImageJob *jobs, int n, double *mean, uint8_t *faile
 }
 
 static ImageJob job_of(int k, ImageGeometry g) {
-    return (ImageJob){jpeg_bytes[k], jpeg_len[k], k, FIX[k].w, FIX[k].h, g};
+    return (ImageJob){jpeg_bytes[k], jpeg_len[k], k, FIX[k].w, FIX[k].h, g, {0}};
 }
 
 // A window of the image copied unchanged: the decoders' pixels side by side.
@@ -155,6 +158,103 @@ START_TEST(transforms_match_the_cpu) {
 }
 END_TEST
 
+// Every op of TrivialAugmentWide at bins 0, 7, 13, 20 and 30 (Rotate's 20 is 90 degrees: the transpose path)
+// of both signs where it is signed, with both filters where it resamples, every other one with an erasing box,
+// and a box alone. Returns how many, into augs.
+static int augment_cases(ImageJobAugment *augs) {
+    static const int bins[] = {0, 7, 13, 20, 30};
+    const uint8_t fill[3] = {124, 116, 104};
+    Rng rng;
+    data_rng_seed(&rng, 5, DATA_STREAM_AUGMENT, 0, 0);
+    int n = 0;
+    for (int op = 0; op <= AUGMENT_OPS; op++) {
+        const int identity_box = op == AUGMENT_OPS;  // the last case: Identity with a box
+        const int magnitudes = op != AUGMENT_IDENTITY && op != AUGMENT_AUTOCONTRAST &&
+                               op != AUGMENT_EQUALIZE && !identity_box;
+        const int signs = op >= AUGMENT_SHEAR_X && op <= AUGMENT_SHARPNESS ? 2 : 1;
+        const int filters = op >= AUGMENT_SHEAR_X && op <= AUGMENT_ROTATE ? 2 : 1;
+        for (int b = 0; b < (magnitudes ? 5 : 1); b++)
+            for (int negative = 0; negative < signs; negative++)
+                for (int filter = 0; filter < filters; filter++) {
+                    ImageJobAugment *a = &augs[n];
+                    memset(a, 0, sizeof *a);
+                    a->op = identity_box ? AUGMENT_IDENTITY : op;
+                    a->bin = magnitudes ? bins[b] : -1;
+                    a->negative = negative, a->filter = filter;
+                    if (n % 2 == 1 || identity_box) {
+                        ck_assert(image_random_erase_draw(SIDE, SIDE, 1.0, &rng, &a->erase_box));
+                        a->erase = 1;
+                        memcpy(a->erase_fill, fill, 3);
+                    }
+                    n++;
+                }
+    }
+    return n;
+}
+
+// TrivialAugmentWide and RandomErasing on the GPU against the CPU's on the GPU's own decoded pixels: each job is
+// decoded twice in one batch, without its augmentation and with it, and image_augment_run on the first must
+// give the second bitwise (the decoders' rounding plays no part). A baseline file (the hardware engines where
+// the GPU has them), a progressive one (libjpeg-turbo, uploaded), and grayscale and CMYK patterns (narrow
+// histograms for AutoContrast and Equalize), each under several crops.
+START_TEST(augmentation_matches_the_cpu_on_the_gpus_pixels) {
+    make_fixtures();
+    enum { MOST_CASES = 160 };
+    static const int fixtures[] = {0, 1, 2, 4};
+    ImageJobAugment augs[MOST_CASES];
+    const int cases = augment_cases(augs);
+    ck_assert_int_le(cases, MOST_CASES);
+    const size_t bytes = (size_t)SIDE * SIDE * 3;
+    ImageJob *jobs = calloc(2 * (size_t)cases, sizeof *jobs);
+    uint8_t *got = calloc(2 * (size_t)cases, bytes), *want = malloc(bytes),
+            *failed = calloc(2 * (size_t)cases, 1);
+    void *dev = gpu->alloc(gpu, 2 * (size_t)cases * bytes);
+    int differ = 0, changed = 0;
+    for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
+        const int k = fixtures[f];
+        for (int i = 0; i < cases; i++) {
+            Rng rng;
+            data_rng_seed(&rng, 7, DATA_STREAM_AUGMENT, (uint32_t)i, (uint32_t)k);
+            TrainCrop crop = image_train_crop_draw(FIX[k].w, FIX[k].h, CROP_SCALE_TORCHVISION, &rng);
+            jobs[i] = job_of(k, image_train_geometry(crop, SIDE));
+            jobs[cases + i] = jobs[i];
+            jobs[cases + i].augment = augs[i];
+        }
+        gpu->input_decode(gpu, 0, dev, 2 * cases, SIDE, jobs, failed);
+        gpu->input_upload_wait(gpu, 0);
+        gpu->to_host(gpu, got, dev, 2 * (size_t)cases * bytes);
+        for (int i = 0; i < 2 * cases; i++) ck_assert_msg(!failed[i], "%s: job %d failed", FIX[k].what, i);
+        for (int i = 0; i < cases; i++) {
+            const ImageJobAugment *a = &augs[i];
+            const uint8_t *plain = got + (size_t)i * bytes, *augmented = got + (size_t)(cases + i) * bytes;
+            memcpy(want, plain, bytes);
+            image_augment_run(a, want, SIDE);
+            changed += memcmp(augmented, plain, bytes) != 0;
+            if (memcmp(augmented, want, bytes) == 0) continue;
+            int bytes_off = 0, worst = 0;
+            for (size_t b = 0; b < bytes; b++) {
+                const int d = abs((int)augmented[b] - (int)want[b]);
+                bytes_off += d != 0;
+                worst = d > worst ? d : worst;
+            }
+            if (differ++ < 20)
+                printf("%s: %s bin %d%s %s%s: %d bytes differ, by up to %d\n", FIX[k].what,
+                       image_augment_op_name((AugmentOp)a->op), a->bin, a->negative ? " negative" : "",
+                       a->filter ? "bilinear" : "nearest", a->erase ? " + erasing" : "", bytes_off, worst);
+        }
+    }
+    printf(
+        "augmentation, GPU vs CPU on the GPU's pixels: %d of %d jobs differ, %d changed by their augmentation\n",
+        differ, cases * 4, changed);
+    ck_assert_int_eq(differ, 0);
+    // not vacuous: all but the few cases that leave an image as it is (Identity without a box, bin 0 of the
+    // shears, translations, rotation and enhancements without a box) change it
+    ck_assert_int_gt(changed, cases * 4 * 3 / 4);
+    gpu->free(gpu, dev);
+    free(jobs), free(got), free(want), free(failed);
+}
+END_TEST
+
 int main(void) {
     char why[256];
     gpu = cuda_backend_create(0, NULL, why, sizeof why);
@@ -170,6 +270,7 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, decoded_pixels_within_one);
     tcase_add_test(tc, transforms_match_the_cpu);
+    tcase_add_test(tc, augmentation_matches_the_cpu_on_the_gpus_pixels);
     suite_add_tcase(s, tc);
     const int rc = tu_run_suite(s, 0);  // no fork: a CUDA context does not survive one
     for (int k = 0; k < FIXTURES; k++) free(jpeg_bytes[k]);
