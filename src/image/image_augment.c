@@ -171,12 +171,17 @@ void image_augment_plan(AugmentOp op, double magnitude, AugmentFilter filter, in
     }
 }
 
-// The tables first (from the input image, kept whole in a copy), then every output pixel.
+// The tables first, then every output pixel. A pass that reads other pixels than the one it writes (the
+// geometric ones, Sharpness's 3x3 filter) reads a copy of the input; the others read each pixel before they
+// write it, in place.
 void image_augment_plan_run(const AugmentPlan *plan, uint8_t *img, int width, int height) {
     if (plan->pass == AUGMENT_PASS_NONE) return;
     const size_t pixels = (size_t)width * height;
-    uint8_t *in = xcalloc(pixels * 3, 1);
-    memcpy(in, img, pixels * 3);
+    const int neighbours = plan->pass != AUGMENT_PASS_LUT &&
+                           (plan->pass != AUGMENT_PASS_BLEND || plan->op == AUGMENT_SHARPNESS);
+    uint8_t *copy = neighbours ? xcalloc(pixels * 3, 1) : NULL;
+    if (copy) memcpy(copy, img, pixels * 3);
+    const uint8_t *in = copy ? copy : img;
     uint32_t hist[3][256] = {{0}};
     uint8_t lut[3][256];
     int *cols = NULL;
@@ -190,15 +195,19 @@ void image_augment_plan_run(const AugmentPlan *plan, uint8_t *img, int width, in
         t.grey = augment_luma_mean(hist[0], (long long)pixels);
     } else if (plan->pass == AUGMENT_PASS_LUT) {
         if (plan->op == AUGMENT_AUTOCONTRAST || plan->op == AUGMENT_EQUALIZE)
-            for (size_t i = 0; i < pixels * 3; i++) hist[i % 3][in[i]]++;
+            for (size_t i = 0; i < pixels; i++)
+                for (int b = 0; b < 3; b++) hist[b][in[3 * i + b]]++;
         for (int b = 0; b < 3; b++) augment_channel_lut(plan, hist[b], lut[b]);
         t.lut = &lut[0][0];
     }
+    // The plan copied: the output's byte stores may alias anything reached through a pointer, a local does
+    // not escape, so its fields stay in registers across the pixels.
+    const AugmentPlan local = *plan;
     for (int y = 0; y < height; y++)
         for (int x = 0; x < width; x++)
-            augment_pixel(plan, &t, in, width, height, x, y, pixel(img, width, x, y));
+            augment_pixel(&local, &t, in, width, height, x, y, pixel(img, width, x, y));
     free(cols);
-    free(in);
+    free(copy);
 }
 
 void image_augment_op(uint8_t *img, int width, int height, AugmentOp op, double magnitude,

@@ -6,7 +6,7 @@
 // matrices, fixed-point steps and factors, computed in double as Pillow and CPython compute them). The
 // functions below then make the image-level tables from histograms, with the host's integer arithmetic
 // (augment_scale_tables, augment_luma_mean, augment_channel_lut), and each output pixel from the input image
-// and those tables (augment_pixel). Images are (h, w, 3) u8 RGB. The floating-point expressions keep Pillow's
+// and those tables (augment_pixel, or the pass's own function). Images are (h, w, 3) u8 RGB. The floating-point expressions keep Pillow's
 // operand order and types, and both compilations keep them unfused: image_augment.c is built with
 // -ffp-contract=off, cuda_augment.cu with -fmad=false (CMakeLists.txt).
 #ifndef AMPTRAIN_IMAGE_AUGMENT_OPS_H
@@ -183,74 +183,91 @@ AUGMENT_FN uint8_t augment_blend_byte(uint8_t degenerate, uint8_t v, float alpha
     return alpha >= 0 && alpha <= 1.0 ? (uint8_t)out : out <= 0.0f ? 0 : out >= 255.0f ? 255 : (uint8_t)out;
 }
 
-// Pixel (x, y) of the op's output (3 bytes at out) from in (h, w, 3) u8, the input image. The geometric
-// passes write fill 0 where no source pixel maps.
+// Pixel (x, y) of a pass's output (3 bytes at out) from in (h, w, 3) u8, the input image, one function per
+// pass; augment_pixel below picks one. The geometric passes write fill 0 where no source pixel maps.
+
+AUGMENT_FN void augment_copy_pixel(const uint8_t *src, uint8_t *out) {
+    for (int b = 0; b < 3; b++) out[b] = src ? src[b] : 0;
+}
+
+// ROTATE_180: (x, y) <- (w-1-x, h-1-y); ROTATE_90 (counter-clockwise): <- (w-1-y, x); ROTATE_270: <- (y, h-1-x)
+AUGMENT_FN void augment_transpose_pixel(const AugmentPlan *p, const uint8_t *in, int w, int h, int x, int y,
+                                        uint8_t *out) {
+    const int sx = p->turn == 180 ? w - 1 - x : p->turn == 90 ? w - 1 - y : y;
+    const int sy = p->turn == 180 ? h - 1 - y : p->turn == 90 ? x : h - 1 - x;
+    augment_copy_pixel(in + ((size_t)sy * w + sx) * 3, out);
+}
+
+AUGMENT_FN void augment_scale_pixel(const AugmentTables *t, const uint8_t *in, int w, int x, int y,
+                                    uint8_t *out) {
+    const int in_range = t->cols[x] >= 0 && t->rows[y] >= 0;
+    augment_copy_pixel(in_range ? in + ((size_t)t->rows[y] * w + t->cols[x]) * 3 : 0, out);
+}
+
+// Pillow advances the row's start by (a1, a4) per row and the point by (a0, a3) per column, in int; >> on a
+// negative int is an arithmetic shift (floor), as gcc, clang and nvcc compile it.
+AUGMENT_FN void augment_fixed_pixel(const AugmentPlan *p, const uint8_t *in, int w, int h, int x, int y,
+                                    uint8_t *out) {
+    const int xx = p->fixed[2] + y * p->fixed[1] + x * p->fixed[0];
+    const int yy = p->fixed[5] + y * p->fixed[4] + x * p->fixed[3];
+    const int xin = xx >> 16, yin = yy >> 16;
+    const int in_range = xin >= 0 && xin < w && yin >= 0 && yin < h;
+    augment_copy_pixel(in_range ? in + ((size_t)yin * w + xin) * 3 : 0, out);
+}
+
+// The pixel centre mapped in double, nothing written outside [0, size), the 2x2 neighbourhood with clamped
+// columns and a clamped first row, blended in double and truncated.
+AUGMENT_FN void augment_bilinear_pixel(const AugmentPlan *p, const uint8_t *in, int w, int h, int x, int y,
+                                       uint8_t *out) {
+    const double xin = x + 0.5, yin = y + 0.5;
+    double xs = p->a[0] * xin + p->a[1] * yin + p->a[2], ys = p->a[3] * xin + p->a[4] * yin + p->a[5];
+    if (xs < 0.0 || xs >= w || ys < 0.0 || ys >= h) {
+        augment_copy_pixel(0, out);
+        return;
+    }
+    xs -= 0.5;
+    ys -= 0.5;
+    const int x0 = augment_floor(xs), y0 = augment_floor(ys);
+    const double dx = xs - x0, dy = ys - y0;
+    const uint8_t *top = in + (size_t)augment_clamp_index(y0, h) * w * 3;
+    const uint8_t *below = y0 + 1 >= 0 && y0 + 1 < h ? in + (size_t)(y0 + 1) * w * 3 : 0;
+    const int xa = augment_clamp_index(x0, w) * 3, xb = augment_clamp_index(x0 + 1, w) * 3;
+    for (int b = 0; b < 3; b++) {
+        double v1 = top[xa + b] + (top[xb + b] - top[xa + b]) * dx;
+        double v2 = below ? below[xa + b] + (below[xb + b] - below[xa + b]) * dx : v1;
+        v1 = v1 + (v2 - v1) * dy;
+        out[b] = (uint8_t)v1;
+    }
+}
+
+// The degenerate image: Brightness black, Color the luma, Contrast the mean luma, Sharpness SMOOTH.
+AUGMENT_FN void augment_blend_pixel(const AugmentPlan *p, const AugmentTables *t, const uint8_t *in, int w,
+                                    int h, int x, int y, uint8_t *out) {
+    const uint8_t *v = in + ((size_t)y * w + x) * 3;
+    const uint8_t flat = p->op == AUGMENT_COLOR ? augment_luma(v) : p->op == AUGMENT_CONTRAST ? t->grey : 0;
+    for (int b = 0; b < 3; b++) {
+        const uint8_t d = p->op == AUGMENT_SHARPNESS ? augment_smooth_byte(in, w, h, x, y, b) : flat;
+        out[b] = augment_blend_byte(d, v[b], p->alpha);
+    }
+}
+
+AUGMENT_FN void augment_lut_pixel(const AugmentTables *t, const uint8_t *in, int w, int x, int y,
+                                  uint8_t *out) {
+    const uint8_t *v = in + ((size_t)y * w + x) * 3;
+    for (int b = 0; b < 3; b++) out[b] = t->lut[256 * b + v[b]];
+}
+
 AUGMENT_FN void augment_pixel(const AugmentPlan *p, const AugmentTables *t, const uint8_t *in, int w, int h,
                               int x, int y, uint8_t *out) {
-    const uint8_t *src = 0;
     switch (p->pass) {
-    case AUGMENT_PASS_TRANSPOSE: {
-        // ROTATE_180: (x, y) <- (w-1-x, h-1-y); ROTATE_90 (counter-clockwise): <- (w-1-y, x);
-        // ROTATE_270: <- (y, h-1-x)
-        const int sx = p->turn == 180 ? w - 1 - x : p->turn == 90 ? w - 1 - y : y;
-        const int sy = p->turn == 180 ? h - 1 - y : p->turn == 90 ? x : h - 1 - x;
-        src = in + ((size_t)sy * w + sx) * 3;
-        break;
+    case AUGMENT_PASS_NONE: augment_copy_pixel(in + ((size_t)y * w + x) * 3, out); break;
+    case AUGMENT_PASS_TRANSPOSE: augment_transpose_pixel(p, in, w, h, x, y, out); break;
+    case AUGMENT_PASS_SCALE: augment_scale_pixel(t, in, w, x, y, out); break;
+    case AUGMENT_PASS_FIXED: augment_fixed_pixel(p, in, w, h, x, y, out); break;
+    case AUGMENT_PASS_BILINEAR: augment_bilinear_pixel(p, in, w, h, x, y, out); break;
+    case AUGMENT_PASS_BLEND: augment_blend_pixel(p, t, in, w, h, x, y, out); break;
+    case AUGMENT_PASS_LUT: augment_lut_pixel(t, in, w, x, y, out); break;
     }
-    case AUGMENT_PASS_SCALE:
-        if (t->cols[x] >= 0 && t->rows[y] >= 0) src = in + ((size_t)t->rows[y] * w + t->cols[x]) * 3;
-        break;
-    case AUGMENT_PASS_FIXED: {
-        // Pillow advances the row's start by (a1, a4) per row and the point by (a0, a3) per column, in int;
-        // >> on a negative int is an arithmetic shift (floor), as gcc, clang and nvcc compile it.
-        const int xx = p->fixed[2] + y * p->fixed[1] + x * p->fixed[0];
-        const int yy = p->fixed[5] + y * p->fixed[4] + x * p->fixed[3];
-        const int xin = xx >> 16, yin = yy >> 16;
-        if (xin >= 0 && xin < w && yin >= 0 && yin < h) src = in + ((size_t)yin * w + xin) * 3;
-        break;
-    }
-    case AUGMENT_PASS_BILINEAR: {
-        // The pixel centre mapped in double, nothing written outside [0, size), the 2x2 neighbourhood with
-        // clamped columns and a clamped first row, blended in double and truncated.
-        const double xin = x + 0.5, yin = y + 0.5;
-        double xs = p->a[0] * xin + p->a[1] * yin + p->a[2], ys = p->a[3] * xin + p->a[4] * yin + p->a[5];
-        if (xs < 0.0 || xs >= w || ys < 0.0 || ys >= h) break;
-        xs -= 0.5;
-        ys -= 0.5;
-        const int x0 = augment_floor(xs), y0 = augment_floor(ys);
-        const double dx = xs - x0, dy = ys - y0;
-        const uint8_t *top = in + (size_t)augment_clamp_index(y0, h) * w * 3;
-        const uint8_t *below = y0 + 1 >= 0 && y0 + 1 < h ? in + (size_t)(y0 + 1) * w * 3 : 0;
-        const int xa = augment_clamp_index(x0, w) * 3, xb = augment_clamp_index(x0 + 1, w) * 3;
-        for (int b = 0; b < 3; b++) {
-            double v1 = top[xa + b] + (top[xb + b] - top[xa + b]) * dx;
-            double v2 = below ? below[xa + b] + (below[xb + b] - below[xa + b]) * dx : v1;
-            v1 = v1 + (v2 - v1) * dy;
-            out[b] = (uint8_t)v1;
-        }
-        return;
-    }
-    case AUGMENT_PASS_BLEND: {
-        // The degenerate image: Brightness black, Color the luma, Contrast the mean luma, Sharpness SMOOTH
-        const uint8_t *v = in + ((size_t)y * w + x) * 3;
-        const uint8_t luma = p->op == AUGMENT_COLOR ? augment_luma(v) : 0;
-        for (int b = 0; b < 3; b++) {
-            const uint8_t d = p->op == AUGMENT_BRIGHTNESS ? 0
-                              : p->op == AUGMENT_COLOR    ? luma
-                              : p->op == AUGMENT_CONTRAST ? t->grey
-                                                          : augment_smooth_byte(in, w, h, x, y, b);
-            out[b] = augment_blend_byte(d, v[b], p->alpha);
-        }
-        return;
-    }
-    case AUGMENT_PASS_LUT: {
-        const uint8_t *v = in + ((size_t)y * w + x) * 3;
-        for (int b = 0; b < 3; b++) out[b] = t->lut[256 * b + v[b]];
-        return;
-    }
-    case AUGMENT_PASS_NONE: src = in + ((size_t)y * w + x) * 3; break;
-    }
-    for (int b = 0; b < 3; b++) out[b] = src ? src[b] : 0;
 }
 
 // RandomErasing: 1 when pixel (x, y) lies in box.

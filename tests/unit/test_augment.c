@@ -1,7 +1,8 @@
 // test_augment.c - src/image/image_augment.c apart from Pillow (test_images_pil.c holds its pixels to Pillow):
 // TrivialAugmentWide's draws (every op and bin reached, uniformly; signs only where torchvision flips them),
 // its magnitude table against the decimal ends of torchvision's ranges, RandomErasing's boxes against its
-// bounds and probability, the erasing byte, and that one stream key always gives the same image.
+// bounds and probability, the erasing byte, that one stream key always gives the same image, and that a
+// decode job's draws (image_augment_draw) are the host path's.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -164,6 +165,49 @@ START_TEST(test_apply_is_a_function_of_the_stream) {
 }
 END_TEST
 
+// image_augment_draw (what a device decode job carries) draws what image_ta_wide_draw then
+// image_random_erase_draw draw from the same stream, leaves the stream where they leave it, and, applied with
+// image_augment_run, gives image_augment_op then image_erase on the same draws; with both parts off it draws
+// nothing and is all zero.
+START_TEST(test_job_draws_are_the_host_draws) {
+    enum { SIDE = 20, BYTES = SIDE * SIDE * 3 };
+    uint8_t base[BYTES], got[BYTES], want[BYTES];
+    for (int i = 0; i < BYTES; i++) base[i] = (uint8_t)(i * 53 + i / 11);
+    const ImageAugment on = {1, AUGMENT_BILINEAR, 0.5, {7, 8, 9}}, off = {0, AUGMENT_NEAREST, 0, {1, 2, 3}};
+    int boxes = 0;
+    for (uint32_t n = 0; n < 200; n++) {
+        Rng r1, r2;
+        data_rng_sample(&r1, 3, 1, 0, n);
+        r2 = r1;
+        ImageJobAugment d;
+        image_augment_draw(&on, SIDE, &r1, &d);
+        const AugmentDraw ta = image_ta_wide_draw(&r2);
+        ImageRect box;
+        const int erase = image_random_erase_draw(SIDE, SIDE, 0.5, &r2, &box);
+        ck_assert(rng_next_u64(&r1) == rng_next_u64(&r2));
+        ck_assert(d.op == (int)ta.op && d.bin == ta.bin && d.negative == ta.negative);
+        ck_assert_int_eq(d.filter, AUGMENT_BILINEAR);
+        ck_assert_int_eq(d.erase, erase);
+        if (erase) {
+            ck_assert_mem_eq(&d.erase_box, &box, sizeof box);
+            ck_assert_mem_eq(d.erase_fill, on.erase_fill, 3);
+        }
+        boxes += erase;
+        memcpy(got, base, BYTES), memcpy(want, base, BYTES);
+        image_augment_run(&d, got, SIDE);
+        image_augment_op(want, SIDE, SIDE, ta.op, image_ta_wide_magnitude(ta), AUGMENT_BILINEAR);
+        if (erase) image_erase(want, SIDE, box, on.erase_fill);
+        ck_assert_mem_eq(got, want, BYTES);
+        Rng untouched = r1;
+        image_augment_draw(&off, SIDE, &r1, &d);
+        ck_assert(rng_next_u64(&r1) == rng_next_u64(&untouched));
+        static const ImageJobAugment zero;  // static: its padding is zero too
+        ck_assert_mem_eq(&d, &zero, sizeof d);
+    }
+    ck_assert_int_gt(boxes, 60);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("augment");
     TCase *tc = tcase_create("augment");
@@ -172,6 +216,7 @@ int main(void) {
     tcase_add_test(tc, test_magnitudes_are_torchvisions_table);
     tcase_add_test(tc, test_erasing_boxes_and_bytes);
     tcase_add_test(tc, test_apply_is_a_function_of_the_stream);
+    tcase_add_test(tc, test_job_draws_are_the_host_draws);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 1);
 }
