@@ -11,6 +11,11 @@
 // RandomErasing (torchvision.transforms.RandomErasing(p, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0))
 // runs in torchvision on the normalised tensor; here it runs on the bytes, before the device normalises
 // them, and writes the byte per channel that normalises closest to 0 (image_erase_byte).
+//
+// The host path draws and applies both in the loader (image_augment_apply). With data.decode: device the loader
+// draws them into the ImageJob (image_augment_draw) and the decoder applies them after its resize: the CPU
+// backend with image_augment_run, CUDA with the same image_augment_ops.h functions on image_augment_plan_of's
+// plans (kernels/cuda/cuda_augment.cu).
 #ifndef AMPTRAIN_IMAGE_AUGMENT_H
 #define AMPTRAIN_IMAGE_AUGMENT_H
 

@@ -6,7 +6,7 @@
 // matrices, fixed-point steps and factors, computed in double as Pillow and CPython compute them). The
 // functions below then make the image-level tables from histograms, with the host's integer arithmetic
 // (augment_scale_tables, augment_luma_mean, augment_channel_lut), and each output pixel from the input image
-// and those tables (augment_pixel, or the pass's own function). Images are (h, w, 3) u8 RGB. The floating-point expressions keep Pillow's
+// and those tables (augment_pixel). Images are (h, w, 3) u8 RGB. The floating-point expressions keep Pillow's
 // operand order and types, and both compilations keep them unfused: image_augment.c is built with
 // -ffp-contract=off, cuda_augment.cu with -fmad=false (CMakeLists.txt).
 #ifndef AMPTRAIN_IMAGE_AUGMENT_OPS_H
@@ -184,7 +184,7 @@ AUGMENT_FN uint8_t augment_blend_byte(uint8_t degenerate, uint8_t v, float alpha
 }
 
 // Pixel (x, y) of a pass's output (3 bytes at out) from in (h, w, 3) u8, the input image, one function per
-// pass; augment_pixel below picks one. The geometric passes write fill 0 where no source pixel maps.
+// pass; augment_pixel below picks the plan's. The geometric passes write fill 0 where no source pixel maps.
 
 AUGMENT_FN void augment_copy_pixel(const uint8_t *src, uint8_t *out) {
     for (int b = 0; b < 3; b++) out[b] = src ? src[b] : 0;
