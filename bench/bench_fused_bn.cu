@@ -243,38 +243,40 @@ static double vector_error(CudaBackend *cb, const float *got_dev, const double *
 
 // ---- the fused plan, through cuDNN's backend API --------------------------------------------------------
 
-// Tensor ids of the graph (CUDNN_ATTR_TENSOR_UNIQUE_ID; the variant pack's keys).
+// Tensor ids of the graphs (CUDNN_ATTR_TENSOR_UNIQUE_ID; the variant pack's keys).
 enum {
+    // in memory
     UID_X = 1,
     UID_W,
     UID_SCALE,
     UID_BIAS,
     UID_Y,
     UID_SUM,
-    UID_SQSUM,  // in memory
+    UID_SQSUM,
     UID_DY,
     UID_MEAN,
     UID_INVSTD,
     UID_GAMMA,
     UID_BETA,
-    UID_G,  // in memory
+    UID_G,
     UID_DSCALE,
     UID_DBIAS,
     UID_EQ_DY,
     UID_EQ_X,
     UID_EQ_BIAS,
-    UID_DX,  // in memory
+    UID_DX,
+    // virtual: the graphs' intermediates
     UID_SCALED,
     UID_BIASED,
-    UID_RELU,  // virtual
+    UID_RELU,
     UID_DGRAD,
     UID_CENTRED,
     UID_NORMED,
     UID_GAMMAED,
-    UID_BN,  // virtual
+    UID_BN,
     UID_G_SCALED,
     UID_X_SCALED,
-    UID_SUMMED,  // virtual
+    UID_SUMMED,
 };
 #define PACK_MAX 16  // tensors in memory of one graph, at most
 
@@ -385,7 +387,8 @@ static cudnnBackendDescriptor_t bk_tensor(FusedPlan *p, const char *what, int64_
     return d;
 }
 
-// y = mode(x, b) (b NULL for a unary mode), computed in fp32.
+// y = mode(x, b) (b NULL for a unary mode), computed in fp32. ReLU's backward (CUDNN_POINTWISE_RELU_BWD)
+// takes the forward's input as x and the gradient as b, and gives the input's gradient as y.
 static cudnnBackendDescriptor_t bk_pointwise(FusedPlan *p, const char *what, cudnnPointwiseMode_t mode,
                                              cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
                                              cudnnBackendDescriptor_t y) {
@@ -398,8 +401,13 @@ static cudnnBackendDescriptor_t bk_pointwise(FusedPlan *p, const char *what, cud
     cudnnBackendDescriptor_t op = bk_make(p, t, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
     BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
     BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    if (b) BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+    if (mode == CUDNN_POINTWISE_RELU_BWD) {
+        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, b);
+        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, y);
+    } else {
+        if (b) BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
+        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+    }
     bk_finalize(t, op, what);
     return op;
 }
@@ -453,26 +461,6 @@ static cudnnBackendDescriptor_t bk_conv(FusedPlan *p, int dgrad, cudnnBackendDes
     return op;
 }
 
-// dx = dy where x > 0, else 0 (ReLU's backward), computed in fp32.
-static cudnnBackendDescriptor_t bk_relu_backward(FusedPlan *p, cudnnBackendDescriptor_t dy,
-                                                 cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t dx) {
-    Trail *t = &p->described;
-    const char *what = "pointwise relu backward";
-    const cudnnPointwiseMode_t mode = CUDNN_POINTWISE_RELU_BWD;
-    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t pw = bk_make(p, t, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
-    BK_SET(t, pw, what, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    BK_SET(t, pw, what, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
-    bk_finalize(t, pw, what);
-    cudnnBackendDescriptor_t op = bk_make(p, t, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, dy);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, dx);
-    bk_finalize(t, op, what);
-    return op;
-}
-
 // The batch norm's weight gradients and dx coefficients from x, g (its output's gradient), mean, invstd and
 // gamma: out[0..4] = dscale, dbias, eq_dy, eq_x, eq_bias (1, c, 1, 1) fp32.
 static cudnnBackendDescriptor_t bk_bn_backward_weights(
@@ -516,7 +504,8 @@ static cudnnBackendDescriptor_t bk_genstats(FusedPlan *p, cudnnBackendDescriptor
 
 // The five per-channel outputs of dgrad_drelu_dbn (dbn_apply reads the last three).
 static const int64_t COEF_UID[5] = {UID_DSCALE, UID_DBIAS, UID_EQ_DY, UID_EQ_X, UID_EQ_BIAS};
-static const char *COEF_NAME[5] = {"dscale", "dbias", "eq_dy", "eq_x", "eq_bias"};
+static const char *COEF_NAME[5] = {"tensor dscale", "tensor dbias", "tensor eq_dy", "tensor eq_x",
+                                   "tensor eq_bias"};
 
 // Graph `kind` for shape s, its virtual intermediates in mid: the operation graph, not yet finalized (its
 // finalize is the first step of the engine search). Channels: c = c_in (the batch norm's), k = c_out.
@@ -545,8 +534,8 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
         ops[count++] = bk_genstats(p, y, sum, sqsum);
     } else {
         cudnnBackendDescriptor_t g = bk_tensor(p, "tensor g", UID_G, fp16, n, c, h, w, false);
-        cudnnBackendDescriptor_t coef[5];
-        for (int i = 0; i < 5; i++)
+        cudnnBackendDescriptor_t coef[5] = {NULL, NULL, NULL, NULL, NULL};  // dbn_apply reads the last three
+        for (int i = kind == GRAPH_DGRAD_DRELU_DBN ? 0 : 2; i < 5; i++)
             coef[i] = bk_tensor(p, COEF_NAME[i], COEF_UID[i], fp32, 1, c, 1, 1, false);
         if (kind == GRAPH_DGRAD_DRELU_DBN) {
             // da = dgrad(dy, w); g = da where bn(x) = ((x - mean) * invstd) * gamma + beta > 0; the weights.
@@ -569,13 +558,14 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
             ops[count++] = bk_pointwise(p, "pointwise *invstd", CUDNN_POINTWISE_MUL, centred, invstd, normed);
             ops[count++] = bk_pointwise(p, "pointwise *gamma", CUDNN_POINTWISE_MUL, normed, gamma, gammaed);
             ops[count++] = bk_pointwise(p, "pointwise +beta", CUDNN_POINTWISE_ADD, gammaed, beta, bn);
-            ops[count++] = bk_relu_backward(p, da, bn, g);
+            ops[count++] = bk_pointwise(p, "pointwise relu backward", CUDNN_POINTWISE_RELU_BWD, bn, da, g);
             ops[count++] = bk_bn_backward_weights(p, x, g, mean, invstd, gamma, coef);
         } else {
             // dx = (g * eq_dy + x * eq_x) + eq_bias
             cudnnBackendDescriptor_t gs = bk_tensor(p, "tensor g*eq_dy", UID_G_SCALED, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t xs = bk_tensor(p, "tensor x*eq_x", UID_X_SCALED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t summed = bk_tensor(p, "tensor sum", UID_SUMMED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t summed =
+                bk_tensor(p, "tensor g*eq_dy+x*eq_x", UID_SUMMED, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t dx = bk_tensor(p, "tensor dx", UID_DX, fp16, n, c, h, w, false);
             ops[count++] = bk_pointwise(p, "pointwise g*eq_dy", CUDNN_POINTWISE_MUL, g, coef[2], gs);
             ops[count++] = bk_pointwise(p, "pointwise x*eq_x", CUDNN_POINTWISE_MUL, x, coef[3], xs);
