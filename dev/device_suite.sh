@@ -32,6 +32,9 @@
 #             (build/bench_batchnorm), then --bench b256 AMP with cudnn.batch_norm cudnn, own and auto
 #   ends      bn_add_bn (a downsampling block's end in one op) against the CPU (test_gpu_ops' bn_add_bn case only),
 #             then bench_batchnorm's block ends: the two layers' calls on auto's pairs against the fused kernels
+#   fusedbn   batch norm fused into the 1x1 convolutions (cuDNN graphs scale_bias_relu_conv_genstats, dgrad_drelu_dbn,
+#             dbn_apply) against the unfused passes, checked against an fp32 reference, on every stride-1 1x1 shape
+#             (build/bench_fused_bn)
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   profileamp, profilefp32  the same for one of the two
@@ -270,6 +273,7 @@ stage_ends() {
     grep -E "Checks:|:F:|:E:" "$OUT/ends_test.log"
     build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
 }
+stage_fusedbn() { build/bench_fused_bn 256 | tee "$OUT/fusedbn.txt"; return "${PIPESTATUS[0]}"; }
 stage_profileamp() { profile_pair amp -- --amp 1; }
 stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }
 stage_profile() { stage_profileamp && stage_profilefp32; }
