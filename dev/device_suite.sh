@@ -26,6 +26,7 @@
 #             the targets on them
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
+#   fmnistruns  the runs listed in $FMNIST_RUNS side by side on the GPU (Fashion-MNIST as in fmnist)
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone) with data.decode
 #             host and device, then 40 steps of the training loop at batch 256 AMP on that folder with each
 #   bnbench   training batch norm, cuDNN's against amptrain's own and auto's pairs, on every ResNeXt-50 shape
@@ -218,6 +219,27 @@ stage_fmnist() {
     python3 tools/fashion-mnist /tmp/fmnist --idx .fmnist >"$OUT/fmnist-convert.log" 2>&1 || return 1
     build/amptrain configs/fashion_mnist.yaml data.path=/tmp/fmnist log.metrics="$OUT/fmnist.jsonl" \
         checkpoint.dir= checkpoint.every=0 log.progress=never 2>&1 | grep -E "^eval|summary|error"
+}
+# fmnistruns: the runs listed in $FMNIST_RUNS (a file: one run a line, "NAME CONFIG overrides...") side by side on
+# the one GPU, each with its own metrics file and a wall-clock limit of $FMNIST_LIMIT_S (default 540) seconds;
+# prints each run's evaluations (epoch, top-1, EMA top-1) and its summary line.
+stage_fmnistruns() {
+    [ -d /tmp/fmnist/train ] || python3 tools/fashion-mnist /tmp/fmnist --idx .fmnist >"$OUT/fmnist-convert.log" 2>&1 ||
+        return 1
+    local name cfg rest pids=()
+    while read -r name cfg rest; do
+        [ -z "$name" ] && continue
+        # shellcheck disable=SC2086
+        (timeout "${FMNIST_LIMIT_S:-540}" build/amptrain "$cfg" data.path=/tmp/fmnist log.metrics="$OUT/fm-$name.jsonl" \
+            checkpoint.dir= checkpoint.every=0 log.progress=never $rest >"$OUT/fm-$name.log" 2>&1
+         echo "rc $?" >>"$OUT/fm-$name.log") &
+        pids+=($!)
+    done <"$FMNIST_RUNS"
+    wait "${pids[@]}"
+    for f in "$OUT"/fm-*.log; do
+        echo "--- $(basename "$f" .log)"
+        grep -E "^eval|summary|error|^rc" "$f" | tail -8
+    done
 }
 make_jpegs() {  # 2048 photo-like 500x375 quality-90 JPEGs in /tmp/jpegs (ImageFolder, 8 classes)
     [ -d /tmp/jpegs/train ] && return 0
