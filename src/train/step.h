@@ -1,7 +1,9 @@
 // step.h - the training step contract (docs/design.md), its CUDA graph and its phase timings.
 //
 // One optimizer step, per rank, with S the loss scale on the device:
-//   1. A micro-batches (train.accum_steps) from the loader, this rank's shard of the global batch
+//   1. A micro-batches (train.accum_steps) from the loader, this rank's shard of the global batch; with
+//      A > 1 the ranks agree before the last micro-step that each has them all (a stop may end the wait
+//      for one: the step is then voided on every rank, trainer_step)
 //   2. forward under autocast
 //   3. backward seeded with S / (samples of the whole step over all ranks)
 //   4. on the last micro-step, each gradient bucket is summed across ranks as soon as it is complete
