@@ -11,22 +11,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "data/sampler.h"
-#include "tests/image_fixtures.h"
+#include "core/clock.h"
+#include "tests/stall_run.h"
 #include "tests/test_util.h"
 
-#define DATA "stop_data"
-#define PER_CLASS 24
-#define BATCH 4
-#define SEED 42  // configs/tiny.yaml's train.seed: the sample order of the runs
-// Every run: the 48 images in batches of 4, two loader workers two batches ahead; the learning rate does not
+// Every run: 48 images in batches of 4, two loader workers two batches ahead; the learning rate does not
 // depend on the run's length (train.schedule step), so runs of other lengths match step for step.
-#define RUN                                                                                                   \
-    AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder data.path=" DATA \
-                        " data.batch_size=4 data.prefetch=2 data.workers=2 train.epochs=2 "                 \
+#define DATA "stop_data"
+#define RUN                                                                                                  \
+    AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.source=imagefolder data.path=" DATA      \
+                        " data.batch_size=4 data.prefetch=2 data.workers=2 train.epochs=2 "                  \
                         "train.schedule=step log.every=1 log.progress=never"
 
 typedef struct StopCase {
@@ -38,78 +34,23 @@ typedef struct StopCase {
 
 static char out[1 << 16];
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-// Two classes of PER_CLASS solid images each, every one its own colour.
-static void make_folder(void) {
-    ck_assert_int_eq(system("rm -rf " DATA " && mkdir -p " DATA "/train/a " DATA "/train/b"), 0);
-    char path[256];
-    for (int i = 0; i < 2 * PER_CLASS; i++) {
-        snprintf(path, sizeof path, DATA "/train/%c/%02d.jpg", 'a' + i / PER_CLASS, i % PER_CLASS);
-        fx_write_solid(path, 40, 30, (uint8_t)(5 * i), (uint8_t)(250 - 5 * i), (uint8_t)(37 * i % 256));
-    }
-}
-
-// The path (a suffix of it) of an image the case's micro-batch holds and no earlier one reads: the folder's
-// order is sorted (class, name), so sample i is image i % PER_CLASS of class i / PER_CLASS.
-static void stall_path(const StopCase *c, char *path, size_t cap) {
-    Sampler s;
-    int32_t block[BATCH];
-    sampler_init(&s, 2 * PER_CLASS, BATCH, 1, 0, c->accum, 0, SEED);
-    ck_assert_int_eq(sampler_block(&s, 0, c->step, c->micro, block), BATCH);
-    sampler_free(&s);
-    int i = block[0] != 0 ? block[0] : block[1];  // sample 0 is read at start-up (the data's probe)
-    snprintf(path, cap, "/" DATA "/train/%c/%02d.jpg", 'a' + i / PER_CLASS, i % PER_CLASS);
-}
-
-// Starts `amptrain RUN args` with the stalled read preloaded, stdout and stderr to log; returns its pid.
-static pid_t start_stalled(const char *stall, const char *args, const char *log) {
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec %s %s %s > %s 2>&1", AMPTRAIN_BIN, RUN, args, log);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        // An ASan build wants its runtime first among the libraries; the preload comes before it.
-        const char *asan = getenv("ASAN_OPTIONS");
-        char asan_options[1024];
-        snprintf(asan_options, sizeof asan_options, "%s%sverify_asan_link_order=0", asan ? asan : "",
-                 asan && *asan ? ":" : "");
-        setenv("ASAN_OPTIONS", asan_options, 1);
-        setenv("LD_PRELOAD", AMPTRAIN_STALL_READ, 1);
-        setenv("AMPTRAIN_TEST_STALL", stall, 1);
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
-// pid's exit status once it has exited, within `seconds`; else it is killed and the test fails.
-static int wait_exit(pid_t pid, double seconds) {
-    int status;
-    for (double start = now_s(); now_s() - start < seconds; usleep(20000))
-        if (waitpid(pid, &status, WNOHANG) == pid) return status;
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    ck_abort_msg("the run did not exit within %.0f s of SIGTERM", seconds);
-    return -1;
-}
-
 static void stop_while_stuck(const StopCase *c) {
-    char stall[128], args[1024], cmd[2048], log[128], metrics[128], last[128], ref[128];
-    make_folder();
+    char image[128], env[1024], args[1024], cmd[4096], log[128], metrics[128], last[128], ref[128];
+    // configs/tiny.yaml's train.seed gives the runs' sample order
+    const StallData data =
+        {.root = DATA, .per_class = 24, .world = 1, .batch = 4, .accum = c->accum, .seed = 42};
+    stall_folder_make(&data);
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", c->dir, c->dir);
     ck_assert_int_eq(system(cmd), 0);
-    stall_path(c, stall, sizeof stall);
+    stall_image(&data, 0, c->step, c->micro, image, sizeof image);
+    stall_env(image, "", env, sizeof env);
     snprintf(log, sizeof log, "%s/run.log", c->dir);
     snprintf(metrics, sizeof metrics, "%s/run/m.jsonl", c->dir);
     snprintf(last, sizeof last, "%s/run/last.safetensors", c->dir);
     snprintf(args, sizeof args, "data.decode=%s train.accum_steps=%d checkpoint.dir=%s/run log.metrics=%s",
              c->decode, c->accum, c->dir, metrics);
-    pid_t pid = start_stalled(stall, args, log);
+    snprintf(cmd, sizeof cmd, "env %s %s %s %s", env, AMPTRAIN_BIN, RUN, args);
+    pid_t pid = stall_start(cmd, log);
 
     // After c->step steps it waits for ever. A step's record is written when the next step logs, and the
     // wait for a step's first micro-batch comes before the step ahead of it logs.
@@ -119,10 +60,10 @@ static void stop_while_stuck(const StopCase *c) {
     int status;
     ck_assert_int_eq(waitpid(pid, &status, WNOHANG), 0);
     ck_assert_int_eq(tu_count_lines(metrics, "{\"step\":"), written);
-    double start = now_s();
+    double start = clock_seconds();
     ck_assert_int_eq(kill(pid, SIGTERM), 0);
-    status = wait_exit(pid, 60);
-    double took = now_s() - start;
+    status = stall_wait_exit(pid, 60);
+    double took = clock_seconds() - start;
     char *said = tu_read_file(log, NULL);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d:\n%s", status, said);
     ck_assert_msg(took < 10, "the stop took %.1f s", took);
@@ -130,7 +71,8 @@ static void stop_while_stuck(const StopCase *c) {
     snprintf(line, sizeof line, "stopped by signal after step %d", c->step);
     ck_assert_msg(strstr(said, line), "no '%s' in:\n%s", line, said);
     snprintf(line, sizeof line, "step %d not taken", c->step + 1);
-    ck_assert_msg((strstr(said, line) != NULL) == (c->micro > 0), "'%s' said or not, wrongly:\n%s", line, said);
+    ck_assert_msg((strstr(said, line) != NULL) == (c->micro > 0), "'%s' said or not, wrongly:\n%s", line,
+                  said);
     free(said);
     ck_assert_int_eq(tu_checkpoint_step(last), c->step);
     ck_assert_int_eq(tu_count_lines(metrics, "{\"step\":"), c->step);
