@@ -58,7 +58,8 @@ ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb)
 // (decode_feed.h) makes the batches instead, and the feed takes them from it one ahead alike.
 // Every wait for a batch, for the loader's workers or for the decode thread, ends when the run's stop flag
 // is set (looked at every LOADER_STOP_POLL_MS: a worker may be stuck in a read for ever): the feed is then
-// interrupted, and the loader can only be abandoned (loader_abandon).
+// interrupted, and the loader can only be abandoned (loader_abandon). With data.prefetch 0 the training
+// thread reads the files itself, and that read cannot be interrupted.
 typedef struct InputFeed {
     TrainerInput *in;
     Loader *loader;

@@ -112,8 +112,6 @@ static void graph_step(Trainer *t, const ModelBatch *b, int step_total) {
 static void mix_upload(Trainer *t, int n_micro) {
     const DataConfig *d = &t->cfg->data;
     const int side = t->model.cfg.image_size;
-    AMP_ASSERT(n_micro <= t->cfg->train.accum_steps, "a step of %d micro-batches, %d configured", n_micro,
-               t->cfg->train.accum_steps);
     for (int k = 0; k < n_micro; k++)
         t->mix_host[k] = batch_mix_draw(d->mixup_alpha, d->cutmix_alpha, (uint64_t)t->cfg->train.seed,
                                         t->step, k, t->comm->rank, side, side);
@@ -139,6 +137,9 @@ static int step_voided(Trainer *t, int missing) {
 int trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     Backend *be = t->be;
     Model *m = &t->model;
+    // the mix draws and running_kept are sized for train.accum_steps
+    AMP_ASSERT(n_micro >= 1 && n_micro <= t->cfg->train.accum_steps,
+               "a step of %d micro-batches, %d configured", n_micro, t->cfg->train.accum_steps);
     plan_step(t);
     if (t->mix) mix_upload(t, n_micro);
     const MicroBatch *first = next(ctx, 0);
