@@ -15,10 +15,12 @@
 
 void stall_folder_make(const StallData *d) {
     char path[512];
-    snprintf(path, sizeof path, "rm -rf '%s' && mkdir -p '%s/train/a' '%s/train/b'", d->root, d->root, d->root);
+    snprintf(path, sizeof path, "rm -rf '%s' && mkdir -p '%s/train/a' '%s/train/b'", d->root, d->root,
+             d->root);
     ck_assert_int_eq(system(path), 0);
     for (int i = 0; i < 2 * d->per_class; i++) {
-        snprintf(path, sizeof path, "%s/train/%c/%02d.jpg", d->root, 'a' + i / d->per_class, i % d->per_class);
+        snprintf(path, sizeof path, "%s/train/%c/%02d.jpg", d->root, 'a' + i / d->per_class,
+                 i % d->per_class);
         fx_write_solid(path, 40, 30, (uint8_t)(5 * i), (uint8_t)(250 - 5 * i), (uint8_t)(37 * i % 256));
     }
 }

@@ -22,10 +22,10 @@
 #define STEP 2  // the 0-based step whose second micro-batch rank 0 waits for
 // 48 images, 2 ranks x batch 2 x 2 micro-batches: 6 steps an epoch; the learning rate does not depend on the
 // run's length (train.schedule step).
-#define JOB                                                                                              \
-    "mpiexec --allow-run-as-root --oversubscribe -np 2 %s " AMPTRAIN_BIN " " AMPTRAIN_SOURCE_DIR         \
-    "/configs/tiny.yaml backend.device=cpu data.source=imagefolder data.path=" DATA                       \
-    " data.batch_size=2 train.accum_steps=2 data.prefetch=2 data.workers=2 train.epochs=2 "              \
+#define JOB                                                                                                  \
+    "mpiexec --allow-run-as-root --oversubscribe -np 2 %s " AMPTRAIN_BIN " " AMPTRAIN_SOURCE_DIR             \
+    "/configs/tiny.yaml backend.device=cpu data.source=imagefolder data.path=" DATA                          \
+    " data.batch_size=2 train.accum_steps=2 data.prefetch=2 data.workers=2 train.epochs=2 "                  \
     "train.schedule=step log.every=1 log.progress=never %s"
 
 START_TEST(stop_inside_an_accumulated_step_on_two_ranks) {
@@ -61,8 +61,8 @@ START_TEST(stop_inside_an_accumulated_step_on_two_ranks) {
     ck_assert_int_eq(tu_checkpoint_step("stop_ranks/run/last.safetensors"), STEP);
 
     // Neither rank moved its BN statistics or took the step: the state is a job's that ran STEP steps.
-    snprintf(cmd, sizeof cmd, JOB " train.steps=%d 2>&1", "", "checkpoint.dir=stop_ranks/ref log.metrics=",
-             STEP);
+    snprintf(cmd, sizeof cmd, JOB " train.steps=%d 2>&1", "",
+             "checkpoint.dir=stop_ranks/ref log.metrics=", STEP);
     ck_assert_msg(tu_run_shell(cmd, out, sizeof out) == 0, "%s", out);
     ck_assert(tu_checkpoints_equal("stop_ranks/run/last.safetensors", "stop_ranks/ref/last.safetensors"));
 }
