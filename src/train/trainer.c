@@ -401,7 +401,10 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
                                trainer_loader_threads(cfg, t->comm), t->epoch, t->step_in_epoch,
                                cfg->train.epochs, t->be);
         input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s, stop);
-        stopped = agreed_stop(t, stop);  // the wait for the first batch may have ended on a stop
+        // A stop that ended the wait for the first batch, on any rank, ends the run before its first step.
+        float interrupted = (float)feed.interrupted;
+        if (t->comm->size > 1) t->comm->allreduce_max_flag(t->comm, &interrupted);
+        if (interrupted != 0) stopped = STOP_SIGNAL;
     }
     while (!stopped && t->step < t->total_steps) {
         comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
