@@ -155,6 +155,44 @@ void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, voi
     st_close(f);
 }
 
+int tu_checkpoints_equal(const char *a_path, const char *b_path) {
+    char err[512];
+    SafetensorsFile *a = st_open(a_path, err, sizeof err), *b = st_open(b_path, err, sizeof err);
+    ck_assert_msg(a && b, "%s", err);
+    int equal = st_count(a) == st_count(b);
+    for (size_t i = 0; equal && i < st_count(a); i++) {
+        const StTensor *t = st_tensor(a, i);
+        void *x = malloc(t->nbytes + 1), *y = malloc(t->nbytes + 1);
+        equal = st_read(a, t->name, t->dtype, t->ndim, t->shape, x, err, sizeof err) == 0 &&
+                st_read(b, t->name, t->dtype, t->ndim, t->shape, y, err, sizeof err) == 0 &&
+                memcmp(x, y, t->nbytes) == 0;
+        free(x), free(y);
+    }
+    st_close(a), st_close(b);
+    return equal;
+}
+
+long tu_checkpoint_step(const char *path) {
+    char err[512];
+    SafetensorsFile *f = st_open(path, err, sizeof err);
+    ck_assert_msg(f != NULL, "%s", err);
+    long step = atol(st_meta(f, "step"));
+    st_close(f);
+    return step;
+}
+
+int tu_count_lines(const char *path, const char *prefix) {
+    char *text = tu_read_file(path, NULL);
+    int n = 0;
+    for (char *line = text; line && *line;) {
+        if (!strncmp(line, prefix, strlen(prefix))) n++;
+        char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : line + strlen(line);
+    }
+    free(text);
+    return n;
+}
+
 const char *tu_write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");
     if (!f) return NULL;

@@ -35,6 +35,16 @@ typedef void (*TuTensorEdit)(const char *name, int dtype, int64_t *shape, void *
 void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx,
                         const char *const *meta);
 
+// 1 when two safetensors files hold the same tensors (names, dtypes, shapes, bits); the test fails when
+// either cannot be read.
+int tu_checkpoints_equal(const char *a_path, const char *b_path);
+
+// The `step` metadata of an amptrain checkpoint; the test fails when the file cannot be read.
+long tu_checkpoint_step(const char *path);
+
+// Lines of a text file that begin with prefix (0 when the file does not exist).
+int tu_count_lines(const char *path, const char *prefix);
+
 // Tensor `name` of safetensors file f read whole, which must be of `dtype` (a StDtype); the test fails when it
 // is missing or not. malloc'd (free it); *numel (may be NULL) its element count, shape (may be NULL,
 // ST_MAX_DIMS entries) its dims.

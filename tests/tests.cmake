@@ -8,7 +8,11 @@
 # so one started from anywhere writes nothing elsewhere), and find the binary, the sources and the
 # configs through compile definitions.
 set(AMPTRAIN_TEST_MPI_RANKS 1 2 3)
-set(AMPTRAIN_TEST_OWN_LAUNCH test_comm_faults test_fault_trainer)
+set(AMPTRAIN_TEST_OWN_LAUNCH test_comm_faults test_fault_trainer test_images_stop_ranks)
+
+# A read that never comes back, preloaded into amptrain by the test_images_stop suites (tests/stall_read.c).
+add_library(stall_read MODULE tests/stall_read.c)
+target_link_libraries(stall_read PRIVATE ${CMAKE_DL_LIBS})
 
 function(amptrain_add_check_test label src)
   get_filename_component(name ${src} NAME_WE)
@@ -19,6 +23,11 @@ function(amptrain_add_check_test label src)
   add_executable(${name} ${src} tests/test_util.c)
   if(name MATCHES "^test_images")
     target_sources(${name} PRIVATE tests/image_fixtures.c)
+  endif()
+  if(name MATCHES "^test_images_stop")
+    target_sources(${name} PRIVATE tests/stall_run.c)
+    target_compile_definitions(${name} PRIVATE AMPTRAIN_STALL_READ="$<TARGET_FILE:stall_read>")
+    add_dependencies(${name} stall_read)
   endif()
   target_link_libraries(${name} PRIVATE amptrain_lib PkgConfig::CHECK)
   set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})

@@ -14,7 +14,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/check.h"
 #include "core/clock.h"
@@ -22,7 +21,6 @@
 
 #define LOADER_MAX_WORKERS 64
 #define LOADER_CHUNK 8  // samples per task: a few milliseconds of JPEG decoding
-#define LOADER_STOP_POLL_MS 50
 
 typedef struct LoaderWorker {
     struct Loader *loader;
@@ -248,11 +246,7 @@ const Batch *loader_next_unless(Loader *l, double *waited, volatile sig_atomic_t
             }
             // A worker may be stuck in a read (a hung file system): the stop flag is looked at every
             // LOADER_STOP_POLL_MS whatever the workers do.
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_nsec += LOADER_STOP_POLL_MS * 1000000L;
-            until.tv_sec += until.tv_nsec / 1000000000L, until.tv_nsec %= 1000000000L;
-            pthread_cond_timedwait(&l->changed, &l->mutex, &until);
+            clock_cond_wait_ms(&l->changed, &l->mutex, LOADER_STOP_POLL_MS);
         }
         if (waited) *waited += clock_seconds() - start;
     }

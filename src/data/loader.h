@@ -53,9 +53,12 @@ Loader *loader_create(const Dataset *ds, const Sampler *sampler, LoaderOutput ou
 // releases it: its buffers and its jobs' bytes may then be refilled).
 // Adds the seconds this call waited for a worker to *waited (when not NULL).
 const Batch *loader_next(Loader *l, double *waited);
-// loader_next, but a wait for the workers ends as soon as *stop is set (looked at every 50 ms, whatever
-// the workers are doing): then NULL, and the loader can only be abandoned or destroyed. Without worker
-// threads (prefetch 0) the caller makes the batch itself and cannot be interrupted.
+// How often a wait that a stop flag ends looks at the flag (milliseconds): nothing wakes it when it is set.
+#define LOADER_STOP_POLL_MS 50
+// loader_next, but a wait for the workers ends as soon as *stop is set (looked at every
+// LOADER_STOP_POLL_MS, whatever the workers are doing): then NULL, and the loader can only be abandoned or
+// destroyed. Without worker threads (prefetch 0) the caller makes the batch itself and cannot be
+// interrupted.
 const Batch *loader_next_unless(Loader *l, double *waited, volatile sig_atomic_t *stop);
 
 // data.workers = 0: local_cpus, the CPUs the local_ranks ranks of this host may use together (Comm.local_cpus:

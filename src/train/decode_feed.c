@@ -25,7 +25,8 @@ struct DecodeFeed {
     long taken;                             // batches decode_feed_next returned
     long released;                          // batches whose slot the training thread gave back
     int ended;                              // the loader ran out
-    int stop;                               // decode_feed_stop asked the thread to end
+    int cut_short;                          // the thread's wait for the loader ended on `halt`
+    volatile sig_atomic_t halt;             // decode_feed_stop ends the thread; the loader polls it too
     MicroBatch current;
 };
 
@@ -38,13 +39,13 @@ static void *decode_thread(void *arg) {
     for (long n = 0;; n++) {
         const int slot = (int)(n % BACKEND_INPUT_SLOTS);
         pthread_mutex_lock(&f->mutex);
-        while (!f->stop && n - f->released >= BACKEND_INPUT_SLOTS) pthread_cond_wait(&f->changed, &f->mutex);
-        const int stop = f->stop;
+        while (!f->halt && n - f->released >= BACKEND_INPUT_SLOTS) pthread_cond_wait(&f->changed, &f->mutex);
+        const int halt = f->halt;
         pthread_mutex_unlock(&f->mutex);
-        if (stop) break;
+        if (halt) break;
         // releases batch n - 1, whose decode (and its jobs' bytes) input_upload_wait below has seen through
         const double t0 = log ? clock_seconds() : 0;
-        const Batch *b = loader_next(f->loader, NULL);
+        const Batch *b = loader_next_unless(f->loader, NULL, &f->halt);
         if (b) {
             const double t1 = log ? clock_seconds() : 0;
             f->decode(f->decode_ctx, slot, b);
@@ -60,6 +61,8 @@ static void *decode_thread(void *arg) {
             f->ready[slot] =
                 (MicroBatch){.count = b->count, .step_total = b->step_total, .uploaded = 1, .slot = slot},
             f->decoded = n + 1;
+        else if (f->halt)
+            f->cut_short = 1;
         else
             f->ended = 1;
         pthread_cond_broadcast(&f->changed);
@@ -79,13 +82,18 @@ DecodeFeed *decode_feed_start(Backend *be, Loader *loader, DecodeBatchFn decode,
     return f;
 }
 
-const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited) {
+const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited, volatile sig_atomic_t *stop) {
     pthread_mutex_lock(&f->mutex);
     f->released = f->taken;  // the batch returned last was staged (its input_release issued) before this call
     pthread_cond_broadcast(&f->changed);
     if (f->decoded == f->taken && !f->ended) {
         const double start = clock_seconds();
-        while (f->decoded == f->taken && !f->ended) pthread_cond_wait(&f->changed, &f->mutex);
+        while (f->decoded == f->taken && !f->ended && !(stop && *stop)) {
+            if (stop)
+                clock_cond_wait_ms(&f->changed, &f->mutex, LOADER_STOP_POLL_MS);
+            else
+                pthread_cond_wait(&f->changed, &f->mutex);
+        }
         if (waited) *waited += clock_seconds() - start;
     }
     const MicroBatch *mb = NULL;
@@ -98,14 +106,16 @@ const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited) {
     return mb;
 }
 
-void decode_feed_stop(DecodeFeed *f) {
-    if (!f) return;
+int decode_feed_stop(DecodeFeed *f) {
+    if (!f) return 0;
     pthread_mutex_lock(&f->mutex);
-    f->stop = 1;
+    f->halt = 1;
     pthread_cond_broadcast(&f->changed);
     pthread_mutex_unlock(&f->mutex);
     pthread_join(f->thread, NULL);
+    const int cut_short = f->cut_short;
     pthread_cond_destroy(&f->changed);
     pthread_mutex_destroy(&f->mutex);
     free(f);
+    return cut_short;
 }

@@ -11,8 +11,12 @@
 // Slot hand-over (host side; the device side is the backend's uploaded / consumed events): the thread decodes
 // batch n into slot n % BACKEND_INPUT_SLOTS once the training thread has staged batch n - SLOTS out of it
 // (input_stage's input_release is issued, so input_slot_decode's wait for "consumed" waits for that release).
-// decode_feed_next releases the slot of the batch it returned before: trainer_step stages every batch
-// before it asks for the next one.
+// decode_feed_next releases the slot of the batch it returned before: the loop's feed (input.h) stages every
+// batch before it asks for the next one.
+//
+// Stops: the training thread's wait ends when the run's stop flag is set, the thread's wait for the loader
+// when decode_feed_stop halts it, each looked at every LOADER_STOP_POLL_MS, since a loader worker may be
+// stuck in a read for ever (a hung file system) and nothing would wake either wait.
 #ifndef AMPTRAIN_DECODE_FEED_H
 #define AMPTRAIN_DECODE_FEED_H
 
@@ -29,11 +33,14 @@ typedef void (*DecodeBatchFn)(void *ctx, int slot, const Batch *b);
 // decode(ctx, ...) fills be's input slots.
 DecodeFeed *decode_feed_start(Backend *be, Loader *loader, DecodeBatchFn decode, void *ctx);
 
-// The next micro-batch, decoded into its slot (uploaded = 1), or NULL after the last one. Adds the seconds it
-// waited for the thread to *waited.
-const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited);
+// The next micro-batch, decoded into its slot (uploaded = 1), or NULL after the last one, or NULL when *stop
+// (NULL: never) is set while the batch is not decoded yet. Adds the seconds it waited for the thread to
+// *waited.
+const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited, volatile sig_atomic_t *stop);
 
 // Stops the thread (also mid-run) and waits for its last decode to reach the device; frees the feed.
-void decode_feed_stop(DecodeFeed *f);
+// Returns 1 when the thread's wait for the loader was cut short (the loader can then only be abandoned or
+// destroyed, loader.h), else 0.
+int decode_feed_stop(DecodeFeed *f);
 
 #endif

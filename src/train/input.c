@@ -94,16 +94,30 @@ static void decode_loader_batch(void *in, int slot, const Batch *b) {
     input_slot_decode(in, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
 }
 
-// The next batch from the loader, uploaded into the next slot. stop: NULL inside a step (its micro-batches
-// must come), the run's flag between steps.
-static void feed_fetch(InputFeed *f, volatile sig_atomic_t *stop) {
+// The next batch into f->next: from the loader, uploaded into the next slot, or from the decode thread.
+static void feed_fetch(InputFeed *f) {
     Backend *be = f->in->be;
-    if (f->ahead) be->input_upload_wait(be, f->ahead_slot);
-    f->ahead = loader_next_unless(f->loader, f->waited, stop);
-    if (!f->ahead && stop && *stop) f->interrupted = 1;
-    f->ahead_slot = (f->ahead_slot + 1) % BACKEND_INPUT_SLOTS;
-    if (f->ahead)
-        input_slot_upload(f->in, f->ahead_slot, f->ahead->images, f->ahead->labels, f->ahead->count);
+    if (f->decode) {
+        const MicroBatch *mb = decode_feed_next(f->decode, f->waited, f->stop);
+        f->has_next = mb != NULL;
+        if (mb) f->next = *mb;
+    } else {
+        // taking a batch hands the loader's buffer of the one before back: its upload must have left it
+        if (f->has_next) be->input_upload_wait(be, f->next.slot);
+        const Batch *b = loader_next_unless(f->loader, f->waited, f->stop);
+        f->has_next = b != NULL;
+        if (b) {
+            const int slot = (f->next.slot + 1) % BACKEND_INPUT_SLOTS;
+            input_slot_upload(f->in, slot, b->images, b->labels, b->count);
+            f->next = (MicroBatch){.count = b->count,
+                                   .step_total = b->step_total,
+                                   .host_images = b->images,
+                                   .host_labels = b->labels,
+                                   .uploaded = 1,
+                                   .slot = slot};
+        }
+    }
+    if (!f->has_next && f->stop && *f->stop) f->interrupted = 1;
 }
 
 void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited,
@@ -111,40 +125,24 @@ void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *wa
     *f = (InputFeed){.in = in,
                      .loader = loader,
                      .waited = waited,
-                     .ahead_slot = BACKEND_INPUT_SLOTS - 1,
+                     .next = {.slot = BACKEND_INPUT_SLOTS - 1},
                      .stop = stop};
-    if (in->device_decode)
-        f->decode = decode_feed_start(in->be, loader, decode_loader_batch, in);
-    else
-        feed_fetch(f, NULL);
+    if (in->device_decode) f->decode = decode_feed_start(in->be, loader, decode_loader_batch, in);
+    feed_fetch(f);
 }
 
-void input_feed_advance(InputFeed *f) {
-    if (f->decode) return;  // the decode thread works ahead by itself
-    feed_fetch(f, f->stop);
-}
+void input_feed_advance(InputFeed *f) { feed_fetch(f); }
 
 const MicroBatch *input_feed_micro(void *ctx, int k) {
     InputFeed *f = ctx;
-    if (f->decode) {
-        const MicroBatch *mb = decode_feed_next(f->decode, f->waited);
-        AMP_ASSERT(mb, "the loader ran out of batches inside a step");
-        f->current = *mb;
-        return &f->current;
-    }
-    if (k > 0) feed_fetch(f, NULL);
-    const Batch *b = f->ahead;
-    AMP_ASSERT(b, "the loader ran out of batches inside a step");
-    f->current = (MicroBatch){.count = b->count,
-                              .step_total = b->step_total,
-                              .host_images = b->images,
-                              .host_labels = b->labels,
-                              .uploaded = 1,
-                              .slot = f->ahead_slot};
+    if (k > 0) feed_fetch(f);
+    if (!f->has_next && f->interrupted) return NULL;
+    AMP_ASSERT(f->has_next, "the loader ran out of batches inside a step");
+    f->current = f->next;
     return &f->current;
 }
 
 void input_feed_stop(InputFeed *f) {
-    decode_feed_stop(f->decode);
+    if (decode_feed_stop(f->decode) && f->stop && *f->stop) f->interrupted = 1;
     f->decode = NULL;
 }

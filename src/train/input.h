@@ -55,30 +55,35 @@ ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb)
 // The loop's micro-batches from the loader, one batch ahead: while step k runs, batch k+1 is already on its
 // way up on the copy stream (input_slot_upload into the next slot). A loader buffer is handed back (by taking
 // the next batch) only after its upload has left it. With data.decode on the device the decode thread
-// (decode_feed.h) makes the batches instead.
+// (decode_feed.h) makes the batches instead, and the feed takes them from it one ahead alike.
+// Every wait for a batch, for the loader's workers or for the decode thread, ends when the run's stop flag
+// is set (looked at every LOADER_STOP_POLL_MS: a worker may be stuck in a read for ever): the feed is then
+// interrupted, and the loader can only be abandoned (loader_abandon). With data.prefetch 0 the training
+// thread reads the files itself, and that read cannot be interrupted.
 typedef struct InputFeed {
     TrainerInput *in;
     Loader *loader;
-    DecodeFeed *decode;  // the decode thread, or NULL: raw bytes uploaded from here
-    double *waited;      // seconds spent waiting for batches are added here
-    const Batch *ahead;  // the next batch, uploaded into slot `ahead_slot`; NULL at the end
-    int ahead_slot;
-    MicroBatch current;
-    volatile sig_atomic_t *stop;  // the run's stop flag: ends input_feed_advance's wait (NULL: none)
-    int interrupted;  // 1 once that wait ended without its batch: the loader can only be abandoned
+    DecodeFeed *decode;           // the decode thread, or NULL: raw bytes uploaded from here
+    double *waited;               // seconds spent waiting for batches are added here
+    MicroBatch next;              // the batch fetched last, uploaded (or decoded) into slot next.slot
+    int has_next;                 // 0 after the last batch, or when the wait for it was interrupted
+    MicroBatch current;           // what input_feed_micro returned last
+    volatile sig_atomic_t *stop;  // the run's stop flag (NULL: none)
+    int interrupted;              // 1 once a wait ended without its batch because *stop was set
 } InputFeed;
 
 // Starts feeding from loader (owned by the caller, destroyed after input_feed_stop): the decode thread,
-// or the first upload.
+// if any, and the wait for the first batch.
 void input_feed_start(InputFeed *f, TrainerInput *in, Loader *loader, double *waited,
                       volatile sig_atomic_t *stop);
-// The MicroBatchFn of the feed (ctx = the InputFeed): the batch uploaded (or decoded) ahead; for k > 0 the
-// next one starts up right away (accumulation).
+// The MicroBatchFn of the feed (ctx = the InputFeed): the batch fetched ahead; for k > 0 it first fetches
+// the next one (accumulation), and returns NULL when that wait was interrupted.
 const MicroBatch *input_feed_micro(void *ctx, int k);
-// After a step was launched: the next batch starts up (no-op with the decode thread, which works ahead).
-// A wait for the loader's workers ends when *stop is set (f->interrupted; the run stops after this step).
+// After a step was launched: fetches the next step's first batch (the run stops after this step when
+// that wait was interrupted).
 void input_feed_advance(InputFeed *f);
-// Stops the decode thread, if any.
+// Stops the decode thread, if any; its wait for the loader, cut short while *stop is set, interrupts the
+// feed too.
 void input_feed_stop(InputFeed *f);
 
 #endif

@@ -112,8 +112,6 @@ static void graph_step(Trainer *t, const ModelBatch *b, int step_total) {
 static void mix_upload(Trainer *t, int n_micro) {
     const DataConfig *d = &t->cfg->data;
     const int side = t->model.cfg.image_size;
-    AMP_ASSERT(n_micro <= t->cfg->train.accum_steps, "a step of %d micro-batches, %d configured", n_micro,
-               t->cfg->train.accum_steps);
     for (int k = 0; k < n_micro; k++)
         t->mix_host[k] = batch_mix_draw(d->mixup_alpha, d->cutmix_alpha, (uint64_t)t->cfg->train.seed,
                                         t->step, k, t->comm->rank, side, side);
@@ -127,24 +125,47 @@ static ModelBatch stage_micro(Trainer *t, const MicroBatch *mb, int k) {
     return b;
 }
 
-void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
+// Whether a step of several micro-batches is voided: on every rank when any rank's feed gave none for one
+// of them (missing: its wait ended by the run's stop). Each rank asks once per step, at its first missing
+// micro-batch or before its last micro-step, whose gradient sums a rank that gave up would never join.
+static int step_voided(Trainer *t, int missing) {
+    float flag = (float)missing;
+    if (t->comm->size > 1) t->comm->allreduce_max_flag(t->comm, &flag);
+    return flag != 0;
+}
+
+int trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     Backend *be = t->be;
     Model *m = &t->model;
+    // the mix draws and running_kept are sized for train.accum_steps
+    AMP_ASSERT(n_micro >= 1 && n_micro <= t->cfg->train.accum_steps,
+               "a step of %d micro-batches, %d configured", n_micro, t->cfg->train.accum_steps);
     plan_step(t);
     if (t->mix) mix_upload(t, n_micro);
     const MicroBatch *first = next(ctx, 0);
+    AMP_ASSERT(first, "a step without its first micro-batch");
     if (graph_eligible(t, first, n_micro)) {
         ModelBatch b = stage_micro(t, first, 0);
         graph_step(t, &b, first->step_total);
         m->num_batches_tracked++;
         end_step(t);
-        return;
+        return 1;
     }
     int wrote_grads = 0;
     if (t->timed) be->mark_record(be, MARK_STEP_START);
     scaler_begin_step(&t->scaler, be);
+    // A voided step leaves the state a checkpoint holds as it was: the micro-steps' forward passes moved
+    // the BN running statistics and their count, and only those.
+    const int64_t tracked = m->num_batches_tracked;
+    const size_t stats_bytes = m->stats_numel * sizeof(float);
+    if (n_micro > 1) be->copy(be, t->running_kept, m->running, stats_bytes);
     for (int k = 0; k < n_micro; k++) {
         const MicroBatch *mb = k == 0 ? first : next(ctx, k);
+        if (n_micro > 1 && (!mb || k == n_micro - 1) && step_voided(t, !mb)) {
+            be->copy(be, m->running, t->running_kept, stats_bytes);
+            m->num_batches_tracked = tracked;
+            return 0;
+        }
         if (mb->count == 0) {
             buckets_begin(&t->buckets, k == n_micro - 1, injection_for(t));
             continue;
@@ -159,6 +180,7 @@ void trainer_step(Trainer *t, MicroBatchFn next, void *ctx, int n_micro) {
     finish_step(t);
     if (t->timed) be->mark_record(be, MARK_STEP_END);
     end_step(t);
+    return 1;
 }
 
 StepPhases trainer_step_phases(Trainer *t) {

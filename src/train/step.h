@@ -1,7 +1,9 @@
 // step.h - the training step contract (docs/design.md), its CUDA graph and its phase timings.
 //
 // One optimizer step, per rank, with S the loss scale on the device:
-//   1. A micro-batches (train.accum_steps) from the loader, this rank's shard of the global batch
+//   1. A micro-batches (train.accum_steps) from the loader, this rank's shard of the global batch; with
+//      A > 1 the ranks agree before the last micro-step that each has them all (a stop may end the wait
+//      for one: the step is then voided on every rank, trainer_step)
 //   2. forward under autocast
 //   3. backward seeded with S / (samples of the whole step over all ranks)
 //   4. on the last micro-step, each gradient bucket is summed across ranks as soon as it is complete
@@ -35,8 +37,12 @@ typedef struct StepPhases {
 } StepPhases;
 
 struct Trainer;
-// One optimizer step over n_micro micro-batches, fetched in order from next(ctx, k).
-void trainer_step(struct Trainer *t, MicroBatchFn next, void *ctx, int n_micro);
+// One optimizer step over n_micro micro-batches, fetched in order from next(ctx, k); 1 once taken. next may
+// return NULL for k > 0 (its wait ended by the run's stop): then the step is voided on every rank (they
+// agree on it before the last micro-step), no optimizer step is taken, the model is left as it was before
+// the step (BN running statistics and num_batches_tracked put back; t->running_kept holds them meanwhile)
+// and the position does not move; returns 0.
+int trainer_step(struct Trainer *t, MicroBatchFn next, void *ctx, int n_micro);
 // The same over an array of micro-batches (tests, the benchmark).
 void trainer_step_array(struct Trainer *t, const MicroBatch *micro, int n_micro);
 // Steps 5-10 on the gradients in t->model.grads, summed over ranks already: what every step ends with.

@@ -168,6 +168,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     activations_alloc(&t->act, &t->model, be, cfg->data.batch_size);
     evaluate_share_buffers(&t->eval, &t->act, cfg->data.batch_size);
     input_init(&t->input, be, t->train_set, cfg->data.batch_size, device_decode);
+    if (cfg->train.accum_steps > 1) t->running_kept = be->alloc(be, t->model.stats_numel * sizeof(float));
     if (cfg->data.mixup_alpha > 0 || cfg->data.cutmix_alpha > 0) {
         t->mix = be->alloc(be, (size_t)cfg->train.accum_steps * sizeof(BatchMix));
         t->mix_host = xcalloc((size_t)cfg->train.accum_steps, sizeof(BatchMix));
@@ -211,6 +212,7 @@ void trainer_free(Trainer *t) {
     if (t->graph.exec) t->be->graph_destroy(t->be, t->graph.exec);
     input_free(&t->input);
     if (t->mix) t->be->free(t->be, t->mix);
+    if (t->running_kept) t->be->free(t->be, t->running_kept);
     free(t->mix_host);
     evaluate_free(&t->eval, t->be);
     if (t->act.arena) activations_free(&t->act, t->be);
@@ -389,7 +391,7 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     t->log.last_time = start;
     t->log.last_step = t->step;
     t->first_step = t->step;
-    int stopped = 0;
+    int stopped = 0, voided = 0;
     t->eval.stop = stop;
     Loader *loader = NULL;
     InputFeed feed = {0};
@@ -399,10 +401,18 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
                                trainer_loader_threads(cfg, t->comm), t->epoch, t->step_in_epoch,
                                cfg->train.epochs, t->be);
         input_feed_start(&feed, &t->input, loader, &t->log.data_wait_s, stop);
+        // A stop that ended the wait for the first batch, on any rank, ends the run before its first step.
+        float interrupted = (float)feed.interrupted;
+        if (t->comm->size > 1) t->comm->allreduce_max_flag(t->comm, &interrupted);
+        if (interrupted != 0) stopped = STOP_SIGNAL;
     }
-    while (t->step < t->total_steps) {
+    while (!stopped && t->step < t->total_steps) {
         comm_note_step(t->step + 1);  // named by a collective that times out in this step or after it
-        trainer_step(t, input_feed_micro, &feed, cfg->train.accum_steps);
+        // A voided step was agreed on by every rank, and only a stop voids one.
+        if (!trainer_step(t, input_feed_micro, &feed, cfg->train.accum_steps)) {
+            stopped = STOP_SIGNAL, voided = 1;
+            break;
+        }
         input_feed_advance(&feed);
         t->images_seen += feed.current.step_total;
         note_startup_end(t);
@@ -442,6 +452,11 @@ int trainer_run(Trainer *t, volatile sig_atomic_t *stop) {
     if (t->step > t->first_step && t->step != t->log.last_step) log_step(t, 1);
     log_flush(t);
     save_checkpoint(t, "last");
+    if (voided)
+        metrics_note(&t->log.metrics,
+                     "step %ld not taken: a stop ended the wait for one of its micro-batches; a resumed run "
+                     "repeats it",
+                     t->step + 1);
     if (stopped == STOP_SIGNAL) metrics_note(&t->log.metrics, "stopped by signal after step %ld", t->step);
     t->outcome = stopped == STOP_SIGNAL ? "stopped" : "done";
     // The last records were written after the loop's last agreement: agree once more.

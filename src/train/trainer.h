@@ -71,6 +71,9 @@ typedef struct Trainer {
     // batch_mix and softmax_xent read them, so a replayed graph follows them (data/batch_mix.h)
     BatchMix *mix, *mix_host;  // (train.accum_steps)
     StepGraph graph;
+    // (model.stats_numel) fp32, backend memory: the BN running statistics before a step of several
+    // micro-batches (train.accum_steps > 1), put back when that step is voided (step.h); else NULL
+    float *running_kept;
     // Marks the phases of each step on the compute stream (trainer_step_phases); a timed step runs as
     // plain launches.
     int timed;
@@ -104,7 +107,8 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
 // counts and dataset_digest of both splits compared with rank 0's (dist/agree.h agree_same). 0, or 2 on
 // every rank with the first difference printed.
 int trainer_agree_data(Comm *comm, const Dataset *train, const Dataset *val);
-// Runs to the end (or until *stop is set on any rank: then finishes the step, checkpoints, returns 0).
+// Runs to the end (or until *stop is set on any rank: then finishes the step, checkpoints, returns 0; a
+// stop that ends a wait for a micro-batch inside a step of several voids that step instead, step.h).
 // A failed write to the metrics file stops every rank the same way but returns 1. A run that diverges
 // (divergence.h) stops on every rank at the next log record or checkpoint and returns 4, with the reason
 // on stderr and in t->div.reason. No checkpoint is written from a non-finite state: last.safetensors

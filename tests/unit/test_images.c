@@ -1121,24 +1121,6 @@ START_TEST(loader_jobs_decode_to_loader_pixels) {
 }
 END_TEST
 
-// Reads every tensor of two checkpoints; 1 when they hold the same names and bits.
-static int checkpoints_equal(const char *a_path, const char *b_path) {
-    char err[512];
-    SafetensorsFile *a = st_open(a_path, err, sizeof err), *b = st_open(b_path, err, sizeof err);
-    ck_assert_msg(a && b, "%s", err);
-    int equal = st_count(a) == st_count(b);
-    for (size_t i = 0; equal && i < st_count(a); i++) {
-        const StTensor *t = st_tensor(a, i);
-        void *x = malloc(t->nbytes + 1), *y = malloc(t->nbytes + 1);
-        equal = st_read(a, t->name, t->dtype, t->ndim, t->shape, x, err, sizeof err) == 0 &&
-                st_read(b, t->name, t->dtype, t->ndim, t->shape, y, err, sizeof err) == 0 &&
-                memcmp(x, y, t->nbytes) == 0;
-        free(x), free(y);
-    }
-    st_close(a), st_close(b);
-    return equal;
-}
-
 // data.decode=device on the CPU backend (its reference decoder, fed the loader's jobs, the refused ones replaced
 // in the input slot) trains bitwise as data.decode=host does, with TrivialAugmentWide and erasing, on a folder
 // whose files fail at both stages; the
@@ -1161,7 +1143,8 @@ START_TEST(device_decode_trains_like_host_decode) {
         if (m == 1)
             ck_assert_msg(strstr(out, "decoded by the cpu backend") && strstr(out, "1.jpg"), "%s", out);
     }
-    ck_assert(checkpoints_equal("decode_runs/host/last.safetensors", "decode_runs/device/last.safetensors"));
+    ck_assert(
+        tu_checkpoints_equal("decode_runs/host/last.safetensors", "decode_runs/device/last.safetensors"));
     // --bench-data times the backend's decoder and counts what it refused (the cut 1.jpg, met every epoch)
     ck_assert_msg(tu_run_cli(AMPTRAIN_SOURCE_DIR
                              "/configs/tiny.yaml backend.device=cpu data.source=imagefolder "

@@ -43,27 +43,6 @@ static char *slurp(const char *path) {
     return text ? text : strdup("");
 }
 
-static int count_lines(const char *path, const char *prefix) {
-    char *text = slurp(path);
-    int n = 0;
-    for (char *line = text; *line;) {
-        if (!strncmp(line, prefix, strlen(prefix))) n++;
-        char *nl = strchr(line, '\n');
-        line = nl ? nl + 1 : line + strlen(line);
-    }
-    free(text);
-    return n;
-}
-
-static long checkpoint_step(const char *path) {
-    char err[512];
-    SafetensorsFile *f = st_open(path, err, sizeof err);
-    ck_assert_msg(f != NULL, "%s", err);
-    long step = atol(st_meta(f, "step"));
-    st_close(f);
-    return step;
-}
-
 // A fresh start into a folder with an earlier run's checkpoint, or onto a metrics file with records, is
 // refused, by the run and by --dry-run, and both files stay as they were.
 START_TEST(fresh_start_keeps_an_earlier_run) {
@@ -77,7 +56,7 @@ START_TEST(fresh_start_keeps_an_earlier_run) {
             "checkpoint.dir: 'rf' holds last.safetensors (step 2) of an earlier run: continue it with "
             "checkpoint.resume=auto, or start over with checkpoint.overwrite=true");
     }
-    ck_assert_int_eq(checkpoint_step("rf/last.safetensors"), 2);
+    ck_assert_int_eq(tu_checkpoint_step("rf/last.safetensors"), 2);
     char *again = slurp("rf/m.jsonl");
     ck_assert_str_eq(again, metrics);
     free(again);
@@ -86,7 +65,7 @@ START_TEST(fresh_start_keeps_an_earlier_run) {
     tu_write_file("rf_m.jsonl", "{\"step\":1,\"epoch\":1,\"loss\":2.3}\n");
     run_expect(2, "train.steps=2 checkpoint.dir= log.metrics=rf_m.jsonl");
     assert_said("log.metrics: 'rf_m.jsonl' holds 32 bytes of an earlier run's records");
-    ck_assert_int_eq(count_lines("rf_m.jsonl", "{"), 1);
+    ck_assert_int_eq(tu_count_lines("rf_m.jsonl", "{"), 1);
 }
 END_TEST
 
@@ -100,8 +79,8 @@ START_TEST(resume_auto_continues_or_starts) {
     run_expect(0, "train.steps=4 checkpoint.dir=ra log.metrics=ra/m.jsonl checkpoint.resume=auto");
     assert_said("resumed from ra/last.safetensors at epoch 0, step 2");
     assert_said("summary: 4 steps");
-    ck_assert_int_eq(count_lines("ra/m.jsonl", "{\"header\":true,"), 2);
-    ck_assert_int_eq(count_lines("ra/m.jsonl", "{\"summary\":true,"), 2);
+    ck_assert_int_eq(tu_count_lines("ra/m.jsonl", "{\"header\":true,"), 2);
+    ck_assert_int_eq(tu_count_lines("ra/m.jsonl", "{\"summary\":true,"), 2);
     // last.safetensors cut short; an older copy of step 4 is the newest valid one
     ck_assert_int_eq(system("cp ra/last.safetensors ra/step4.safetensors && touch -d '1 hour ago' "
                             "ra/step4.safetensors && truncate -s 1000 ra/last.safetensors"),
@@ -111,7 +90,7 @@ START_TEST(resume_auto_continues_or_starts) {
     assert_said("checkpoint.resume auto passes over ra/last.safetensors: ");
     assert_said("resumed from ra/step4.safetensors at epoch 0, step 4");
     assert_said("summary: 6 steps");
-    ck_assert_int_eq(checkpoint_step("ra/last.safetensors"), 6);
+    ck_assert_int_eq(tu_checkpoint_step("ra/last.safetensors"), 6);
 }
 END_TEST
 
@@ -124,9 +103,9 @@ START_TEST(overwrite_starts_over) {
     assert_said("checkpoint.overwrite: removed ow/last.safetensors (step 3) of the earlier run");
     assert_said("checkpoint.overwrite: removed ow/copy.safetensors (step 3) of the earlier run");
     ck_assert(!tu_file_exists("ow/copy.safetensors"));
-    ck_assert_int_eq(checkpoint_step("ow/last.safetensors"), 1);
-    ck_assert_int_eq(count_lines("ow/m.jsonl", "{\"header\":true,"), 1);
-    ck_assert_int_eq(count_lines("ow/m.jsonl", "{\"step\":"), 1);
+    ck_assert_int_eq(tu_checkpoint_step("ow/last.safetensors"), 1);
+    ck_assert_int_eq(tu_count_lines("ow/m.jsonl", "{\"header\":true,"), 1);
+    ck_assert_int_eq(tu_count_lines("ow/m.jsonl", "{\"step\":"), 1);
 }
 END_TEST
 
@@ -143,8 +122,8 @@ static pid_t start_live_run(const char *dir, const char *metrics, const char *lo
               "data.val_size=0", dir_arg, metrics_arg, "train.epochs=50", "log.progress=never", (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 600 && count_lines(metrics, "{\"step\":") == 0; i++) usleep(50000);
-    ck_assert_int_gt(count_lines(metrics, "{\"step\":"), 0);
+    for (int i = 0; i < 600 && tu_count_lines(metrics, "{\"step\":") == 0; i++) usleep(50000);
+    ck_assert_int_gt(tu_count_lines(metrics, "{\"step\":"), 0);
     return pid;
 }
 
@@ -217,7 +196,7 @@ START_TEST(colliding_paths_are_refused) {
     assert_said("is the same file as checkpoint.dir's lock");
     ck_assert_int_eq(stat("col/ck/last.safetensors", &st), 0);
     ck_assert_int_eq(st.st_size, size);
-    ck_assert_int_eq(checkpoint_step("col/ck/last.safetensors"), 1);
+    ck_assert_int_eq(tu_checkpoint_step("col/ck/last.safetensors"), 1);
 }
 END_TEST
 
