@@ -168,7 +168,7 @@ static int cache_parse_file(KernelCache *into, const char *text, size_t len, cha
 }
 
 // The file's bytes (malloc'd, a NUL after them) and their count. 1 read; 0 no file there; -1 not readable,
-// with why.
+// with why; -2 far larger than any such file (damaged), with why.
 static int cache_read(const char *path, char **text, size_t *len, char *why, size_t cap) {
     struct stat st;
     int fd = file_open_regular(path, &st, why, cap);
@@ -176,7 +176,7 @@ static int cache_read(const char *path, char **text, size_t *len, char *why, siz
     if ((size_t)st.st_size > KERNEL_CACHE_MAX_BYTES) {
         snprintf(why, cap, "%lld bytes, more than any kernel-choice file", (long long)st.st_size);
         close(fd);
-        return -1;
+        return -2;
     }
     char *buf = xcalloc((size_t)st.st_size + 1, 1);
     size_t have = 0;
@@ -220,7 +220,7 @@ KernelCache *kernel_cache_open(const char *path) {
     char *text = NULL, why[256];
     size_t len = 0;
     const int got = cache_read(path, &text, &len, why, sizeof why);
-    if (got < 0) {
+    if (got == -1) {
         log_warn("kernel-choice cache %s: cannot be read (%s); the kernel choices are timed and not kept",
                  path, why);
         free(kc->path);
@@ -228,7 +228,7 @@ KernelCache *kernel_cache_open(const char *path) {
         return kc;
     }
     if (got == 0) return kc;
-    if (cache_parse_file(kc, text, len, why, sizeof why) != 0) {
+    if (got == -2 || cache_parse_file(kc, text, len, why, sizeof why) != 0) {
         log_warn(
             "kernel-choice cache %s: %s; nothing in it is trusted, the kernel choices are timed again and "
             "the file rebuilt",

@@ -210,6 +210,10 @@ START_TEST(a_damaged_file_is_rebuilt_and_trusted_in_nothing) {
     snprintf(file, sizeof file, "%schecksum %s\n", body, sum);
     tu_write_file("no_record.cache", file);
     assert_rebuilt("no_record.cache", "line 2: not a record");
+    // far larger than any such file
+    tu_write_file("huge.cache", "amptrain kernel choices 1\n");
+    ck_assert_int_eq(truncate("huge.cache", (off_t)17 << 20), 0);
+    assert_rebuilt("huge.cache", "17825792 bytes, more than any kernel-choice file");
     free(text), free(whole);
 }
 END_TEST
