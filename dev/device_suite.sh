@@ -5,7 +5,8 @@
 #   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
 #   diag      per-step loss/scale/skips of a short ResNeXt-50 AMP run, 1 and 2 ranks
 #   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL), including its model cut
-#             into dozens of buckets; then test_nccl_faults (a SIGSTOPped rank ends the job in time)
+#             into dozens of buckets; test_kernel_choices (rank 0's timed choices taken by rank 1); then
+#             test_nccl_faults (a SIGSTOPped rank ends the job in time)
 #   bench1    amptrain --bench vs torch_baseline.py on one GPU, batch 256, AMP and fp32
 #   bench2    the same on two GPUs, batch 256 each (mpirun / torchrun)
 #   bench70   bench1 at batch 70
@@ -91,6 +92,7 @@ stage_diag() {  # per-step loss / scale / skips of a short ResNeXt-50 AMP run on
 }
 stage_dp2() {
     AMPTRAIN_TEST_BACKEND=cuda CK_FORK=no mpirun -np 2 build/test_data_parallel &&
+        AMPTRAIN_TEST_BACKEND=cuda CK_FORK=no mpirun -np 2 build/test_kernel_choices &&
         AMPTRAIN_REQUIRE_GPU=1 build/test_nccl_faults  # starts its own mpirun -np 2; not under mpirun
 }
 amp_bench() {  # world batch amp

@@ -28,6 +28,7 @@
 #include "core/check.h"
 #include "config/config.h"
 #include "core/digest.h"
+#include "core/kernel_cache.h"
 #include "core/log.h"
 #include "data/bench_data.h"
 #include "data/dataset.h"
@@ -296,6 +297,17 @@ static CudaOptions cuda_options_from_config(const Config *cfg) {
     return o;
 }
 
+// The file of timed kernel choices (cudnn.cache) for this rank's backend: rank 0's with cudnn.benchmark (nothing
+// is timed without it); the other ranks take rank 0's choices (trainer_init) and never touch the file.
+static const char *kernel_choices_file(const Config *cfg, const Comm *comm, char *buf, size_t cap) {
+    if (comm->rank != 0 || !cfg->cudnn.benchmark) return NULL;
+    const char *path = kernel_cache_path_of(cfg->cudnn.cache, buf, cap);
+    if (!path && !strcmp(cfg->cudnn.cache, "auto"))
+        log_warn("cudnn.cache auto: no cache folder (XDG_CACHE_HOME and HOME unset, or too long); the kernel "
+                 "choices are timed and not kept");
+    return path;
+}
+
 // Picks this rank's backend, or returns NULL with why set. Every rank makes the same collective calls
 // whatever it sees (hosts may differ in GPUs), so the start-up stays in step.
 static Backend *select_backend(const Config *cfg, Comm *comm, char *why, size_t cap) {
@@ -308,7 +320,9 @@ static Backend *select_backend(const Config *cfg, Comm *comm, char *why, size_t 
     if (any_gpu != 0) {
         int device = -1;
         if (comm_check_local_gpus(comm, gpus, cuda_device_identity, &device, why, cap) != 0) return NULL;
-        const CudaOptions opts = cuda_options_from_config(cfg);
+        CudaOptions opts = cuda_options_from_config(cfg);
+        char cache[CONFIG_PATH_MAX + 64];
+        opts.kernel_cache = kernel_choices_file(cfg, comm, cache, sizeof cache);
         Backend *be = cuda_backend_create(device, &opts, reason, sizeof reason);
         if (be) return be;
     }
@@ -465,6 +479,7 @@ static void print_summary(Trainer *t, const Config *cfg) {
                          .startup_s = t->times.startup_s,
                          .build_s = t->times.build_s,
                          .choices_s = t->times.choices_s,
+                         .search_s = t->times.search_s,
                          .total_s = t->total_seconds,
                          .steady_images_per_s = t->steady_images_per_s,
                          .data_wait_ms = run_steps > 0 ? 1e3 * t->log.data_wait_total_s / run_steps : 0,

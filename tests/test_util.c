@@ -49,6 +49,7 @@ __attribute__((constructor)) static void tu_enter_scratch(void) {
         fprintf(stderr, "cannot enter the scratch folder %s: %s\n", AMPTRAIN_TEST_SCRATCH, strerror(errno));
         exit(EXIT_FAILURE);
     }
+    setenv("XDG_CACHE_HOME", AMPTRAIN_TEST_SCRATCH, 1);  // cudnn.cache auto of the runs it starts
 }
 
 static uint64_t splitmix64(uint64_t *state) {

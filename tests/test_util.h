@@ -12,7 +12,8 @@
 // build/test-scratch) the working directory: the relative paths the suites write (checkpoints, configs,
 // logs) land there however the binary was started, never in the checkout or the caller's folder. A binary
 // not started by an MPI launcher empties the folder first, so each run of a suite starts from nothing (a
-// run folder an earlier run left would be refused as another run's).
+// run folder an earlier run left would be refused as another run's). XDG_CACHE_HOME names the folder too,
+// so the kernel-choice cache (cudnn.cache auto) of every run a suite starts stays in it.
 
 // Deterministic uniform floats in [lo, hi) from a seed (splitmix64).
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, float lo, float hi);

@@ -4,6 +4,7 @@
 //
 // Ops are enqueued in order on the compute stream; input batches come up on the copy stream
 // (cuda_input.cu); only to_device, to_host, sync, readback_wait and input_upload_wait make the host wait.
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,35 @@ float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx)
 
 int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }
 
+// What a timed choice depends on beyond its op and settings: the GPU (name, compute capability,
+// multiprocessor count), the driver, runtime, cuDNN and cuBLAS versions, and amptrain's own (its kernels
+// are among those timed: the batch-norm pairs, the GEMM route). A record's text is printable ASCII.
+static void cuda_choice_env(CudaBackend *cb) {
+    cudaDeviceProp prop;
+    int driver = 0, runtime = 0, cublas = 0;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, cb->device));
+    CUDA_CHECK(cudaDriverGetVersion(&driver));
+    CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+    CUBLAS_CHECK(cublasGetVersion(cb->cublas, &cublas));
+    snprintf(cb->choice_env, sizeof cb->choice_env,
+             "%s sm_%d%d %d SMs driver %d runtime %d cudnn %zu cublas %d amptrain %s", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount, driver, runtime, cudnnGetVersion(), cublas,
+             AMPTRAIN_VERSION);
+    for (char *c = cb->choice_env; *c; c++)
+        if (*c < 0x20 || *c > 0x7e) *c = '?';
+}
+
+void cuda_choice_key(const CudaBackend *cb, char *key, size_t cap, const char *fmt, ...) {
+    int n = snprintf(key, cap, "%s | ", cb->choice_env);
+    va_list args;
+    va_start(args, fmt);
+    if (n > 0 && (size_t)n < cap) n += vsnprintf(key + n, cap - (size_t)n, fmt, args);
+    va_end(args);
+    AMP_ASSERT(n > 0 && (size_t)n < cap, "kernel choice key longer than %zu bytes: %s", cap, key);
+}
+
+static KernelCache *cuda_be_kernel_choices(Backend *be) { return cuda_state(be)->choices; }
+
 void *cuda_scratch_get(CudaBackend *cb, size_t bytes) {
     return cuda_alloc_get(cuda_backend_state(cb)->alloc, bytes);
 }
@@ -189,6 +219,8 @@ static void cuda_be_destroy(Backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     cuda_conv_cache_destroy(cb);
     cuda_bn_cache_destroy(cb);
+    kernel_cache_save(cb->choices);  // the choices made lazily since start-up too
+    kernel_cache_close(cb->choices);
 #ifdef AMPTRAIN_HAVE_NVJPEG
     CUDA_CHECK(cudaStreamSynchronize(cb->copy_stream));
     cuda_jpeg_destroy(cb);
@@ -250,6 +282,7 @@ static void cuda_backend_fill_ops(Backend *be) {
     be->graph_end = cuda_be_graph_end;
     be->graph_launch = cuda_be_graph_launch;
     be->graph_destroy = cuda_be_graph_destroy;
+    be->kernel_choices = cuda_be_kernel_choices;
     be->destroy = cuda_be_destroy;
 }
 
@@ -344,6 +377,8 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
     // to TF32 (cuda_linear.cu also picks the compute type from matmul_tf32).
     CUBLAS_CHECK(
         cublasSetMathMode(cb->cublas, o.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    cuda_choice_env(cb);
+    cb->choices = kernel_cache_open(o.kernel_cache);
 
     Backend *be = &st->be;
     cuda_backend_fill_ops(be);

@@ -36,12 +36,16 @@ typedef struct CudaOptions {
     int device_max_connections;  // > 0: CUDA_DEVICE_MAX_CONNECTIONS (CUDA's hardware work queues, 8 by
                                  // default, 32 at most) for this process unless the environment sets it;
                                  // set before the backend makes its CUDA context; 0 leaves it alone
+    const char *kernel_cache;    // the file of timed kernel choices (cudnn.cache, core/kernel_cache.h):
+                                 // read at creation, written after the start-up choices (the trainer) and
+                                 // when the backend is destroyed; NULL: the choices are kept in memory only
+                                 // (cudnn.cache off, and every rank but 0)
 } CudaOptions;
 
 // cudnn.benchmark and TF32 off, a 512 MiB workspace cap (cudnn.workspace_mb's AMP default), cuDNN's batch
-// norm, CUDA's own number of hardware queues.
+// norm, CUDA's own number of hardware queues, no kernel-choice file.
 static inline CudaOptions cuda_options_default(void) {
-    const CudaOptions o = {0, 0, 0, (size_t)512 << 20, CUDA_BN_CUDNN, 0};
+    const CudaOptions o = {0, 0, 0, (size_t)512 << 20, CUDA_BN_CUDNN, 0, NULL};
     return o;
 }
 

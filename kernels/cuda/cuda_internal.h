@@ -14,10 +14,12 @@
 extern "C" {
 #endif
 #include "core/backend.h"
+#include "core/clock.h"
 #include "core/log.h"
 #ifdef __cplusplus
 }
 #endif
+#include "core/kernel_cache.h"
 #include "core/check.h"
 #include "core/cuda_check.h"
 
@@ -69,6 +71,8 @@ typedef struct CudaBackend {
     int upload_next;
     CudaBnCache *bn_cache;  // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
     CudaJpeg *jpeg;         // NULL until the first input_decode (builds with nvJPEG); cuda_jpeg_destroy
+    KernelCache *choices;   // the timed choices' records (cudnn.cache): looked up before each search
+    char choice_env[384];   // what every record's key starts with: GPU, driver and library versions
 } CudaBackend;
 
 static inline CudaBackend *cuda_state(Backend *be) { return (CudaBackend *)be->impl; }
@@ -85,6 +89,12 @@ void cuda_scratch_put(CudaBackend *cb, void *ptr);
 // The mean time in ms of `runs` calls of run(ctx) on the compute stream, after one untimed call (start-up
 // choices: the convolutions' GEMM route, the batch-norm pairs).
 float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx);
+// A record's key for cb->choices (core/kernel_cache.h): cb->choice_env, " | ", then fmt's text naming the op,
+// its shape and every setting its choice depends on. Fails the job when cap is too small.
+void cuda_choice_key(const CudaBackend *cb, char *key, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+#define CUDA_CHOICE_KEY_MAX 768
+
 // 1 when AMPTRAIN_CONV_LOG=1 is set: the start-up choices (convolution algorithms and routes, batch-norm
 // pairs) are printed to stderr as they are made.
 int cuda_pick_log_enabled(void);

@@ -30,7 +30,7 @@
 // the reserve space, so an add+ReLU layer never runs our forward with cuDNN's backward (on cuDNN 9.14 /
 // H200 our bit mask and that reserve differed, in size or bytes, on every shape tested). With
 // cudnn.batch_norm auto, cuda_bn_prepare times the pairs a shape allows before the step's memory exists and
-// keeps the fastest per shape in the same cache.
+// keeps the fastest per shape in the same cache; a shape's record (cudnn.cache) stands in for the timing.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +42,8 @@
 #define BN_PARAM_THREADS 256
 // Timed calls per op and pair in cuda_bn_prepare (after one untimed call).
 #define BN_PREPARE_TIMED_RUNS 5
+// The pairs cudnn.batch_norm auto times: own+own, cudnn+cudnn, cudnn+own, own+cudnn.
+#define BN_PAIRS 4
 
 // ---- the per-layer reserve-space table ------------------------------------------------------------
 
@@ -257,7 +259,7 @@ static cudnnBatchNormOps_t bn_ops_for(int residual, int relu) {
 
 // The combinations cuDNN's fused NHWC kernels document: plain BN in fp16 or fp32; BN+ReLU and
 // BN+add+ReLU only in fp16 with C % 4 == 0. Residual without ReLU has no cuDNN op.
-static int bn_cudnn_may_take(int c, DType dt, const void *residual, int relu) {
+static int bn_cudnn_may_take(int c, DType dt, int residual, int relu) {
     if (residual && !relu) return 0;
     if (!relu) return 1;
     return dt == DTYPE_F16 && c % 4 == 0;
@@ -306,10 +308,9 @@ static int bn_forward_train_cudnn(Backend *be, int rows, int c, DType dt, const 
 
 // Whether cuDNN's backward can follow our own forward for this shape: its ops need no reserve space (plain
 // BN, BN_ACTIVATION; cuDNN then recomputes the ReLU mask from x and the saved statistics).
-static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt, const void *residual,
-                                         int relu) {
+static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt, int residual, int relu) {
     if (residual || !bn_cudnn_may_take(c, dt, residual, relu)) return 0;
-    const cudnnBatchNormOps_t ops = bn_ops_for(residual != NULL, relu);
+    const cudnnBatchNormOps_t ops = bn_ops_for(residual, relu);
     BnDescs d;
     bn_descs_create(&d, rows, c, dt);
     size_t reserve_bytes = 1;
@@ -354,7 +355,7 @@ static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const v
                                  int relu, const float *gamma, const float *beta, float *running_mean,
                                  float *running_var, float momentum, float eps, float *save_mean,
                                  float *save_invstd, void *y, int backward_cudnn) {
-    backward_cudnn = backward_cudnn && bn_cudnn_backward_follows_own(be, rows, c, dt, residual, relu);
+    backward_cudnn = backward_cudnn && bn_cudnn_backward_follows_own(be, rows, c, dt, residual != NULL, relu);
     BnLayer *layer = bn_layer_get(be, save_mean);
     uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, residual != NULL, relu);
     const int wrote_mask = bn_own_forward_train(cuda_state(be), rows, c, dt, x, residual, relu, gamma, beta,
@@ -369,7 +370,7 @@ static void bn_forward_train_pair(Backend *be, BnPair pair, int rows, int c, DTy
                                   const void *residual, int relu, const float *gamma, const float *beta,
                                   float *running_mean, float *running_var, float momentum, float eps,
                                   float *save_mean, float *save_invstd, void *y) {
-    if (pair.forward_cudnn && bn_cudnn_may_take(c, dt, residual, relu) &&
+    if (pair.forward_cudnn && bn_cudnn_may_take(c, dt, residual != NULL, relu) &&
         bn_forward_train_cudnn(be, rows, c, dt, x, residual, relu, gamma, beta, running_mean, running_var,
                                momentum, eps, save_mean, save_invstd, y)) {
         bn_layer_lookup(be, save_mean)->backward_cudnn = pair.backward_cudnn;
@@ -587,26 +588,36 @@ static void bn_fill(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, fl
     CUDA_CHECK_LAUNCH();
 }
 
+// The pairs auto chooses from, and their names in the log and in the records (cudnn.cache).
+static const BnPair bn_pairs[BN_PAIRS] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}};
+static const char *const bn_pair_names[BN_PAIRS] = {"own+own", "cudnn+cudnn", "cudnn+own", "own+cudnn"};
+
 // AMPTRAIN_CONV_LOG=1: each pair's forward + backward ms, the one kept marked *.
 static void bn_log_pairs(int rows, int c, DType dt, int residual, int relu, const int *allowed,
                          const float *forward_ms, const float *backward_ms, int best) {
-    static const char *names[4] = {"own+own", "cudnn+cudnn", "cudnn+own", "own+cudnn"};
     fprintf(stderr, "bn: rows %d c %d %s%s%s:", rows, c, dtype_name(dt), residual ? " +residual" : "",
             relu ? " +relu" : "");
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < BN_PAIRS; i++)
         if (allowed[i])
-            fprintf(stderr, " [%s %.4f+%.4f ms]%s", names[i], (double)forward_ms[i], (double)backward_ms[i],
-                    i == best ? "*" : "");
+            fprintf(stderr, " [%s %.4f+%.4f ms]%s", bn_pair_names[i], (double)forward_ms[i],
+                    (double)backward_ms[i], i == best ? "*" : "");
     fprintf(stderr, "\n");
 }
 
-// Under cudnn.batch_norm auto: times every pair this shape allows (our own forward and backward; cuDNN's;
-// cuDNN's forward with our own backward; our own forward with cuDNN's backward where it may follow) on
-// buffers of its own, and keeps the fastest forward + backward for the shape.
-void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int relu) {
+// The pairs this shape allows: our own forward and backward; cuDNN's; cuDNN's forward with our own
+// backward; our own forward with cuDNN's backward where it may follow.
+static void bn_pairs_allowed(Backend *be, int rows, int c, DType dt, int residual, int relu,
+                             int allowed[BN_PAIRS]) {
+    const int cudnn_takes = bn_cudnn_may_take(c, dt, residual, relu);
+    allowed[0] = 1;
+    allowed[1] = allowed[2] = cudnn_takes;
+    allowed[3] = bn_cudnn_backward_follows_own(be, rows, c, dt, residual, relu);
+}
+
+// Times every allowed pair on buffers of its own; the fastest forward + backward.
+static int bn_time_pairs(Backend *be, int rows, int c, DType dt, int residual, int relu,
+                         const int allowed[BN_PAIRS]) {
     CudaBackend *cb = cuda_state(be);
-    if (cb->bn_mode != CUDA_BN_AUTO || bn_choice_find(be, rows, c, dt, residual, relu)) return;
-    if (rows <= 1) return;  // training refuses this shape (cuda_bn_forward_train says why); nothing to time
     const size_t count = (size_t)rows * c, bytes = count * dtype_size(dt);
     BnTiming t = {be, rows, c, relu, dt};
     t.x = cuda_scratch_get(cb, bytes), t.y = cuda_scratch_get(cb, bytes);
@@ -618,27 +629,49 @@ void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int r
     bn_fill(cb, t.dy, count, dt, -1.0f, 1.0f);
     bn_fill(cb, t.params, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);          // gamma, beta
     bn_fill(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);  // running statistics
-
-    static const BnPair pairs[4] = {{0, 0}, {1, 1}, {1, 0}, {0, 1}};
-    const void *res = residual ? t.dy : NULL;
-    const int cudnn_takes = bn_cudnn_may_take(c, dt, res, relu);
-    const int allowed[4] = {1, cudnn_takes, cudnn_takes,
-                            bn_cudnn_backward_follows_own(be, rows, c, dt, res, relu)};
-    float forward_ms[4] = {0}, backward_ms[4] = {0};
+    float forward_ms[BN_PAIRS] = {0}, backward_ms[BN_PAIRS] = {0};
     int best = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < BN_PAIRS; i++) {
         if (!allowed[i]) continue;
-        bn_time_pair(&t, pairs[i], &forward_ms[i], &backward_ms[i]);
+        bn_time_pair(&t, bn_pairs[i], &forward_ms[i], &backward_ms[i]);
         if (forward_ms[i] + backward_ms[i] < forward_ms[best] + backward_ms[best]) best = i;
     }
-    const BnShapeChoice choice = {rows, c, residual, relu, dt, pairs[best]};
-    bn_choice_add(be, &choice);
     if (cuda_pick_log_enabled())
         bn_log_pairs(rows, c, dt, residual, relu, allowed, forward_ms, backward_ms, best);
     bn_layer_forget(be, t.params + 4 * c);
     cuda_scratch_put(cb, t.x), cuda_scratch_put(cb, t.y), cuda_scratch_put(cb, t.dy),
         cuda_scratch_put(cb, t.dx);
     cuda_scratch_put(cb, t.d_residual), cuda_scratch_put(cb, t.params), cuda_scratch_put(cb, t.dparams);
+    return best;
+}
+
+// Under cudnn.batch_norm auto: the fastest allowed pair for the shape, from its record (cudnn.cache) when
+// that names a pair the shape still allows, else timed (and recorded). The key holds the shape, dtype,
+// residual and ReLU beyond cb->choice_env; the choice is the pair's name.
+void cuda_bn_prepare(Backend *be, int rows, int c, DType dt, int residual, int relu) {
+    CudaBackend *cb = cuda_state(be);
+    if (cb->bn_mode != CUDA_BN_AUTO || bn_choice_find(be, rows, c, dt, residual, relu)) return;
+    if (rows <= 1) return;  // training refuses this shape (cuda_bn_forward_train says why); nothing to time
+    const double start = clock_seconds();
+    int allowed[BN_PAIRS];
+    bn_pairs_allowed(be, rows, c, dt, residual, relu, allowed);
+    char key[CUDA_CHOICE_KEY_MAX];
+    cuda_choice_key(cb, key, sizeof key, "bn rows=%d c=%d %s residual=%d relu=%d", rows, c, dtype_name(dt),
+                    residual, relu);
+    const char *recorded = kernel_cache_find(cb->choices, key);
+    int pick = 0;
+    while (recorded && pick < BN_PAIRS && strcmp(bn_pair_names[pick], recorded) != 0) pick++;
+    if (recorded && pick < BN_PAIRS && allowed[pick]) {
+        kernel_cache_use(cb->choices, key);
+        if (cuda_pick_log_enabled())
+            fprintf(stderr, "bn: rows %d c %d %s%s%s: from the cache: %s\n", rows, c, dtype_name(dt),
+                    residual ? " +residual" : "", relu ? " +relu" : "", recorded);
+    } else {
+        pick = bn_time_pairs(be, rows, c, dt, residual, relu, allowed);
+        kernel_cache_store(cb->choices, key, bn_pair_names[pick], clock_seconds() - start);
+    }
+    const BnShapeChoice choice = {rows, c, residual, relu, dt, bn_pairs[pick]};
+    bn_choice_add(be, &choice);
 }
 
 extern "C" int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn,

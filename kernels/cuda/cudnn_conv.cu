@@ -27,6 +27,9 @@
 // it for every layer before its activations are allocated), on buffers of its own: the search's scratch
 // then never sits on top of the activations, and the shared workspace grows only to what the chosen
 // algorithms need. A shape met later (another batch size) is searched on the real buffers, lazily.
+//
+// Timed choices are kept as records (cb->choices, cudnn.cache): before searching a direction, its record,
+// when one holds here, chooses instead; every search's outcome is recorded.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,28 +226,37 @@ static const char *conv_direction_name(ConvDirection d) {
     return d == CONV_FWD ? "forward" : d == CONV_BWD_DATA ? "backward data" : "backward filter";
 }
 
+static int conv_algo_count(ConvDirection d) {
+    return d == CONV_FWD        ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
+           : d == CONV_BWD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
+                                : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+}
+
+// The exact workspace of algorithm `algo` for direction d under the descriptor's math type now; an
+// algorithm that does not support the shape returns an error status here.
+static cudnnStatus_t conv_algo_workspace(const CudaBackend *cb, const ConvPlan *p, ConvDirection d, int algo,
+                                         size_t *bytes) {
+    if (d == CONV_FWD)
+        return cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc,
+                                                       p->y_desc, (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    if (d == CONV_BWD_DATA)
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
+                                                            p->x_desc, (cudnnConvolutionBwdDataAlgo_t)algo,
+                                                            bytes);
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
+                                                          p->w_desc, (cudnnConvolutionBwdFilterAlgo_t)algo,
+                                                          bytes);
+}
+
 // The largest exact workspace, at most the cap, that any of the direction's algorithms asks for: what a
 // timed search needs so that no algorithm is skipped for want of memory.
 static size_t conv_search_workspace(const CudaBackend *cb, const ConvPlan *p, ConvDirection d) {
-    const int count = d == CONV_FWD        ? (int)CUDNN_CONVOLUTION_FWD_ALGO_COUNT
-                      : d == CONV_BWD_DATA ? (int)CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT
-                                           : (int)CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
     size_t most = 0;
-    for (int a = 0; a < count; a++) {
-        size_t bytes = 0;
-        cudnnStatus_t st;  // an algorithm that does not support the shape fails here and is left out
-        if (d == CONV_FWD)
-            st = cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc,
-                                                         p->y_desc, (cudnnConvolutionFwdAlgo_t)a, &bytes);
-        else if (d == CONV_BWD_DATA)
-            st = cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
-                                                              p->x_desc, (cudnnConvolutionBwdDataAlgo_t)a,
-                                                              &bytes);
-        else
-            st = cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
-                                                                p->w_desc, (cudnnConvolutionBwdFilterAlgo_t)a,
-                                                                &bytes);
-        if (st == CUDNN_STATUS_SUCCESS && bytes <= cb->conv_workspace_cap && bytes > most) most = bytes;
+    for (int a = 0; a < conv_algo_count(d); a++) {
+        size_t bytes = 0;  // an algorithm that does not support the shape fails here and is left out
+        if (conv_algo_workspace(cb, p, d, a, &bytes) == CUDNN_STATUS_SUCCESS &&
+            bytes <= cb->conv_workspace_cap && bytes > most)
+            most = bytes;
     }
     return most;
 }
@@ -360,10 +372,111 @@ static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d
                 p->gemm[d] ? "GEMM" : "cuDNN");
 }
 
+// ---- the choices' records (cudnn.cache, core/kernel_cache.h) ---------------------------------------
+// One record per shape, dtype and direction of a timed choice. Its key holds what the choice depends on
+// beyond cb->choice_env: the shape, dtype, TF32 rule and workspace cap; its choice is "gemm" (the GEMM
+// route) or "cudnn algo=A math=M workspace=W" (M as conv_math_name writes it).
+
+static const cudnnMathType_t conv_math_types[] = {CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH,
+                                                  CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_FMA_MATH};
+#define CONV_MATH_TYPES (int)(sizeof conv_math_types / sizeof conv_math_types[0])
+
+static int conv_algo_of(const ConvPlan *p, ConvDirection d) {
+    return d == CONV_FWD        ? (int)p->fwd_algo
+           : d == CONV_BWD_DATA ? (int)p->bwd_data_algo
+                                : (int)p->bwd_filter_algo;
+}
+
+static void conv_algo_set(ConvPlan *p, ConvDirection d, int algo) {
+    if (d == CONV_FWD)
+        p->fwd_algo = (cudnnConvolutionFwdAlgo_t)algo;
+    else if (d == CONV_BWD_DATA)
+        p->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)algo;
+    else
+        p->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)algo;
+}
+
+static void conv_choice_key(const CudaBackend *cb, const ConvPlan *p, ConvDirection d, char *key,
+                            size_t cap) {
+    const ConvShape *s = &p->shape;
+    cuda_choice_key(cb, key, cap,
+                    "conv %s n=%d h=%d w=%d c_in=%d c_out=%d k=%dx%d stride=%d pad=%d groups=%d %s tf32=%d "
+                    "workspace_cap=%zu",
+                    conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh, s->kw, s->stride,
+                    s->pad, s->groups, dtype_name(p->dt), cb->allow_tf32, cb->conv_workspace_cap);
+}
+
+// Direction d chosen from its record, when there is one and it still holds here: the GEMM route on a shape
+// that may take it, or a cuDNN algorithm that exists, supports the shape under the recorded math type,
+// keeps the precision asked for (conv_math_allowed) and fits the workspace cap. 1 when chosen; 0: the
+// direction is searched (its record is then replaced).
+static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
+    char key[CUDA_CHOICE_KEY_MAX];
+    conv_choice_key(cb, p, d, key, sizeof key);
+    const char *choice = kernel_cache_find(cb->choices, key);
+    if (!choice) return 0;
+    if (!strcmp(choice, "gemm")) {
+        if (!conv_gemm_eligible(&p->shape)) return 0;
+        p->gemm[d] = 1;
+        p->workspace[d] = 0;
+        p->math[d] = conv_math_type(cb, p->dt);
+    } else {
+        int algo = -1, end = 0, m = 0;
+        size_t recorded = 0, exact = 0;
+        char math_name[32];
+        if (sscanf(choice, "cudnn algo=%d math=%31s workspace=%zu%n", &algo, math_name, &recorded, &end) !=
+                3 ||
+            choice[end] != '\0')
+            return 0;
+        while (m < CONV_MATH_TYPES && strcmp(conv_math_name(conv_math_types[m]), math_name) != 0) m++;
+        if (algo < 0 || algo >= conv_algo_count(d) || m == CONV_MATH_TYPES ||
+            !conv_math_allowed(cb, p->dt, conv_math_types[m]))
+            return 0;
+        conv_set_math(p, conv_math_types[m]);
+        if (conv_algo_workspace(cb, p, d, algo, &exact) != CUDNN_STATUS_SUCCESS) return 0;
+        const size_t bytes = exact > recorded ? exact : recorded;
+        if (bytes > cb->conv_workspace_cap) return 0;
+        conv_algo_set(p, d, algo);
+        p->math[d] = conv_math_types[m];
+        p->workspace[d] = bytes;
+        p->gemm[d] = 0;
+    }
+    p->chosen[d] = 1;
+    kernel_cache_use(cb->choices, key);
+    if (cuda_pick_log_enabled()) {
+        const ConvShape *s = &p->shape;
+        fprintf(stderr, "conv: n=%d %dx%d c %d->%d k%d s%d g%d %s %s: from the cache: %s\n", s->n, s->h, s->w,
+                s->c_in, s->c_out, s->kh, s->stride, s->groups, dtype_name(p->dt), conv_direction_name(d),
+                choice);
+    }
+    return 1;
+}
+
+// After a direction's pick: the exact workspace of its algorithm, the GEMM route's verdict, and for a timed
+// choice (started at `start`, clock_seconds) its record.
+static void conv_choice_done(CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms, float picked_ms,
+                             double start) {
+    size_t exact = 0;
+    CUDNN_CHECK(conv_algo_workspace(cb, p, d, conv_algo_of(p, d), &exact));
+    if (exact > p->workspace[d]) p->workspace[d] = exact;
+    conv_gemm_decide(cb, p, d, gemm_ms, picked_ms);
+    if (!cb->cudnn_benchmark) return;
+    char key[CUDA_CHOICE_KEY_MAX], choice[96];
+    conv_choice_key(cb, p, d, key, sizeof key);
+    if (p->gemm[d])
+        snprintf(choice, sizeof choice, "gemm");
+    else
+        snprintf(choice, sizeof choice, "cudnn algo=%d math=%s workspace=%zu", conv_algo_of(p, d),
+                 conv_math_name(p->math[d]), p->workspace[d]);
+    kernel_cache_store(cb->choices, key, choice, clock_seconds() - start);
+}
+
 // ---- the three searches ---------------------------------------------------------------------------
 
 // x (n,h,w,c_in), w (c_out,kh,kw,c_in/g) are read; y is the real output (forward never accumulates).
 static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y) {
+    if (cb->cudnn_benchmark && conv_choice_take(cb, p, CONV_FWD)) return;
+    const double start = clock_seconds();
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionFwdAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
@@ -384,16 +497,14 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
     }
     p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark,
                                                               &picked_ms);
-    size_t exact = 0;
-    CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(cb->cudnn, p->x_desc, p->w_desc, p->conv_desc,
-                                                        p->y_desc, p->fwd_algo, &exact));
-    if (exact > p->workspace[CONV_FWD]) p->workspace[CONV_FWD] = exact;
-    conv_gemm_decide(cb, p, CONV_FWD, gemm_ms, picked_ms);
+    conv_choice_done(cb, p, CONV_FWD, gemm_ms, picked_ms, start);
 }
 
 // dy, w are read; the search writes dx, or a scratch in its place when dx accumulates (its contents count).
 static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *dy, const void *w, void *dx,
                                       int accumulate) {
+    if (cb->cudnn_benchmark && conv_choice_take(cb, p, CONV_BWD_DATA)) return;
+    const double start = clock_seconds();
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdDataAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
@@ -418,16 +529,14 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     }
     p->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands,
                                                                        !cb->cudnn_benchmark, &picked_ms);
-    size_t exact = 0;
-    CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
-                                                             p->x_desc, p->bwd_data_algo, &exact));
-    if (exact > p->workspace[CONV_BWD_DATA]) p->workspace[CONV_BWD_DATA] = exact;
-    conv_gemm_decide(cb, p, CONV_BWD_DATA, gemm_ms, picked_ms);
+    conv_choice_done(cb, p, CONV_BWD_DATA, gemm_ms, picked_ms, start);
 }
 
 // x, dy are read; the search writes dw, or a scratch in its place when dw accumulates.
 static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy, void *dw,
                                         int accumulate) {
+    if (cb->cudnn_benchmark && conv_choice_take(cb, p, CONV_BWD_FILTER)) return;
+    const double start = clock_seconds();
     conv_set_math(p, conv_math_type(cb, p->dt));
     cudnnConvolutionBwdFilterAlgoPerf_t perf[CONV_ALGO_CANDIDATES];
     ConvCandidates cands = {.cap = cb->conv_workspace_cap};
@@ -452,20 +561,19 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
     }
     p->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_FILTER, &cands,
                                                                            !cb->cudnn_benchmark, &picked_ms);
-    size_t exact = 0;
-    CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
-                                                               p->w_desc, p->bwd_filter_algo, &exact));
-    if (exact > p->workspace[CONV_BWD_FILTER]) p->workspace[CONV_BWD_FILTER] = exact;
-    conv_gemm_decide(cb, p, CONV_BWD_FILTER, gemm_ms, picked_ms);
+    conv_choice_done(cb, p, CONV_BWD_FILTER, gemm_ms, picked_ms, start);
 }
 
 // ---- the entry points ----------------------------------------------------------------------------
 
-// Chooses the three directions' algorithms for s now, on buffers of its own (x, w, y, filled with a
-// finite non-zero byte pattern; each search's output lands in one of them) that go back afterwards.
+// Chooses the three directions' algorithms for s now: from their records (cudnn.cache) where those hold,
+// else on buffers of its own (x, w, y, filled with a finite non-zero byte pattern; each search's output
+// lands in one of them) that go back afterwards.
 void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt) {
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
+    for (int d = CONV_FWD; d <= CONV_BWD_FILTER; d++)  // records first: they need no buffers
+        if (!p->chosen[d] && cb->cudnn_benchmark) conv_choice_take(cb, p, (ConvDirection)d);
     if (p->chosen[CONV_FWD] && p->chosen[CONV_BWD_DATA] && p->chosen[CONV_BWD_FILTER]) return;
     const size_t esz = dtype_size(dt);
     const size_t x_bytes = (size_t)s->n * s->h * s->w * s->c_in * esz;

@@ -567,6 +567,15 @@ const ConfigKey config_keys[] = {
      "training batch norm per layer shape on the fastest forward/backward pair of cuDNN's and amptrain's "
      "kernels timed at start-up (auto; with cudnn.benchmark, else as cudnn), on cuDNN's fused NHWC kernels "
      "where cuDNN takes the call, or on amptrain's own (inference and recomputation always run amptrain's own)"},
+    {"cudnn",
+     "cache",
+     CK_STRING,
+     AT_STR(cudnn.cache),
+     NONE,
+     {0},
+     "the file of the kernel choices timed at start-up (with cudnn.benchmark), which later runs on the same GPU "
+     "and libraries take instead of timing again (auto: $XDG_CACHE_HOME/amptrain/kernels.cache, else "
+     "~/.cache/amptrain/kernels.cache; off: none)"},
     // ---- debug ----
     {"debug",
      "inject_step",

@@ -307,7 +307,9 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     const double rest_s = r->startup_s - r->build_s - r->choices_s;
     printf("; start-up %.2f s (model build %.2f", r->startup_s, r->build_s);
     if (cuda)
-        printf(", kernel choices %.2f, buffers, first steps and graph capture %.2f)", r->choices_s, rest_s);
+        printf(
+            ", kernel choices %.2f, buffers, first steps and graph capture %.2f; searching kernels %.2f of it)",
+            r->choices_s, rest_s, r->search_s);
     else
         printf(", buffers and first step %.2f)", rest_s);
     printf(", then %.1f images/s; data wait %.2f ms/step", r->steady_images_per_s, r->data_wait_ms);
@@ -330,6 +332,7 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     record_number(&rec, "startup_s", r->startup_s);
     record_number(&rec, "startup_build_s", r->build_s);
     record_number(&rec, "startup_choices_s", r->choices_s);
+    record_number(&rec, "startup_search_s", r->search_s);
     record_number(&rec, "total_s", r->total_s);
     record_number(&rec, "steady_images_per_s", r->steady_images_per_s);
     record_number(&rec, "data_wait_ms", r->data_wait_ms);

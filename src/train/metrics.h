@@ -55,6 +55,8 @@ typedef struct SummaryRecord {
                        // and the capture), of which:
     double build_s;    //   the model build (data opened, weights made)
     double choices_s;  //   the backend's kernel choices (none on the CPU); the rest: buffers, first steps
+    double search_s;   // of the start-up, the seconds spent timing kernels (CUDA; the rest came from
+                       // cudnn.cache or rank 0)
     double total_s;    // trainer_init's start to the loop's end (seconds counts from the loop's start)
     double steady_images_per_s;  // after start-up
     double data_wait_ms;         // per step, waiting for the loader

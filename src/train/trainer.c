@@ -10,6 +10,7 @@
 #include "checkpoint/model_file.h"
 #include "core/check.h"
 #include "core/clock.h"
+#include "core/kernel_cache.h"
 #include "core/log.h"
 #include "dist/agree.h"
 #include "data/loader.h"
@@ -125,6 +126,44 @@ static int init_from_file(Trainer *t) {
     return rc;
 }
 
+// Rank 0's kernel choices to the other ranks (kc: this rank's table, NULL where the backend times nothing):
+// rank 0 calls it after choosing, the others before, so that they check and take rank 0's records instead
+// of timing. Every rank makes the same broadcasts whatever its backend.
+static void share_kernel_choices(Comm *comm, KernelCache *kc) {
+    size_t exported = 0;
+    char *text = comm->rank == 0 && kc ? kernel_cache_export(kc, &exported) : NULL;
+    uint64_t len = exported;  // one width on every rank
+    comm->broadcast(comm, &len, sizeof len, 0);
+    if (len == 0) {
+        free(text);
+        return;
+    }
+    if (comm->rank != 0) text = xcalloc((size_t)len + 1, 1);
+    comm->broadcast(comm, text, (size_t)len, 0);
+    if (comm->rank != 0 && kc && kernel_cache_import(kc, text, (size_t)len) != 0)
+        log_warn_local("rank 0's kernel choices arrived malformed: this rank times its own");
+    free(text);
+}
+
+// The backend's kernel choices for every layer at the training batch, beside the weights' draw
+// (model_alloc_and_prepare), shared from rank 0 under mpirun; one line says where they came from, and
+// rank 0 saves its table to cudnn.cache. Returns the seconds the choices took on this rank.
+static double choose_kernels(Trainer *t) {
+    Backend *be = t->be;
+    Comm *comm = t->comm;
+    KernelCache *kc = be->kernel_choices ? be->kernel_choices(be) : NULL;
+    if (comm->size > 1 && comm->rank != 0) share_kernel_choices(comm, kc);
+    const double choices_s =
+        model_alloc_and_prepare(&t->model, be, (uint64_t)t->cfg->train.seed, t->cfg->data.batch_size);
+    if (comm->size > 1 && comm->rank == 0) share_kernel_choices(comm, kc);
+    if (!kc) return choices_s;
+    const KernelCacheStats st = kernel_cache_stats(kc);
+    if (st.from_cache + st.searched > 0)
+        log_info("kernel choices: %d from cache, %d searched", st.from_cache, st.searched);
+    kernel_cache_save(kc);
+    return choices_s;
+}
+
 int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *grad_comm) {
     memset(t, 0, sizeof *t);
     t->times.init_start = clock_seconds();
@@ -160,8 +199,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     t->graph.enabled = be->graph_begin != NULL && (!strcmp(cfg->train.cuda_graph, "on") ||
                                                    (!strcmp(cfg->train.cuda_graph, "auto") && native));
     StartupTimes *times = &t->times;
-    times->choices_s =
-        model_alloc_and_prepare(&t->model, be, (uint64_t)cfg->train.seed, cfg->data.batch_size);
+    times->choices_s = choose_kernels(t);
     // the weights' draw beside the choices too
     times->build_s = clock_seconds() - times->init_start - times->choices_s;
     evaluate_layout(&t->eval, &t->model, &t->act, cfg->data.batch_size, t->train_set->side);
@@ -364,6 +402,8 @@ static void note_startup_end(Trainer *t) {
     t->be->sync(t->be);
     times->steady_start = clock_seconds();
     times->startup_s = times->steady_start - times->init_start;
+    KernelCache *kc = t->be->kernel_choices ? t->be->kernel_choices(t->be) : NULL;
+    times->search_s = kc ? kernel_cache_stats(kc).search_s : 0;
     times->steady_images = t->images_seen;
 }
 

@@ -47,6 +47,8 @@ typedef struct StartupTimes {
     double build_s;     // trainer_init's start to the model's upload but for the kernel choices: data opened,
                         // shapes, the weights drawn (beside the choices) and uploaded
     double choices_s;   // model_prepare_ops: the backend's kernel choices (cuDNN's search, batch-norm pairs)
+    double search_s;    // of the whole start-up, the seconds spent timing kernels (the rest of the choices
+                        // came from cudnn.cache or rank 0; core/kernel_cache.h)
     double startup_s;   // seconds from trainer_init's start to the end of start-up
     double steady_start;  // clock_seconds() at the end of start-up
     long steady_images;   // images_seen then

@@ -1,13 +1,17 @@
 // test_gpu_training.c - whole training steps of a small ResNeXt on the CUDA backend against the CPU
 // reference from the same weights and batches: one step's weights, and ten steps' losses, in fp32
-// (TF32 off) and AMP. Reports skipped without a GPU.
+// (TF32 off) and AMP; the captured step against launches; and the kernel-choice cache (cudnn.cache): a
+// second start on the file the first wrote times nothing and runs the same step. Reports skipped without a
+// GPU.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/backend.h"
+#include "core/kernel_cache.h"
 #include "config/config.h"
 #include "dist/dist.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -21,26 +25,37 @@ typedef struct Side {
     Config cfg;
 } Side;
 
-static void side_start_graph(Side *s, Backend *be, int amp, const char *graph) {
-    const char *ov[] = {graph,
-                        "model.planes=16",
-                        "model.image_size=32",
-                        "data.batch_size=16",
-                        "data.train_size=320",
-                        "data.val_size=0",
-                        "data.prefetch=0",
-                        "log.metrics=",
-                        "checkpoint.dir=",
-                        "train.lr=0.002",
-                        "train.momentum=0.5",
-                        "train.schedule=constant",
-                        "train.warmup_steps=0",
-                        "amp.init_scale=1024",
-                        amp ? "amp.enabled=true" : "amp.enabled=false"};
-    ck_assert_int_eq(config_load(&s->cfg, NULL, (int)(sizeof ov / sizeof ov[0]), (char **)ov, stderr), 0);
+// A trainer on be from a small ResNeXt's config plus extra overrides (NULL-terminated; later wins).
+static void side_start_with(Side *s, Backend *be, int amp, const char *const *extra) {
+    enum { MAX_OVERRIDES = 24 };
+    const char *ov[MAX_OVERRIDES] = {"model.planes=16",
+                                     "model.image_size=32",
+                                     "data.batch_size=16",
+                                     "data.train_size=320",
+                                     "data.val_size=0",
+                                     "data.prefetch=0",
+                                     "log.metrics=",
+                                     "checkpoint.dir=",
+                                     "train.lr=0.002",
+                                     "train.momentum=0.5",
+                                     "train.schedule=constant",
+                                     "train.warmup_steps=0",
+                                     "amp.init_scale=1024",
+                                     amp ? "amp.enabled=true" : "amp.enabled=false"};
+    int n = 0;
+    while (ov[n]) n++;
+    for (; *extra; extra++) {
+        ck_assert_int_lt(n, MAX_OVERRIDES);
+        ov[n++] = *extra;
+    }
+    ck_assert_int_eq(config_load(&s->cfg, NULL, n, (char **)ov, stderr), 0);
     s->be = be;
     s->comm = comm_single_create();
     ck_assert_int_eq(trainer_init(&s->t, &s->cfg, be, s->comm, s->comm), 0);
+}
+
+static void side_start_graph(Side *s, Backend *be, int amp, const char *graph) {
+    side_start_with(s, be, amp, (const char *const[]){graph, NULL});
 }
 
 static void side_start(Side *s, Backend *be, int amp) {
@@ -164,6 +179,143 @@ START_TEST(test_graph_replays_bitwise_as_launches) {
 }
 END_TEST
 
+// ---- the kernel-choice cache (cudnn.cache) ------------------------------------------------------------
+
+#define CACHE "kernels.cache"
+
+// What one start on CACHE chose and its first step gave.
+typedef struct CachedStart {
+    KernelCacheStats stats;  // after trainer_init: the start-up's choices
+    char *choices;           // what it chose: kernel_cache_export's records
+    float loss;              // the first step's
+    float *logits;           // (batch, classes) of the first step's forward, as fp32
+    float *weights;          // the masters after it
+    size_t logits_n, numel;
+} CachedStart;
+
+// A start with cudnn.benchmark and batch_norm auto on CACHE (exact fp32 without AMP: the GEMM route), then
+// one step as plain launches.
+static void start_on_cache(CachedStart *r, int amp) {
+    CudaOptions o = cuda_options_default();
+    o.cudnn_benchmark = 1;
+    o.conv_tf32 = amp;
+    o.batch_norm = CUDA_BN_AUTO;
+    o.kernel_cache = CACHE;
+    char why[256];
+    Backend *be = cuda_backend_create(0, &o, why, sizeof why);
+    ck_assert_msg(be != NULL, "%s", why);
+    Side s;
+    side_start_with(&s, be, amp,
+                    (const char *const[]){"train.cuda_graph=off", "cudnn.benchmark=true",
+                                          "cudnn.batch_norm=auto",
+                                          amp ? "cudnn.tf32=true" : "cudnn.tf32=false", NULL});
+    KernelCache *kc = be->kernel_choices(be);
+    ck_assert_ptr_nonnull(kc);
+    r->stats = kernel_cache_stats(kc);
+    size_t len = 0;
+    r->choices = kernel_cache_export(kc, &len);
+    tu_train_step(&s.t);
+    r->loss = side_loss(&s);
+    r->logits_n = (size_t)s.cfg.data.batch_size * s.cfg.model.num_classes;
+    r->logits = tu_backend_floats(be, s.t.act.logits, s.t.model.act_dt, r->logits_n);
+    r->numel = s.t.model.params.padded_numel;
+    r->weights = side_weights(&s);
+    side_stop(&s);
+}
+
+static void cached_start_free(CachedStart *r) { free(r->choices), free(r->logits), free(r->weights); }
+
+static int line_count(const char *text) {
+    int n = 0;
+    for (; *text; text++) n += *text == '\n';
+    return n;
+}
+
+// The first record of `choices` (record lines) whose choice starts with `prefix` gets choice `with` in
+// CACHE (written through the table: the checksum stays right). 1 when there was one.
+static int replace_choice(const char *choices, const char *prefix, const char *with) {
+    for (const char *line = choices; *line;) {
+        const char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
+        ck_assert(tab && nl && tab < nl);
+        if (!strncmp(tab + 1, prefix, strlen(prefix))) {
+            char key[1024];
+            snprintf(key, sizeof key, "%.*s", (int)(tab - line), line);
+            KernelCache *kc = kernel_cache_open(CACHE);
+            ck_assert_ptr_nonnull(kernel_cache_find(kc, key));
+            kernel_cache_store(kc, key, with, 0);
+            ck_assert_int_eq(kernel_cache_save(kc), 0);
+            kernel_cache_close(kc);
+            return 1;
+        }
+        line = nl + 1;
+    }
+    return 0;
+}
+
+static void twice_on_one_cache(int amp) {
+    const char *label = amp ? "amp" : "fp32";
+    unlink(CACHE);
+    CachedStart first, second, third;
+    start_on_cache(&first, amp);
+    printf("%s: first start: %d from cache, %d searched in %.2f s\n", label, first.stats.from_cache,
+           first.stats.searched, first.stats.search_s);
+    ck_assert_int_eq(first.stats.from_cache, 0);
+    ck_assert_int_gt(first.stats.searched, 0);
+    ck_assert_int_eq(line_count(first.choices), first.stats.searched);
+    char *file = tu_read_file(CACHE, NULL);  // every choice, between the version and checksum lines
+    ck_assert_ptr_nonnull(file);
+    ck_assert_int_eq(line_count(file), first.stats.searched + 2);
+    free(file);
+
+    start_on_cache(&second, amp);
+    printf("%s: second start: %d from cache, %d searched\n", label, second.stats.from_cache,
+           second.stats.searched);
+    ck_assert_int_eq(second.stats.searched, 0);
+    ck_assert(second.stats.search_s == 0);
+    ck_assert_int_eq(second.stats.from_cache, first.stats.searched);
+    ck_assert_str_eq(second.choices, first.choices);  // the same keys, the same choices
+    // the same kernels on the same weights and batch: the forward bitwise; the update within rounding, as
+    // the search may take a backward algorithm that sums with atomics (cuDNN names it non-deterministic)
+    ck_assert_msg(first.loss == second.loss, "%s: loss %.9g then %.9g", label, first.loss, second.loss);
+    ck_assert_msg(!memcmp(first.logits, second.logits, first.logits_n * sizeof(float)),
+                  "%s: the logits differ", label);
+    const double e = tu_rel_error(second.weights, first.weights, first.numel);
+    printf("%s: weights after the step: relative difference %.3e\n", label, e);
+    ck_assert_msg(e <= 1e-6, "%s: the weights after the step differ by %g", label, e);
+    cached_start_free(&second);
+
+    // records that no longer hold (an algorithm cuDNN does not have, a workspace above the cap) are timed
+    // again, the rest still taken
+    const int broken =
+        replace_choice(first.choices, "cudnn", "cudnn algo=99 math=fma workspace=0") +
+        replace_choice(first.choices, "gemm", "cudnn algo=0 math=fma workspace=1125899906842624");
+    ck_assert_int_ge(broken, 1);
+    start_on_cache(&third, amp);
+    printf("%s: after %d broken records: %d from cache, %d searched\n", label, broken, third.stats.from_cache,
+           third.stats.searched);
+    ck_assert_int_eq(third.stats.searched, broken);
+    ck_assert_int_eq(third.stats.from_cache, first.stats.searched - broken);
+    KernelCache *kc = kernel_cache_open(CACHE);  // the file holds what the third start chose
+    for (const char *line = third.choices; *line;) {
+        const char *tab = strchr(line, '\t'), *nl = strchr(line, '\n');
+        char key[1024], choice[256];
+        snprintf(key, sizeof key, "%.*s", (int)(tab - line), line);
+        snprintf(choice, sizeof choice, "%.*s", (int)(nl - tab - 1), tab + 1);
+        ck_assert_ptr_nonnull(kernel_cache_find(kc, key));
+        ck_assert_str_eq(kernel_cache_find(kc, key), choice);
+        ck_assert_ptr_null(strstr(choice, "algo=99"));
+        line = nl + 1;
+    }
+    kernel_cache_close(kc);
+    cached_start_free(&first), cached_start_free(&third);
+}
+
+START_TEST(test_second_start_on_the_cache_times_nothing) {
+    twice_on_one_cache(1);
+    twice_on_one_cache(0);
+}
+END_TEST
+
 int main(void) {
     char why[256];
     Backend *probe = cuda_backend_create(0, NULL, why, sizeof why);
@@ -175,6 +327,7 @@ int main(void) {
     tcase_add_test(tc, test_fp32_steps_match_cpu);
     tcase_add_test(tc, test_amp_steps_match_cpu);
     tcase_add_test(tc, test_graph_replays_bitwise_as_launches);
+    tcase_add_test(tc, test_second_start_on_the_cache_times_nothing);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 1);
 }

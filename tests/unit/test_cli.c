@@ -165,6 +165,8 @@ START_TEST(test_short_run_outputs) {
             const double startup = atof(st + 12), build = atof(bu + 18), choices = atof(ch + 20);
             ck_assert_msg(startup > 0 && build > 0 && choices >= 0 && build + choices <= startup,
                           "start-up %g s, build %g s, choices %g s", startup, build, choices);
+            // the CPU times no kernels
+            ck_assert_ptr_nonnull(strstr(line, "\"startup_search_s\":0,"));
             // the trainer's whole time: start-up, then the loop after it (the loop began inside start-up)
             const char *tot = strstr(line, "\"total_s\":"), *sec = strstr(line, "\"seconds\":");
             ck_assert(tot && sec);

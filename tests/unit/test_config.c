@@ -94,6 +94,7 @@ static void assert_same_values(const Config *a, const Config *b) {
     ck_assert_str_eq(a->backend.device, b->backend.device);
     ck_assert_int_eq(a->cudnn.benchmark, b->cudnn.benchmark);
     ck_assert_int_eq(a->cudnn.tf32, b->cudnn.tf32);
+    ck_assert_str_eq(a->cudnn.cache, b->cudnn.cache);
     ck_assert_int_eq(a->debug.inject_step, b->debug.inject_step);
     ck_assert_int_eq(a->debug.inject_rank, b->debug.inject_rank);
     double va = a->debug.inject_value, vb = b->debug.inject_value;
@@ -118,6 +119,7 @@ START_TEST(defaults_are_the_tiny_demo_and_valid) {
     ck_assert(d.amp.init_scale == 65536.0 && d.amp.growth_factor == 2.0 && d.amp.backoff_factor == 0.5);
     ck_assert_int_eq(d.amp.growth_interval, 2000);
     ck_assert(isinf(d.debug.inject_value) && d.debug.inject_value > 0);
+    ck_assert_str_eq(d.cudnn.cache, "auto");
     // No file, no overrides: the defaults pass every rule unchanged.
     load_ok(&loaded, NULL, 0, NULL);
     assert_same_values(&loaded, &d);
@@ -275,9 +277,11 @@ START_TEST(print_reads_back_to_identical_values) {
                          "amp.init_scale=3e38",
                          "train.nesterov=true",
                          "cudnn.tf32=true",
+                         "cudnn.cache=/scratch/my kernels.cache",
                          "model.arch=resnext50_32x4d"};
     Config a, b;
-    load_ok(&a, SHIPPED("seed_resnext50.yaml"), 10, overrides);
+    load_ok(&a, SHIPPED("seed_resnext50.yaml"), 11, overrides);
+    ck_assert_str_eq(a.cudnn.cache, "/scratch/my kernels.cache");
     ck_assert_str_eq(a.log.metrics, "q\"uote\\back\nline: #x");
     char *text_a = printed(&a);
     tu_write_file("printed.yaml", text_a);
