@@ -43,7 +43,7 @@ START_TEST(test_resnext50_matches_torchvision_counts) {
     const char *ov[] = {"model.arch=resnext50_32x4d", "model.num_classes=1000", "model.image_size=224", NULL};
     tu_config(&cfg, ov);
     Model m;
-    model_init_shapes(&m, &cfg.model, 1);
+    model_init_shapes(&m, &cfg.model, DTYPE_F16);
     ck_assert_uint_eq(m.params.numel, 25028904u);        // torchvision: sum(p.numel() for p in parameters())
     ck_assert_int_eq(m.params.count, 161);               // parameter tensors
     ck_assert_int_eq(m.n_bn, 53);                        // 1 stem + 16 blocks x 3 + 4 downsample BNs
