@@ -859,10 +859,9 @@ static int amp_key_unread(const char *key, const AmpConfig *a, char *why, size_t
         return 1;
     }
     if (is_loss_scale_key(key) && is_bfloat16(a)) {
-        snprintf(
-            why, size,
-            "amp.dtype bfloat16 trains without loss scaling (the scale stays 1: bf16 has fp32's exponent "
-            "range), so the key means nothing; use amp.dtype: float16 to scale the loss");
+        snprintf(why, size,
+                 "amp.dtype bfloat16 trains without loss scaling (bf16 has fp32's exponent range; the scale "
+                 "stays 1): use amp.dtype: float16 to scale the loss");
         return 1;
     }
     return 0;

@@ -583,8 +583,8 @@ static const BadConfig bad_configs[] = {
     {"bad_dtype.yaml", "amp:\n  dtype: fp8\n", NULL,
      "bad_dtype.yaml:2: amp.dtype: expected one of float16, bfloat16, got fp8"},
     {"bf16_scale.yaml", "amp:\n  dtype: bfloat16\n  init_scale: 1024\n", NULL,
-     "bf16_scale.yaml:3: amp.init_scale: amp.dtype bfloat16 trains without loss scaling (the scale stays 1: "
-     "bf16 has fp32's exponent range), so the key means nothing; use amp.dtype: float16 to scale the loss"},
+     "bf16_scale.yaml:3: amp.init_scale: amp.dtype bfloat16 trains without loss scaling (bf16 has fp32's "
+     "exponent range; the scale stays 1): use amp.dtype: float16 to scale the loss"},
     {"bf16_dynamic.yaml", "amp:\n  dynamic: false\n  dtype: bfloat16\n", NULL,
      "bf16_dynamic.yaml:2: amp.dynamic: amp.dtype bfloat16 trains without loss scaling"},
     {"bf16_file.yaml", "amp:\n  dtype: bfloat16\n", "amp.min_scale=0",
