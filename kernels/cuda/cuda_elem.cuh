@@ -62,30 +62,24 @@ struct PackOf {
     static constexpr int vec = VEC;
 };
 
+// launch(PackOf<T, 16 / sizeof(T)>()) when vec > 1, else launch(PackOf<T, 1>()).
+template <typename T, typename F>
+static void with_vec(int vec, F &&launch) {
+    if (vec > 1)
+        launch(PackOf<T, 16 / sizeof(T)>());
+    else
+        launch(PackOf<T, 1>());
+}
+
 // Calls launch(PackOf<T, VEC>()) with T = __half for fp16, __nv_bfloat16 for bf16, float for fp32, and
 // VEC = pack_width's answer `vec` (16 bytes or 1), so each kernel is written once for all six combinations:
 //   with_pack(dt, vec, [&](auto pk) { using T = typename decltype(pk)::type; kernel<T, decltype(pk)::vec><<<...>>>(...); });
 template <typename F>
 static void with_pack(DType dt, int vec, F &&launch) {
     switch (dt) {
-    case DTYPE_F16:
-        if (vec > 1)
-            launch(PackOf<__half, 8>());
-        else
-            launch(PackOf<__half, 1>());
-        break;
-    case DTYPE_BF16:
-        if (vec > 1)
-            launch(PackOf<__nv_bfloat16, 8>());
-        else
-            launch(PackOf<__nv_bfloat16, 1>());
-        break;
-    case DTYPE_F32:
-        if (vec > 1)
-            launch(PackOf<float, 4>());
-        else
-            launch(PackOf<float, 1>());
-        break;
+    case DTYPE_F16: with_vec<__half>(vec, launch); break;
+    case DTYPE_BF16: with_vec<__nv_bfloat16>(vec, launch); break;
+    case DTYPE_F32: with_vec<float>(vec, launch); break;
     default: amp_fatal(__FILE__, __LINE__, "a kernel of float elements given %s", dtype_name(dt));
     }
 }

@@ -35,8 +35,7 @@ typedef struct {
 typedef struct {
     Config cfg;
     Where where[CONFIG_MAX_KEYS];  // parallel to config_keys
-    DataConfig file_data;          // the data settings after the file, before the overrides
-    AmpConfig file_amp;            // the amp settings likewise
+    Config file_cfg;               // the settings after the file, before the overrides
     const char *file;              // the config file as the user named it
     FILE *err;
 } ConfigReader;
@@ -814,22 +813,6 @@ static void reset_to_default(ConfigReader *L, const ConfigKey *row) {
     L->where[row - config_keys] = (Where){FROM_DEFAULT, 0};
 }
 
-static int check_data_keys_read(ConfigReader *L) {
-    for (size_t i = 0; i < config_key_count; i++) {
-        const ConfigKey *row = &config_keys[i];
-        Where at = L->where[i];
-        if (strcmp(row->section, "data") != 0 || at.origin == FROM_DEFAULT) continue;
-        char why[256];
-        if (!data_key_unread(row->key, &L->cfg.data, why, sizeof why)) continue;  // the run reads it
-        if (at.origin == FROM_FILE && !data_key_unread(row->key, &L->file_data, why, sizeof why)) {
-            reset_to_default(L, row);  // written for the file's source, which the command line replaced
-            continue;
-        }
-        return fail_at(L, at, "data.%s: %s", row->key, why);
-    }
-    return 0;
-}
-
 // ---- amp keys that only some precisions read --------------------------------------------------------
 //
 // As the data keys: amp.dtype is read only with amp.enabled, the loss-scaling keys only under float16
@@ -867,25 +850,37 @@ static int amp_key_unread(const char *key, const AmpConfig *a, char *why, size_t
     return 0;
 }
 
-// Then, under bfloat16, the scaler's settings are the unscaled run's: a static scale of 1.
-static int check_amp_keys(ConfigReader *L) {
+// 1 when the run `c` does not read row's key (a data or amp key: data_key_unread, amp_key_unread), with the
+// reason in why[size].
+static int key_unread(const ConfigKey *row, const Config *c, char *why, size_t size) {
+    if (!strcmp(row->section, "data")) return data_key_unread(row->key, &c->data, why, size);
+    if (!strcmp(row->section, "amp")) return amp_key_unread(row->key, &c->amp, why, size);
+    return 0;
+}
+
+// Every written key the run does not read: dropped when the file wrote it for the file's own settings, which
+// the command line changed; refused otherwise.
+static int check_keys_read(ConfigReader *L) {
     for (size_t i = 0; i < config_key_count; i++) {
         const ConfigKey *row = &config_keys[i];
         Where at = L->where[i];
-        if (strcmp(row->section, "amp") != 0 || at.origin == FROM_DEFAULT) continue;
+        if (at.origin == FROM_DEFAULT) continue;
         char why[256];
-        if (!amp_key_unread(row->key, &L->cfg.amp, why, sizeof why)) continue;
-        if (at.origin == FROM_FILE && !amp_key_unread(row->key, &L->file_amp, why, sizeof why)) {
-            reset_to_default(L, row);
+        if (!key_unread(row, &L->cfg, why, sizeof why)) continue;  // the run reads it
+        if (at.origin == FROM_FILE && !key_unread(row, &L->file_cfg, why, sizeof why)) {
+            reset_to_default(L, row);  // written for the file's settings, which the command line replaced
             continue;
         }
-        return fail_at(L, at, "amp.%s: %s", row->key, why);
-    }
-    if (is_bfloat16(&L->cfg.amp)) {
-        L->cfg.amp.dynamic = 0;
-        L->cfg.amp.init_scale = 1.0;
+        return fail_at(L, at, "%s.%s: %s", row->section, row->key, why);
     }
     return 0;
+}
+
+// Under bfloat16 the scaler's settings are the unscaled run's: a static scale of 1.
+static void resolve_bfloat16_scale(ConfigReader *L) {
+    if (!is_bfloat16(&L->cfg.amp)) return;
+    L->cfg.amp.dynamic = 0;
+    L->cfg.amp.init_scale = 1.0;
 }
 
 // The sides a key left unwritten takes: training and validation at model.image_size, validation resized
@@ -952,8 +947,8 @@ static int apply_rules(ConfigReader *L) {
     if (!rc) rc = check_group_width(L);
     if (!rc) rc = apply_cifar10_shape(L);
     if (!rc) rc = check_image_source(L);
-    if (!rc) rc = check_data_keys_read(L);
-    if (!rc) rc = check_amp_keys(L);
+    if (!rc) rc = check_keys_read(L);
+    if (!rc) resolve_bfloat16_scale(L);
     if (!rc) rc = resolve_sides(L);
     if (!rc) rc = check_device_decode(L);
     if (!rc) rc = check_optimizer(L);
@@ -969,8 +964,7 @@ int config_load(Config *cfg, const char *path, int n_overrides, char **overrides
     ConfigReader L = {.file = path, .err = err};
     config_defaults(&L.cfg);
     config_defaults(cfg);
-    L.file_data = L.cfg.data;
-    L.file_amp = L.cfg.amp;
+    L.file_cfg = L.cfg;
     int rc = 0;
     if (path && strlen(path) >= sizeof L.cfg.source_path) {
         rc = fail_at(&L, (Where){FROM_DEFAULT, 0}, "cannot read: the path is longer than %zu characters",
@@ -978,8 +972,7 @@ int config_load(Config *cfg, const char *path, int n_overrides, char **overrides
     } else if (path) {
         copy_text(L.cfg.source_path, sizeof L.cfg.source_path, path);
         rc = apply_file(&L, path);
-        L.file_data = L.cfg.data;
-        L.file_amp = L.cfg.amp;
+        L.file_cfg = L.cfg;
     }
     for (int i = 0; i < n_overrides && !rc; i++) rc = apply_override(&L, overrides[i]);
     if (!rc) rc = apply_rules(&L);
@@ -1063,9 +1056,7 @@ void config_print(const Config *cfg, FILE *out) {
         // commented out: writing them is an error.
         char unread[256];
         int fixed = !custom && is_preset_key(row);
-        int unread_key =
-            (!strcmp(row->section, "data") && data_key_unread(row->key, &cfg->data, unread, sizeof unread)) ||
-            (!strcmp(row->section, "amp") && amp_key_unread(row->key, &cfg->amp, unread, sizeof unread));
+        int unread_key = key_unread(row, cfg, unread, sizeof unread);
         fprintf(out, fixed || unread_key ? "  # %s: " : "  %s: ", row->key);
         print_value(out, row, cfg);
         if (fixed)

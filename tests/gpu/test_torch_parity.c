@@ -159,13 +159,6 @@ static Tolerance AMP;  // the same from torch AMP's error
 // bf16 against bf16 alike, from torch bf16 autocast's error.
 static Tolerance BF16;
 
-START_TEST(test_cpu_fp32_matches_torch) {
-    Backend *be = cpu_backend_create();
-    run_case(be, DTYPE_F32, "cpu-fp32", FP32, "parity_cpu.safetensors");
-    be->destroy(be);
-}
-END_TEST
-
 static Backend *gpu_or_skip(void) {
     char why[256];
     Backend *be = cuda_backend_create(0, NULL, why, sizeof why);
@@ -173,30 +166,27 @@ static Backend *gpu_or_skip(void) {
     return be;
 }
 
-START_TEST(test_cuda_fp32_matches_torch) {
-    Backend *be = gpu_or_skip();
-    run_case(be, DTYPE_F32, "cuda-fp32", FP32, NULL);
-    be->destroy(be);
-}
-END_TEST
+// The cases, the CPU's first (main runs the CUDA ones only where a GPU is usable).
+static const struct {
+    const char *tag;
+    int cuda;
+    DType amp_dt;
+    const Tolerance *tol;
+    const char *checkpoint_out;  // NULL: none
+} parity_cases[] = {
+    {"cpu-fp32", 0, DTYPE_F32, &FP32, "parity_cpu.safetensors"},
+    {"cpu-bf16", 0, DTYPE_BF16, &BF16, NULL},
+    {"cuda-fp32", 1, DTYPE_F32, &FP32, NULL},
+    {"cuda-amp", 1, DTYPE_F16, &AMP, "parity_cuda.safetensors"},
+    {"cuda-bf16", 1, DTYPE_BF16, &BF16, NULL},
+};
+#define CPU_CASES 2
+#define PARITY_CASES (int)(sizeof parity_cases / sizeof parity_cases[0])
 
-START_TEST(test_cuda_amp_matches_torch) {
-    Backend *be = gpu_or_skip();
-    run_case(be, DTYPE_F16, "cuda-amp", AMP, "parity_cuda.safetensors");
-    be->destroy(be);
-}
-END_TEST
-
-START_TEST(test_cpu_bf16_matches_torch) {
-    Backend *be = cpu_backend_create();
-    run_case(be, DTYPE_BF16, "cpu-bf16", BF16, NULL);
-    be->destroy(be);
-}
-END_TEST
-
-START_TEST(test_cuda_bf16_matches_torch) {
-    Backend *be = gpu_or_skip();
-    run_case(be, DTYPE_BF16, "cuda-bf16", BF16, NULL);
+START_TEST(test_matches_torch) {
+    Backend *be = parity_cases[_i].cuda ? gpu_or_skip() : cpu_backend_create();
+    run_case(be, parity_cases[_i].amp_dt, parity_cases[_i].tag, *parity_cases[_i].tol,
+             parity_cases[_i].checkpoint_out);
     be->destroy(be);
 }
 END_TEST
@@ -270,15 +260,8 @@ int main(void) {
     Suite *s = suite_create("torch_parity");
     TCase *tc = tcase_create("parity");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_cpu_fp32_matches_torch);
-    tcase_add_test(tc, test_cpu_bf16_matches_torch);
-    if (have_gpu) {
-        tcase_add_test(tc, test_cuda_fp32_matches_torch);
-        tcase_add_test(tc, test_cuda_amp_matches_torch);
-        tcase_add_test(tc, test_cuda_bf16_matches_torch);
-    } else {
-        printf("test_torch_parity: CUDA cases skipped: %s\n", why);
-    }
+    tcase_add_loop_test(tc, test_matches_torch, 0, have_gpu ? PARITY_CASES : CPU_CASES);
+    if (!have_gpu) printf("test_torch_parity: CUDA cases skipped: %s\n", why);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 0);
 }

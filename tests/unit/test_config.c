@@ -346,12 +346,23 @@ START_TEST(command_line_source_drops_the_files_keys_for_its_source) {
 }
 END_TEST
 
+// config_print's text of c holds `expect`, and read back from `file` it gives c's values.
+static void assert_prints_back(const Config *c, const char *file, const char *expect) {
+    Config back;
+    char *text = printed(c);
+    ck_assert_msg(strstr(text, expect) != NULL, "'%s' not in:\n%s", expect, text);
+    tu_write_file(file, text);
+    load_ok(&back, file, 0, NULL);
+    assert_same_values(c, &back);
+    free(text);
+}
+
 // amp.dtype bfloat16 trains unscaled: the scaler's keys resolve to a static scale of 1. The file's scaling
 // keys (written for its float16) are dropped when the command line switches to bfloat16, and the file's
 // amp.dtype when the command line turns AMP off; config_print comments out what the run does not read, so
 // the printed config reads back.
 START_TEST(bfloat16_runs_unscaled_and_drops_the_files_scaling_keys) {
-    Config c, d, back;
+    Config c, d;
     config_defaults(&d);
     char *bf16[] = {"amp.dtype=bfloat16"};
     load_ok(&c, NULL, 1, bf16);
@@ -363,27 +374,15 @@ START_TEST(bfloat16_runs_unscaled_and_drops_the_files_scaling_keys) {
     ck_assert_int_eq(c.amp.dynamic, 0);
     ck_assert(c.amp.init_scale == 1.0);
     ck_assert(c.amp.growth_factor == d.amp.growth_factor && c.amp.growth_interval == d.amp.growth_interval);
-    char *text = printed(&c);
-    ck_assert_ptr_nonnull(strstr(text, "\n  dtype: bfloat16\n"));
-    ck_assert_ptr_nonnull(strstr(text,
-                                 "\n  # init_scale: 1   (not read: amp.dtype bfloat16 trains without loss "
-                                 "scaling"));
-    tu_write_file("printed_bf16.yaml", text);
-    load_ok(&back, "printed_bf16.yaml", 0, NULL);
-    assert_same_values(&c, &back);
-    free(text);
+    assert_prints_back(&c, "printed_bf16.yaml",
+                       "\n  # init_scale: 1   (not read: amp.dtype bfloat16 trains without loss scaling");
 
     tu_write_file("bf16.yaml", "amp:\n  enabled: true\n  dtype: bfloat16\n");
     char *fp32[] = {"amp.enabled=false"};
     load_ok(&c, "bf16.yaml", 1, fp32);  // the fp32 baseline of a bfloat16 config
     ck_assert_int_eq(c.amp.enabled, 0);
     ck_assert_str_eq(c.amp.dtype, "float16");
-    text = printed(&c);
-    ck_assert_ptr_nonnull(strstr(text, "\n  # dtype: float16   (not read: amp.enabled is false"));
-    tu_write_file("printed_fp32.yaml", text);
-    load_ok(&back, "printed_fp32.yaml", 0, NULL);
-    assert_same_values(&c, &back);
-    free(text);
+    assert_prints_back(&c, "printed_fp32.yaml", "\n  # dtype: float16   (not read: amp.enabled is false");
 }
 END_TEST
 
