@@ -8,7 +8,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "core/bf16.h"
 #include "core/check.h"
@@ -18,15 +17,6 @@ typedef _Float16 half;
 
 static inline float half_to_float(half h) { return (float)h; }
 static inline half half_from_float(float f) { return (half)f; }
-
-// 1 if the fp16 bit pattern is inf or NaN: all exponent bits set.
-static inline int half_bits_nonfinite(uint16_t bits) { return (bits & 0x7c00u) == 0x7c00u; }
-
-static inline uint16_t half_bits(half h) {
-    uint16_t bits;
-    memcpy(&bits, &h, sizeof bits);
-    return bits;
-}
 
 // Element i of a buffer of float dtype dt (fp32, fp16 or bf16), as fp32.
 static inline float dtype_load(const void *p, DType dt, size_t i) {

@@ -45,8 +45,8 @@ static __device__ __forceinline__ void pack_store(T *p, const float *v) {
 
 // ---- host: which pack, and the launch with it ------------------------------------------------------
 
-// 16-byte packs (8 fp16 or bf16, or 4 fp32) when every row of c channels splits into them and every buffer given
-// starts on 16 bytes (NULL ones do not count); else 1, one element at a time.
+// 16-byte packs (8 fp16 or bf16, or 4 fp32) when every row of c channels splits into them and every buffer
+// given starts on 16 bytes (NULL ones do not count); else 1, one element at a time.
 static inline int pack_width(DType dt, int c, std::initializer_list<const void *> bufs) {
     const int vec = (int)(16 / dtype_size(dt));
     if (c % vec != 0) return 1;

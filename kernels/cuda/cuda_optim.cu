@@ -166,10 +166,10 @@ void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const Sca
 
 #define SGD_VEC 4  // 16 bytes of fp32 master and momentum, 8 (or 16) bytes of gradient, 8 of 16-bit copy
 
-// grad (n) G; master, mom (n) fp32; copy (n) G (a 16-bit G) or NULL; decay_group (ceil(n / SGD_DECAY_SPAN)) u8 or
-// NULL (a byte per span, read from L1 by the threads of a span); grad_norm (1) or NULL. Skipped as a whole
-// when the agreed verdict in state->found_inf is set, so a skipped step leaves every buffer bitwise as it
-// was and never reads the norm.
+// grad (n) G; master, mom (n) fp32; copy (n) G (a 16-bit G) or NULL; decay_group (ceil(n / SGD_DECAY_SPAN))
+// u8 or NULL (a byte per span, read from L1 by the threads of a span); grad_norm (1) or NULL. Skipped as a
+// whole when the agreed verdict in state->found_inf is set, so a skipped step leaves every buffer bitwise as
+// it was and never reads the norm.
 template <typename G>
 __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, G *copy, SgdParams p,
                                 const uint8_t *decay_group, const float *lr_ptr, const float *grad_norm,

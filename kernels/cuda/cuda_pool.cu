@@ -1,7 +1,7 @@
 // cuda_pool.cu - max pooling (square window) and global average pooling, NHWC, fp16, bf16 or fp32.
 //
-// Each thread owns one pixel and VEC consecutive channels (8 fp16 or bf16, or 4 fp32 = one 16-byte load when C
-// and the pointers allow; otherwise one channel). Max-pool backward is a gather from the input side:
+// Each thread owns one pixel and VEC consecutive channels (8 fp16 or bf16, or 4 fp32 = one 16-byte load
+// when C and the pointers allow; otherwise one channel). Max-pool backward is a gather from the input side:
 // each input element adds up the gradients of the windows that route to it, so dx is written once,
 // without atomics and without zeroing it first, and the sum order is fixed (deterministic).
 // Two backward paths give the same bits:

@@ -2,8 +2,8 @@
 // as uint16_t. Widening is exact; narrowing follows CUDA's __float2bfloat16_rn, so a host bf16 value is the
 // one a GPU stores:
 //   - round to nearest, ties to even (subnormals too: bf16 has fp32's exponent range, nothing flushes);
-//   - a finite value beyond the largest bf16 (0x7f7f, 3.3895e38) rounds to inf like any other carry into
-//     the exponent;
+//   - a finite value half an ulp or more above the largest bf16 (0x7f7f, 3.3895e38) rounds to inf, the
+//     carry running into the exponent as any other round-up;
 //   - NaN stays NaN: every NaN becomes the canonical 0x7fff, as __float2bfloat16_rn returns it.
 #ifndef AMPTRAIN_BF16_H
 #define AMPTRAIN_BF16_H
@@ -17,7 +17,8 @@ static inline uint16_t bf16_from_float(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return BF16_CANONICAL_NAN;
-    // Adding 0x7fff rounds the dropped half up past 0x8000; the kept bit's own value breaks the tie.
+    // 0x7fff plus the lowest kept bit carries into bit 16 exactly when the dropped half exceeds 0x8000, or
+    // equals it under an odd kept half: nearest, ties to even.
     u += 0x7fffu + ((u >> 16) & 1u);
     return (uint16_t)(u >> 16);
 }
@@ -28,8 +29,5 @@ static inline float bf16_to_float(uint16_t bits) {
     memcpy(&f, &u, sizeof f);
     return f;
 }
-
-// 1 if the bf16 bit pattern is inf or NaN: all exponent bits set.
-static inline int bf16_bits_nonfinite(uint16_t bits) { return (bits & 0x7f80u) == 0x7f80u; }
 
 #endif

@@ -1,6 +1,7 @@
 // test_comm.c - the MPI communicator under mpiexec with 1, 2 and 3 ranks: exact fp32, fp16 and bf16 sums
-// (16-bit sums overflowing to inf only in the sum, like a 16-bit add), bitwise-identical results on every rank,
-// the MAX verdict, broadcast from any root, barrier, the ranks-per-GPU start-up check and the host's CPUs.
+// (16-bit sums overflowing to inf only in the sum, like a 16-bit add), bitwise-identical results on every
+// rank, the MAX verdict, broadcast from any root, barrier, the ranks-per-GPU start-up check and the host's
+// CPUs.
 //
 // Every rank runs every test in the same order (CK_FORK=no), so the collectives match up. The comm runs
 // with a 120 s watchdog: if a failed assertion ever desynchronised the ranks, the job ends instead of

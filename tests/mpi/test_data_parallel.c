@@ -1,10 +1,10 @@
 // test_data_parallel.c - the distributed invariants of docs/design.md on the CPU backend, under mpiexec with
-// 1, 2 and 3 ranks: bitwise-identical master weights, momentum and scaler state on every rank after
-// every step, under fp16 and bf16 autocast; a skipped step (inf on one rank, or an overflow that only the
-// 16-bit sum makes) is skipped everywhere and halves the fp16 scale (bf16's stays 1); W ranks with batch b equal one rank with batch b and W accumulation
-// steps; the sampler's shards cover the dataset once; BN statistics averaging and evaluation agree; MixUp,
-// CutMix and label smoothing keep the ranks identical and the graph path equal to launches; a run from a
-// file's weights (model.init) starts and stays identical on every rank.
+// 1, 2 and 3 ranks: bitwise-identical master weights, momentum and scaler state on every rank after every
+// step, under fp16 and bf16 autocast; a skipped step (inf on one rank, or an overflow that only the 16-bit
+// sum makes) is skipped everywhere and halves the fp16 scale (bf16's stays 1); W ranks with batch b equal one
+// rank with batch b and W accumulation steps; the sampler's shards cover the dataset once; BN statistics
+// averaging and evaluation agree; MixUp, CutMix and label smoothing keep the ranks identical and the graph
+// path equal to launches; a run from a file's weights (model.init) starts and stays identical on every rank.
 //
 // Trainers are built here from config_defaults plus overrides (a ResNeXt small enough that a step takes
 // milliseconds) and driven step by step from their own sampler, the way trainer_run's loader does.
@@ -137,8 +137,8 @@ static int master_changed(const State *before, const State *after) {
 
 // ---- 1. bitwise identity after every step ------------------------------------------------------------------
 
-// fp16 (_i 0) with growth_interval 3: the scale grows twice within 8 steps, so a scale update is compared too;
-// bf16 (_i 1): the gradients summed in bf16, the scale 1 throughout.
+// fp16 (_i 0) with growth_interval 3: the scale grows twice within 8 steps, so a scale update is compared
+// too; bf16 (_i 1): the gradients summed in bf16, the scale 1 throughout.
 START_TEST(every_rank_holds_identical_state_after_every_step) {
     static Config cfg;
     make_config_in(&cfg, _i ? BF16 : FP16, (const char *const[]){_i ? NULL : "amp.growth_interval=3", NULL});
@@ -234,7 +234,7 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
 }
 END_TEST
 
-// ---- 3. an overflow that only the 16-bit sum produces ----------------------------------------------------------
+// ---- 3. an overflow that only the 16-bit sum produces -----------------------------------------------------
 
 // fp16 (_i 0): 40000 is finite (max 65504) on each rank, the sum over 2 or more ranks is not. bf16 (_i 1):
 // 2e38 is finite (max 3.39e38) on each rank, the sum of two is not: the bf16 sum overflows as a bf16 add.
@@ -508,10 +508,10 @@ END_TEST
 
 // ---- 7c. MixUp, CutMix and label smoothing -------------------------------------------------------------------
 
-// Each rank mixes its own micro-batch with its own draw (data/batch_mix.h), yet the summed gradient keeps every
-// rank's state bitwise the same. The draws reach the device before each step, so the graph path, which captured
-// the step once, trains bitwise like launches (a draw baked into the capture would differ from the next step
-// on). Not vacuous: the same run without mixing and smoothing ends elsewhere.
+// Each rank mixes its own micro-batch with its own draw (data/batch_mix.h), yet the summed gradient keeps
+// every rank's state bitwise the same. The draws reach the device before each step, so the graph path, which
+// captured the step once, trains bitwise like launches (a draw baked into the capture would differ from the
+// next step on). Not vacuous: the same run without mixing and smoothing ends elsewhere.
 START_TEST(mixing_keeps_ranks_identical_and_the_graph_follows_the_draws) {
     enum { STEPS = 10 };
     static Config graph_cfg, launch_cfg, plain_cfg;

@@ -249,7 +249,8 @@ START_TEST(test_every_batch_path_trains_on_its_batch) {
 }
 END_TEST
 
-// The demo model learns under fp16 and under bf16 autocast; bf16's scale is 1 from the first step to the last.
+// The demo model learns under fp16 and under bf16 autocast; bf16's scale is 1 from the first step to the
+// last.
 START_TEST(test_tiny_model_learns) {
     const char *precision = _i ? "amp.dtype=bfloat16" : "amp.dtype=float16";
     const char *ov[] = {
