@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "amp/autocast.h"
 #include "train/checkpoint.h"
 #include "checkpoint/model_file.h"
 #include "core/backend.h"
@@ -245,14 +246,14 @@ static void print_dry_run(const Config *cfg) {
     Model m, eval;
     ModelConfig at_train_side = cfg->model;
     at_train_side.image_size = cfg->data.train_crop;
-    model_init_shapes(&m, &at_train_side, cfg->amp.enabled);
+    model_init_shapes(&m, &at_train_side, autocast_run_dtype(&cfg->amp));
     // evaluation at data.val_crop lays its own buffers out in the same arena (trainer.h)
     model_view_at_side(&eval, &m, cfg->data.val_crop);
     size_t train_bytes = activations_arena_bytes(&m, cfg->data.batch_size);
     size_t eval_bytes = activations_arena_bytes(&eval, cfg->data.batch_size);
     model_view_free(&eval);
     double acts = (double)(train_bytes > eval_bytes ? train_bytes : eval_bytes);
-    // fp32 master and momentum, gradients in the compute dtype, and under AMP the fp16 compute copy
+    // fp32 master and momentum, gradients in the compute dtype, and under AMP the 16-bit compute copy
     double weights = (double)m.params.padded_numel * (8 + dtype_size(m.act_dt) * (cfg->amp.enabled ? 2 : 1));
     printf("model        %s: layers [%d,%d,%d,%d], cardinality %d, base width %d, planes %d, %d classes, "
            "%dx%d input (evaluation %dx%d)\n",
@@ -262,8 +263,11 @@ static void print_dry_run(const Config *cfg) {
            cfg->data.val_crop);
     printf("parameters   %zu (%d tensors)\n", m.params.numel, m.params.count);
     printf("multiply-adds per image  %.3f G\n", model_macs_per_image(&m) / 1e9);
-    printf("precision    %s\n",
-           cfg->amp.enabled ? "AMP: fp16 activations and compute weights, fp32 masters" : "fp32");
+    if (cfg->amp.enabled)
+        printf("precision    AMP: %s activations and compute weights, fp32 masters%s\n", dtype_name(m.act_dt),
+               m.act_dt == DTYPE_BF16 ? ", no loss scaling" : "");
+    else
+        printf("precision    fp32\n");
     printf(
         "memory per rank (estimate, batch %d): activations and their gradients %.1f MiB, weights+optimizer "
         "%.1f MiB; on CUDA also up to %d MiB of convolution workspace (cudnn.workspace_mb)\n",
@@ -389,7 +393,7 @@ static int check_start(const Config *cfg, Comm *comm, int dry_run, Config *run_c
 static int dry_run_init(const Config *cfg, Comm *comm) {
     char err[AGREE_MESSAGE_MAX] = "", line[CONFIG_PATH_MAX + 320];
     Model m;
-    model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
+    model_init_shapes(&m, &cfg->model, autocast_run_dtype(&cfg->amp));
     ModelFile mf;
     int rc = agree_startup(
         comm, model_file_read("model.init", cfg->model.init, &m, 1, 0, &mf, err, sizeof err), err);
@@ -573,9 +577,13 @@ static int run(const Cli *cli, const Config *cfg, const Config *run_cfg, const c
         rc = agree_startup(comm, grad_comm ? 0 : 1, why);
     }
     if (rc == 0) {
+        const DType amp_dt = autocast_run_dtype(&cfg->amp);
         log_info("amptrain %s: %d rank%s, backend %s, %s over %s, %s", AMPTRAIN_VERSION, comm->size,
                  comm->size > 1 ? "s" : "", be->name, cli->eval ? "evaluation sums" : "gradients",
-                 grad_comm->name, cfg->amp.enabled ? "AMP (fp16)" : "fp32");
+                 grad_comm->name,
+                 amp_dt == DTYPE_BF16  ? "AMP (bf16)"
+                 : amp_dt == DTYPE_F16 ? "AMP (fp16)"
+                                       : "fp32");
         rc = cli->bench  ? bench_run(cfg, be, comm, grad_comm, &cli->bench_opt)
              : cli->eval ? eval_file_run(cfg, eval_path, cli->metrics_given ? cfg->log.metrics : "", be, comm)
                          : train(cfg, run_cfg, be, comm, grad_comm);

@@ -126,10 +126,11 @@ float *tu_backend_floats(Backend *be, const void *src, int dt, size_t n) {
 
 void tu_copy_checkpoint(const char *src, const char *dst, TuTensorEdit edit, void *ctx,
                         const char *const *meta) {
-    static const char *const keys[] = {
-        "format",       "model",         "arch",        "amp",     "dynamic_scale", "scale",
-        "growth_count", "skipped_total", "step",        "epoch",   "samples_done",  "seed",
-        "world_size",   "batch_size",    "accum_steps", "dataset", "train_samples", "dataset_digest"};
+    static const char *const keys[] = {"format",        "model",         "arch",          "amp",
+                                       "amp_dtype",     "dynamic_scale", "scale",         "growth_count",
+                                       "skipped_total", "step",          "epoch",         "samples_done",
+                                       "seed",          "world_size",    "batch_size",    "accum_steps",
+                                       "dataset",       "train_samples", "dataset_digest"};
     char err[1024];
     SafetensorsFile *f = st_open(src, err, sizeof err);
     ck_assert_msg(f != NULL, "%s", err);

@@ -38,27 +38,20 @@ float *cpu_scratch(size_t n) { return xcalloc(n, sizeof(float)); }
 
 float *cpu_floats_load(const void *src, DType dt, size_t n) {
     float *dst = xcalloc(n, sizeof(float));
-    if (dt == DTYPE_F32) {
+    if (dt == DTYPE_F32)
         memcpy(dst, src, n * sizeof(float));
-    } else {
-        const half *h = src;
-        for (size_t i = 0; i < n; i++) dst[i] = half_to_float(h[i]);
-    }
+    else
+        for (size_t i = 0; i < n; i++) dst[i] = dtype_load(src, dt, i);
     return dst;
 }
 
 void cpu_floats_store(void *dst, DType dt, const float *src, size_t n, int accumulate) {
-    if (dt == DTYPE_F32) {
-        float *d = dst;
-        if (accumulate)
-            for (size_t i = 0; i < n; i++) d[i] += src[i];
-        else
-            memcpy(d, src, n * sizeof(float));
-    } else {
-        half *d = dst;
-        for (size_t i = 0; i < n; i++)
-            d[i] = half_from_float(accumulate ? half_to_float(d[i]) + src[i] : src[i]);
+    if (dt == DTYPE_F32 && !accumulate) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
     }
+    for (size_t i = 0; i < n; i++)
+        dtype_store(dst, dt, i, accumulate ? dtype_load(dst, dt, i) + src[i] : src[i]);
 }
 
 // ---- memory ----------------------------------------------------------------------------------------
@@ -147,11 +140,7 @@ void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *s
         for (int ch = 0; ch < 3; ch++) {
             size_t i = p * 3 + ch;
             float x = src_dt == DTYPE_U8 ? (float)((const uint8_t *)src)[i] : ((const float *)src)[i];
-            float v = x * affine->scale[ch] + affine->shift[ch];
-            if (dst_dt == DTYPE_F16)
-                ((half *)dst)[i] = half_from_float(v);
-            else
-                ((float *)dst)[i] = v;
+            dtype_store(dst, dst_dt, i, x * affine->scale[ch] + affine->shift[ch]);
         }
 }
 
@@ -160,15 +149,9 @@ void cpu_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *s
 void cpu_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_dt, size_t n) {
     if (dst_dt == src_dt) {
         cpu_copy(be, dst, src, n * dtype_size(dst_dt));
-    } else if (dst_dt == DTYPE_F16) {
-        const float *s = src;
-        half *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = half_from_float(s[i]);
-    } else {
-        const half *s = src;
-        float *d = dst;
-        for (size_t i = 0; i < n; i++) d[i] = half_to_float(s[i]);
+        return;
     }
+    for (size_t i = 0; i < n; i++) dtype_store(dst, dst_dt, i, dtype_load(src, src_dt, i));
 }
 
 // ---- lifetime ----------------------------------------------------------------------------------------

@@ -9,13 +9,7 @@
 void cpu_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, float *flag) {
     (void)be;
     int bad = 0;
-    if (dt == DTYPE_F16) {
-        const half *g = grad;
-        for (size_t i = 0; i < n && !bad; i++) bad = half_bits_nonfinite(half_bits(g[i]));
-    } else {
-        const float *g = grad;
-        for (size_t i = 0; i < n && !bad; i++) bad = !isfinite(g[i]);
-    }
+    for (size_t i = 0; i < n && !bad; i++) bad = !isfinite(dtype_load(grad, dt, i));
     // Only ever raised here: the caller zeroes the flag once per step and checks several buffers.
     if (bad) *flag = 1.0f;
 }
@@ -36,15 +30,15 @@ void cpu_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float 
                   void *copy, const SgdParams *p, const uint8_t *decay_group, const float *lr,
                   const float *grad_norm, const ScalerState *state) {
     (void)be;
-    // A skipped step writes nothing, so master, momentum and the fp16 copy stay bitwise as they were.
+    AMP_ASSERT(!copy || dtype_is_16bit(grad_dt), "sgd_step: a compute copy in %s", dtype_name(grad_dt));
+    // A skipped step writes nothing, so master, momentum and the compute copy stay bitwise as they were.
     if (state->found_inf != 0.0f) return;
     const float inv_scale = 1.0f / state->scale;
     const float clip = grad_norm ? clip_factor_rule(*grad_norm, p->max_norm) : 1.0f;
-    half *copy16 = copy;
     for (size_t i = 0; i < n; i++) {
         sgd_update_rule(dtype_load(grad, grad_dt, i), inv_scale, clip, sgd_decay_of(p, decay_group, i), *lr,
                         p, &master[i], &mom[i]);
-        if (copy16) copy16[i] = half_from_float(master[i]);
+        if (copy) dtype_store(copy, grad_dt, i, master[i]);
     }
 }
 

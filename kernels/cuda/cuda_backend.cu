@@ -373,7 +373,7 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
     // The allocator frees the block with everything else at destroy.
     CUBLAS_CHECK(cublasSetWorkspace(cb->cublas, cuda_alloc_get(st->alloc, CUBLAS_WORKSPACE_BYTES),
                                     CUBLAS_WORKSPACE_BYTES));
-    // fp16 GEMMs use tensor cores under either mode; this only decides whether fp32 GEMMs may drop
+    // fp16 and bf16 GEMMs use tensor cores under either mode; this only decides whether fp32 GEMMs may drop
     // to TF32 (cuda_linear.cu also picks the compute type from matmul_tf32).
     CUBLAS_CHECK(
         cublasSetMathMode(cb->cublas, o.matmul_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));

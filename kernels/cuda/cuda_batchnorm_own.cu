@@ -1,14 +1,14 @@
 // cuda_batchnorm_own.cu - our own batch norm over NHWC rows (rows = n*h*w, c channels), fused with the
 // residual add and ReLU that end a ResNeXt block: y = act(gamma * (x - mean) * invstd + beta + residual).
 //
-// Every pass moves 16-byte packs (8 fp16 or 4 fp32 channels of one row; one element when c or a buffer
-// does not allow it):
+// Every pass moves 16-byte packs (8 fp16 or bf16, or 4 fp32 channels of one row; one element when c or a
+// buffer does not allow it):
 // - forward: one read of x for the per-channel sums, a small merge, one pass reading x (and residual)
 //   and writing y (and the ReLU bits the backward of an add+ReLU layer reads instead of y);
 // - backward: one read of x and dy for the sums of g and g * xhat (g: dy masked by the ReLU, whose mask
 //   comes from x, the bits or y), a small merge, one pass reading x and dy and writing dx (and
 //   d_residual = g).
-// Every kernel walks rows the same way: a block covers up to 32 packs of channels (256 fp16 channels) and
+// Every kernel walks rows the same way: a block covers up to 32 packs of channels (256 16-bit channels) and
 // a chunk of rows, so a thread keeps one pack of channels for its whole life and holds that pack's
 // coefficients (scale, shift, mean, ...) in registers instead of loading them per element. Reductions:
 // each thread sums its rows in fp32 (values shifted by the channel's value in row 0, so the sum of squares
@@ -30,11 +30,13 @@
 
 // ---- device helpers ---------------------------------------------------------------------------------
 
-// v as the stored element would read back (fp16 rounding), so a mask decided here equals y > 0.
-static __device__ __forceinline__ float bn_round_trip(float v, __half) {
-    return __half2float(__float2half_rn(v));
+// v as the stored element of type T would read back (16-bit rounding), so a mask decided here equals y > 0.
+template <typename T>
+static __device__ __forceinline__ float bn_round_trip(float v, T) {
+    T stored;
+    from_f32(&stored, v);
+    return to_f32(stored);
 }
-static __device__ __forceinline__ float bn_round_trip(float v, float) { return v; }
 
 // The VEC per-channel fp32 values of one pack (ch = its first channel) into registers.
 template <int VEC>

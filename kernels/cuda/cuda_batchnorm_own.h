@@ -16,8 +16,9 @@ typedef enum BnMaskSource {
     BN_MASK_BITS,      // one byte per pack of the forward, bit k for element k (our forward wrote it)
 } BnMaskSource;
 
-// The ReLU bits: one byte per 8 consecutive elements of a row (a 16-byte fp16 pack), bit k for element k.
-// Written only where the forward moves 8-element packs (fp16, c % 8 == 0, 16-byte aligned buffers);
+// The ReLU bits: one byte per 8 consecutive elements of a row (a 16-byte fp16 or bf16 pack), bit k for
+// element k. Written only where the forward moves 8-element packs (fp16 or bf16, c % 8 == 0, 16-byte aligned
+// buffers);
 // bn_own_forward_train says whether it wrote them, a backward that cannot use them reads y instead.
 #define BN_MASK_PACK 8
 size_t bn_own_mask_bytes(int rows, int c);

@@ -22,7 +22,7 @@ int conv_gemm_eligible(const ConvShape *s) {
 }
 
 static cublasComputeType_t conv_gemm_compute_type(const CudaBackend *cb, DType dt) {
-    if (dt == DTYPE_F16) return CUBLAS_COMPUTE_32F;
+    if (dtype_is_16bit(dt)) return CUBLAS_COMPUTE_32F;
     return cb->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
 }
 

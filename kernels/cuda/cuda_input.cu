@@ -5,6 +5,7 @@
 //   copy:    wait consumed[slot] -> memcpy H2D -> record uploaded[slot]
 //   compute: wait uploaded[slot] -> read the slot (a device copy into the step's static input) ->
 //            record consumed[slot]
+#include "kernels/cuda/cuda_elem.cuh"
 #include "kernels/cuda/cuda_internal.h"
 
 void cuda_input_slot_claim(CudaBackend *cb, int slot) {
@@ -37,17 +38,14 @@ void cuda_input_release(Backend *be, int slot) {
 }
 
 // src (pixels*3) S -> dst (pixels*3) D: v * scale[ch] + shift[ch], ch = i % 3. Memory-bound: 1 (u8) or 4
-// bytes in and 2 or 4 out per value.
+// bytes in and 2 (fp16, bf16) or 4 out per value.
 template <typename S, typename D>
 __global__ void input_normalize_kernel(size_t count, const S *src, PixelAffine a, D *dst) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
         const int ch = (int)(i % 3);
-        const float v = __fadd_rn(__fmul_rn((float)src[i], a.scale[ch]), a.shift[ch]);  // as the CPU rounds
-        if constexpr (sizeof(D) == 2)
-            dst[i] = __float2half_rn(v);
-        else
-            dst[i] = v;
+        from_f32(&dst[i],
+                 __fadd_rn(__fmul_rn((float)src[i], a.scale[ch]), a.shift[ch]));  // as the CPU rounds
     }
 }
 
@@ -60,17 +58,14 @@ void cuda_input_normalize(Backend *be, size_t pixels, DType src_dt, const void *
     size_t want = (count + threads - 1) / threads;
     const unsigned blocks = (unsigned)(want < 8192 ? want : 8192);
     AMP_ASSERT(src_dt == DTYPE_U8 || src_dt == DTYPE_F32, "input_normalize: source must be u8 or fp32");
-    if (src_dt == DTYPE_U8 && dst_dt == DTYPE_F16)
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const uint8_t *)src, *affine,
-                                                               (__half *)dst);
-    else if (src_dt == DTYPE_U8)
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const uint8_t *)src, *affine,
-                                                               (float *)dst);
-    else if (dst_dt == DTYPE_F16)
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const float *)src, *affine,
-                                                               (__half *)dst);
-    else
-        input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const float *)src, *affine,
-                                                               (float *)dst);
+    with_elem(dst_dt, [&](auto pk) {
+        typedef typename decltype(pk)::type D;
+        if (src_dt == DTYPE_U8)
+            input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const uint8_t *)src, *affine,
+                                                                   (D *)dst);
+        else
+            input_normalize_kernel<<<blocks, threads, 0, stream>>>(count, (const float *)src, *affine,
+                                                                   (D *)dst);
+    });
     CUDA_CHECK_LAUNCH();
 }

@@ -77,7 +77,7 @@ typedef struct CudaBackend {
 
 static inline CudaBackend *cuda_state(Backend *be) { return (CudaBackend *)be->impl; }
 static inline cudnnDataType_t cudnn_dtype(DType dt) {
-    return dt == DTYPE_F16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+    return dt == DTYPE_F16 ? CUDNN_DATA_HALF : dt == DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 }
 
 // Workspace of at least `bytes` on the compute stream (cuda_backend.cu).
@@ -116,14 +116,14 @@ int cuda_pick_log_enabled(void);
 void cuda_conv_cache_destroy(CudaBackend *cb);
 
 // C (m,n) = op(A) op(B) + beta C on the backend's cuBLAS handle and stream, all column-major in dt
-// (fp16 or fp32), alpha 1 and beta in fp32, under the caller's compute type (fp32 accumulation always;
+// (fp16, bf16 or fp32), alpha 1 and beta in fp32, under the caller's compute type (fp32 accumulation always;
 // TF32 or pedantic fp32 as the caller's precision rule says). The classifier (cuda_linear.cu) and the
 // 1x1 convolutions (cuda_conv_gemm.cu) run through it.
 static inline void cuda_gemm(CudaBackend *cb, DType dt, cublasComputeType_t compute, cublasOperation_t op_a,
                              cublasOperation_t op_b, int m, int n, int k, const void *a, int lda,
                              const void *b, int ldb, float beta, void *c, int ldc) {
     const float alpha = 1.0f;
-    const cudaDataType_t t = dt == DTYPE_F16 ? CUDA_R_16F : CUDA_R_32F;
+    const cudaDataType_t t = dt == DTYPE_F16 ? CUDA_R_16F : dt == DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     CUBLAS_CHECK(cublasGemmEx(cb->cublas, op_a, op_b, m, n, k, &alpha, a, t, lda, b, t, ldb, &beta, c, t, ldc,
                               compute, CUBLAS_GEMM_DEFAULT));
 }

@@ -7,11 +7,12 @@
 //   grad weight  dw^T (in,out) = x^T (in,n) . dy (n,out)    -> gemm(N, T), m=in,  n=out, k=n
 // The bias is written into y first and the GEMM adds onto it (beta = 1), so y is rounded to dt once,
 // as on the CPU.
+#include "kernels/cuda/cuda_elem.cuh"
 #include "kernels/cuda/cuda_internal.h"
 
 #define LINEAR_THREADS 256
 
-// fp16 GEMMs run on tensor cores with fp32 accumulation; fp32 ones may use TF32 only when allowed.
+// fp16 and bf16 GEMMs run on tensor cores with fp32 accumulation; fp32 ones may use TF32 only when allowed.
 static cublasComputeType_t linear_compute_type(const CudaBackend *cb, DType dt) {
     if (dt == DTYPE_F32 && cb->matmul_tf32) return CUBLAS_COMPUTE_32F_FAST_TF32;
     return CUBLAS_COMPUTE_32F;
@@ -40,9 +41,9 @@ __global__ void linear_bias_grad_kernel(int n, int out, const T *dy, T *db, int 
     const int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= out) return;
     float sum = 0.0f;
-    for (int r = 0; r < n; r++) sum += (float)dy[(size_t)r * out + o];
-    if (accumulate) sum = (float)db[o] + sum;
-    db[o] = (T)sum;
+    for (int r = 0; r < n; r++) sum += to_f32(dy[(size_t)r * out + o]);
+    if (accumulate) sum = to_f32(db[o]) + sum;
+    from_f32(&db[o], sum);
 }
 
 static unsigned linear_blocks(size_t work) {
@@ -56,12 +57,10 @@ void cuda_linear_forward(Backend *be, int n, int in, int out, DType dt, const vo
                          const void *b, void *y) {
     CudaBackend *cb = cuda_state(be);
     const unsigned blocks = linear_blocks((size_t)n * out);
-    if (dt == DTYPE_F16)
-        linear_bias_fill_kernel<__half>
-            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const __half *)b, (__half *)y);
-    else
-        linear_bias_fill_kernel<float>
-            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const float *)b, (float *)y);
+    with_elem(dt, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        linear_bias_fill_kernel<T><<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const T *)b, (T *)y);
+    });
     CUDA_CHECK_LAUNCH();
     linear_gemm(cb, dt, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, 1.0f, y, out);
 }
@@ -73,11 +72,10 @@ void cuda_linear_backward(Backend *be, int n, int in, int out, DType dt, const v
     linear_gemm(cb, dt, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, 0.0f, dx, in);
     linear_gemm(cb, dt, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, x, in, dy, out, beta_params, dw, in);
     const unsigned blocks = (unsigned)((out + LINEAR_THREADS - 1) / LINEAR_THREADS);
-    if (dt == DTYPE_F16)
-        linear_bias_grad_kernel<__half>
-            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const __half *)dy, (__half *)db, accumulate);
-    else
-        linear_bias_grad_kernel<float>
-            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const float *)dy, (float *)db, accumulate);
+    with_elem(dt, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        linear_bias_grad_kernel<T>
+            <<<blocks, LINEAR_THREADS, 0, cb->stream>>>(n, out, (const T *)dy, (T *)db, accumulate);
+    });
     CUDA_CHECK_LAUNCH();
 }

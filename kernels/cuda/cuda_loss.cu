@@ -67,7 +67,7 @@ __global__ void xent_row_kernel(int n, int classes, const T *logits, const int32
         row_loss[blockIdx.x] = row;
     }
 
-    // The seed carries the loss scale, so fp16 gradients downstream stay clear of underflow.
+    // The seed carries the loss scale (fp16), so 16-bit gradients downstream stay clear of underflow.
     const float seed = (scale ? *scale : 1.0f) * seed_factor;
     for (int k = threadIdx.x; k < classes; k += XENT_THREADS) {
         const float p = expf(to_f32(z[k]) - zmax - log_sum);
@@ -94,14 +94,12 @@ void cuda_softmax_xent(Backend *be, int n, int classes, DType logits_dt, const v
     cudaStream_t stream = cuda_state(be)->stream;
     // Freed right after the launches: the allocator reuses it only for work queued behind them.
     float *row_loss = (float *)be->alloc(be, (size_t)n * sizeof(float));  // (n) fp32
-    if (logits_dt == DTYPE_F16)
-        xent_row_kernel<__half><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const __half *)logits, labels,
-                                                                mix, smoothing, row_loss, (__half *)dlogits,
-                                                                scale, seed_factor);
-    else
-        xent_row_kernel<float><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const float *)logits, labels, mix,
-                                                               smoothing, row_loss, (float *)dlogits, scale,
-                                                               seed_factor);
+    with_elem(logits_dt, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        xent_row_kernel<T><<<n, XENT_THREADS, 0, stream>>>(n, classes, (const T *)logits, labels, mix,
+                                                           smoothing, row_loss, (T *)dlogits, scale,
+                                                           seed_factor);
+    });
     CUDA_CHECK_LAUNCH();
     xent_mean_kernel<<<1, XENT_THREADS, 0, stream>>>(n, row_loss, loss_out);
     CUDA_CHECK_LAUNCH();

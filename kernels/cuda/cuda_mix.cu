@@ -34,9 +34,9 @@ void cuda_batch_mix(Backend *be, DType dt, void *x, int n, int h, int w, int c, 
     const unsigned threads = 256;
     const size_t want = (image + threads - 1) / threads;
     const unsigned blocks = (unsigned)(want < 8192 ? want : 8192);
-    if (dt == DTYPE_F16)
-        batch_mix_kernel<__half><<<blocks, threads, 0, stream>>>(n, h, w, c, (__half *)x, mix);
-    else
-        batch_mix_kernel<float><<<blocks, threads, 0, stream>>>(n, h, w, c, (float *)x, mix);
+    with_elem(dt, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        batch_mix_kernel<T><<<blocks, threads, 0, stream>>>(n, h, w, c, (T *)x, mix);
+    });
     CUDA_CHECK_LAUNCH();
 }

@@ -1,9 +1,9 @@
 // cuda_optim.cu - the AMP end of the step on the device: the inf/NaN check over gradient buffers, the
-// global gradient norm, the fused unscale + clip + SGD update of fp32 masters (writing the fp16 copies),
-// GradScaler's one-thread update, the weight average (EMA), and fp32 <-> fp16 casts.
+// global gradient norm, the fused unscale + clip + SGD update of fp32 masters (writing the 16-bit compute
+// copies), GradScaler's one-thread update, the weight average (EMA), and casts between fp32, fp16 and bf16.
 //
-// These kernels are pure memory traffic (the SGD step moves 20 bytes per parameter: fp16 grad in, fp32
-// master and momentum in and out, fp16 copy out), so each thread moves 16-byte vectors through a
+// These kernels are pure memory traffic (the SGD step moves 20 bytes per parameter: 16-bit grad in, fp32
+// master and momentum in and out, 16-bit copy out), so each thread moves 16-byte vectors through a
 // grid-stride loop. Buffers may start anywhere in a flat gradient buffer: a few leading elements are
 // handled one at a time until the pointers reach a vector boundary, and the rest of the tail likewise.
 // The SGD arithmetic uses explicit _rn intrinsics so nvcc cannot fuse it into FMAs: the result then
@@ -84,10 +84,10 @@ void cuda_nonfinite_check(Backend *be, DType dt, const void *grad, size_t n, flo
     const VecOperand ops[1] = {{grad, dtype_size(dt)}};
     const VecSplit sp = vec_split(n, vec, ops, 1);
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
-    if (dt == DTYPE_F16)
-        nonfinite_check_kernel<__half><<<blocks, OPTIM_THREADS, 0, stream>>>((const __half *)grad, sp, flag);
-    else
-        nonfinite_check_kernel<float><<<blocks, OPTIM_THREADS, 0, stream>>>((const float *)grad, sp, flag);
+    with_elem(dt, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        nonfinite_check_kernel<T><<<blocks, OPTIM_THREADS, 0, stream>>>((const T *)grad, sp, flag);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -152,12 +152,10 @@ void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const Sca
     static_assert(NORM_THREADS == OPTIM_THREADS, "optim_blocks counts blocks of OPTIM_THREADS");
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
     float *partial = (float *)cuda_scratch_get(cb, blocks * sizeof(float));
-    if (dt == DTYPE_F16)
-        grad_sumsq_kernel<__half>
-            <<<blocks, NORM_THREADS, 0, stream>>>((const __half *)grad, sp, state, partial);
-    else
-        grad_sumsq_kernel<float>
-            <<<blocks, NORM_THREADS, 0, stream>>>((const float *)grad, sp, state, partial);
+    with_elem(dt, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        grad_sumsq_kernel<T><<<blocks, NORM_THREADS, 0, stream>>>((const T *)grad, sp, state, partial);
+    });
     CUDA_CHECK_LAUNCH();
     grad_norm_finish_kernel<<<1, NORM_THREADS, 0, stream>>>(partial, blocks, norm);
     CUDA_CHECK_LAUNCH();
@@ -166,16 +164,16 @@ void cuda_grad_norm(Backend *be, DType dt, const void *grad, size_t n, const Sca
 
 // ---- sgd_step ------------------------------------------------------------------------------------------
 
-#define SGD_VEC 4  // 16 bytes of fp32 master and momentum, 8 (or 16) bytes of gradient, 8 of fp16 copy
+#define SGD_VEC 4  // 16 bytes of fp32 master and momentum, 8 (or 16) bytes of gradient, 8 of 16-bit copy
 
-// grad (n) G; master, mom (n) fp32; copy (n) fp16 or NULL; decay_group (ceil(n / SGD_DECAY_SPAN)) u8 or
-// NULL (a byte per span, read from L1 by the threads of a span); grad_norm (1) or NULL. Skipped as a whole
-// when the agreed verdict in state->found_inf is set, so a skipped step leaves every buffer bitwise as it
-// was and never reads the norm.
+// grad (n) G; master, mom (n) fp32; copy (n) G (a 16-bit G) or NULL; decay_group (ceil(n / SGD_DECAY_SPAN))
+// u8 or NULL (a byte per span, read from L1 by the threads of a span); grad_norm (1) or NULL. Skipped as a
+// whole when the agreed verdict in state->found_inf is set, so a skipped step leaves every buffer bitwise as
+// it was and never reads the norm.
 template <typename G>
-__global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, __half *copy,
-                                SgdParams p, const uint8_t *decay_group, const float *lr_ptr,
-                                const float *grad_norm, const ScalerState *state) {
+__global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float *mom, G *copy, SgdParams p,
+                                const uint8_t *decay_group, const float *lr_ptr, const float *grad_norm,
+                                const ScalerState *state) {
     if (state->found_inf != 0.0f) return;
     const float lr = *lr_ptr;
     // 1/S once, then a multiply, as GradScaler.unscale_ does (exact for S = 2^k).
@@ -194,18 +192,13 @@ __global__ void sgd_step_kernel(VecSplit sp, const G *grad, float *master, float
                             &w.e[j], &m.e[j]);
         *(ElemPack<float, SGD_VEC> *)(master + i) = w;
         *(ElemPack<float, SGD_VEC> *)(mom + i) = m;
-        if (copy) {
-            ElemPack<__half, SGD_VEC> c;
-#pragma unroll
-            for (int j = 0; j < SGD_VEC; j++) c.e[j] = __float2half_rn(w.e[j]);
-            *(ElemPack<__half, SGD_VEC> *)(copy + i) = c;
-        }
+        if (copy) pack_store<G, SGD_VEC>(copy + i, w.e);
     }
     for (size_t r = tid; r < sp.rest; r += stride) {
         const size_t i = scalar_index(r, sp, SGD_VEC);
         sgd_update_rule(to_f32(grad[i]), inv_scale, clip, sgd_decay_of(&p, decay_group, i), lr, &p,
                         &master[i], &mom[i]);
-        if (copy) copy[i] = __float2half_rn(master[i]);
+        if (copy) from_f32(&copy[i], master[i]);
     }
 }
 
@@ -213,16 +206,19 @@ void cuda_sgd_step(Backend *be, size_t n, DType grad_dt, const void *grad, float
                    void *copy, const SgdParams *p, const uint8_t *decay_group, const float *lr,
                    const float *grad_norm, const ScalerState *state) {
     if (n == 0) return;
+    AMP_ASSERT(!copy || dtype_is_16bit(grad_dt), "sgd_step: a compute copy in %s", dtype_name(grad_dt));
     cudaStream_t stream = cuda_state(be)->stream;
-    const VecOperand ops[4] = {{master, 4}, {mom, 4}, {grad, dtype_size(grad_dt)}, {copy, 2}};
+    const VecOperand ops[4] = {{master, 4},
+                               {mom, 4},
+                               {grad, dtype_size(grad_dt)},
+                               {copy, dtype_size(grad_dt)}};
     const VecSplit sp = vec_split(n, SGD_VEC, ops, 4);
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
-    if (grad_dt == DTYPE_F16)
-        sgd_step_kernel<__half><<<blocks, OPTIM_THREADS, 0, stream>>>(
-            sp, (const __half *)grad, master, mom, (__half *)copy, *p, decay_group, lr, grad_norm, state);
-    else
-        sgd_step_kernel<float><<<blocks, OPTIM_THREADS, 0, stream>>>(
-            sp, (const float *)grad, master, mom, (__half *)copy, *p, decay_group, lr, grad_norm, state);
+    with_elem(grad_dt, [&](auto pk) {
+        typedef typename decltype(pk)::type G;
+        sgd_step_kernel<G><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const G *)grad, master, mom, (G *)copy,
+                                                                 *p, decay_group, lr, grad_norm, state);
+    });
     CUDA_CHECK_LAUNCH();
 }
 
@@ -277,7 +273,8 @@ void cuda_ema_update(Backend *be, size_t n, float *avg, const float *src, const 
 
 #define CAST_VEC 4
 
-// src (n) S -> dst (n) D; fp32 -> fp16 rounds to nearest even and overflows to inf (__float2half_rn).
+// src (n) S -> dst (n) D; narrowing rounds to nearest even and overflows to inf (__float2half_rn,
+// __float2bfloat16_rn).
 template <typename S, typename D>
 __global__ void cast_kernel(VecSplit sp, const S *src, D *dst) {
     const size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -306,11 +303,12 @@ void cuda_cast(Backend *be, void *dst, DType dst_dt, const void *src, DType src_
     const VecOperand ops[2] = {{src, dtype_size(src_dt)}, {dst, dtype_size(dst_dt)}};
     const VecSplit sp = vec_split(n, CAST_VEC, ops, 2);
     const unsigned blocks = optim_blocks(sp.nvec > sp.rest ? sp.nvec : sp.rest);
-    if (src_dt == DTYPE_F32)
-        cast_kernel<float, __half>
-            <<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const float *)src, (__half *)dst);
-    else
-        cast_kernel<__half, float>
-            <<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const __half *)src, (float *)dst);
+    with_elem(src_dt, [&](auto src_pk) {
+        with_elem(dst_dt, [&](auto dst_pk) {
+            typedef typename decltype(src_pk)::type S;
+            typedef typename decltype(dst_pk)::type D;
+            cast_kernel<S, D><<<blocks, OPTIM_THREADS, 0, stream>>>(sp, (const S *)src, (D *)dst);
+        });
+    });
     CUDA_CHECK_LAUNCH();
 }

@@ -1,7 +1,7 @@
-// cuda_pool.cu - max pooling (square window) and global average pooling, NHWC, fp16 or fp32.
+// cuda_pool.cu - max pooling (square window) and global average pooling, NHWC, fp16, bf16 or fp32.
 //
-// Each thread owns one pixel and VEC consecutive channels (8 fp16 or 4 fp32 = one 16-byte load when C
-// and the pointers allow; otherwise one channel). Max-pool backward is a gather from the input side:
+// Each thread owns one pixel and VEC consecutive channels (8 fp16 or bf16, or 4 fp32 = one 16-byte load
+// when C and the pointers allow; otherwise one channel). Max-pool backward is a gather from the input side:
 // each input element adds up the gradients of the windows that route to it, so dx is written once,
 // without atomics and without zeroing it first, and the sum order is fixed (deterministic).
 // Two backward paths give the same bits:
@@ -176,7 +176,7 @@ __global__ void maxpool_gather_kernel(PoolShape s, const unsigned char *route, c
 #define POOL_K3S2_BAND_STEPS 16    // window rows a block walks, about (plus one halo row)
 #define POOL_K3S2_MIN_BLOCKS 3     // per SM: caps registers at 80 (unbounded it takes 100), no spills
 
-// A 16-byte pack of 8 fp16 or 4 fp32 channels held as four 32-bit words, so that an equality mask
+// A 16-byte pack of 8 fp16 or bf16, or 4 fp32 channels held as four 32-bit words, so that an equality mask
 // selects elements from it bit by bit.
 template <typename T>
 struct PackWords;
@@ -201,6 +201,29 @@ struct PackWords<__half> {
     }
     static __device__ __forceinline__ unsigned round(const float *v) {
         const __half2 h = __floats2half2_rn(v[0], v[1]);
+        unsigned w;
+        memcpy(&w, &h, 4);
+        return w;
+    }
+};
+
+// bf16 widens to fp32 by a shift, so each half is compared and summed as the fp32 it stands for.
+template <>
+struct PackWords<__nv_bfloat16> {
+    static constexpr int per_word = 2;
+    static constexpr unsigned nan = 0x7fc07fc0u;
+    static __device__ __forceinline__ unsigned equal(unsigned a, unsigned b) {
+        const unsigned lo = __uint_as_float(a << 16) == __uint_as_float(b << 16) ? 0x0000ffffu : 0u;
+        const unsigned hi = __uint_as_float(a & 0xffff0000u) == __uint_as_float(b & 0xffff0000u) ? 0xffff0000u
+                                                                                                 : 0u;
+        return lo | hi;
+    }
+    static __device__ __forceinline__ void add(float *acc, unsigned w) {
+        acc[0] += __uint_as_float(w << 16);
+        acc[1] += __uint_as_float(w & 0xffff0000u);
+    }
+    static __device__ __forceinline__ unsigned round(const float *v) {
+        const __nv_bfloat162 h = __floats2bfloat162_rn(v[0], v[1]);
         unsigned w;
         memcpy(&w, &h, 4);
         return w;
@@ -240,9 +263,9 @@ static __device__ __forceinline__ void store_routed_sum(T *dst, const uint4 *ter
                                W::round(acc + 2 * W::per_word), W::round(acc + 3 * W::per_word));
 }
 
-// x (n,h,w,c), y and dy (n,out_h,out_w,c) -> dx (n,h,w,c), T = __half or float, c a multiple of the pack,
-// out_h = (h - 1) / 2 + 1 and out_w likewise. Grid: (column tiles, row bands, n); block: (cols + 1) x
-// (c / pack) threads, the channel pack fastest.
+// x (n,h,w,c), y and dy (n,out_h,out_w,c) -> dx (n,h,w,c), T = __half, __nv_bfloat16 or float, c a multiple
+// of the pack, out_h = (h - 1) / 2 + 1 and out_w likewise. Grid: (column tiles, row bands, n); block:
+// (cols + 1) x (c / pack) threads, the channel pack fastest.
 template <typename T>
 __global__ void __launch_bounds__(POOL_K3S2_MAX_THREADS, POOL_K3S2_MIN_BLOCKS)
     maxpool_backward_k3s2_kernel(PoolShape s, int cols, int band_steps, const T *x, const T *y, const T *dy,

@@ -7,8 +7,9 @@
 //   ops BN / BN_ACTIVATION / BN_ADD_ACTIVATION) for training whenever cuDNN takes the combination:
 //   fp16 with C % 4 == 0 for the fused ops, plain BN for fp16 and fp32.
 // - Our own kernels (cuda_batchnorm_own.cu) for everything else (fp32 with ReLU, residual without ReLU,
-//   dx accumulation, a backward whose forward did not run on cuDNN), for inference and recomputation,
-//   and for all training when chosen: 16-byte packs, one read of x for the statistics, one fused pass.
+//   dx accumulation, a backward whose forward did not run on cuDNN, every bf16 call), for inference and
+//   recomputation, and for all training when chosen: 16-byte packs, one read of x for the statistics, one
+//   fused pass.
 //
 // cuDNN semantics checked against backend_ops.def: exponentialAverageFactor is torch's momentum; the running
 // variance is updated with the unbiased batch variance (as torch, which calls these same functions);
@@ -37,6 +38,7 @@
 
 #include "kernels/cuda/cuda_diag.h"
 #include "kernels/cuda/cuda_batchnorm_own.h"
+#include "kernels/cuda/cuda_elem.cuh"
 #include "kernels/cuda/cuda_internal.h"
 
 #define BN_PARAM_THREADS 256
@@ -181,33 +183,37 @@ static BnPair bn_pair_for(Backend *be, int rows, int c, DType dt, int residual, 
 
 // ---- kernels around cuDNN's path --------------------------------------------------------------------
 
-// Element i of an fp16 or fp32 buffer, as fp32 (the branch is uniform across a launch), and back.
-static __device__ __forceinline__ float bn_load(const void *p, size_t i, int half) {
-    return half ? __half2float(((const __half *)p)[i]) : ((const float *)p)[i];
+// Element i of an fp16, bf16 or fp32 buffer, as fp32 (the branch is uniform across a launch), and back.
+static __device__ __forceinline__ float bn_load(const void *p, size_t i, DType dt) {
+    return dt == DTYPE_F16    ? to_f32(((const __half *)p)[i])
+           : dt == DTYPE_BF16 ? to_f32(((const __nv_bfloat16 *)p)[i])
+                              : ((const float *)p)[i];
 }
 
-static __device__ __forceinline__ void bn_store(void *p, size_t i, int half, float v) {
-    if (half)
-        ((__half *)p)[i] = __float2half_rn(v);
+static __device__ __forceinline__ void bn_store(void *p, size_t i, DType dt, float v) {
+    if (dt == DTYPE_F16)
+        from_f32((__half *)p + i, v);
+    else if (dt == DTYPE_BF16)
+        from_f32((__nv_bfloat16 *)p + i, v);
     else
         ((float *)p)[i] = v;
 }
 
 // cuDNN's fp32 parameter gradients into dt. src (2, c) fp32 -> dgamma, dbeta (c) dt (= or +=)
-__global__ void bn_param_grads_store_kernel(const float *src, int c, int half, void *dgamma, void *dbeta,
+__global__ void bn_param_grads_store_kernel(const float *src, int c, DType dt, void *dgamma, void *dbeta,
                                             int accumulate_params) {
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c) return;
-    bn_store(dgamma, ch, half, src[ch] + (accumulate_params ? bn_load(dgamma, ch, half) : 0.0f));
-    bn_store(dbeta, ch, half, src[c + ch] + (accumulate_params ? bn_load(dbeta, ch, half) : 0.0f));
+    bn_store(dgamma, ch, dt, src[ch] + (accumulate_params ? bn_load(dgamma, ch, dt) : 0.0f));
+    bn_store(dbeta, ch, dt, src[c + ch] + (accumulate_params ? bn_load(dbeta, ch, dt) : 0.0f));
 }
 
 // d_residual = dy masked by the ReLU (y > 0), for a BN_ACTIVATION layer whose caller wants it.
 // y, dy, d_residual (count) dt
-__global__ void bn_relu_mask_kernel(const void *y, const void *dy, int half, size_t count, void *d_residual) {
+__global__ void bn_relu_mask_kernel(const void *y, const void *dy, DType dt, size_t count, void *d_residual) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < count;
          i += (size_t)gridDim.x * blockDim.x)
-        bn_store(d_residual, i, half, bn_load(y, i, half) > 0.0f ? bn_load(dy, i, half) : 0.0f);
+        bn_store(d_residual, i, dt, bn_load(y, i, dt) > 0.0f ? bn_load(dy, i, dt) : 0.0f);
 }
 
 // ---- launch helpers -----------------------------------------------------------------------------------
@@ -258,9 +264,11 @@ static cudnnBatchNormOps_t bn_ops_for(int residual, int relu) {
 }
 
 // The combinations cuDNN's fused NHWC kernels document: plain BN in fp16 or fp32; BN+ReLU and
-// BN+add+ReLU only in fp16 with C % 4 == 0. Residual without ReLU has no cuDNN op.
+// BN+add+ReLU only in fp16 with C % 4 == 0. Residual without ReLU has no cuDNN op. bf16 is none of them:
+// cuDNN's legacy batch-norm API documents no bf16 activations for these kernels, so every bf16 batch norm
+// runs our own (which take fp16, bf16 and fp32 alike).
 static int bn_cudnn_may_take(int c, DType dt, int residual, int relu) {
-    if (residual && !relu) return 0;
+    if ((residual && !relu) || dt == DTYPE_BF16) return 0;
     if (!relu) return 1;
     return dt == DTYPE_F16 && c % 4 == 0;
 }
@@ -322,11 +330,11 @@ static int bn_cudnn_backward_follows_own(Backend *be, int rows, int c, DType dt,
 }
 
 // A layer's entry before our own forward runs: no reserve, and room for the ReLU bits where that forward may
-// write them (residual + ReLU in fp16 packs of 8); returns where they go, or NULL.
+// write them (residual + ReLU in fp16 or bf16 packs of 8); returns where they go, or NULL.
 static uint8_t *bn_layer_own_start(Backend *be, BnLayer *layer, int rows, int c, DType dt, int residual,
                                    int relu) {
     layer->reserve_bytes = 0;
-    if (!(relu && residual && dt == DTYPE_F16 && c % BN_MASK_PACK == 0)) return NULL;
+    if (!(relu && residual && dtype_is_16bit(dt) && c % BN_MASK_PACK == 0)) return NULL;
     bn_layer_reserve(be, layer, bn_own_mask_bytes(rows, c));
     return (uint8_t *)layer->reserve;
 }
@@ -497,11 +505,11 @@ static int bn_backward_cudnn(Backend *be, const BnLayer *layer, int rows, int c,
             save_mean, save_invstd, act, ws, ws_bytes, layer->reserve, layer->reserve_bytes));
         if (ok) {
             bn_param_grads_store_kernel<<<bn_channel_blocks(c), BN_PARAM_THREADS, 0, cb->stream>>>(
-                dparams, c, dt == DTYPE_F16, dgamma, dbeta, accumulate_params);
+                dparams, c, dt, dgamma, dbeta, accumulate_params);
             CUDA_CHECK_LAUNCH();
             if (d_residual && ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION) {
                 bn_relu_mask_kernel<<<bn_elementwise_blocks(count), BN_PARAM_THREADS, 0, cb->stream>>>(
-                    y, dy, dt == DTYPE_F16, count, d_residual);
+                    y, dy, dt, count, d_residual);
                 CUDA_CHECK_LAUNCH();
             }
             if (d_residual && ops == CUDNN_BATCHNORM_OPS_BN)
@@ -538,11 +546,11 @@ void cuda_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, con
 
 // Fills n elements of dt with values spread over [lo, hi) from a hash of the index (timing data: no
 // constant channel, about half the ReLU inputs positive).
-__global__ void bn_fill_kernel(void *dst, size_t n, int half, float lo, float hi) {
+__global__ void bn_fill_kernel(void *dst, size_t n, DType dt, float lo, float hi) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const uint32_t h = (uint32_t)(i * 2654435761u) ^ (uint32_t)(i >> 13);
-        bn_store(dst, i, half, lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f));
+        bn_store(dst, i, dt, lo + (hi - lo) * (float)(h >> 8) * (1.0f / 16777216.0f));
     }
 }
 
@@ -583,8 +591,7 @@ static void bn_time_pair(BnTiming *t, BnPair pair, float *forward_ms, float *bac
 }
 
 static void bn_fill(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, float hi) {
-    bn_fill_kernel<<<bn_elementwise_blocks(n), BN_PARAM_THREADS, 0, cb->stream>>>(dst, n, dt == DTYPE_F16, lo,
-                                                                                  hi);
+    bn_fill_kernel<<<bn_elementwise_blocks(n), BN_PARAM_THREADS, 0, cb->stream>>>(dst, n, dt, lo, hi);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -2,8 +2,9 @@
 //
 // Layouts: activations (n, h, w, c) are CUDNN_TENSOR_NHWC tensors; weights (c_out, kh, kw, c_in/g) are
 // CUDNN_TENSOR_NHWC filters, which is exactly our OHWI. Math accumulates in fp32 (the convolution
-// descriptor's compute type). fp16 may use tensor cores; fp32 uses TF32 tensor cores only when the
-// backend allows TF32 (CUDNN_DEFAULT_MATH), else CUDNN_FMA_MATH keeps it in true fp32.
+// descriptor's compute type). fp16 and bf16 (CUDNN_DATA_BFLOAT16, Ampere and later) may use tensor cores;
+// fp32 uses TF32 tensor cores only when the backend allows TF32 (CUDNN_DEFAULT_MATH), else CUDNN_FMA_MATH
+// keeps it in true fp32.
 //
 // Per-shape cache: the descriptors and the algorithm of each direction are made once per (shape, dtype)
 // and reused. With cudnn_benchmark the algorithm comes from a timed search (cudnnFind*Ex), run once per
@@ -77,7 +78,7 @@ static int conv_shape_equal(const ConvShape *a, const ConvShape *b) {
 }
 
 static cudnnMathType_t conv_math_type(const CudaBackend *cb, DType dt) {
-    if (dt == DTYPE_F16) return CUDNN_TENSOR_OP_MATH;
+    if (dtype_is_16bit(dt)) return CUDNN_TENSOR_OP_MATH;
     return cb->allow_tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
@@ -189,10 +190,10 @@ typedef struct ConvCandidates {
         }                                                                                                    \
     } while (0)
 
-// Whether a candidate's math type keeps the precision asked for: fp16 any; fp32 CUDNN_FMA_MATH, and
+// Whether a candidate's math type keeps the precision asked for: fp16 and bf16 any; fp32 CUDNN_FMA_MATH, and
 // CUDNN_DEFAULT_MATH (TF32 on Ampere and later) only when TF32 is allowed.
 static int conv_math_allowed(const CudaBackend *cb, DType dt, cudnnMathType_t m) {
-    if (dt == DTYPE_F16) return 1;
+    if (dtype_is_16bit(dt)) return 1;
     return m == CUDNN_FMA_MATH || (cb->allow_tf32 && m == CUDNN_DEFAULT_MATH);
 }
 
@@ -581,7 +582,7 @@ void cuda_conv_prepare(Backend *be, const ConvShape *s, DType dt) {
     const size_t w_bytes = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) * esz;
     void *x = cuda_scratch_get(cb, x_bytes), *y = cuda_scratch_get(cb, y_bytes),
          *w = cuda_scratch_get(cb, w_bytes);
-    // 0x3c in every byte: 1.0586 in fp16, 0.0115 in fp32; finite, so no algorithm is timed on NaN
+    // 0x3c in every byte: 1.0586 in fp16, 0.0115 in bf16 and fp32; finite, so no algorithm is timed on NaN
     CUDA_CHECK(cudaMemsetAsync(x, 0x3c, x_bytes, cb->stream));
     CUDA_CHECK(cudaMemsetAsync(y, 0x3c, y_bytes, cb->stream));
     CUDA_CHECK(cudaMemsetAsync(w, 0x3c, w_bytes, cb->stream));

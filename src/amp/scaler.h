@@ -15,7 +15,8 @@ typedef struct LossScaler {
     int interval, dynamic;
 } LossScaler;
 
-// With AMP off the scale is fixed at 1 (the verdict still guards the step).
+// With AMP off the scale is fixed at 1, and so under bf16 (config_load resolves amp.dynamic false,
+// amp.init_scale 1 for amp.dtype bfloat16); the verdict still guards the step.
 void scaler_init(LossScaler *s, Backend *be, const AmpConfig *amp);
 // Clears found_inf at the start of a step (device-side, no sync).
 void scaler_begin_step(LossScaler *s, Backend *be);

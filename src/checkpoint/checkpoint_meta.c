@@ -38,6 +38,7 @@ void checkpoint_meta_write(SafetensorsWriter *w, const CheckpointMeta *m) {
                  {"accum_steps", m->accum},
                  {"train_samples", m->train_samples}};
     for (size_t i = 0; i < sizeof longs / sizeof longs[0]; i++) meta_long(w, longs[i].key, longs[i].value);
+    st_writer_set_meta(w, "amp_dtype", m->amp_dtype);
     st_writer_set_meta(w, "dataset", m->dataset);
     st_writer_set_meta(w, "dataset_digest", m->dataset_digest);
 }
@@ -81,6 +82,8 @@ int checkpoint_meta_read(const SafetensorsFile *f, CheckpointMeta *m, char *err,
         return 1;
     }
     if (st_meta(f, "skipped_run") && meta_get_long(f, "skipped_run", &m->skipped_run, err, err_len)) return 1;
+    const char *amp_dtype = st_meta(f, "amp_dtype");
+    snprintf(m->amp_dtype, sizeof m->amp_dtype, "%s", amp_dtype ? amp_dtype : m->amp ? "float16" : "float32");
     m->dynamic = -1;
     if (st_meta(f, "dynamic_scale") && meta_get_long(f, "dynamic_scale", &m->dynamic, err, err_len)) return 1;
     const char *dataset = st_meta(f, "dataset"), *digest = st_meta(f, "dataset_digest");
@@ -136,6 +139,19 @@ static int check_identity(const SafetensorsFile *f, const CheckpointMeta *m, con
     return 0;
 }
 
+// A run continues in the autocast dtype it trained in: an fp16 run's loss scale means nothing to a bf16 run,
+// which trains unscaled. fp32 and AMP may follow each other (the master weights and momentum are fp32 in
+// both; the scaler starts as resume_scaler in train/checkpoint.c says).
+static int check_precision(const SafetensorsFile *f, const CheckpointMeta *m, const CheckpointRun *run,
+                           char *err, size_t err_len) {
+    const AmpConfig *amp = &run->cfg->amp;
+    if (!m->amp || !amp->enabled || strcmp(m->amp_dtype, amp->dtype) == 0) return 0;
+    return fail_meta(f, err, err_len,
+                     "'amp_dtype' is %s, this run's amp.dtype is %s: a run continues in the precision it "
+                     "trained in (resume with amp.dtype=%s; model.init=%s starts a %s run from its weights)",
+                     m->amp_dtype, amp->dtype, m->amp_dtype, st_path(f), amp->dtype);
+}
+
 // Counters that no run writes: negative, beyond their epoch, more skipped or clean steps than steps, more
 // steps than samples consumed (a step takes at least one), more than a step count the schedule can take,
 // a loss scale that is no positive normal fp32 number. step >= epoch (+1 mid-epoch) is all that holds
@@ -151,6 +167,10 @@ static int check_counters(const SafetensorsFile *f, const CheckpointMeta *r, con
             return fail_meta(f, err, err_len, "'%s' is %ld: must be at least 1", counts[i].key,
                              counts[i].value);
     if (r->amp != 0 && r->amp != 1) return fail_meta(f, err, err_len, "'amp' is %ld: must be 0 or 1", r->amp);
+    const char *want_dtype = r->amp ? "float16 or bfloat16 (amp is 1)" : "float32 (amp is 0)";
+    if (r->amp ? strcmp(r->amp_dtype, "float16") != 0 && strcmp(r->amp_dtype, "bfloat16") != 0
+               : strcmp(r->amp_dtype, "float32") != 0)
+        return fail_meta(f, err, err_len, "'amp_dtype' is '%s': must be %s", r->amp_dtype, want_dtype);
     if (r->dynamic < -1 || r->dynamic > 1)
         return fail_meta(f, err, err_len, "'dynamic_scale' is %ld: must be 0 or 1", r->dynamic);
     if (r->step < 0 || r->epoch < 0 || r->samples_done < 0 || r->epoch > INT_MAX)
@@ -194,5 +214,6 @@ static int check_counters(const SafetensorsFile *f, const CheckpointMeta *r, con
 
 int checkpoint_meta_check(const SafetensorsFile *f, const CheckpointMeta *meta, const CheckpointRun *run,
                           char *err, size_t err_len) {
-    return check_identity(f, meta, run, err, err_len) || check_counters(f, meta, run, err, err_len);
+    return check_identity(f, meta, run, err, err_len) || check_counters(f, meta, run, err, err_len) ||
+           check_precision(f, meta, run, err, err_len);
 }

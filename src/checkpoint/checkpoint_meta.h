@@ -23,9 +23,10 @@ typedef struct CheckpointMeta {
     long step;   // optimizer steps done
     long epoch;  // the epoch in progress (0-based) and the samples of it consumed
     long samples_done;
-    long amp;      // amp.enabled of the run that wrote it
-    long dynamic;  // amp.dynamic of that run; -1: not recorded
-    double scale;  // its loss scale
+    long amp;            // amp.enabled of the run that wrote it
+    char amp_dtype[12];  // its amp.dtype under AMP, "float32" without
+    long dynamic;        // amp.dynamic of that run; -1: not recorded
+    double scale;        // its loss scale
     long growth_count, skipped_total;
     long skipped_run;  // skipped steps in a row up to this one (amp.max_consecutive_skips)
     long seed, world, batch, accum;
@@ -46,10 +47,11 @@ void checkpoint_meta_write(SafetensorsWriter *w, const CheckpointMeta *meta);
 // Reads every key; 0, or 1 with one line in err (a key missing or not a number).
 int checkpoint_meta_read(const SafetensorsFile *f, CheckpointMeta *meta, char *err, size_t err_len);
 
-// 0 when `run` may continue from meta; else 1 with one line in err: another seed or other data; values no
-// run writes (negative counters, samples_done beyond the epoch, fewer steps than epochs begun, more steps
-// than samples consumed, more than INT32_MAX steps, growth_count or skipped_total beyond step, a loss scale
-// that is no positive normal fp32 number, a non-positive world_size/batch_size/accum_steps).
+// 0 when `run` may continue from meta; else 1 with one line in err: another seed, other data or another
+// autocast dtype; values no run writes (negative counters, samples_done beyond the epoch, fewer steps than
+// epochs begun, more steps than samples consumed, more than INT32_MAX steps, growth_count or skipped_total
+// beyond step, a loss scale that is no positive normal fp32 number, a non-positive
+// world_size/batch_size/accum_steps, an amp_dtype that does not go with amp).
 int checkpoint_meta_check(const SafetensorsFile *f, const CheckpointMeta *meta, const CheckpointRun *run,
                           char *err, size_t err_len);
 

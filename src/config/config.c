@@ -35,7 +35,7 @@ typedef struct {
 typedef struct {
     Config cfg;
     Where where[CONFIG_MAX_KEYS];  // parallel to config_keys
-    DataConfig file_data;          // the data settings after the file, before the overrides
+    Config file_cfg;               // the settings after the file, before the overrides
     const char *file;              // the config file as the user named it
     FILE *err;
 } ConfigReader;
@@ -105,6 +105,7 @@ void config_defaults(Config *cfg) {
 
     AmpConfig *a = &cfg->amp;
     a->enabled = 1;
+    copy_text(a->dtype, sizeof a->dtype, "float16");
     a->dynamic = 1;
     a->init_scale = 65536.0;
     a->growth_factor = 2.0;
@@ -813,20 +814,74 @@ static void reset_to_default(ConfigReader *L, const ConfigKey *row) {
     L->where[row - config_keys] = (Where){FROM_DEFAULT, 0};
 }
 
-static int check_data_keys_read(ConfigReader *L) {
+// ---- amp keys that only some precisions read --------------------------------------------------------
+//
+// As the data keys: amp.dtype is read only with amp.enabled, the loss-scaling keys only under float16
+// (bfloat16 trains unscaled, as torch.autocast(dtype=torch.bfloat16) without a GradScaler: bf16 has fp32's
+// exponent range, so small gradients do not underflow). A key the file wrote for the file's own amp settings
+// returns to its default when the command line changes them (`amp.enabled=false` for the fp32 baseline,
+// `amp.dtype=bfloat16`); one that neither reads, or a command-line key the run does not read, is refused.
+
+static int is_bfloat16(const AmpConfig *a) { return a->enabled && !strcmp(a->dtype, "bfloat16"); }
+
+// The keys the loss scaler reads.
+static const char *const loss_scale_keys[] = {"dynamic",        "init_scale",      "growth_factor",
+                                              "backoff_factor", "growth_interval", "min_scale"};
+
+static int is_loss_scale_key(const char *key) {
+    for (size_t i = 0; i < sizeof loss_scale_keys / sizeof loss_scale_keys[0]; i++)
+        if (!strcmp(key, loss_scale_keys[i])) return 1;
+    return 0;
+}
+
+// 1 when the amp settings `a` do not read amp.`key`, with the reason in why[size]; 0 when they read it.
+static int amp_key_unread(const char *key, const AmpConfig *a, char *why, size_t size) {
+    if (!strcmp(key, "dtype") && !a->enabled) {
+        snprintf(why, size,
+                 "amp.enabled is false, so everything trains in fp32; set amp.enabled: true for %s",
+                 a->dtype);
+        return 1;
+    }
+    if (is_loss_scale_key(key) && is_bfloat16(a)) {
+        snprintf(why, size,
+                 "amp.dtype bfloat16 trains without loss scaling (bf16 has fp32's exponent range; the scale "
+                 "stays 1): use amp.dtype: float16 to scale the loss");
+        return 1;
+    }
+    return 0;
+}
+
+// 1 when the run `c` does not read row's key (a data or amp key: data_key_unread, amp_key_unread), with the
+// reason in why[size].
+static int key_unread(const ConfigKey *row, const Config *c, char *why, size_t size) {
+    if (!strcmp(row->section, "data")) return data_key_unread(row->key, &c->data, why, size);
+    if (!strcmp(row->section, "amp")) return amp_key_unread(row->key, &c->amp, why, size);
+    return 0;
+}
+
+// Every written key the run does not read: dropped when the file wrote it for the file's own settings, which
+// the command line changed; refused otherwise.
+static int check_keys_read(ConfigReader *L) {
     for (size_t i = 0; i < config_key_count; i++) {
         const ConfigKey *row = &config_keys[i];
         Where at = L->where[i];
-        if (strcmp(row->section, "data") != 0 || at.origin == FROM_DEFAULT) continue;
+        if (at.origin == FROM_DEFAULT) continue;
         char why[256];
-        if (!data_key_unread(row->key, &L->cfg.data, why, sizeof why)) continue;  // the run reads it
-        if (at.origin == FROM_FILE && !data_key_unread(row->key, &L->file_data, why, sizeof why)) {
-            reset_to_default(L, row);  // written for the file's source, which the command line replaced
+        if (!key_unread(row, &L->cfg, why, sizeof why)) continue;  // the run reads it
+        if (at.origin == FROM_FILE && !key_unread(row, &L->file_cfg, why, sizeof why)) {
+            reset_to_default(L, row);  // written for the file's settings, which the command line replaced
             continue;
         }
-        return fail_at(L, at, "data.%s: %s", row->key, why);
+        return fail_at(L, at, "%s.%s: %s", row->section, row->key, why);
     }
     return 0;
+}
+
+// Under bfloat16 the scaler's settings are the unscaled run's: a static scale of 1.
+static void resolve_bfloat16_scale(ConfigReader *L) {
+    if (!is_bfloat16(&L->cfg.amp)) return;
+    L->cfg.amp.dynamic = 0;
+    L->cfg.amp.init_scale = 1.0;
 }
 
 // The sides a key left unwritten takes: training and validation at model.image_size, validation resized
@@ -886,7 +941,8 @@ static int apply_rules(ConfigReader *L) {
     if (!rc) rc = check_group_width(L);
     if (!rc) rc = apply_cifar10_shape(L);
     if (!rc) rc = check_image_source(L);
-    if (!rc) rc = check_data_keys_read(L);
+    if (!rc) rc = check_keys_read(L);
+    if (!rc) resolve_bfloat16_scale(L);
     if (!rc) rc = resolve_sides(L);
     if (!rc) rc = check_device_decode(L);
     if (!rc) rc = check_optimizer(L);
@@ -902,7 +958,7 @@ int config_load(Config *cfg, const char *path, int n_overrides, char **overrides
     ConfigReader L = {.file = path, .err = err};
     config_defaults(&L.cfg);
     config_defaults(cfg);
-    L.file_data = L.cfg.data;
+    L.file_cfg = L.cfg;
     int rc = 0;
     if (path && strlen(path) >= sizeof L.cfg.source_path) {
         rc = fail_at(&L, (Where){FROM_DEFAULT, 0}, "cannot read: the path is longer than %zu characters",
@@ -910,7 +966,7 @@ int config_load(Config *cfg, const char *path, int n_overrides, char **overrides
     } else if (path) {
         copy_text(L.cfg.source_path, sizeof L.cfg.source_path, path);
         rc = apply_file(&L, path);
-        L.file_data = L.cfg.data;
+        L.file_cfg = L.cfg;
     }
     for (int i = 0; i < n_overrides && !rc; i++) rc = apply_override(&L, overrides[i]);
     if (!rc) rc = apply_rules(&L);
@@ -990,17 +1046,16 @@ void config_print(const Config *cfg, FILE *out) {
             fprintf(out, "%s%s:\n", section ? "\n" : "", row->section);
             section = row->section;
         }
-        // A preset's shape, and a data key the source does not read, are printed for the reader but
+        // A preset's shape, and a data or amp key the run does not read, are printed for the reader but
         // commented out: writing them is an error.
         char unread[256];
         int fixed = !custom && is_preset_key(row);
-        int unread_data = !strcmp(row->section, "data") &&
-                          data_key_unread(row->key, &cfg->data, unread, sizeof unread);
-        fprintf(out, fixed || unread_data ? "  # %s: " : "  %s: ", row->key);
+        int unread_key = key_unread(row, cfg, unread, sizeof unread);
+        fprintf(out, fixed || unread_key ? "  # %s: " : "  %s: ", row->key);
         print_value(out, row, cfg);
         if (fixed)
             fputs("   (fixed by model.arch)\n", out);
-        else if (unread_data)
+        else if (unread_key)
             fprintf(out, "   (not read: %s)\n", unread);
         else
             fputc('\n', out);

@@ -81,7 +81,8 @@ typedef struct TrainConfig {
 
 typedef struct AmpConfig {
     int enabled;
-    int dynamic;  // 0: static scale = init_scale, never updated
+    char dtype[12];  // float16 | bfloat16: the autocast dtype (bfloat16: no loss scaling, see config_load)
+    int dynamic;     // 0: static scale = init_scale, never updated
     double init_scale;
     double growth_factor;
     double backoff_factor;

@@ -11,8 +11,9 @@
 // - Activations are NHWC (channels-last): (N, H, W, C), C fastest.
 // - Convolution weights are (C_out, kh, kw, C_in/groups) ("OHWI"); checkpoints permute to torchvision's
 //   (C_out, C_in/groups, kh, kw). Linear weights are (out, in) as in torch.
-// - `dt` is the dtype of activations, compute weights and gradients of the op. Under AMP it is fp16 for
-//   everything the autocast table (src/amp/autocast.h) puts in fp16; math accumulates in fp32 always.
+// - `dt` is the dtype of activations, compute weights and gradients of the op. Under AMP it is the autocast
+//   dtype (fp16 or bf16, amp.dtype) for everything the autocast table (src/amp/autocast.h) lowers; math
+//   accumulates in fp32 always.
 // - Batch-norm affine parameters (gamma, beta), running and saved statistics are always fp32.
 // - Gradient outputs of parameters (`dw`, `dgamma`, ...) honour `accumulate`: 0 overwrites, 1 adds
 //   (gradient accumulation across micro-steps; identity-shortcut gradients).

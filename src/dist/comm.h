@@ -2,7 +2,7 @@
 //
 // Three implementations behind one interface:
 //   single  one process, every collective is the identity (no MPI needed at run time)
-//   mpi     host buffers (CPU backend); fp16 sums use a user-defined MPI op (see comm_mpi.c for why)
+//   mpi     host buffers (CPU backend); fp16 and bf16 sums use user-defined MPI ops (see comm_mpi.c for why)
 //   nccl    device buffers (CUDA backend), on its own stream chained to compute with events
 // All collectives are in place. Counts are ELEMENTS, never bytes.
 #ifndef AMPTRAIN_COMM_H
@@ -21,8 +21,8 @@ struct Comm {
                        // the cgroup quota (core/cpus.h); what data.workers=0 shares out
     double timeout_s;  // dist.timeout_s: how long a collective may wait for peers (<= 0: for ever)
 
-    // buf[i] = sum over ranks of buf[i]; n elements of dt. fp16 sums accumulate pairwise in fp32 and
-    // round once per combine, overflowing to inf exactly like a fp16 add would.
+    // buf[i] = sum over ranks of buf[i]; n elements of dt. fp16 and bf16 sums accumulate pairwise in fp32
+    // and round once per combine, overflowing to inf exactly like a 16-bit add would.
     void (*allreduce_sum)(Comm *c, void *buf, size_t n, DType dt);
     // flag[0] = max over ranks (the inf/NaN verdict; 1 float).
     void (*allreduce_max_flag)(Comm *c, float *flag);

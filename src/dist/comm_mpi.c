@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/bf16.h"
 #include "core/check.h"
 #include "core/cpus.h"
 #include "core/log.h"
@@ -20,7 +21,7 @@
 
 typedef struct {
     MPI_Comm world;  // a duplicate of MPI_COMM_WORLD, so amptrain's messages never match anyone else's
-    MPI_Op fp16_sum;
+    MPI_Op fp16_sum, bf16_sum;
     Watchdog *watchdog;  // NULL when dist.timeout_s <= 0
 } MpiComm;
 
@@ -67,14 +68,14 @@ static void comm_mpi_abort(int exit_code) {
     if (started && !finished) MPI_Abort(MPI_COMM_WORLD, exit_code);
 }
 
-// ---- fp16 sum ---------------------------------------------------------------------------------------
+// ---- fp16 and bf16 sums ----------------------------------------------------------------------------
 
-// MPI has no standard binary16 datatype (MPIX_C_FLOAT16 is an MPICH extension; Open MPI has none), so
-// fp16 buffers travel as MPI_UINT16_T. MPI_SUM on those would add bit patterns as integers: wrong values,
-// with carries running from mantissa into exponent. So the sum is this user-defined op: decode each pair
-// to fp32, add, round back to fp16 - one rounding per pairwise combine. fp32 has 24 bits >= 2*11+2, so
-// add-then-round equals a correctly rounded fp16 add, and it overflows exactly like one: 40000 + 40000
-// is +inf, the verdict the inf/NaN check must see.
+// MPI has no standard binary16 or bfloat16 datatype (MPIX_C_FLOAT16 is an MPICH extension; Open MPI has
+// none), so 16-bit float buffers travel as MPI_UINT16_T. MPI_SUM on those would add bit patterns as
+// integers: wrong values, with carries running from mantissa into exponent. So each sum is a user-defined
+// op: decode each pair to fp32, add, round back - one rounding per pairwise combine. fp32 has 24 bits >=
+// 2*11+2 (fp16) and >= 2*8+2 (bf16), so add-then-round equals a correctly rounded 16-bit add, and it
+// overflows exactly like one: fp16 40000 + 40000 is +inf, the verdict the inf/NaN check must see.
 static void comm_mpi_fp16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
     (void)type;
     const _Float16 *a = in;
@@ -82,12 +83,19 @@ static void comm_mpi_fp16_sum(void *in, void *inout, int *len, MPI_Datatype *typ
     for (int i = 0; i < *len; i++) b[i] = (_Float16)((float)a[i] + (float)b[i]);
 }
 
+static void comm_mpi_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type;
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = bf16_from_float(bf16_to_float(a[i]) + bf16_to_float(b[i]));
+}
+
 // ---- collectives (MPI counts are int: large buffers go in INT_MAX-element chunks) ---------------------
 
 static void comm_mpi_allreduce_sum(Comm *c, void *buf, size_t n, DType dt) {
     MpiComm *m = c->impl;
-    MPI_Datatype type = dt == DTYPE_F16 ? MPI_UINT16_T : MPI_FLOAT;
-    MPI_Op op = dt == DTYPE_F16 ? m->fp16_sum : MPI_SUM;
+    MPI_Datatype type = dtype_is_16bit(dt) ? MPI_UINT16_T : MPI_FLOAT;
+    MPI_Op op = dt == DTYPE_F16 ? m->fp16_sum : dt == DTYPE_BF16 ? m->bf16_sum : MPI_SUM;
     char *bytes = buf;
     watchdog_enter(m->watchdog, "allreduce_sum");
     for (size_t done = 0; done < n;) {
@@ -131,6 +139,7 @@ static void comm_mpi_destroy(Comm *c) {
     MpiComm *m = c->impl;
     watchdog_stop(m->watchdog);
     MPI_CHECK(MPI_Op_free(&m->fp16_sum));
+    MPI_CHECK(MPI_Op_free(&m->bf16_sum));
     MPI_CHECK(MPI_Comm_free(&m->world));
     free(m);
     free(c);
@@ -214,6 +223,7 @@ Comm *comm_mpi_create(int *argc, char ***argv, double timeout_s) {
     if (c->size > 1) comm_mpi_note_peers(m->world, c->rank, c->size);
     watchdog_leave(m->watchdog);
     MPI_CHECK(MPI_Op_create(comm_mpi_fp16_sum, 1, &m->fp16_sum));
+    MPI_CHECK(MPI_Op_create(comm_mpi_bf16_sum, 1, &m->bf16_sum));
 
     c->allreduce_sum = comm_mpi_allreduce_sum;
     c->allreduce_max_flag = comm_mpi_allreduce_max_flag;

@@ -105,11 +105,11 @@ static void comm_nccl_after(NcclComm *m) {
 
 // ---- collectives ------------------------------------------------------------------------------------------
 
-// buf: (n,) fp16 or fp32 on the device. fp16 sums are NCCL's fp16 adds, overflowing to inf like the
-// MPI path, so the inf/NaN check sees the same verdict.
+// buf: (n,) fp16, bf16 or fp32 on the device. 16-bit sums are NCCL's fp16 and bf16 adds, overflowing to
+// inf like the MPI path, so the inf/NaN check sees the same verdict.
 static void comm_nccl_allreduce_sum(Comm *c, void *buf, size_t n, DType dt) {
     NcclComm *m = c->impl;
-    ncclDataType_t type = dt == DTYPE_F16 ? ncclFloat16 : ncclFloat32;
+    ncclDataType_t type = dt == DTYPE_F16 ? ncclFloat16 : dt == DTYPE_BF16 ? ncclBfloat16 : ncclFloat32;
     comm_nccl_before(m, &m->sum_mark);
     NCCL_SETTLE(m, m->sum_mark.what, ncclAllReduce(buf, buf, n, type, ncclSum, m->nccl, m->stream));
     comm_nccl_after(m);

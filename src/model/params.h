@@ -1,11 +1,11 @@
 // params.h - the parameter registry: every learnable tensor with its torchvision name and shape, and its
 // place in the flat buffers.
 //
-// All parameters live in flat buffers of `padded_numel` elements: fp32 masters, the fp16 compute copy,
-// gradients (fp16 under AMP) and momentum share one layout. Offsets follow BACKWARD order (the classifier
-// first, the stem last), so gradients fill the buffer front to back while backward runs and a bucket can
-// be reduced as soon as its range is complete. Each tensor starts on a 64-element boundary (128 bytes
-// in fp16) for aligned vector loads and cuDNN; the gaps are zero in every buffer and stay zero.
+// All parameters live in flat buffers of `padded_numel` elements: fp32 masters, the 16-bit compute copy,
+// gradients (in the autocast dtype under AMP) and momentum share one layout. Offsets follow BACKWARD order
+// (the classifier first, the stem last), so gradients fill the buffer front to back while backward runs and a
+// bucket can be reduced as soon as its range is complete. Each tensor starts on a 64-element boundary (128
+// bytes in fp16 or bf16) for aligned vector loads and cuDNN; the gaps are zero in every buffer and stay zero.
 #ifndef AMPTRAIN_PARAMS_H
 #define AMPTRAIN_PARAMS_H
 

@@ -72,11 +72,12 @@ static void place_in_backward_order(Model *m) {
     params_place(&m->params, m->stem.weight);
 }
 
-void model_init_shapes(Model *m, const ModelConfig *cfg, int amp) {
+void model_init_shapes(Model *m, const ModelConfig *cfg, DType amp_dt) {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
-    m->amp = amp;
-    m->act_dt = autocast_dtype(OP_CONV, amp);
+    m->amp = amp_dt != DTYPE_F32;
+    m->amp_dt = amp_dt;
+    m->act_dt = autocast_dtype(OP_CONV, amp_dt);
     for (int s = 0; s < 4; s++) m->n_blocks += cfg->layers[s];
     m->blocks = xcalloc((size_t)m->n_blocks, sizeof *m->blocks);
     m->bn_list = xcalloc((size_t)(1 + 4 * m->n_blocks), sizeof *m->bn_list);
@@ -247,7 +248,7 @@ void model_free(Model *m, Backend *be) {
 void model_view_at_side(Model *view, const Model *m, int side) {
     ModelConfig cfg = m->cfg;
     cfg.image_size = side;
-    model_init_shapes(view, &cfg, m->amp);
+    model_init_shapes(view, &cfg, m->amp_dt);
     AMP_ASSERT(view->params.padded_numel == m->params.padded_numel && view->stats_numel == m->stats_numel,
                "model view: the parameter layout changed with the side");
     view->master = m->master;
@@ -431,7 +432,7 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
 void model_loss(Model *m, Activations *act, Backend *be, const ModelBatch *b, float smoothing,
                 const float *scale, float seed_factor) {
     check_batch(act, b);
-    DType logits_dt = autocast_dtype(OP_LINEAR, m->amp);
+    DType logits_dt = autocast_dtype(OP_LINEAR, m->amp_dt);
     be->softmax_xent(be, b->n, m->cfg.num_classes, logits_dt, act->logits, b->labels, b->mix, smoothing,
                      act->loss, act->dlogits, scale, seed_factor);
 }

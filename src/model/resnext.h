@@ -6,7 +6,7 @@
 //           width = planes_S * base_width / 64 * cardinality; downsample = conv 1x1 stride s -> bn
 //   head:   global average pool -> fc
 // Parameter names and shapes are torchvision's (`layer2.0.downsample.1.running_mean`, `fc.bias`).
-// Activations are NHWC in the autocast dtype (fp16 under AMP); every tensor backward needs is kept.
+// Activations are NHWC in the autocast dtype (fp16 or bf16 under AMP); every tensor backward needs is kept.
 // Batch norm is fused with its ReLU and with the residual add (one pass instead of three).
 #ifndef AMPTRAIN_RESNEXT_H
 #define AMPTRAIN_RESNEXT_H
@@ -44,7 +44,8 @@ typedef void (*GradReadyFn)(void *ctx, const ParamInfo *param);
 typedef struct Model {
     ModelConfig cfg;
     int amp;       // autocast on
-    DType act_dt;  // activations, compute weights and gradients: fp16 under AMP, else fp32
+    DType amp_dt;  // the autocast dtype (fp16 or bf16; fp32: autocast off)
+    DType act_dt;  // activations, compute weights and gradients: the autocast dtype under AMP, else fp32
     ParamRegistry params;
     size_t stats_numel;           // running (and saved) statistics: 2 * sum of BN channels
     int64_t num_batches_tracked;  // torchvision's BN counter (same for every BN layer)
@@ -60,7 +61,7 @@ typedef struct Model {
 
     // ---- backend memory -----------------------------------------------------------------------
     float *master;   // (padded_numel) fp32 master weights
-    void *compute;   // (padded_numel) act_dt weights the ops read: the fp16 copy, or == master
+    void *compute;   // (padded_numel) act_dt weights the ops read: the 16-bit copy, or == master
     void *grads;     // (padded_numel) act_dt gradients, backward order
     float *running;  // (stats_numel) BN running mean/var
 } Model;
@@ -80,8 +81,9 @@ typedef struct ModelBatch {
 typedef struct Activations Activations;
 
 // Builds the registry and shapes only (no backend memory): enough for --dry-run's summary.
-// cfg must be validated (config_load applies the presets).
-void model_init_shapes(Model *m, const ModelConfig *cfg, int amp);
+// cfg must be validated (config_load applies the presets). amp_dt: the autocast dtype
+// (autocast_run_dtype: DTYPE_F16 or DTYPE_BF16; DTYPE_F32 without AMP).
+void model_init_shapes(Model *m, const ModelConfig *cfg, DType amp_dt);
 // Allocates the parameters and initialises them like torchvision (kaiming normal fan_out for convs,
 // BN weight 1 bias 0, nn.Linear's default for fc) from `seed`.
 void model_alloc(Model *m, Backend *be, uint64_t seed);

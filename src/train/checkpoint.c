@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/autocast.h"
 #include "checkpoint/checkpoint_meta.h"
 #include "core/check.h"
 #include "core/digest.h"
@@ -91,6 +92,7 @@ int checkpoint_save(Trainer *t, const char *path, char *err, size_t err_len) {
                            .batch = cfg->data.batch_size,
                            .accum = cfg->train.accum_steps,
                            .train_samples = t->train_set->size};
+    snprintf(meta.amp_dtype, sizeof meta.amp_dtype, "%s", m->amp ? cfg->amp.dtype : "float32");
     snprintf(meta.dataset, sizeof meta.dataset, "%s", t->train_set->name);
     dataset_digest(t->train_set, meta.dataset_digest);
     checkpoint_meta_write(w, &meta);
@@ -116,7 +118,8 @@ static void loaded_free(Loaded *l) {
 }
 
 // The scaler the run starts from. A static scale (amp.dynamic false) is the config's amp.init_scale
-// whatever the file says: the user chose it; a warning says when the file's differs.
+// whatever the file says: the user chose it; a warning says when the file's differs. A bf16 run's is static
+// at 1 (config_load resolves its amp.dynamic and amp.init_scale so).
 static ScalerState resume_scaler(const char *path, const CheckpointMeta *meta, const Model *m,
                                  const AmpConfig *amp) {
     ScalerState st = {.scale = (float)meta->scale,
@@ -254,7 +257,7 @@ int checkpoint_load(Trainer *t, const char *path, char *err, size_t err_len) {
 int checkpoint_check(const char *path, const Config *cfg, const Dataset *train, int world, int rank,
                      char *err, size_t err_len) {
     Model m;
-    model_init_shapes(&m, &cfg->model, cfg->amp.enabled);
+    model_init_shapes(&m, &cfg->model, autocast_run_dtype(&cfg->amp));
     Sampler s;
     sampler_init(&s, train->size, cfg->data.batch_size, world, rank, cfg->train.accum_steps,
                  cfg->data.drop_last, cfg->train.seed);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "amp/autocast.h"
 #include "checkpoint/model_file.h"
 #include "data/dataset.h"
 #include "dist/agree.h"
@@ -56,7 +57,7 @@ int eval_file_run(const Config *cfg, const char *path, const char *metrics, Back
     ModelConfig at_val_side = cfg->model;
     at_val_side.image_size = val->side;
     Model m;
-    model_init_shapes(&m, &at_val_side, cfg->amp.enabled);
+    model_init_shapes(&m, &at_val_side, autocast_run_dtype(&cfg->amp));
     char err[AGREE_MESSAGE_MAX] = "";
     ModelFile mf;
     rc = agree_startup(comm, model_file_read("--eval", path, &m, 0, 1, &mf, err, sizeof err), err);

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include "core/bf16.h"
 #include "core/check.h"
 
 void buckets_init(GradBuckets *gb, Model *m, Backend *be, Comm *comm, double first_mb, double bucket_mb) {
@@ -46,16 +47,19 @@ void buckets_begin(GradBuckets *gb, int armed, GradInjection inject) {
     for (int b = 0; b < gb->count; b++) gb->items[b].pending = gb->items[b].numel, gb->items[b].reduced = 0;
 }
 
-// Writes the poison into the first element of bucket 0, converted on the host (_Float16 rounds to
-// nearest even and overflows to inf, as the kernels do) and sent without waiting for the device.
+// Writes the poison into the first element of bucket 0, converted on the host (_Float16 and bf16_from_float
+// round to nearest even and overflow to inf, as the kernels do) and sent without waiting for the device.
 static void inject_poison(GradBuckets *gb) {
     Model *m = gb->model;
     void *dst = (char *)m->grads + gb->items[0].begin * dtype_size(m->act_dt);
+    const float value = (float)gb->inject.value;
     if (m->act_dt == DTYPE_F16) {
-        _Float16 value = (_Float16)gb->inject.value;
-        gb->be->upload_async(gb->be, dst, &value, sizeof value);
+        const _Float16 bits = (_Float16)gb->inject.value;
+        gb->be->upload_async(gb->be, dst, &bits, sizeof bits);
+    } else if (m->act_dt == DTYPE_BF16) {
+        const uint16_t bits = bf16_from_float(value);
+        gb->be->upload_async(gb->be, dst, &bits, sizeof bits);
     } else {
-        float value = (float)gb->inject.value;
         gb->be->upload_async(gb->be, dst, &value, sizeof value);
     }
     gb->inject.active = 0;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "amp/autocast.h"
 #include "train/checkpoint.h"
 #include "checkpoint/model_file.h"
 #include "core/check.h"
@@ -191,7 +192,7 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
 
     ModelConfig at_train_side = cfg->model;
     at_train_side.image_size = t->train_set->side;
-    model_init_shapes(&t->model, &at_train_side, cfg->amp.enabled);
+    model_init_shapes(&t->model, &at_train_side, autocast_run_dtype(&cfg->amp));
     if ((rc = agree_startup(comm, check_epoch_split(t, err, sizeof err), err)) != 0) return rc;
     // auto: graphs where the backend captures natively (CUDA); on: also the CPU's op-log emulation
     // (cpu_graph.c), which runs the same path for the tests.

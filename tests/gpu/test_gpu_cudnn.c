@@ -6,8 +6,9 @@
 // the same bits to both backends. GPU outputs are poisoned with NaN before each call, so an output the
 // GPU never writes fails; NaN or inf anywhere fails (tu_rel_error returns inf). Tolerance on the
 // norm-wise relative error ||gpu - cpu|| / ||cpu||: 1e-4 in fp32 (the CUDA backends here are made with
-// TF32 off), 1e-2 in fp16 (one rounding of the output to fp16 is ~5e-4 relative; a wrong formula, a
-// missing accumulation or a wrong layout is off by O(1)).
+// TF32 off), 1e-2 in fp16 (one rounding of the output to fp16 is ~5e-4 relative), 2e-2 in bf16 (one
+// rounding is ~4e-3, and the backends round intermediate results at different points); a wrong formula, a
+// missing accumulation or a wrong layout is off by O(1).
 //
 // With no usable GPU the whole suite is skipped: it prints "test_gpu_cudnn: skipped: <why>" and runs no
 // checks at all.
@@ -19,6 +20,7 @@
 #include <time.h>
 
 #include "core/backend.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_diag.h"
 #include "tests/test_util.h"
@@ -30,37 +32,29 @@ static uint64_t base_seed;
 
 #define TOL_F32 1e-4
 #define TOL_F16 1e-2
+#define TOL_BF16 2e-2
 
-static double tol_for(DType dt) { return dt == DTYPE_F16 ? TOL_F16 : TOL_F32; }
+static double tol_for(DType dt) { return dt == DTYPE_F16 ? TOL_F16 : dt == DTYPE_BF16 ? TOL_BF16 : TOL_F32; }
 
 // ---- buffers on a backend --------------------------------------------------------------------------
-// Host staging in the buffer's dtype: fp16 is gcc's _Float16 (IEEE binary16, round to nearest even, as
-// CUDA's __float2half_rn).
-
-static float host_load(const void *p, DType dt, size_t i) {
-    return dt == DTYPE_F16 ? (float)((const _Float16 *)p)[i] : ((const float *)p)[i];
-}
-
-static void host_store(void *p, DType dt, size_t i, float v) {
-    if (dt == DTYPE_F16)
-        ((_Float16 *)p)[i] = (_Float16)v;
-    else
-        ((float *)p)[i] = v;
-}
+// Host staging in the buffer's dtype (kernels/cpu/half.h: the CUDA conversions' rounding).
 
 // n uniform floats in [lo, hi), rounded to dt so both backends and the host agree on every bit.
 static float *random_values(size_t n, DType dt, uint64_t seed, float lo, float hi) {
     float *x = malloc((n ? n : 1) * sizeof(float));
     tu_fill_uniform(x, n, seed, lo, hi);
-    if (dt == DTYPE_F16)
-        for (size_t i = 0; i < n; i++) x[i] = (float)(_Float16)x[i];
+    for (size_t i = 0; i < n; i++) {
+        float stored;  // room for an element of any dtype
+        dtype_store(&stored, dt, 0, x[i]);
+        x[i] = dtype_load(&stored, dt, 0);
+    }
     return x;
 }
 
 static void *upload(Backend *be, DType dt, const float *src, size_t n) {
     const size_t bytes = n * dtype_size(dt);
     void *host = malloc(bytes ? bytes : 1);
-    for (size_t i = 0; i < n; i++) host_store(host, dt, i, src[i]);
+    for (size_t i = 0; i < n; i++) dtype_store(host, dt, i, src[i]);
     void *p = be->alloc(be, bytes ? bytes : 1);
     be->to_device(be, p, host, bytes);
     free(host);
@@ -72,7 +66,7 @@ static float *download(Backend *be, DType dt, const void *p, size_t n) {
     void *host = malloc(bytes ? bytes : 1);
     be->to_host(be, host, p, bytes);
     float *out = malloc((n ? n : 1) * sizeof(float));
-    for (size_t i = 0; i < n; i++) out[i] = host_load(host, dt, i);
+    for (size_t i = 0; i < n; i++) out[i] = dtype_load(host, dt, i);
     free(host);
     return out;
 }
@@ -81,7 +75,7 @@ static float *download(Backend *be, DType dt, const void *p, size_t n) {
 static void poison(Backend *be, DType dt, void *p, size_t n) {
     const size_t bytes = n * dtype_size(dt);
     void *host = malloc(bytes ? bytes : 1);
-    for (size_t i = 0; i < n; i++) host_store(host, dt, i, NAN);
+    for (size_t i = 0; i < n; i++) dtype_store(host, dt, i, NAN);
     be->to_device(be, p, host, bytes);
     free(host);
 }
@@ -202,12 +196,13 @@ static void conv_all_cases_check(Backend *gpu, uint64_t salt) {
     for (int i = 0; i < CONV_CASES; i++) {
         conv_case_check(gpu, &conv_cases[i], DTYPE_F32, base_seed + salt + 100 * (uint64_t)i);
         conv_case_check(gpu, &conv_cases[i], DTYPE_F16, base_seed + salt + 100 * (uint64_t)i + 50);
+        conv_case_check(gpu, &conv_cases[i], DTYPE_BF16, base_seed + salt + 100 * (uint64_t)i + 75);
     }
 }
 
 // Without the timed search, exact fp32 runs the 1x1 stride-1 ungrouped convolutions as cuBLAS GEMMs in all
-// three directions (so the matches covered that route, accumulation included) and everything else, fp16
-// included, on cuDNN.
+// three directions (so the matches covered that route, accumulation included) and everything else, fp16 and
+// bf16 included, on cuDNN.
 START_TEST(test_conv_matches_cpu_with_heuristic_algorithms) {
     conv_all_cases_check(gpu_heuristic, 0);
     for (int i = 0; i < CONV_CASES; i++) {
@@ -218,9 +213,12 @@ START_TEST(test_conv_matches_cpu_with_heuristic_algorithms) {
             ck_assert_msg(cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F32, d) == one_by_one,
                           "%s fp32 direction %d: GEMM route %d, expected %d", cc->label, d,
                           cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F32, d), one_by_one);
-            ck_assert_msg(cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F16, d) == 0,
-                          "%s fp16 direction %d: GEMM route %d, expected cuDNN", cc->label, d,
-                          cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, DTYPE_F16, d));
+            const DType halves[2] = {DTYPE_F16, DTYPE_BF16};
+            for (int h = 0; h < 2; h++)
+                ck_assert_msg(cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, halves[h], d) == 0,
+                              "%s %s direction %d: GEMM route %d, expected cuDNN", cc->label,
+                              dtype_name(halves[h]), d,
+                              cuda_backend_conv_route_is_gemm(gpu_heuristic, &s, halves[h], d));
         }
     }
 }
@@ -242,7 +240,8 @@ typedef struct BnCase {
 
 // rows > 512 spans several reduction chunks; c = 40 leaves a partial channel tile; c = 6 is not a
 // multiple of 4 (cuDNN's fused ops decline it); fp32 with ReLU and residual without ReLU take our own
-// kernels, the fp16 fused cases take cuDNN's.
+// kernels, the fp16 fused cases take cuDNN's; bf16 takes our own everywhere, 8-element packs (c = 64, the
+// ReLU bits of add+ReLU) and one element at a time (c = 6).
 static const BnCase bn_cases[] = {
     {"bn", 1200, 64, DTYPE_F16, 0, 0},
     {"bn+relu", 1200, 64, DTYPE_F16, 0, 1},
@@ -254,6 +253,11 @@ static const BnCase bn_cases[] = {
     {"bn+relu", 1200, 64, DTYPE_F32, 0, 1},
     {"bn+add+relu", 1200, 64, DTYPE_F32, 1, 1},
     {"bn+add", 700, 40, DTYPE_F32, 1, 0},
+    {"bn", 1200, 64, DTYPE_BF16, 0, 0},
+    {"bn+relu", 1200, 64, DTYPE_BF16, 0, 1},
+    {"bn+add+relu", 1200, 64, DTYPE_BF16, 1, 1},
+    {"bn+add+relu c=40", 700, 40, DTYPE_BF16, 1, 1},
+    {"bn+relu c=6", 98, 6, DTYPE_BF16, 0, 1},
 };
 #define BN_CASES (int)(sizeof bn_cases / sizeof bn_cases[0])
 

@@ -6,7 +6,9 @@
 // Outputs are poisoned with NaN on both backends before each call, so an element an implementation never
 // writes fails; NaN or inf anywhere fails (tu_rel_error returns inf). Tolerances on the norm-wise
 // relative error ||gpu - cpu|| / ||cpu||: 1e-4 in fp32 (the backend is made with TF32 off), 1e-2 in
-// fp16 (one fp16 rounding is ~5e-4; a wrong formula, layout or missing accumulation is off by O(1)).
+// fp16 (one fp16 rounding is ~5e-4), 2e-2 in bf16 (one bf16 rounding is ~4e-3, and the two backends round
+// intermediate results at different points, so their outputs may be a few roundings apart); a wrong
+// formula, layout or missing accumulation is off by O(1).
 // Accumulating outputs start from random values of the same magnitude as the increment, so ignoring
 // the flag, or overwriting, is off by O(1) too. Exact facts (casts, the overflow check, the scaler,
 // skipped optimizer steps, the allocator's accounting) are compared exactly.
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "core/backend.h"
+#include "kernels/cpu/half.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_diag.h"
 #include "tests/test_util.h"
@@ -31,8 +34,14 @@ static uint64_t base_seed;
 
 #define TOL_F32 1e-4
 #define TOL_F16 1e-2
+#define TOL_BF16 2e-2
 
-static double tol_for(DType dt) { return dt == DTYPE_F16 ? TOL_F16 : TOL_F32; }
+static double tol_for(DType dt) { return dt == DTYPE_F16 ? TOL_F16 : dt == DTYPE_BF16 ? TOL_BF16 : TOL_F32; }
+
+// The dtypes an op computes in; a test whose loop index picks one takes it as DTS[_i % N_DTS] and its
+// other choices from _i / N_DTS.
+static const DType DTS[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+#define N_DTS 3
 
 // A fresh seed for each buffer of a case: cases differ from each other and from run to run.
 static uint64_t case_seed(int test, int loop, int buffer) {
@@ -40,18 +49,6 @@ static uint64_t case_seed(int test, int loop, int buffer) {
 }
 
 // ---- buffers on both backends ------------------------------------------------------------------------
-
-// Host-side fp16 is gcc's _Float16 (IEEE binary16; conversions round to nearest even, like the GPU's).
-static void host_store(void *p, DType dt, size_t i, float v) {
-    if (dt == DTYPE_F16)
-        ((_Float16 *)p)[i] = (_Float16)v;
-    else
-        ((float *)p)[i] = v;
-}
-
-static float host_load(const void *p, DType dt, size_t i) {
-    return dt == DTYPE_F16 ? (float)((const _Float16 *)p)[i] : ((const float *)p)[i];
-}
 
 // The same n values of dtype dt on the CPU backend and on the GPU.
 typedef struct Twin {
@@ -62,7 +59,7 @@ typedef struct Twin {
 
 static void *host_pack(DType dt, const float *src, size_t n) {
     void *host = malloc(n * dtype_size(dt) + 16);
-    for (size_t i = 0; i < n; i++) host_store(host, dt, i, src[i]);
+    for (size_t i = 0; i < n; i++) dtype_store(host, dt, i, src[i]);
     return host;
 }
 
@@ -76,7 +73,7 @@ static float *download(Backend *be, DType dt, const void *p, size_t n) {
     void *host = malloc(n * dtype_size(dt) + 16);
     be->to_host(be, host, p, n * dtype_size(dt));
     float *out = malloc(n * sizeof(float) + 16);
-    for (size_t i = 0; i < n; i++) out[i] = host_load(host, dt, i);
+    for (size_t i = 0; i < n; i++) out[i] = dtype_load(host, dt, i);
     free(host);
     return out;
 }
@@ -216,59 +213,68 @@ END_TEST
 
 // ---- cast ---------------------------------------------------------------------------------------------
 
-// fp32 values over fp16's whole range and beyond: subnormals, normals, overflow to inf, both signs.
-static float *cast_inputs(size_t n, uint64_t seed) {
+// fp32 values over a 16-bit dtype's whole range and beyond: subnormals, normals, overflow to inf, both signs
+// (exponents in [lo_exp, hi_exp): fp16's reach 2^-24 and 65504, bf16's fp32's own).
+static float *cast_inputs(size_t n, uint64_t seed, float lo_exp, float hi_exp) {
     float *u = malloc(n * sizeof(float)), *e = malloc(n * sizeof(float));
     tu_fill_uniform(u, n, seed, -1.0f, 1.0f);
-    tu_fill_uniform(e, n, seed + 1, -28.0f, 18.0f);
+    tu_fill_uniform(e, n, seed + 1, lo_exp, hi_exp);
     for (size_t i = 0; i < n; i++) u[i] = ldexpf(u[i], (int)e[i]);
     free(e);
     return u;
 }
 
-// Casts are exact rules (round to nearest even, overflow to inf): the bits must match. The loop covers
-// aligned pointers, both shifted by one element, and only one shifted (no common vector alignment).
-START_TEST(test_cast) {
-    const size_t n = 10007;
-    const int src_off = _i == 0 ? 0 : 1, dst_off = _i == 2 ? 0 : src_off;
-    float *v = cast_inputs(n, case_seed(1, _i, 0));
-    Twin f32 = twin_values(DTYPE_F32, v, n);
-    Twin f16 = twin_output(DTYPE_F16, n);
-    Twin back = twin_output(DTYPE_F32, n);
-    const size_t m = n - 1;  // leaves the first or last element unwritten: it must stay NaN on both
+// src (n, src_dt) cast to dst_dt on both backends, m elements from the offsets: the same bits.
+static void expect_cast_same(Twin src, Twin dst, size_t m, int src_off, int dst_off) {
     Backend *bes[2] = {cpu, gpu};
+    const size_t ss = dtype_size(src.dt), ds = dtype_size(dst.dt), bytes = dst.n * ds;
     for (int k = 0; k < 2; k++) {
-        Backend *be = bes[k];
-        char *src = k ? f32.gpu : f32.cpu, *mid = k ? f16.gpu : f16.cpu, *dst = k ? back.gpu : back.cpu;
-        be->cast(be, mid + 2 * dst_off, DTYPE_F16, src + 4 * src_off, DTYPE_F32, m);
-        be->cast(be, dst + 4 * src_off, DTYPE_F32, mid + 2 * dst_off, DTYPE_F16, m);
+        char *from = k ? src.gpu : src.cpu, *to = k ? dst.gpu : dst.cpu;
+        bes[k]->cast(bes[k], to + ds * dst_off, dst.dt, from + ss * src_off, src.dt, m);
     }
     gpu->sync(gpu);
-    void *c16 = download_raw(cpu, f16.cpu, n * 2), *g16 = download_raw(gpu, f16.gpu, n * 2);
-    void *c32 = download_raw(cpu, back.cpu, n * 4), *g32 = download_raw(gpu, back.gpu, n * 4);
-    ck_assert_msg(memcmp(c16, g16, n * 2) == 0, "fp32 -> fp16 cast differs from the CPU (offsets %d, %d)",
-                  src_off, dst_off);
-    ck_assert_msg(memcmp(c32, g32, n * 4) == 0, "fp16 -> fp32 cast differs from the CPU (offsets %d, %d)",
-                  src_off, dst_off);
-    free(c16), free(g16), free(c32), free(g32), free(v);
+    void *c = download_raw(cpu, dst.cpu, bytes), *g = download_raw(gpu, dst.gpu, bytes);
+    printf("  cast %s -> %s, offsets %d %d: %s\n", dtype_name(src.dt), dtype_name(dst.dt), src_off, dst_off,
+           memcmp(c, g, bytes) == 0 ? "bitwise equal to the CPU" : "DIFFERS");
+    ck_assert_msg(memcmp(c, g, bytes) == 0, "%s -> %s cast differs from the CPU (offsets %d, %d)",
+                  dtype_name(src.dt), dtype_name(dst.dt), src_off, dst_off);
+    free(c), free(g);
+}
+
+// Casts are exact rules (round to nearest even, overflow to inf): the bits must match. Loop index: _i % 3
+// the offsets (aligned pointers, both shifted by one element, only one shifted: no common vector
+// alignment); _i / 3 the 16-bit dtype, fp32 -> it -> fp32, then it -> the other 16-bit dtype.
+START_TEST(test_cast) {
+    const size_t n = 10007;
+    const int offsets = _i % 3, src_off = offsets == 0 ? 0 : 1, dst_off = offsets == 2 ? 0 : src_off;
+    const DType dt = _i / 3 ? DTYPE_BF16 : DTYPE_F16, other = _i / 3 ? DTYPE_F16 : DTYPE_BF16;
+    float *v = dt == DTYPE_F16 ? cast_inputs(n, case_seed(1, _i, 0), -28.0f, 18.0f)
+                               : cast_inputs(n, case_seed(1, _i, 0), -150.0f, 130.0f);
+    Twin f32 = twin_values(DTYPE_F32, v, n);
+    Twin narrow = twin_output(dt, n), back = twin_output(DTYPE_F32, n), across = twin_output(other, n);
+    const size_t m = n - 1;  // leaves the first or last element unwritten: it must stay NaN on both
+    expect_cast_same(f32, narrow, m, src_off, dst_off);
+    expect_cast_same(narrow, back, m, dst_off, src_off);
+    expect_cast_same(narrow, across, m, dst_off, src_off);
+    free(v);
 
     // Same dtype is a copy.
     Twin same = twin_output(DTYPE_F32, n);
     gpu->cast(gpu, same.gpu, DTYPE_F32, f32.gpu, DTYPE_F32, n);
     void *orig = download_raw(gpu, f32.gpu, n * 4), *copied = download_raw(gpu, same.gpu, n * 4);
     ck_assert_msg(memcmp(orig, copied, n * 4) == 0, "fp32 -> fp32 cast is not a copy");
-    printf("  cast fp32 <-> fp16, offsets %d %d: bitwise equal to the CPU\n", src_off, dst_off);
     free(orig), free(copied);
-    twin_free(same), twin_free(f32), twin_free(f16), twin_free(back);
+    twin_free(same), twin_free(f32), twin_free(narrow), twin_free(back), twin_free(across);
 }
 END_TEST
 
 // ---- input: normalisation and the copy stream's slots --------------------------------------------------
 
-// Loop index bits: 0 fp16 destination, 1 fp32 source (else u8 bytes). One multiply and one add per value,
-// each rounded once on both sides: bitwise equal. Both outputs start as NaN; every value must be written.
+// Loop index: DTS[_i % N_DTS] the destination; _i / N_DTS 1: fp32 source (else u8 bytes). One multiply and
+// one add per value, each rounded once on both sides: bitwise equal. Both outputs start as NaN; every value
+// must be written.
 START_TEST(test_input_normalize) {
-    const DType dst_dt = _i & 1 ? DTYPE_F16 : DTYPE_F32, src_dt = _i & 2 ? DTYPE_F32 : DTYPE_U8;
+    const DType dst_dt = DTS[_i % N_DTS], src_dt = _i / N_DTS ? DTYPE_F32 : DTYPE_U8;
     const size_t pixels = 3 * 1009 + 1, n = pixels * 3;  // odd counts: no whole-vector assumption
     uint64_t state = case_seed(11, _i, 0);
     uint8_t *bytes = malloc(n);
@@ -355,8 +361,8 @@ static const ConvCase conv_cases[] = {
 #define CONV_CASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 
 START_TEST(test_conv) {
-    const ConvCase *cc = &conv_cases[_i / 2];
-    const DType dt = _i % 2 ? DTYPE_F16 : DTYPE_F32;
+    const ConvCase *cc = &conv_cases[_i / N_DTS];
+    const DType dt = DTS[_i % N_DTS];
     ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
                    cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
     conv_shape_finish(&s);
@@ -394,8 +400,9 @@ END_TEST
 
 // ---- batch norm ------------------------------------------------------------------------------------------
 
-// Loop index: bits 0 dtype fp16, 1 residual, 2 relu; (_i >> 3) % BN_MODES whose kernels train
-// (cudnn.batch_norm, and the two mixed pairs auto may pick); (_i >> 3) / BN_MODES the shape: two of
+// Loop index: DTS[_i % N_DTS] the dtype; of k = _i / N_DTS, bits 0 residual, 1 relu; (k >> 2) % BN_MODES
+// whose kernels train (cudnn.batch_norm, and the two mixed pairs auto may pick); (k >> 2) / BN_MODES the
+// shape: two of
 // ResNeXt's, one whose channels split into no 16-byte packs (one element at a time, cuDNN's fused forms
 // decline it), one large enough that every elementwise thread strides over several packs and every reduction
 // thread sums many rows, and one of 2048 channels (the reduction cut into several channel slices).
@@ -411,7 +418,12 @@ static void expect_bn_paths(CudaBnMode mode, const char *label, const float *sav
                             DType dt, int residual, int relu) {
     int fwd = -1, bwd = -1;
     ck_assert_msg(cuda_backend_bn_layer_paths(gpu, save_mean, &fwd, &bwd), "%s: no layer entry", label);
-    const int cudnn_fused = !(residual && !relu) && (!relu || (dt == DTYPE_F16 && c % 4 == 0));
+    // bf16 runs our own kernels whatever the mode (cudnn_batchnorm.cu)
+    if (dt == DTYPE_BF16)
+        ck_assert_msg(fwd == 0 && bwd == 0, "%s: forward %d backward %d, want our own for bf16", label, fwd,
+                      bwd);
+    const int cudnn_fused = dt != DTYPE_BF16 && !(residual && !relu) &&
+                            (!relu || (dt == DTYPE_F16 && c % 4 == 0));
     // add+ReLU: cuDNN's backward needs its own forward's reserve, so that layer runs our own backward
     if (mode == CUDA_BN_OWN_CUDNN && cudnn_fused && !residual)
         ck_assert_msg(fwd == 0 && bwd == 1, "%s: forward %d backward %d, want our own then cuDNN's", label,
@@ -429,9 +441,9 @@ static void expect_bn_paths(CudaBnMode mode, const char *label, const float *sav
 }
 
 START_TEST(test_batchnorm) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int residual = (_i >> 1) & 1, relu = (_i >> 2) & 1, mode = (_i >> 3) % BN_MODES,
-              shape = (_i >> 3) / BN_MODES;
+    const DType dt = DTS[_i % N_DTS];
+    const int k = _i / N_DTS, residual = k & 1, relu = (k >> 1) & 1, mode = (k >> 2) % BN_MODES,
+              shape = (k >> 2) / BN_MODES;
     static const int shape_rows[BN_SHAPES] = {4 * 14 * 14, 4 * 7 * 7, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
     static const int shape_c[BN_SHAPES] = {128, 256, 6, 256, 2048};
     const int rows = shape_rows[shape], c = shape_c[shape];
@@ -521,9 +533,10 @@ START_TEST(test_batchnorm) {
 END_TEST
 
 // bn_add_bn (a downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)) and its backward) against the CPU's
-// two bn_forward_train and two bn_backward calls. Loop index: bit 0 dtype fp16, bit 1 dx_b written over dy;
-// (_i >> 2) % 3 the mode: cuDNN (the two calls on the GPU, bn_b's output in scratch), own and auto (the
-// fused kernels, which must leave scratch untouched); (_i >> 2) / 3 the shape: ResNeXt's, channels in no
+// two bn_forward_train and two bn_backward calls. Loop index: DTS[_i % N_DTS] the dtype; of k = _i / N_DTS,
+// bit 0 dx_b written over dy; (k >> 1) % 3 the mode: cuDNN (the two calls on the GPU, bn_b's output in
+// scratch), own and auto (the fused kernels, which must leave scratch untouched); (k >> 1) / 3 the shape:
+// ResNeXt's, channels in no
 // 16-byte packs, many rows per thread, 2048 channels.
 #define BN_ADD_BN_SHAPES 4
 
@@ -537,8 +550,8 @@ static void expect_untouched(const char *label, const char *phase, Twin t) {
 }
 
 START_TEST(test_bn_add_bn) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int alias = (_i >> 1) & 1, mode = (_i >> 2) % 3, shape = (_i >> 2) / 3;
+    const DType dt = DTS[_i % N_DTS];
+    const int k = _i / N_DTS, alias = k & 1, mode = (k >> 1) % 3, shape = (k >> 1) / 3;
     static const CudaBnMode modes[3] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_AUTO};
     static const char *mode_names[3] = {"cuDNN", "own", "auto"};
     static const int shape_rows[BN_ADD_BN_SHAPES] = {4 * 14 * 14, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
@@ -657,16 +670,18 @@ static void expect_same_bits(const char *what, Twin t) {
 // Max pooling must match the CPU bit for bit: the same max, the same tie rule, the same fp32 sums in the
 // same order. The first cases take the fused 3x3/2 pad 1 path (16-byte packs): the stem's 112x112 (two
 // column tiles, four row bands), odd sizes, fp32, c = 256; the rest the two-pass path: c = 2048 (too many
-// packs for the fused block), few or odd channels (no packs), 2x2/2, 3x3/1.
+// packs for the fused block), few or odd channels (no packs), 2x2/2, 3x3/1; the last ones bf16 on both paths.
 static const struct {
     PoolShape shape;  // out_h, out_w: filled in by the test
     DType dt;
 } maxpool_cases[] = {
-    {{2, 112, 112, 64, 3, 2, 1, 0, 0}, DTYPE_F16}, {{2, 111, 113, 64, 3, 2, 1, 0, 0}, DTYPE_F16},
-    {{2, 57, 56, 64, 3, 2, 1, 0, 0}, DTYPE_F32},   {{3, 15, 17, 256, 3, 2, 1, 0, 0}, DTYPE_F16},
-    {{1, 9, 10, 2048, 3, 2, 1, 0, 0}, DTYPE_F16},  {{4, 15, 17, 6, 3, 2, 1, 0, 0}, DTYPE_F16},
-    {{4, 15, 17, 7, 3, 2, 1, 0, 0}, DTYPE_F32},    {{4, 15, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F32},
-    {{2, 16, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F16},   {{2, 14, 13, 64, 3, 1, 1, 0, 0}, DTYPE_F16},
+    {{2, 112, 112, 64, 3, 2, 1, 0, 0}, DTYPE_F16},  {{2, 111, 113, 64, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{2, 57, 56, 64, 3, 2, 1, 0, 0}, DTYPE_F32},    {{3, 15, 17, 256, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{1, 9, 10, 2048, 3, 2, 1, 0, 0}, DTYPE_F16},   {{4, 15, 17, 6, 3, 2, 1, 0, 0}, DTYPE_F16},
+    {{4, 15, 17, 7, 3, 2, 1, 0, 0}, DTYPE_F32},     {{4, 15, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F32},
+    {{2, 16, 17, 64, 2, 2, 0, 0, 0}, DTYPE_F16},    {{2, 14, 13, 64, 3, 1, 1, 0, 0}, DTYPE_F16},
+    {{2, 112, 112, 64, 3, 2, 1, 0, 0}, DTYPE_BF16}, {{3, 15, 17, 256, 3, 2, 1, 0, 0}, DTYPE_BF16},
+    {{1, 9, 10, 2048, 3, 2, 1, 0, 0}, DTYPE_BF16},  {{4, 15, 17, 6, 3, 2, 1, 0, 0}, DTYPE_BF16},
 };
 #define MAXPOOL_CASES (int)(sizeof maxpool_cases / sizeof maxpool_cases[0])
 
@@ -705,10 +720,10 @@ START_TEST(test_maxpool) {
 }
 END_TEST
 
-// Loop index bits: 0 fp16, 1 few channels (no vector path).
+// Loop index: DTS[_i % N_DTS]; _i / N_DTS 1: few channels (no vector path).
 START_TEST(test_avgpool) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int n = 4, hw = 49, c = _i & 2 ? 10 : 256;
+    const DType dt = DTS[_i % N_DTS];
+    const int n = 4, hw = 49, c = _i / N_DTS ? 10 : 256;
     Twin x = twin_random(dt, (size_t)n * hw * c, case_seed(5, _i, 0), -1, 1);
     Twin dy = twin_random(dt, (size_t)n * c, case_seed(5, _i, 1), -1, 1);
     Twin y = twin_output(dt, (size_t)n * c), dx = twin_output(dt, (size_t)n * hw * c);
@@ -727,10 +742,10 @@ END_TEST
 
 // ---- linear --------------------------------------------------------------------------------------------
 
-// Loop index bits: 0 fp16, 1 odd sizes (no tensor-core-friendly multiples of 8).
+// Loop index: DTS[_i % N_DTS]; _i / N_DTS 1: odd sizes (no tensor-core-friendly multiples of 8).
 START_TEST(test_linear) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int n = _i & 2 ? 3 : 4, in = _i & 2 ? 130 : 256, out = _i & 2 ? 10 : 100;
+    const DType dt = DTS[_i % N_DTS];
+    const int odd = _i / N_DTS, n = odd ? 3 : 4, in = odd ? 130 : 256, out = odd ? 10 : 100;
     char what[128];
     Twin x = twin_random(dt, (size_t)n * in, case_seed(6, _i, 0), -1, 1);
     Twin w = twin_random(dt, (size_t)out * in, case_seed(6, _i, 1), -0.1f, 0.1f);
@@ -776,13 +791,14 @@ static Twin twin_mix(const BatchMix *m) {
     return t;
 }
 
-// Loop index bits: 0 fp16 logits, 1 ten classes instead of a thousand, 2 a device loss scale, 3 label
-// smoothing 0.1, 4 mixed targets (lam 0.3, one row's rolled label equal to its own).
+// Loop index: DTS[_i % N_DTS] the logits' dtype; of k = _i / N_DTS, bits 0 ten classes instead of a
+// thousand, 1 a device loss scale, 2 label smoothing 0.1, 3 mixed targets (lam 0.3, one row's rolled label
+// equal to its own).
 START_TEST(test_softmax_xent) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int n = _i & 2 ? 5 : 8, classes = _i & 2 ? 10 : 1000, scaled = (_i >> 2) & 1;
-    const float smoothing = (_i >> 3) & 1 ? 0.1f : 0.0f;
-    const int mixed = (_i >> 4) & 1;
+    const DType dt = DTS[_i % N_DTS];
+    const int k = _i / N_DTS, n = k & 1 ? 5 : 8, classes = k & 1 ? 10 : 1000, scaled = (k >> 1) & 1;
+    const float smoothing = (k >> 2) & 1 ? 0.1f : 0.0f;
+    const int mixed = (k >> 3) & 1;
     const float seed_factor = 1.0f / (2.0f * n);  // as if 2 ranks
     char what[128], tag[64];
     snprintf(tag, sizeof tag, "%d x %d%s%s%s", n, classes, scaled ? " scaled" : "",
@@ -817,11 +833,12 @@ END_TEST
 
 // ---- batch mixing -----------------------------------------------------------------------------------------
 
-// Loop index bits: 0 fp16, 1 CutMix instead of MixUp, 2 a ResNeXt input's shape (8 x 224 x 224 x 3) instead of
-// an odd one (5 x 7 x 9 x 3). Both round each product and the sum alone: bitwise equal to the CPU.
+// Loop index: DTS[_i % N_DTS]; of k = _i / N_DTS, bits 0 CutMix instead of MixUp, 1 a ResNeXt input's shape
+// (8 x 224 x 224 x 3) instead of an odd one (5 x 7 x 9 x 3). Both round each product and the sum alone:
+// bitwise equal to the CPU.
 START_TEST(test_batch_mix) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int cut = (_i >> 1) & 1, big = (_i >> 2) & 1;
+    const DType dt = DTS[_i % N_DTS];
+    const int cut = (_i / N_DTS) & 1, big = (_i / N_DTS >> 1) & 1;
     const int n = big ? 8 : 5, h = big ? 224 : 7, w = big ? 224 : 9, c = 3;
     const size_t count = (size_t)n * h * w * c, bytes = count * dtype_size(dt);
     const BatchMix m =
@@ -855,7 +872,8 @@ typedef struct NonfiniteCase {
     float flag_before, flag_after;
 } NonfiniteCase;
 
-// The buffer holds N_CHECK + 1 elements, including fp16's largest finite values, which must not trip it.
+// The buffer holds N_CHECK + 1 elements, including the 16-bit dtype's largest finite values (fp16 65504,
+// bf16 0x7f7f), which must not trip it.
 #define N_CHECK 100003
 static const NonfiniteCase nonfinite_cases[] = {
     {"all finite", -1, 0, 0, 1, 0, 0},
@@ -869,12 +887,13 @@ static const NonfiniteCase nonfinite_cases[] = {
 #define NONFINITE_CASES (int)(sizeof nonfinite_cases / sizeof nonfinite_cases[0])
 
 START_TEST(test_nonfinite_check) {
-    const NonfiniteCase *nc = &nonfinite_cases[_i / 2];
-    const DType dt = _i % 2 ? DTYPE_F16 : DTYPE_F32;
+    const NonfiniteCase *nc = &nonfinite_cases[_i / N_DTS];
+    const DType dt = DTS[_i % N_DTS];
+    const float largest = dt == DTYPE_BF16 ? 0x1.fep127f : FP16_MAX;
     const size_t total = N_CHECK + 1;
     float *v = malloc(total * sizeof(float));
     tu_fill_uniform(v, total, case_seed(8, _i, 0), -1000, 1000);
-    v[7] = FP16_MAX, v[N_CHECK / 2 + 3] = -FP16_MAX;
+    v[7] = largest, v[N_CHECK / 2 + 3] = -largest;
     if (nc->bad >= 0) v[nc->bad] = nc->bad_value;
     Twin g = twin_values(dt, v, total);
     free(v);
@@ -910,14 +929,16 @@ static Twin twin_state(const ScalerState *st) {
     return t;
 }
 
-// Loop index bits: 0 fp16 grads, 1 nesterov, 2 no fp16 copy, 3 range starting one element in (the
-// unaligned head path), 4 two weight-decay groups (a group byte per 64 elements of the range) and a clip
+// Loop index: DTS[_i % N_DTS] the gradients' dtype (and a 16-bit one's compute copy); of k = _i / N_DTS,
+// bits 0 nesterov, 1 no compute copy (fp32 gradients never have one), 2 range starting one element in (the
+// unaligned head path), 3 two weight-decay groups (a group byte per 64 elements of the range) and a clip
 // norm (factor about 1/3). The update is a fixed sequence of fp32 operations, so the tolerance on the
 // masters and momenta is far tighter than 1e-4: only a contracted multiply-add could differ, by an ulp.
 START_TEST(test_sgd_step) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const int nesterov = (_i >> 1) & 1, with_copy = !((_i >> 2) & 1), grouped = (_i >> 4) & 1;
-    const size_t off = (_i >> 3) & 1, n = N_SGD - off;
+    const DType dt = DTS[_i % N_DTS];
+    const int k = _i / N_DTS, nesterov = k & 1, with_copy = !((k >> 1) & 1) && dt != DTYPE_F32,
+              grouped = (k >> 3) & 1;
+    const size_t off = (k >> 2) & 1, n = N_SGD - off;
     const SgdParams p = {0.9f, {1e-4f, grouped ? 3e-2f : 1e-4f}, nesterov, 1.0f};
     const ScalerState st = scaler_state(1024.0f, 17, 0.0f, 3);
     const float lr_value = 0.1f, norm_value = 3.0f;
@@ -932,14 +953,14 @@ START_TEST(test_sgd_step) {
     Twin grad = twin_random(dt, N_SGD, case_seed(9, _i, 0), -1000, 1000);
     Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(9, _i, 1), -1, 1);
     Twin mom = twin_random(DTYPE_F32, N_SGD, case_seed(9, _i, 2), -0.1f, 0.1f);
-    Twin copy = twin_output(DTYPE_F16, N_SGD);
+    Twin copy = twin_output(dt, N_SGD);
     Twin state = twin_state(&st);
     const size_t go = off * dtype_size(dt);
     cpu->sgd_step(cpu, n, dt, (char *)grad.cpu + go, (float *)master.cpu + off, (float *)mom.cpu + off,
-                  with_copy ? (char *)copy.cpu + 2 * off : NULL, &p, grouped ? groups_cpu : NULL, lr.cpu,
+                  with_copy ? (char *)copy.cpu + go : NULL, &p, grouped ? groups_cpu : NULL, lr.cpu,
                   grouped ? norm.cpu : NULL, state.cpu);
     gpu->sgd_step(gpu, n, dt, (char *)grad.gpu + go, (float *)master.gpu + off, (float *)mom.gpu + off,
-                  with_copy ? (char *)copy.gpu + 2 * off : NULL, &p, grouped ? groups_gpu : NULL, lr.gpu,
+                  with_copy ? (char *)copy.gpu + go : NULL, &p, grouped ? groups_gpu : NULL, lr.gpu,
                   grouped ? norm.gpu : NULL, state.gpu);
     const char *variant = grouped ? (nesterov ? "nesterov groups clip" : "momentum groups clip")
                                   : (nesterov ? "nesterov" : "momentum");
@@ -950,10 +971,11 @@ START_TEST(test_sgd_step) {
     if (with_copy) {
         if (off) {  // the element before the range stays NaN on both: make it comparable
             const float zero = 0.0f;
-            fill(cpu, copy.cpu, DTYPE_F16, &zero, 1);
-            fill(gpu, copy.gpu, DTYPE_F16, &zero, 1);
+            fill(cpu, copy.cpu, dt, &zero, 1);
+            fill(gpu, copy.gpu, dt, &zero, 1);
         }
-        snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu fp16 copy", variant, dtype_name(dt), off);
+        snprintf(what, sizeof what, "sgd_step %s grad %s offset %zu compute copy", variant, dtype_name(dt),
+                 off);
         expect_close(what, copy);
     }
     cpu->free(cpu, groups_cpu), gpu->free(gpu, groups_gpu), free(groups);
@@ -965,7 +987,8 @@ END_TEST
 // With the agreed verdict set, nothing is written: masters, momenta and copies keep every bit, and a NaN
 // norm (what such a step's gradients give) is never used.
 START_TEST(test_sgd_step_skipped) {
-    const DType dt = _i ? DTYPE_F16 : DTYPE_F32;
+    const DType dt = DTS[_i];
+    const DType copy_dt = dt == DTYPE_F32 ? DTYPE_F16 : dt;  // fp32: no copy is passed, this one stays out
     const SgdParams p = {0.9f, {1e-4f, 1e-4f}, 0, 1.0f};
     const ScalerState st = scaler_state(1024.0f, 17, 1.0f, 3);
     const float lr_value = 0.1f, norm_value = NAN;
@@ -973,12 +996,12 @@ START_TEST(test_sgd_step_skipped) {
     Twin grad = twin_random(dt, N_SGD, case_seed(10, _i, 0), -1000, 1000);
     Twin master = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 1), -1, 1);
     Twin mom = twin_random(DTYPE_F32, N_SGD, case_seed(10, _i, 2), -0.1f, 0.1f);
-    Twin copy = twin_random(DTYPE_F16, N_SGD, case_seed(10, _i, 3), -1, 1);
+    Twin copy = twin_random(copy_dt, N_SGD, case_seed(10, _i, 3), -1, 1);
     Twin state = twin_state(&st);
     void *m0 = download_raw(gpu, master.gpu, N_SGD * 4), *v0 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c0 = download_raw(gpu, copy.gpu, N_SGD * 2);
-    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, copy.gpu, &p, NULL, lr.gpu, norm.gpu,
-                  state.gpu);
+    gpu->sgd_step(gpu, N_SGD, dt, grad.gpu, master.gpu, mom.gpu, dt == DTYPE_F32 ? NULL : copy.gpu, &p, NULL,
+                  lr.gpu, norm.gpu, state.gpu);
     void *m1 = download_raw(gpu, master.gpu, N_SGD * 4), *v1 = download_raw(gpu, mom.gpu, N_SGD * 4);
     void *c1 = download_raw(gpu, copy.gpu, N_SGD * 2);
     printf("  sgd_step skipped (found_inf 1)                             %s  %s\n", dtype_name(dt),
@@ -986,20 +1009,21 @@ START_TEST(test_sgd_step_skipped) {
                                                                                                : "untouched");
     ck_assert_msg(memcmp(m0, m1, N_SGD * 4) == 0, "skipped sgd_step changed the masters");
     ck_assert_msg(memcmp(v0, v1, N_SGD * 4) == 0, "skipped sgd_step changed the momenta");
-    ck_assert_msg(memcmp(c0, c1, N_SGD * 2) == 0, "skipped sgd_step changed the fp16 copies");
+    ck_assert_msg(memcmp(c0, c1, N_SGD * 2) == 0, "skipped sgd_step changed the compute copies");
     free(m0), free(v0), free(c0), free(m1), free(v1), free(c1);
     twin_free(grad), twin_free(master), twin_free(mom), twin_free(copy), twin_free(state), twin_free(lr);
     twin_free(norm);
 }
 END_TEST
 
-// Loop index bits: 0 fp16 gradients, 1 range starting one element in, 2 an inf planted in the range. The
+// Loop index: DTS[_i % N_DTS] the gradients; of k = _i / N_DTS, bits 0 range starting one element in, 1 an
+// inf planted in the range. The
 // GPU sums squares in fp32 (a tree), the CPU in double: 1e-5 apart at most on 10^5 terms. The GPU's norm
 // of one buffer is the same bits every time (every rank computes it on the same reduced buffer).
 START_TEST(test_grad_norm) {
-    const DType dt = _i & 1 ? DTYPE_F16 : DTYPE_F32;
-    const size_t off = (_i >> 1) & 1, n = N_SGD - off;
-    const int planted = (_i >> 2) & 1;
+    const DType dt = DTS[_i % N_DTS];
+    const size_t off = (_i / N_DTS) & 1, n = N_SGD - off;
+    const int planted = (_i / N_DTS >> 1) & 1;
     float *v = malloc(N_SGD * sizeof(float));
     tu_fill_uniform(v, N_SGD, case_seed(13, _i, 0), -1000, 1000);
     if (planted) v[N_SGD / 2] = INFINITY;
@@ -1104,21 +1128,21 @@ static Suite *gpu_ops_suite(void) {
         int loops;
     } cases[] = {
         {"memory", test_memory_ops, 1},
-        {"cast", test_cast, 3},
-        {"input_normalize", test_input_normalize, 4},
+        {"cast", test_cast, 6},
+        {"input_normalize", test_input_normalize, 2 * N_DTS},
         {"input_slots", test_input_slots_hand_over, 1},
-        {"conv", test_conv, 2 * CONV_CASES},
-        {"batchnorm", test_batchnorm, 8 * BN_MODES * BN_SHAPES},
-        {"bn_add_bn", test_bn_add_bn, 4 * 3 * BN_ADD_BN_SHAPES},
+        {"conv", test_conv, N_DTS * CONV_CASES},
+        {"batchnorm", test_batchnorm, N_DTS * 4 * BN_MODES * BN_SHAPES},
+        {"bn_add_bn", test_bn_add_bn, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
-        {"avgpool", test_avgpool, 4},
-        {"linear", test_linear, 4},
-        {"softmax_xent", test_softmax_xent, 32},
-        {"batch_mix", test_batch_mix, 8},
-        {"nonfinite_check", test_nonfinite_check, 2 * NONFINITE_CASES},
-        {"sgd_step", test_sgd_step, 32},
-        {"sgd_step_skipped", test_sgd_step_skipped, 2},
-        {"grad_norm", test_grad_norm, 8},
+        {"avgpool", test_avgpool, 2 * N_DTS},
+        {"linear", test_linear, 2 * N_DTS},
+        {"softmax_xent", test_softmax_xent, 16 * N_DTS},
+        {"batch_mix", test_batch_mix, 4 * N_DTS},
+        {"nonfinite_check", test_nonfinite_check, N_DTS * NONFINITE_CASES},
+        {"sgd_step", test_sgd_step, 16 * N_DTS},
+        {"sgd_step_skipped", test_sgd_step_skipped, N_DTS},
+        {"grad_norm", test_grad_norm, 4 * N_DTS},
         {"ema_update", test_ema_update, 6},
         {"scaler_update", test_scaler_update, SCALER_CASES},
     };

@@ -1,8 +1,8 @@
 // test_gpu_training.c - whole training steps of a small ResNeXt on the CUDA backend against the CPU
 // reference from the same weights and batches: one step's weights, and ten steps' losses, in fp32
-// (TF32 off) and AMP; the captured step against launches; and the kernel-choice cache (cudnn.cache): a
-// second start on the file the first wrote times nothing and runs the same step. Reports skipped without a
-// GPU.
+// (TF32 off) and under fp16 and bf16 autocast; the captured step against launches; and the kernel-choice
+// cache (cudnn.cache): a second start on the file the first wrote times nothing and runs the same step.
+// Reports skipped without a GPU.
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,8 +25,15 @@ typedef struct Side {
     Config cfg;
 } Side;
 
+// The precision override of an autocast dtype (DTYPE_F32: AMP off).
+static const char *precision_of(DType amp_dt) {
+    return amp_dt == DTYPE_F16    ? "amp.init_scale=1024"
+           : amp_dt == DTYPE_BF16 ? "amp.dtype=bfloat16"
+                                  : "amp.enabled=false";
+}
+
 // A trainer on be from a small ResNeXt's config plus extra overrides (NULL-terminated; later wins).
-static void side_start_with(Side *s, Backend *be, int amp, const char *const *extra) {
+static void side_start_with(Side *s, Backend *be, DType amp_dt, const char *const *extra) {
     enum { MAX_OVERRIDES = 24 };
     const char *ov[MAX_OVERRIDES] = {"model.planes=16",
                                      "model.image_size=32",
@@ -40,8 +47,7 @@ static void side_start_with(Side *s, Backend *be, int amp, const char *const *ex
                                      "train.momentum=0.5",
                                      "train.schedule=constant",
                                      "train.warmup_steps=0",
-                                     "amp.init_scale=1024",
-                                     amp ? "amp.enabled=true" : "amp.enabled=false"};
+                                     precision_of(amp_dt)};
     int n = 0;
     while (ov[n]) n++;
     for (; *extra; extra++) {
@@ -54,12 +60,12 @@ static void side_start_with(Side *s, Backend *be, int amp, const char *const *ex
     ck_assert_int_eq(trainer_init(&s->t, &s->cfg, be, s->comm, s->comm), 0);
 }
 
-static void side_start_graph(Side *s, Backend *be, int amp, const char *graph) {
-    side_start_with(s, be, amp, (const char *const[]){graph, NULL});
+static void side_start_graph(Side *s, Backend *be, DType amp_dt, const char *graph) {
+    side_start_with(s, be, amp_dt, (const char *const[]){graph, NULL});
 }
 
-static void side_start(Side *s, Backend *be, int amp) {
-    side_start_graph(s, be, amp, "train.cuda_graph=auto");
+static void side_start(Side *s, Backend *be, DType amp_dt) {
+    side_start_graph(s, be, amp_dt, "train.cuda_graph=auto");
 }
 
 static void side_stop(Side *s) {
@@ -81,7 +87,7 @@ static float *side_weights(Side *s) {
     return w;
 }
 
-// Copies the CPU side's masters and momentum onto the GPU side (and refreshes its fp16 copy), so the next
+// Copies the CPU side's masters and momentum onto the GPU side (and refreshes its 16-bit copy), so the next
 // step starts both from the same state.
 static void resync(Side *gpu_side, Side *cpu_side) {
     size_t n = cpu_side->t.model.params.padded_numel * sizeof(float);
@@ -92,17 +98,19 @@ static void resync(Side *gpu_side, Side *cpu_side) {
     be->sync(be);
 }
 
-// fp32 follows one trajectory for ten steps. AMP rounds to fp16 in different places on the two sides, and
+// fp32 follows one trajectory for ten steps. AMP rounds to 16 bits in different places on the two sides, and
 // ten steps of SGD amplify that chaotically (an H200 run: 1e-4 apart at step 0, 3e-2 at step 9), so under
 // AMP every step starts the GPU from the CPU's state and is held to the one-step bounds: ten different
 // batches, the first eager, the rest replayed from the CUDA graph.
-static void compare_training(int amp, double weight_tol, double loss_tol) {
+static void compare_training(DType amp_dt, double weight_tol, double loss_tol) {
+    const int amp = amp_dt != DTYPE_F32;
+    const char *name = dtype_name(amp_dt);
     char why[256];
     Backend *gpu = cuda_backend_create(0, NULL, why, sizeof why);
     ck_assert_msg(gpu != NULL, "%s", why);
     Side c, g;
-    side_start(&c, cpu_backend_create(), amp);
-    side_start(&g, gpu, amp);
+    side_start(&c, cpu_backend_create(), amp_dt);
+    side_start(&g, gpu, amp_dt);
     float *wc = side_weights(&c), *wg = side_weights(&g);
     size_t n = c.t.model.params.padded_numel;
     ck_assert(memcmp(wc, wg, n * sizeof(float)) == 0);  // same seed: same initial weights
@@ -111,13 +119,13 @@ static void compare_training(int amp, double weight_tol, double loss_tol) {
         tu_train_step(&c.t);
         tu_train_step(&g.t);
         float lc = side_loss(&c), lg = side_loss(&g);
-        printf("%s step %d: loss cpu %.6f cuda %.6f\n", amp ? "amp" : "fp32", step, lc, lg);
+        printf("%s step %d: loss cpu %.6f cuda %.6f\n", name, step, lc, lg);
         ck_assert_msg(isfinite(lg) && fabs(lg - lc) <= loss_tol * fabs(lc), "step %d loss cpu %g cuda %g",
                       step, lc, lg);
         if (step == 0 || amp) {
             wc = side_weights(&c), wg = side_weights(&g);
             double e = tu_rel_error(wg, wc, n);
-            printf("%s weights after step %d: relative difference %.3e\n", amp ? "amp" : "fp32", step, e);
+            printf("%s weights after step %d: relative difference %.3e\n", name, step, e);
             ck_assert_msg(e < weight_tol, "weights after step %d differ by %g", step, e);
             free(wc), free(wg);
         }
@@ -131,24 +139,29 @@ static void compare_training(int amp, double weight_tol, double loss_tol) {
     side_stop(&g);
 }
 
-// One step is held tightly (fp32: summation order only; AMP: where each side rounds to fp16). Over ten
+// One step is held tightly (fp32: summation order only; AMP: where each side rounds to 16 bits). Over ten
 // steps SGD amplifies any difference: at lr 0.02, momentum 0.9 an H200 run gave identical fp32 losses
 // for 4 steps, then 1e-5, 1e-4, 1e-3, 5e-2 apart; at the gentler lr used here the losses get a bound
-// that still catches a wrong step.
-START_TEST(test_fp32_steps_match_cpu) { compare_training(0, 1e-5, 1e-2); }
+// that still catches a wrong step. bf16's bounds are fp16's times 8: it keeps 8 significant bits to
+// fp16's 11, so each rounding is 8 times coarser.
+START_TEST(test_fp32_steps_match_cpu) { compare_training(DTYPE_F32, 1e-5, 1e-2); }
 END_TEST
 
-START_TEST(test_amp_steps_match_cpu) { compare_training(1, 1e-3, 2e-3); }
+START_TEST(test_amp_steps_match_cpu) { compare_training(DTYPE_F16, 1e-3, 2e-3); }
+END_TEST
+
+START_TEST(test_bf16_steps_match_cpu) { compare_training(DTYPE_BF16, 8e-3, 1.6e-2); }
 END_TEST
 
 // The captured step against the same step as plain launches, both on the GPU: the same kernels in the
-// same order on the same data, so the same bits (masters, momentum, the fp16 copy's source, scaler
+// same order on the same data, so the same bits (masters, momentum, the 16-bit copy's source, scaler
 // state) after every one of 12 steps, with an inf injected at step 6 (a step that runs as launches).
-static void compare_graph_to_launches(int amp) {
+static void compare_graph_to_launches(DType amp_dt) {
     char why[256];
+    const char *name = dtype_name(amp_dt);
     Side on, off;
-    side_start_graph(&on, cuda_backend_create(0, NULL, why, sizeof why), amp, "train.cuda_graph=on");
-    side_start_graph(&off, cuda_backend_create(0, NULL, why, sizeof why), amp, "train.cuda_graph=off");
+    side_start_graph(&on, cuda_backend_create(0, NULL, why, sizeof why), amp_dt, "train.cuda_graph=on");
+    side_start_graph(&off, cuda_backend_create(0, NULL, why, sizeof why), amp_dt, "train.cuda_graph=off");
     on.cfg.debug.inject_step = off.cfg.debug.inject_step = 6;
     size_t n = on.t.model.params.padded_numel;
     for (int step = 0; step < 12; step++) {
@@ -157,8 +170,7 @@ static void compare_graph_to_launches(int amp) {
         float *w_on = side_weights(&on), *w_off = side_weights(&off);
         ScalerState s_on = scaler_read(&on.t.scaler, on.be), s_off = scaler_read(&off.t.scaler, off.be);
         ck_assert_msg(memcmp(w_on, w_off, n * sizeof(float)) == 0,
-                      "%s step %d: graph and launches differ (%g)", amp ? "amp" : "fp32", step,
-                      tu_rel_error(w_on, w_off, n));
+                      "%s step %d: graph and launches differ (%g)", name, step, tu_rel_error(w_on, w_off, n));
         ck_assert_msg(s_on.scale == s_off.scale && s_on.growth_count == s_off.growth_count &&
                           s_on.skipped_total == s_off.skipped_total,
                       "step %d: scaler differs", step);
@@ -167,15 +179,16 @@ static void compare_graph_to_launches(int amp) {
     ck_assert_int_ge(on.t.graph.replayed, 9);  // steps 0 (warm-up) and 6 (injection) ran as launches
     ck_assert_int_eq(off.t.graph.replayed, 0);
     ck_assert_int_eq(scaler_read(&on.t.scaler, on.be).skipped_total, 1);
-    printf("%s: 12 steps bitwise equal with and without the graph (%ld replayed)\n", amp ? "amp" : "fp32",
+    printf("%s: 12 steps bitwise equal with and without the graph (%ld replayed)\n", name,
            on.t.graph.replayed);
     side_stop(&on);
     side_stop(&off);
 }
 
 START_TEST(test_graph_replays_bitwise_as_launches) {
-    compare_graph_to_launches(1);
-    compare_graph_to_launches(0);
+    compare_graph_to_launches(DTYPE_F16);
+    compare_graph_to_launches(DTYPE_BF16);
+    compare_graph_to_launches(DTYPE_F32);
 }
 END_TEST
 
@@ -205,7 +218,7 @@ static void start_on_cache(CachedStart *r, int amp) {
     Backend *be = cuda_backend_create(0, &o, why, sizeof why);
     ck_assert_msg(be != NULL, "%s", why);
     Side s;
-    side_start_with(&s, be, amp,
+    side_start_with(&s, be, amp ? DTYPE_F16 : DTYPE_F32,
                     (const char *const[]){"train.cuda_graph=off", "cudnn.benchmark=true",
                                           "cudnn.batch_norm=auto",
                                           amp ? "cudnn.tf32=true" : "cudnn.tf32=false", NULL});
@@ -326,6 +339,7 @@ int main(void) {
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_fp32_steps_match_cpu);
     tcase_add_test(tc, test_amp_steps_match_cpu);
+    tcase_add_test(tc, test_bf16_steps_match_cpu);
     tcase_add_test(tc, test_graph_replays_bitwise_as_launches);
     tcase_add_test(tc, test_second_start_on_the_cache_times_nothing);
     suite_add_tcase(s, tc);

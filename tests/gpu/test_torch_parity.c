@@ -1,13 +1,15 @@
 // test_torch_parity.c - amptrain against PyTorch on the same torchvision ResNeXt-50 32x4d weights and batch.
 //
 // tests/parity/export_torchvision.py (device machine, torch) writes the weights, one batch, and PyTorch's
-// logits, loss and gradients in fp64, fp32 and under autocast; AMPTRAIN_PARITY_FILE names that file.
+// logits, loss and gradients in fp64, fp32 and under fp16 and bf16 autocast; AMPTRAIN_PARITY_FILE names
+// that file.
 //   CPU backend fp32   vs torch fp64   (the reference is trusted through this)
 //   CUDA backend fp32  vs torch fp64   (TF32 off)
-//   CUDA backend AMP   vs torch fp64
+//   CUDA backend AMP   vs torch fp64   (amp.dtype float16, the loss scaled as torch's GradScaler scales it)
+//   CPU and CUDA bf16  vs torch fp64   (amp.dtype bfloat16, unscaled as torch.autocast(bfloat16) runs)
 // Each is held to the exact (fp64) answer no looser than 3x what torch itself reaches in the same
 // precision on the same batch (printed next to ours): at initialisation, with 4 samples, early
-// batch-norm gradients are sums that nearly cancel, so fp32 is off by ~1e-2 there and fp16 activations
+// batch-norm gradients are sums that nearly cancel, so fp32 is off by ~1e-2 there and 16-bit activations
 // by far more; comparing AMP with torch AMP directly would compare two kinds of rounding noise.
 // and a checkpoint written from the loaded weights, which tests/parity/check_checkpoint.py then loads
 // into torchvision. Without the file (CI) or without a GPU for the CUDA cases, the suite reports skipped.
@@ -33,11 +35,14 @@ typedef struct Tolerance {
     double logits, loss, grads, cosine;  // relative errors, and the minimum cosine of the gradient vector
 } Tolerance;
 
-static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const char *checkpoint_out) {
-    char batch_ov[64], train_ov[64], amp_ov[64];
+// amp_dt: the autocast dtype (DTYPE_F32: AMP off).
+static void run_case(Backend *be, DType amp_dt, const char *tag, Tolerance tol, const char *checkpoint_out) {
+    char batch_ov[64], train_ov[64];
     snprintf(batch_ov, sizeof batch_ov, "data.batch_size=%d", batch);
     snprintf(train_ov, sizeof train_ov, "data.train_size=%d", batch);
-    snprintf(amp_ov, sizeof amp_ov, "amp.enabled=%s", amp ? "true" : "false");
+    const char *amp_ov = amp_dt == DTYPE_F16    ? "amp.dtype=float16"
+                         : amp_dt == DTYPE_BF16 ? "amp.dtype=bfloat16"
+                                                : "amp.enabled=false";
     const char *ov[] = {"model.arch=resnext50_32x4d",
                         "model.num_classes=1000",
                         "model.image_size=224",
@@ -80,10 +85,10 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
                      .labels = t.act.labels,
                      .n = batch};
 
-    // AMP: the backward is seeded with the same loss scale as torch's (GradScaler-style), and the
-    // gradients are divided by it again below.
+    // fp16 AMP: the backward is seeded with the same loss scale as torch's (GradScaler-style), and the
+    // gradients are divided by it again below. bf16 seeds with its scaler's fixed 1.
     float scale = 1.0f;
-    if (amp) {
+    if (amp_dt == DTYPE_F16) {
         float *s = tu_st_read(f, "parity.amp.scale", ST_F32, NULL, NULL);
         scale = s[0];
         free(s);
@@ -91,7 +96,8 @@ static void run_case(Backend *be, int amp, const char *tag, Tolerance tol, const
         scaler_write(&t.scaler, be, &st);
     }
     model_forward(m, &t.act, be, &mb, 1);
-    model_loss(m, &t.act, be, &mb, 0.0f, amp ? &t.scaler.state->scale : NULL, 1.0f / (float)batch);
+    model_loss(m, &t.act, be, &mb, 0.0f, amp_dt != DTYPE_F32 ? &t.scaler.state->scale : NULL,
+               1.0f / (float)batch);
     model_backward(m, &t.act, be, &mb, 0, NULL, NULL);
 
     char name[256];
@@ -150,13 +156,8 @@ static Tolerance FP32;  // from the file: 3x torch fp32's own error against fp64
 // AMP against AMP: both round activations to fp16, at different places; 4 samples make batch-norm
 // gradients cancel-prone, which amplifies that rounding (see test_training.c).
 static Tolerance AMP;  // the same from torch AMP's error
-
-START_TEST(test_cpu_fp32_matches_torch) {
-    Backend *be = cpu_backend_create();
-    run_case(be, 0, "cpu-fp32", FP32, "parity_cpu.safetensors");
-    be->destroy(be);
-}
-END_TEST
+// bf16 against bf16 alike, from torch bf16 autocast's error.
+static Tolerance BF16;
 
 static Backend *gpu_or_skip(void) {
     char why[256];
@@ -165,16 +166,27 @@ static Backend *gpu_or_skip(void) {
     return be;
 }
 
-START_TEST(test_cuda_fp32_matches_torch) {
-    Backend *be = gpu_or_skip();
-    run_case(be, 0, "cuda-fp32", FP32, NULL);
-    be->destroy(be);
-}
-END_TEST
+// The cases, the CPU's first (main runs the CUDA ones only where a GPU is usable).
+static const struct {
+    const char *tag;
+    int cuda;
+    DType amp_dt;
+    const Tolerance *tol;
+    const char *checkpoint_out;  // NULL: none
+} parity_cases[] = {
+    {"cpu-fp32", 0, DTYPE_F32, &FP32, "parity_cpu.safetensors"},
+    {"cpu-bf16", 0, DTYPE_BF16, &BF16, NULL},
+    {"cuda-fp32", 1, DTYPE_F32, &FP32, NULL},
+    {"cuda-amp", 1, DTYPE_F16, &AMP, "parity_cuda.safetensors"},
+    {"cuda-bf16", 1, DTYPE_BF16, &BF16, NULL},
+};
+#define CPU_CASES 2
+#define PARITY_CASES (int)(sizeof parity_cases / sizeof parity_cases[0])
 
-START_TEST(test_cuda_amp_matches_torch) {
-    Backend *be = gpu_or_skip();
-    run_case(be, 1, "cuda-amp", AMP, "parity_cuda.safetensors");
+START_TEST(test_matches_torch) {
+    Backend *be = parity_cases[_i].cuda ? gpu_or_skip() : cpu_backend_create();
+    run_case(be, parity_cases[_i].amp_dt, parity_cases[_i].tag, *parity_cases[_i].tol,
+             parity_cases[_i].checkpoint_out);
     be->destroy(be);
 }
 END_TEST
@@ -199,11 +211,13 @@ int main(void) {
         return 1;
     }
     const StTensor *labels = st_find(f, "parity.labels"), *e32 = st_find(f, "parity.torch_fp32_error"),
-                   *e16 = st_find(f, "parity.torch_amp_error");
-    float err32[4], err16[4];
+                   *e16 = st_find(f, "parity.torch_amp_error"), *eb16 = st_find(f, "parity.torch_bf16_error");
+    float err32[4], err16[4], errb16[4];
     const int64_t four[1] = {4};  // logits, loss and gradient errors, then the gradient cosine
-    if (!labels || !e32 || !e16 || st_read(f, e32->name, ST_F32, 1, four, err32, err, sizeof err) != 0 ||
-        st_read(f, e16->name, ST_F32, 1, four, err16, err, sizeof err) != 0) {
+    if (!labels || !e32 || !e16 || !eb16 ||
+        st_read(f, e32->name, ST_F32, 1, four, err32, err, sizeof err) != 0 ||
+        st_read(f, e16->name, ST_F32, 1, four, err16, err, sizeof err) != 0 ||
+        st_read(f, eb16->name, ST_F32, 1, four, errb16, err, sizeof err) != 0) {
         printf("test_torch_parity: %s lacks parity.labels or torch's error figures (re-export it)\n",
                parity_path);
         return 1;
@@ -226,21 +240,28 @@ int main(void) {
                       .loss = fmax(3 * err16[1], 1e-3),
                       .grads = fmax(3 * err16[2], 1e-2),
                       .cosine = cos(fmin(1.5 * acos(fmin(err16[3], 1.0)), M_PI / 2))};
+    // bf16 by the same rules, the floors 8x fp16's: bf16 keeps 8 significant bits to fp16's 11, so each
+    // rounding of an activation, weight or gradient is 8x coarser (the logits and the loss 8e-3, the
+    // gradients 8e-2). Where torch bf16's own error is above the floor, 3x it is the bound, as for fp16:
+    // both sides round the same tensors to bf16 (the convolutions' and the classifier's inputs, weights and
+    // outputs) at the same points of the network, and differ in where each kernel's fp32 sums round. No loss
+    // scale on either side: torch.autocast(bfloat16) runs without a GradScaler, amptrain's scale stays 1.
+    BF16 = (Tolerance){.logits = fmax(3 * errb16[0], 8e-3),
+                       .loss = fmax(3 * errb16[1], 8e-3),
+                       .grads = fmax(3 * errb16[2], 8e-2),
+                       .cosine = cos(fmin(1.5 * acos(fmin(errb16[3], 1.0)), M_PI / 2))};
     printf(
         "torch vs fp64 on this batch: fp32 logits %.2e loss %.2e gradients %.2e cosine %.6f; AMP logits %.2e "
-        "loss %.2e gradients %.2e cosine %.6f (ours must exceed %.6f)\n",
-        err32[0], err32[1], err32[2], err32[3], err16[0], err16[1], err16[2], err16[3], AMP.cosine);
+        "loss %.2e gradients %.2e cosine %.6f (ours must exceed %.6f); bf16 logits %.2e loss %.2e gradients "
+        "%.2e cosine %.6f (ours must exceed %.6f)\n",
+        err32[0], err32[1], err32[2], err32[3], err16[0], err16[1], err16[2], err16[3], AMP.cosine, errb16[0],
+        errb16[1], errb16[2], errb16[3], BF16.cosine);
     st_close(f);
     Suite *s = suite_create("torch_parity");
     TCase *tc = tcase_create("parity");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, test_cpu_fp32_matches_torch);
-    if (have_gpu) {
-        tcase_add_test(tc, test_cuda_fp32_matches_torch);
-        tcase_add_test(tc, test_cuda_amp_matches_torch);
-    } else {
-        printf("test_torch_parity: CUDA cases skipped: %s\n", why);
-    }
+    tcase_add_loop_test(tc, test_matches_torch, 0, have_gpu ? PARITY_CASES : CPU_CASES);
+    if (!have_gpu) printf("test_torch_parity: CUDA cases skipped: %s\n", why);
     suite_add_tcase(s, tc);
     return tu_run_suite(s, 0);
 }

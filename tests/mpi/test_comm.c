@@ -1,6 +1,7 @@
-// test_comm.c - the MPI communicator under mpiexec with 1, 2 and 3 ranks: exact fp32 and fp16 sums
-// (fp16 overflowing to inf only in the sum, like a fp16 add), bitwise-identical results on every rank,
-// the MAX verdict, broadcast from any root, barrier, the ranks-per-GPU start-up check and the host's CPUs.
+// test_comm.c - the MPI communicator under mpiexec with 1, 2 and 3 ranks: exact fp32, fp16 and bf16 sums
+// (16-bit sums overflowing to inf only in the sum, like a 16-bit add), bitwise-identical results on every
+// rank, the MAX verdict, broadcast from any root, barrier, the ranks-per-GPU start-up check and the host's
+// CPUs.
 //
 // Every rank runs every test in the same order (CK_FORK=no), so the collectives match up. The comm runs
 // with a 120 s watchdog: if a failed assertion ever desynchronised the ranks, the job ends instead of
@@ -16,6 +17,7 @@
 #include "core/cpus.h"
 #include "dist/comm.h"
 #include "dist/dist.h"
+#include "kernels/cpu/half.h"
 #include "tests/test_util.h"
 
 static Comm *comm;
@@ -46,63 +48,103 @@ START_TEST(fp32_sum_is_exact) {
 }
 END_TEST
 
-START_TEST(fp16_sum_is_exact_and_overflows_like_fp16) {
-    enum { N = 515, OVERFLOW_AT = N - 3, NAN_AT = N - 2, NEGATIVE_AT = N - 1 };
-    _Float16 buf[N];
-    // (r + 1) * k / 4 with |k| < 64: multiples of 1/4 below 128, exact in fp16, and so is every partial sum.
-    for (int i = 0; i < OVERFLOW_AT; i++) {
-        int k = (i % 64) * (i % 2 ? -1 : 1);
-        buf[i] = (_Float16)((float)(comm->rank + 1) * (float)k * 0.25f);
+// The 16-bit sums, one per _i: the dtype, the k range whose sums are exact in it, a value finite on every
+// rank whose double is not, and half an ulp at magnitudes in [2, 4).
+static const struct {
+    DType dt;
+    int exact_k;  // (r + 1) * k / 4 with |k| < exact_k: every partial sum a multiple of 1/4 exact in dt
+    float big;    // finite in dt, 2 x big is not
+    double half_ulp;
+} sums16[] = {
+    {DTYPE_F16, 64, 40000.0f, 0x1p-10},  // 11 significant bits: multiples of 1/4 below 128 (6 x 63 / 4)
+    {DTYPE_BF16, 16, 2e38f, 0x1p-7},     // 8 significant bits: multiples of 1/4 below 32 (6 x 15 / 4)
+};
+
+// Element i of a 16-bit buffer of dtype dt, from and to fp32.
+static void put16(uint16_t *buf, DType dt, size_t i, float v) {
+    if (dt == DTYPE_F16) {
+        const half h = half_from_float(v);
+        memcpy(&buf[i], &h, sizeof h);
+    } else {
+        buf[i] = bf16_from_float(v);
     }
-    buf[OVERFLOW_AT] = (_Float16)40000.0f;  // finite on every rank; 2 x 40000 > 65504
-    buf[NAN_AT] = comm->rank == comm->size - 1 ? (_Float16)NAN : (_Float16)1.0f;
-    buf[NEGATIVE_AT] = (_Float16)-40000.0f;
-    comm->allreduce_sum(comm, buf, N, DTYPE_F16);
+}
+
+static float get16(const uint16_t *buf, DType dt, size_t i) {
+    if (dt == DTYPE_BF16) return bf16_to_float(buf[i]);
+    half h;
+    memcpy(&h, &buf[i], sizeof h);
+    return half_to_float(h);
+}
+
+START_TEST(sum16_is_exact_and_overflows_like_its_add) {
+    enum { N = 515, OVERFLOW_AT = N - 3, NAN_AT = N - 2, NEGATIVE_AT = N - 1 };
+    const DType dt = sums16[_i].dt;
+    const int exact_k = sums16[_i].exact_k;
+    const float big = sums16[_i].big;
+    uint16_t buf[N];
+    for (int i = 0; i < OVERFLOW_AT; i++) {
+        int k = (i % exact_k) * (i % 2 ? -1 : 1);
+        put16(buf, dt, i, (float)(comm->rank + 1) * (float)k * 0.25f);
+    }
+    put16(buf, dt, OVERFLOW_AT, big);  // finite on every rank; 2 x big is not
+    put16(buf, dt, NAN_AT, comm->rank == comm->size - 1 ? NAN : 1.0f);
+    put16(buf, dt, NEGATIVE_AT, -big);
+    comm->allreduce_sum(comm, buf, N, dt);
     comm->wait(comm);
 
     int p = comm->size;
     for (int i = 0; i < OVERFLOW_AT; i++) {
-        int k = (i % 64) * (i % 2 ? -1 : 1);
+        int k = (i % exact_k) * (i % 2 ? -1 : 1);
         float want = (float)(p * (p + 1) / 2) * (float)k * 0.25f;
-        ck_assert_msg((float)buf[i] == want, "element %d: %.9g, want %.9g", i, (float)buf[i], want);
+        ck_assert_msg(get16(buf, dt, i) == want, "%s element %d: %.9g, want %.9g", dtype_name(dt), i,
+                      get16(buf, dt, i), want);
     }
+    const float sum = get16(buf, dt, OVERFLOW_AT), negative_sum = get16(buf, dt, NEGATIVE_AT);
     if (p >= 2) {
-        float sum = (float)buf[OVERFLOW_AT], negative_sum = (float)buf[NEGATIVE_AT];
-        ck_assert_msg(isinf(sum) && sum > 0, "40000 x %d = %g, want +inf", p, sum);
-        ck_assert_msg(isinf(negative_sum) && negative_sum < 0, "-40000 x %d = %g, want -inf", p,
-                      negative_sum);
+        ck_assert_msg(isinf(sum) && sum > 0, "%s: %g x %d = %g, want +inf", dtype_name(dt), big, p, sum);
+        ck_assert_msg(isinf(negative_sum) && negative_sum < 0, "%s: -%g x %d = %g, want -inf", dtype_name(dt),
+                      big, p, negative_sum);
     } else {
-        ck_assert_float_eq((float)buf[OVERFLOW_AT], 40000.0f);
-        ck_assert_float_eq((float)buf[NEGATIVE_AT], -40000.0f);
+        uint16_t alone;  // one rank: its own value, as dt holds it
+        put16(&alone, dt, 0, big);
+        ck_assert_float_eq(sum, get16(&alone, dt, 0));
+        ck_assert_float_eq(negative_sum, -sum);
     }
-    ck_assert_msg(isnan((float)buf[NAN_AT]), "a NaN on one rank must reach all, got %g", (float)buf[NAN_AT]);
+    ck_assert_msg(isnan(get16(buf, dt, NAN_AT)), "%s: a NaN on one rank must reach all, got %g",
+                  dtype_name(dt), get16(buf, dt, NAN_AT));
 }
 END_TEST
 
 // Sums that round: the order is MPI's, but the bits must be the same on every rank (the invariant that
 // keeps master weights identical). 1 Mi elements, so Open MPI's segmented large-message algorithms run.
-START_TEST(fp16_sum_is_bitwise_identical_on_every_rank) {
+START_TEST(sum16_is_bitwise_identical_on_every_rank) {
+    const DType dt = sums16[_i].dt;
     size_t n = (size_t)1 << 20;
     float *values = malloc(n * sizeof *values);
-    _Float16 *mine = malloc(n * sizeof *mine), *root = malloc(n * sizeof *root);
+    uint16_t *mine = malloc(n * sizeof *mine), *root = malloc(n * sizeof *root);
     tu_fill_uniform(values, n, 1234 + (uint64_t)comm->rank, -1.0f, 1.0f);
-    for (size_t i = 0; i < n; i++) mine[i] = (_Float16)values[i];
-    comm->allreduce_sum(comm, mine, n, DTYPE_F16);
+    for (size_t i = 0; i < n; i++) put16(mine, dt, i, values[i]);
+    comm->allreduce_sum(comm, mine, n, dt);
     memcpy(root, mine, n * sizeof *mine);
     comm->broadcast(comm, root, n * sizeof *root, 0);
 
-    ck_assert_msg(memcmp(mine, root, n * sizeof *mine) == 0, "rank %d's sum differs from rank 0's",
-                  comm->rank);
-    // And it is the sum: operands and partial sums stay below 4 in magnitude, where half an fp16 ulp is
-    // 2^-10, and size - 1 combines round.
+    ck_assert_msg(memcmp(mine, root, n * sizeof *mine) == 0, "%s: rank %d's sum differs from rank 0's",
+                  dtype_name(dt), comm->rank);
+    // And it is the sum: operands and partial sums stay below 4 in magnitude, where half an ulp is
+    // sums16's half_ulp, and size - 1 combines round.
     double *want = calloc(n, sizeof *want);
+    uint16_t rounded;
     for (int r = 0; r < comm->size; r++) {
         tu_fill_uniform(values, n, 1234 + (uint64_t)r, -1.0f, 1.0f);
-        for (size_t i = 0; i < n; i++) want[i] += (double)(_Float16)values[i];
+        for (size_t i = 0; i < n; i++) {
+            put16(&rounded, dt, 0, values[i]);
+            want[i] += (double)get16(&rounded, dt, 0);
+        }
     }
-    double bound = (comm->size - 1) * 0x1p-10, worst = 0;
-    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)mine[i] - want[i]));
-    ck_assert_msg(worst <= bound, "worst error %g > %g", worst, bound);
+    double bound = (comm->size - 1) * sums16[_i].half_ulp, worst = 0;
+    for (size_t i = 0; i < n; i++) worst = fmax(worst, fabs((double)get16(mine, dt, i) - want[i]));
+    ck_assert_msg(worst <= bound, "%s: worst error %g > %g", dtype_name(dt), worst, bound);
     free(want);
     free(values);
     free(mine);
@@ -224,8 +266,8 @@ static Suite *comm_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, mpi_path_taken_under_mpiexec);
     tcase_add_test(tc, fp32_sum_is_exact);
-    tcase_add_test(tc, fp16_sum_is_exact_and_overflows_like_fp16);
-    tcase_add_test(tc, fp16_sum_is_bitwise_identical_on_every_rank);
+    tcase_add_loop_test(tc, sum16_is_exact_and_overflows_like_its_add, 0, 2);
+    tcase_add_loop_test(tc, sum16_is_bitwise_identical_on_every_rank, 0, 2);
     tcase_add_test(tc, max_flag_is_agreed);
     tcase_add_test(tc, broadcast_from_first_and_last_rank);
     tcase_add_test(tc, barrier_waits_for_the_last_rank);

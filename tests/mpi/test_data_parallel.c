@@ -1,10 +1,10 @@
 // test_data_parallel.c - the distributed invariants of docs/design.md on the CPU backend, under mpiexec with
-// 1, 2 and 3 ranks: bitwise-identical master weights, momentum and scaler state on every rank after
-// every step; a skipped step (inf on one rank, or an overflow that only the fp16 sum makes) is skipped
-// everywhere and halves the scale; W ranks with batch b equal one rank with batch b and W accumulation
-// steps; the sampler's shards cover the dataset once; BN statistics averaging and evaluation agree; MixUp,
-// CutMix and label smoothing keep the ranks identical and the graph path equal to launches; a run from a
-// file's weights (model.init) starts and stays identical on every rank.
+// 1, 2 and 3 ranks: bitwise-identical master weights, momentum and scaler state on every rank after every
+// step, under fp16 and bf16 autocast; a skipped step (inf on one rank, or an overflow that only the 16-bit
+// sum makes) is skipped everywhere and halves the fp16 scale (bf16's stays 1); W ranks with batch b equal one
+// rank with batch b and W accumulation steps; the sampler's shards cover the dataset once; BN statistics
+// averaging and evaluation agree; MixUp, CutMix and label smoothing keep the ranks identical and the graph
+// path equal to launches; a run from a file's weights (model.init) starts and stays identical on every rank.
 //
 // Trainers are built here from config_defaults plus overrides (a ResNeXt small enough that a step takes
 // milliseconds) and driven step by step from their own sampler, the way trainer_run's loader does.
@@ -38,29 +38,34 @@ enum { MAX_OVERRIDES = 32, MAX_RANKS = 16 };
 
 // ---- set-up -----------------------------------------------------------------------------------------
 
-// Defaults, a tiny model and data set, no files written, then the test's own overrides (later wins).
-// The schedule is constant so that the learning rate does not depend on the total step count (test 4's
-// reference would otherwise see another schedule), and init_scale is small enough that no step of this
-// model overflows on its own: a skipped step in these tests is always the one a test caused.
-static void make_config(Config *cfg, const char *const *extra) {
+// Defaults, a tiny model and data set, no files written, the precision (one override), then the test's own
+// overrides (later wins). The schedule is constant so that the learning rate does not depend on the total
+// step count (test 4's reference would otherwise see another schedule), and FP16's init_scale is small
+// enough that no step of this model overflows on its own: a skipped step in these tests is always the one a
+// test caused. BF16 trains unscaled (amp.dtype bfloat16 refuses an init_scale).
+#define FP16 "amp.init_scale=256"
+#define BF16 "amp.dtype=bfloat16"
+
+static void make_config_in(Config *cfg, const char *precision, const char *const *extra) {
     static const char *const base[] = {
-        "model.arch=custom",       "model.layers=[1,1,1,1]", "model.planes=8",
-        "model.base_width=16",     "model.cardinality=2",    "model.image_size=32",
-        "model.num_classes=10",    "data.source=learnable",  "data.train_size=96",
-        "data.val_size=0",         "data.batch_size=4",      "data.prefetch=0",
-        "train.schedule=constant", "train.warmup_steps=0",   "train.lr=0.05",
-        "amp.init_scale=256",      "log.metrics=",           "log.progress=never",
-        "checkpoint.dir=",
+        "model.arch=custom",       "model.layers=[1,1,1,1]", "model.planes=8",       "model.base_width=16",
+        "model.cardinality=2",     "model.image_size=32",    "model.num_classes=10", "data.source=learnable",
+        "data.train_size=96",      "data.val_size=0",        "data.batch_size=4",    "data.prefetch=0",
+        "train.schedule=constant", "train.warmup_steps=0",   "train.lr=0.05",        "log.metrics=",
+        "log.progress=never",      "checkpoint.dir=",
     };
     char *all[MAX_OVERRIDES];
     int n = 0;
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) all[n++] = (char *)base[i];
+    all[n++] = (char *)precision;
     for (; extra && *extra; extra++) {
         ck_assert_int_lt(n, MAX_OVERRIDES);
         all[n++] = (char *)*extra;
     }
     ck_assert_int_eq(config_load(cfg, NULL, n, all, stderr), 0);
 }
+
+static void make_config(Config *cfg, const char *const *extra) { make_config_in(cfg, FP16, extra); }
 
 static void trainer_start(Trainer *t, const Config *cfg, Comm *c) {
     ck_assert_int_eq(trainer_init(t, cfg, be, c, c == comm ? grad_comm : c), 0);
@@ -132,12 +137,14 @@ static int master_changed(const State *before, const State *after) {
 
 // ---- 1. bitwise identity after every step ------------------------------------------------------------------
 
+// fp16 (_i 0) with growth_interval 3: the scale grows twice within 8 steps, so a scale update is compared
+// too; bf16 (_i 1): the gradients summed in bf16, the scale 1 throughout.
 START_TEST(every_rank_holds_identical_state_after_every_step) {
     static Config cfg;
-    // growth_interval 3: the scale grows twice within 8 steps, so a scale update is compared too.
-    make_config(&cfg, (const char *const[]){"amp.growth_interval=3", NULL});
+    make_config_in(&cfg, _i ? BF16 : FP16, (const char *const[]){_i ? NULL : "amp.growth_interval=3", NULL});
     Trainer t;
     trainer_start(&t, &cfg, comm);
+    ck_assert_int_eq(t.model.act_dt, _i ? DTYPE_BF16 : DTYPE_F16);
     State before = {0}, after = {0};
     state_read(&t, &before);
     char why[512];
@@ -153,10 +160,10 @@ START_TEST(every_rank_holds_identical_state_after_every_step) {
         State swap = before;
         before = after, after = swap;
     }
-    // `before` now holds the state after step 8: 8 clean steps, growth after steps 3 and 6.
+    // `before` now holds the state after step 8: 8 clean steps; fp16 grew after steps 3 and 6.
     ck_assert_int_eq(before.scaler.skipped_total, 0);
-    ck_assert_float_eq(before.scaler.scale, 256.0f * 4.0f);
-    ck_assert_int_eq(before.scaler.growth_count, 2);
+    ck_assert_float_eq(before.scaler.scale, _i ? 1.0f : 256.0f * 4.0f);
+    ck_assert_int_eq(before.scaler.growth_count, _i ? 0 : 2);
     state_free(&before), state_free(&after);
     trainer_free(&t);
 }
@@ -165,12 +172,14 @@ END_TEST
 // ---- 2. inf on one rank skips the step on every rank ---------------------------------------------------------
 
 // The facts of a skipped step k, on this rank: nothing of the update was written, the scale backed off
-// exactly, the counter reset, the skip counted. Returns 1 when all hold; why says which did not.
-static int step_was_skipped(const State *before, const State *after, char *why, size_t cap) {
+// exactly (fp16: halved; bf16: still 1), the counter reset, the skip counted. Returns 1 when all hold; why
+// says which did not.
+static int step_was_skipped(const State *before, const State *after, int bf16, char *why, size_t cap) {
+    const float want_scale = bf16 ? 1.0f : before->scaler.scale * 0.5f;
     const char *fail =
         memcmp(before->master, after->master, after->n * sizeof(float)) != 0       ? "master weights changed"
         : memcmp(before->momentum, after->momentum, after->n * sizeof(float)) != 0 ? "momentum changed"
-        : after->scaler.scale != before->scaler.scale * 0.5f                       ? "scale did not halve"
+        : after->scaler.scale != want_scale ? (bf16 ? "scale is not 1" : "scale did not halve")
         : after->scaler.skipped_total != before->scaler.skipped_total + 1 ? "skipped_total did not grow"
         : after->scaler.growth_count != 0                                 ? "growth_count not reset"
         : after->scaler.found_inf != 1.0f                                 ? "verdict not set"
@@ -181,26 +190,29 @@ static int step_was_skipped(const State *before, const State *after, char *why, 
     return fail == NULL;
 }
 
+// fp16 (_i 0) and bf16 (_i 1), whose scale stays 1 through the skip.
 START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
     enum { K = 3 };
     static Config cfg;
     char rank_override[64];
     // The last rank poisons its local gradient; with one rank that is rank 0 itself.
     snprintf(rank_override, sizeof rank_override, "debug.inject_rank=%d", comm->size - 1);
-    make_config(&cfg,
-                (const char *const[]){"debug.inject_step=3", rank_override, "debug.inject_value=.inf", NULL});
+    make_config_in(
+        &cfg, _i ? BF16 : FP16,
+        (const char *const[]){"debug.inject_step=3", rank_override, "debug.inject_value=.inf", NULL});
     ck_assert_int_eq(cfg.debug.inject_step, K);
     Trainer t;
     trainer_start(&t, &cfg, comm);
     tu_train_steps(&t, K);
     State before = {0}, after = {0};
     state_read(&t, &before);
-    // The counter must have something to reset (default growth_interval 2000, K clean steps).
-    ck_assert_int_eq(before.scaler.growth_count, K);
+    // fp16's counter must have something to reset (default growth_interval 2000, K clean steps); bf16 has
+    // no growth to count.
+    ck_assert_int_eq(before.scaler.growth_count, _i ? 0 : K);
     tu_train_step(&t);
     state_read(&t, &after);
     char why[512], hashes[512];
-    int skipped = step_was_skipped(&before, &after, why, sizeof why);
+    int skipped = step_was_skipped(&before, &after, _i, why, sizeof why);
     ck_assert_msg(tu_on_every_rank(comm, skipped), "step %d: %s", K, why);
     ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after the skip: %s",
                   hashes);
@@ -215,20 +227,23 @@ START_TEST(inf_on_one_rank_skips_the_step_everywhere) {
         ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "after step %d: %s",
                       step, hashes);
         ck_assert_int_eq(after.scaler.skipped_total, 1);
+        ck_assert_float_eq(after.scaler.scale, _i ? 1.0f : before.scaler.scale);
     }
     state_free(&before), state_free(&after);
     trainer_free(&t);
 }
 END_TEST
 
-// ---- 3. an overflow that only the fp16 sum produces -----------------------------------------------------------
+// ---- 3. an overflow that only the 16-bit sum produces -----------------------------------------------------
 
+// fp16 (_i 0): 40000 is finite (max 65504) on each rank, the sum over 2 or more ranks is not. bf16 (_i 1):
+// 2e38 is finite (max 3.39e38) on each rank, the sum of two is not: the bf16 sum overflows as a bf16 add.
 START_TEST(overflow_only_in_the_sum_skips_with_two_or_more_ranks) {
     enum { K = 1 };
     static Config cfg;
-    // 40000 is finite in fp16 (max 65504) on each rank; the sum over 2 or more ranks is not.
-    make_config(&cfg, (const char *const[]){"debug.inject_step=1", "debug.inject_rank=-1",
-                                            "debug.inject_value=40000", NULL});
+    const char *value = _i ? "debug.inject_value=2e38" : "debug.inject_value=40000";
+    make_config_in(&cfg, _i ? BF16 : FP16,
+                   (const char *const[]){"debug.inject_step=1", "debug.inject_rank=-1", value, NULL});
     Trainer t;
     trainer_start(&t, &cfg, comm);
     tu_train_steps(&t, K);
@@ -238,15 +253,15 @@ START_TEST(overflow_only_in_the_sum_skips_with_two_or_more_ranks) {
     state_read(&t, &after);
     char why[512], hashes[512];
     if (comm->size >= 2) {
-        int skipped = step_was_skipped(&before, &after, why, sizeof why);
-        ck_assert_msg(tu_on_every_rank(comm, skipped), "%d ranks x 40000 must overflow the fp16 sum: %s",
-                      comm->size, why);
+        int skipped = step_was_skipped(&before, &after, _i, why, sizeof why);
+        ck_assert_msg(tu_on_every_rank(comm, skipped), "%d ranks x %s must overflow the %s sum: %s",
+                      comm->size, value, _i ? "bf16" : "fp16", why);
     } else {
-        ck_assert_msg(master_changed(&before, &after), "one rank: 40000 is finite, the step must train");
+        ck_assert_msg(master_changed(&before, &after), "one rank: %s is finite, the step must train", value);
         ck_assert_float_eq(after.scaler.found_inf, 0.0f);
         ck_assert_float_eq(after.scaler.scale, before.scaler.scale);
         ck_assert_int_eq(after.scaler.skipped_total, before.scaler.skipped_total);
-        ck_assert_int_eq(after.scaler.growth_count, before.scaler.growth_count + 1);
+        ck_assert_int_eq(after.scaler.growth_count, _i ? 0 : before.scaler.growth_count + 1);
     }
     ck_assert_msg(same_on_every_rank(state_hash(&after), hashes, sizeof hashes), "%s", hashes);
     state_free(&before), state_free(&after);
@@ -493,10 +508,10 @@ END_TEST
 
 // ---- 7c. MixUp, CutMix and label smoothing -------------------------------------------------------------------
 
-// Each rank mixes its own micro-batch with its own draw (data/batch_mix.h), yet the summed gradient keeps every
-// rank's state bitwise the same. The draws reach the device before each step, so the graph path, which captured
-// the step once, trains bitwise like launches (a draw baked into the capture would differ from the next step
-// on). Not vacuous: the same run without mixing and smoothing ends elsewhere.
+// Each rank mixes its own micro-batch with its own draw (data/batch_mix.h), yet the summed gradient keeps
+// every rank's state bitwise the same. The draws reach the device before each step, so the graph path, which
+// captured the step once, trains bitwise like launches (a draw baked into the capture would differ from the
+// next step on). Not vacuous: the same run without mixing and smoothing ends elsewhere.
 START_TEST(mixing_keeps_ranks_identical_and_the_graph_follows_the_draws) {
     enum { STEPS = 10 };
     static Config graph_cfg, launch_cfg, plain_cfg;
@@ -677,9 +692,9 @@ static Suite *data_parallel_suite(void) {
     Suite *s = suite_create("data_parallel");
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 120);
-    tcase_add_test(tc, every_rank_holds_identical_state_after_every_step);
-    tcase_add_test(tc, inf_on_one_rank_skips_the_step_everywhere);
-    tcase_add_test(tc, overflow_only_in_the_sum_skips_with_two_or_more_ranks);
+    tcase_add_loop_test(tc, every_rank_holds_identical_state_after_every_step, 0, 2);
+    tcase_add_loop_test(tc, inf_on_one_rank_skips_the_step_everywhere, 0, 2);
+    tcase_add_loop_test(tc, overflow_only_in_the_sum_skips_with_two_or_more_ranks, 0, 2);
     tcase_add_test(tc, ranks_equal_one_rank_with_accumulation);
     tcase_add_test(tc, shards_cover_the_dataset_once);
     tcase_add_test(tc, bn_sync_and_evaluation_agree_on_every_rank);

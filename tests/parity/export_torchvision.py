@@ -11,11 +11,14 @@ Tensors written (fp32 unless noted):
   parity.amp.logits / .loss / .grad.<param>   the same under torch.autocast(float16), backward of
                               loss x parity.amp.scale (as GradScaler does, so fp16 gradients do not
                               underflow), gradients divided by it again
+  parity.bf16.logits / .loss / .grad.<param>  the same under torch.autocast(bfloat16), backward of the
+                              loss itself (bf16 autocast runs without a GradScaler)
   parity.fp64.logits / .loss / .grad.<param>  the same in float64 (stored as fp32): the exact answer that
                               both fp32 implementations are measured against
   parity.torch_fp32_error     (4,) torch fp32's own relative error against fp64: logits, loss, gradients;
                               then the cosine between its gradient vector and fp64's
   parity.torch_amp_error      (4,) the same for torch AMP
+  parity.torch_bf16_error     (4,) the same for torch bf16 autocast
 """
 import argparse
 
@@ -43,18 +46,21 @@ out["parity.input"] = x.permute(0, 2, 3, 1).contiguous().cpu()
 out["parity.labels"] = y.to(torch.int32).cpu()
 out["parity.amp.scale"] = out_scale
 
-for tag, amp, dtype in (("fp32", False, torch.float32), ("amp", True, torch.float32), ("fp64", False, torch.float64)):
+# (tag, autocast dtype or None, parameter dtype, loss scale)
+PASSES = (("fp32", None, torch.float32, 1.0), ("amp", torch.float16, torch.float32, AMP_SCALE),
+          ("bf16", torch.bfloat16, torch.float32, 1.0), ("fp64", None, torch.float64, 1.0))
+for tag, autocast, dtype, scale in PASSES:
     net = net.to(dtype)
     net.load_state_dict(state)  # identical weights and running stats for every pass
     net.zero_grad(set_to_none=True)
-    with torch.autocast("cuda", dtype=torch.float16, enabled=amp):
+    with torch.autocast("cuda", dtype=autocast or torch.float16, enabled=autocast is not None):
         logits = net(x.to(dtype))
-        loss = torch.nn.functional.cross_entropy(logits.to(dtype) if not amp else logits.float(), y)
-    (loss * AMP_SCALE if amp else loss).backward()
+        loss = torch.nn.functional.cross_entropy(logits.float() if autocast else logits, y)
+    (loss * scale).backward()
     out[f"parity.{tag}.logits"] = logits.float().detach().cpu()
     out[f"parity.{tag}.loss"] = loss.detach().float().reshape(1).cpu()
     for name, param in net.named_parameters():
-        out[f"parity.{tag}.grad.{name}"] = (param.grad.float() / (AMP_SCALE if amp else 1)).contiguous().cpu()
+        out[f"parity.{tag}.grad.{name}"] = (param.grad.float() / scale).contiguous().cpu()
     print(f"{tag}: loss {loss.item():.6f}")
 
 def rel(a, b):
@@ -65,7 +71,7 @@ def cosine(a, b):
     return (a.dot(b) / (a.norm() * b.norm())).item()
 
 grads64 = torch.cat([out[k].flatten() for k in out if k.startswith("parity.fp64.grad.")])
-for tag in ("fp32", "amp"):
+for tag in ("fp32", "amp", "bf16"):
     grads = torch.cat([out[k].flatten() for k in out if k.startswith(f"parity.{tag}.grad.")])
     err = [rel(out[f"parity.{tag}.logits"], out["parity.fp64.logits"]),
            rel(out[f"parity.{tag}.loss"], out["parity.fp64.loss"]), rel(grads, grads64), cosine(grads, grads64)]

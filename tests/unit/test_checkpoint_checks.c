@@ -2,7 +2,8 @@
 // exit 2, with one line naming the tensor or the metadata key: non-finite weights, momentum or BN
 // statistics, a negative variance, a loss scale that is no positive normal fp32 number, negative,
 // inconsistent or absurd counters, a non-positive world/batch/accumulation; so is one that would not
-// continue the same run (another seed, other data) and one whose data does not match its checksum.
+// continue the same run (another seed, other data, another autocast dtype) and one whose data does not
+// match its checksum.
 // --dry-run refuses each the same way. A resume at or past the run's end has nothing to do (exit 0, no
 // summary). A resume with another batch size trains to the end of train.epochs and says how the position maps.
 #include <check.h>
@@ -109,6 +110,13 @@ static const BadCheckpoint bad_checkpoints[] = {
     {NULL, 0, {"batch_size", "-32"}, "'batch_size' is -32: must be at least 1"},
     {NULL, 0, {"accum_steps", "0"}, "'accum_steps' is 0: must be at least 1"},
     {NULL, 0, {"amp", "2"}, "'amp' is 2: must be 0 or 1"},
+    {NULL, 0, {"amp_dtype", "float32"}, "'amp_dtype' is 'float32': must be float16 or bfloat16 (amp is 1)"},
+    {NULL, 0, {"amp", "0"}, "'amp_dtype' is 'float16': must be float32 (amp is 0)"},
+    {NULL,
+     0,
+     {"amp_dtype", "bfloat16"},
+     "'amp_dtype' is bfloat16, this run's amp.dtype is float16: a run continues in the precision it trained "
+     "in (resume with amp.dtype=bfloat16; model.init=bad_"},
     {NULL, 0, {"growth_count", "-1"}, "growth_count -1, skipped_total "},
     {NULL, 0, {"skipped_total", "4"}, "skipped_total 4: each must be in [0, step 3]"},
     {NULL, 0, {"step", "1.5"}, "checkpoint metadata 'step' is not an integer"},

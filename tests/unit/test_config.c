@@ -77,6 +77,7 @@ static void assert_same_values(const Config *a, const Config *b) {
     ck_assert_int_eq(a->train.accum_steps, b->train.accum_steps);
     ck_assert_str_eq(a->train.lr_scaling, b->train.lr_scaling);
     ck_assert_int_eq(a->amp.enabled, b->amp.enabled);
+    ck_assert_str_eq(a->amp.dtype, b->amp.dtype);
     ck_assert_int_eq(a->amp.dynamic, b->amp.dynamic);
     ck_assert(a->amp.init_scale == b->amp.init_scale);
     ck_assert(a->amp.growth_factor == b->amp.growth_factor);
@@ -116,6 +117,7 @@ START_TEST(defaults_are_the_tiny_demo_and_valid) {
     ck_assert_int_eq(d.data.batch_size, 32);
     ck_assert(d.train.lr == 0.1 && d.train.weight_decay == 5e-4);
     ck_assert_str_eq(d.train.schedule, "cosine");
+    ck_assert_str_eq(d.amp.dtype, "float16");
     ck_assert(d.amp.init_scale == 65536.0 && d.amp.growth_factor == 2.0 && d.amp.backoff_factor == 0.5);
     ck_assert_int_eq(d.amp.growth_interval, 2000);
     ck_assert(isinf(d.debug.inject_value) && d.debug.inject_value > 0);
@@ -348,6 +350,46 @@ START_TEST(command_line_source_drops_the_files_keys_for_its_source) {
 }
 END_TEST
 
+// config_print's text of c holds `expect`, and read back from `file` it gives c's values.
+static void assert_prints_back(const Config *c, const char *file, const char *expect) {
+    Config back;
+    char *text = printed(c);
+    ck_assert_msg(strstr(text, expect) != NULL, "'%s' not in:\n%s", expect, text);
+    tu_write_file(file, text);
+    load_ok(&back, file, 0, NULL);
+    assert_same_values(c, &back);
+    free(text);
+}
+
+// amp.dtype bfloat16 trains unscaled: the scaler's keys resolve to a static scale of 1. The file's scaling
+// keys (written for its float16) are dropped when the command line switches to bfloat16, and the file's
+// amp.dtype when the command line turns AMP off; config_print comments out what the run does not read, so
+// the printed config reads back.
+START_TEST(bfloat16_runs_unscaled_and_drops_the_files_scaling_keys) {
+    Config c, d;
+    config_defaults(&d);
+    char *bf16[] = {"amp.dtype=bfloat16"};
+    load_ok(&c, NULL, 1, bf16);
+    ck_assert_str_eq(c.amp.dtype, "bfloat16");
+    ck_assert_int_eq(c.amp.dynamic, 0);
+    ck_assert(c.amp.init_scale == 1.0);
+
+    load_ok(&c, SHIPPED("tiny.yaml"), 1, bf16);  // the file writes dynamic, init_scale, growth_factor, ...
+    ck_assert_int_eq(c.amp.dynamic, 0);
+    ck_assert(c.amp.init_scale == 1.0);
+    ck_assert(c.amp.growth_factor == d.amp.growth_factor && c.amp.growth_interval == d.amp.growth_interval);
+    assert_prints_back(&c, "printed_bf16.yaml",
+                       "\n  # init_scale: 1   (not read: amp.dtype bfloat16 trains without loss scaling");
+
+    tu_write_file("bf16.yaml", "amp:\n  enabled: true\n  dtype: bfloat16\n");
+    char *fp32[] = {"amp.enabled=false"};
+    load_ok(&c, "bf16.yaml", 1, fp32);  // the fp32 baseline of a bfloat16 config
+    ck_assert_int_eq(c.amp.enabled, 0);
+    ck_assert_str_eq(c.amp.dtype, "float16");
+    assert_prints_back(&c, "printed_fp32.yaml", "\n  # dtype: float16   (not read: amp.enabled is false");
+}
+END_TEST
+
 // The JPEG sources' sides: unwritten ones follow model.image_size (validation resized by round(x 256 / 224),
 // Python's round), written ones stand alone; torchvision's V2 recipe (train 176, resize 232, crop 224), the
 // augmentation keys, MixUp, CutMix and label smoothing print and read back as they are.
@@ -541,6 +583,21 @@ static const BadConfig bad_configs[] = {
      "command line: dist.timeout_s: 5e-324 is not a normal fp32"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "amp.growth_interval=0",
      "command line: amp.growth_interval: must be >= 1 (got 0)"},
+    // amp.dtype: only with AMP on; bfloat16 has no loss scale to set
+    {"dtype_fp32.yaml", "amp:\n  enabled: false\n  dtype: bfloat16\n", NULL,
+     "dtype_fp32.yaml:3: amp.dtype: amp.enabled is false, so everything trains in fp32; set amp.enabled: true "
+     "for bfloat16"},
+    {"dtype_fp32.yaml", "amp:\n  enabled: false\n", "amp.dtype=float16",
+     "command line: amp.dtype: amp.enabled is false"},
+    {"bad_dtype.yaml", "amp:\n  dtype: fp8\n", NULL,
+     "bad_dtype.yaml:2: amp.dtype: expected one of float16, bfloat16, got fp8"},
+    {"bf16_scale.yaml", "amp:\n  dtype: bfloat16\n  init_scale: 1024\n", NULL,
+     "bf16_scale.yaml:3: amp.init_scale: amp.dtype bfloat16 trains without loss scaling (bf16 has fp32's "
+     "exponent range; the scale stays 1): use amp.dtype: float16 to scale the loss"},
+    {"bf16_dynamic.yaml", "amp:\n  dynamic: false\n  dtype: bfloat16\n", NULL,
+     "bf16_dynamic.yaml:2: amp.dynamic: amp.dtype bfloat16 trains without loss scaling"},
+    {"bf16_file.yaml", "amp:\n  dtype: bfloat16\n", "amp.min_scale=0",
+     "command line: amp.min_scale: amp.dtype bfloat16 trains without loss scaling"},
     {"ok.yaml", "train:\n  lr: 0.1\n", "model.layers=[1, 1,",
      "command line: model.layers: cannot parse the value"},
     {"preset.yaml", "model:\n  arch: resnext50_32x4d\n", "model.planes=64",
@@ -700,6 +757,7 @@ static Suite *config_suite(void) {
     tcase_add_test(good, overrides_apply_after_the_file);
     tcase_add_test(good, print_reads_back_to_identical_values);
     tcase_add_test(good, command_line_source_drops_the_files_keys_for_its_source);
+    tcase_add_test(good, bfloat16_runs_unscaled_and_drops_the_files_scaling_keys);
     tcase_add_test(good, cifar10_fixes_classes_and_image_size);
     tcase_add_test(good, image_sides_follow_image_size_unless_written);
     tcase_add_test(good, bounds_take_their_largest_values);

@@ -1,6 +1,7 @@
 // test_cpu_ops.c - the CPU reference backend against independent references: finite differences for
 // every backward, textbook formulas for the forwards, hand-computed PyTorch semantics for the optimizer
-// and the loss scaler, and fp16 storage against fp32.
+// and the loss scaler, fp16 and bf16 storage against fp32, and bf16 rounding against bit patterns worked out
+// by hand.
 #include <check.h>
 #include <math.h>
 #include <stdlib.h>
@@ -663,137 +664,155 @@ START_TEST(test_softmax_xent_without_smoothing_or_mixing_is_bitwise_the_one_hot_
 }
 END_TEST
 
-// ---- fp16 storage -----------------------------------------------------------------------------------
-// Each op runs on fp16 buffers and on fp32 buffers holding the same (fp16-representable) values; the
-// outputs differ only by fp16 rounding of the result (2^-11 relative) and of intermediate stores.
+// ---- 16-bit storage ----------------------------------------------------------------------------------
+// Each op runs on fp16 or bf16 buffers and on fp32 buffers holding the same (representable) values; the
+// outputs differ only by the 16-bit rounding of the result (unit roundoff 2^-11 for fp16, 2^-8 for bf16)
+// and of intermediate stores: norm-wise relative errors below the unit roundoff (measured: at most 3.2e-4
+// in fp16, the average pool; 1.7e-3 in bf16, the grouped convolution's filter gradient). The tolerances
+// leave room for unluckier draws; a wrong op is off by O(1).
 #define F16_TOL 1e-2
+#define BF16_TOL 2e-2
 
-static half *to_half(const float *x, size_t n) {
-    half *h = calloc(n ? n : 1, sizeof(half));
-    for (size_t i = 0; i < n; i++) h[i] = half_from_float(x[i]);
+static const DType half_dtypes[] = {DTYPE_F16, DTYPE_BF16};
+#define HALF_DTYPES (int)(sizeof half_dtypes / sizeof half_dtypes[0])
+
+static double tol_of(DType dt) { return dt == DTYPE_BF16 ? BF16_TOL : F16_TOL; }
+
+// n values of dtype dt (fp16 or bf16), each x[i] rounded once.
+static void *to_dt(DType dt, const float *x, size_t n) {
+    void *h = calloc(n ? n : 1, dtype_size(dt));
+    for (size_t i = 0; i < n; i++) dtype_store(h, dt, i, x[i]);
     return h;
 }
 
-// Random floats already rounded to fp16, so both paths start from identical inputs.
-static float *random_halfs(size_t n, uint64_t seed, float lo, float hi) {
+static float round_to(DType dt, float v) {
+    float stored;  // room for an element of any dtype
+    dtype_store(&stored, dt, 0, v);
+    return dtype_load(&stored, dt, 0);
+}
+
+// Random floats already rounded to dt, so both paths start from identical inputs.
+static float *random_in(DType dt, size_t n, uint64_t seed, float lo, float hi) {
     float *x = random_floats(n, seed, lo, hi);
-    for (size_t i = 0; i < n; i++) x[i] = half_to_float(half_from_float(x[i]));
+    for (size_t i = 0; i < n; i++) x[i] = round_to(dt, x[i]);
     return x;
 }
 
-static void assert_half_close(const char *what, const half *h, const float *ref, size_t n) {
+static void assert_dt_close(const char *what, DType dt, const void *h, const float *ref, size_t n) {
     float *f = floats(n);
-    for (size_t i = 0; i < n; i++) f[i] = half_to_float(h[i]);
+    for (size_t i = 0; i < n; i++) f[i] = dtype_load(h, dt, i);
     const double err = tu_rel_error(f, ref, n);
-    ck_assert_msg(err < F16_TOL, "%s: fp16 vs fp32 relative error %.3g", what, err);
+    ck_assert_msg(err < tol_of(dt), "%s: %s vs fp32 relative error %.3g", what, dtype_name(dt), err);
     free(f);
 }
 
-START_TEST(test_fp16_matches_fp32) {
+START_TEST(test_16bit_storage_matches_fp32) {
+    const DType dt = half_dtypes[_i];
     // Convolution: grouped, strided.
     ConvShape s = conv_cases[1];
     conv_shape_finish(&s);
     const size_t nx = conv_x_count(&s), nw = conv_w_count(&s), ny = conv_y_count(&s);
-    float *x = random_halfs(nx, 1400, -1, 1), *w = random_halfs(nw, 1401, -1, 1),
-          *dy = random_halfs(ny, 1402, -1, 1);
-    half *xh = to_half(x, nx), *wh = to_half(w, nw), *dyh = to_half(dy, ny);
+    float *x = random_in(dt, nx, 1400, -1, 1), *w = random_in(dt, nw, 1401, -1, 1),
+          *dy = random_in(dt, ny, 1402, -1, 1);
+    void *xh = to_dt(dt, x, nx), *wh = to_dt(dt, w, nw), *dyh = to_dt(dt, dy, ny);
     float *y = floats(ny), *dx = floats(nx), *dw = floats(nw);
-    half *yh = to_half(y, ny), *dxh = to_half(dx, nx), *dwh = to_half(dw, nw);
+    void *yh = to_dt(dt, y, ny), *dxh = to_dt(dt, dx, nx), *dwh = to_dt(dt, dw, nw);
     be->conv_forward(be, &s, DTYPE_F32, x, w, y);
-    be->conv_forward(be, &s, DTYPE_F16, xh, wh, yh);
-    assert_half_close("conv_forward", yh, y, ny);
+    be->conv_forward(be, &s, dt, xh, wh, yh);
+    assert_dt_close("conv_forward", dt, yh, y, ny);
     be->conv_backward_data(be, &s, DTYPE_F32, dy, w, dx, 0);
-    be->conv_backward_data(be, &s, DTYPE_F16, dyh, wh, dxh, 0);
-    assert_half_close("conv_backward_data", dxh, dx, nx);
+    be->conv_backward_data(be, &s, dt, dyh, wh, dxh, 0);
+    assert_dt_close("conv_backward_data", dt, dxh, dx, nx);
     be->conv_backward_filter(be, &s, DTYPE_F32, x, dy, dw, 0);
-    be->conv_backward_filter(be, &s, DTYPE_F16, xh, dyh, dwh, 0);
-    assert_half_close("conv_backward_filter", dwh, dw, nw);
+    be->conv_backward_filter(be, &s, dt, xh, dyh, dwh, 0);
+    assert_dt_close("conv_backward_filter", dt, dwh, dw, nw);
     free(x), free(w), free(dy), free(xh), free(wh), free(dyh), free(y), free(dx), free(dw);
     free(yh), free(dxh), free(dwh);
 
     // Batch norm with residual and ReLU, forward and backward; statistics are fp32 in both.
     const size_t nb = BN_ROWS * BN_C;
-    float *bx = random_halfs(nb, 1410, -2, 3), *bres = random_halfs(nb, 1411, -1, 1),
-          *bdy = random_halfs(nb, 1412, -1, 1);
+    float *bx = random_in(dt, nb, 1410, -2, 3), *bres = random_in(dt, nb, 1411, -1, 1),
+          *bdy = random_in(dt, nb, 1412, -1, 1);
     float *gamma = random_floats(BN_C, 1413, 0.5f, 1.5f), *beta = random_floats(BN_C, 1414, -0.5f, 0.5f);
-    half *bxh = to_half(bx, nb), *bresh = to_half(bres, nb), *bdyh = to_half(bdy, nb);
+    void *bxh = to_dt(dt, bx, nb), *bresh = to_dt(dt, bres, nb), *bdyh = to_dt(dt, bdy, nb);
     float *by = floats(nb), *bdx = floats(nb), *bdres = floats(nb), dg[BN_C], db[BN_C];
-    half *byh = to_half(by, nb), *bdxh = to_half(bdx, nb), *bdresh = to_half(bdres, nb), dgh[BN_C], dbh[BN_C];
+    void *byh = to_dt(dt, by, nb), *bdxh = to_dt(dt, bdx, nb), *bdresh = to_dt(dt, bdres, nb);
+    void *dgh = calloc(BN_C, dtype_size(dt)), *dbh = calloc(BN_C, dtype_size(dt));
     float rm[BN_C] = {0}, rv[BN_C] = {0}, mean[BN_C], invstd[BN_C], mean_h[BN_C], invstd_h[BN_C];
     be->bn_forward_train(be, BN_ROWS, BN_C, DTYPE_F32, bx, bres, 1, gamma, beta, rm, rv, BN_MOMENTUM, BN_EPS,
                          mean, invstd, by);
-    be->bn_forward_train(be, BN_ROWS, BN_C, DTYPE_F16, bxh, bresh, 1, gamma, beta, rm, rv, BN_MOMENTUM,
-                         BN_EPS, mean_h, invstd_h, byh);
-    assert_half_close("bn_forward_train", byh, by, nb);
+    be->bn_forward_train(be, BN_ROWS, BN_C, dt, bxh, bresh, 1, gamma, beta, rm, rv, BN_MOMENTUM, BN_EPS,
+                         mean_h, invstd_h, byh);
+    assert_dt_close("bn_forward_train", dt, byh, by, nb);
     ck_assert(tu_rel_error(mean_h, mean, BN_C) < 1e-6);  // same inputs, same fp32 statistics
     be->bn_backward(be, BN_ROWS, BN_C, DTYPE_F32, bx, by, bdy, 1, gamma, mean, invstd, bdx, 0, dg, db, 0,
                     bdres);
-    be->bn_backward(be, BN_ROWS, BN_C, DTYPE_F16, bxh, byh, bdyh, 1, gamma, mean_h, invstd_h, bdxh, 0, dgh,
-                    dbh, 0, bdresh);
-    assert_half_close("bn_backward dx", bdxh, bdx, nb);
-    assert_half_close("bn_backward dgamma", dgh, dg, BN_C);
-    assert_half_close("bn_backward dbeta", dbh, db, BN_C);
-    assert_half_close("bn_backward d_residual", bdresh, bdres, nb);
+    be->bn_backward(be, BN_ROWS, BN_C, dt, bxh, byh, bdyh, 1, gamma, mean_h, invstd_h, bdxh, 0, dgh, dbh, 0,
+                    bdresh);
+    assert_dt_close("bn_backward dx", dt, bdxh, bdx, nb);
+    assert_dt_close("bn_backward dgamma", dt, dgh, dg, BN_C);
+    assert_dt_close("bn_backward dbeta", dt, dbh, db, BN_C);
+    assert_dt_close("bn_backward d_residual", dt, bdresh, bdres, nb);
     be->bn_forward_eval(be, BN_ROWS, BN_C, DTYPE_F32, bx, bres, 1, gamma, beta, rm, rv, BN_EPS, by);
-    be->bn_forward_eval(be, BN_ROWS, BN_C, DTYPE_F16, bxh, bresh, 1, gamma, beta, rm, rv, BN_EPS, byh);
-    assert_half_close("bn_forward_eval", byh, by, nb);
+    be->bn_forward_eval(be, BN_ROWS, BN_C, dt, bxh, bresh, 1, gamma, beta, rm, rv, BN_EPS, byh);
+    assert_dt_close("bn_forward_eval", dt, byh, by, nb);
     free(bx), free(bres), free(bdy), free(gamma), free(beta), free(bxh), free(bresh), free(bdyh);
-    free(by), free(bdx), free(bdres), free(byh), free(bdxh), free(bdresh);
+    free(by), free(bdx), free(bdres), free(byh), free(bdxh), free(bdresh), free(dgh), free(dbh);
 
     // Pooling.
     PoolShape ps = maxpool_shape(2, 7, 8, 3);
     const size_t px = pool_x_count(&ps), py = pool_y_count(&ps);
-    float *mx = random_halfs(px, 1420, -1, 1), *mdy = random_halfs(py, 1421, -1, 1);
-    half *mxh = to_half(mx, px), *mdyh = to_half(mdy, py);
+    float *mx = random_in(dt, px, 1420, -1, 1), *mdy = random_in(dt, py, 1421, -1, 1);
+    void *mxh = to_dt(dt, mx, px), *mdyh = to_dt(dt, mdy, py);
     float *my = floats(py), *mdx = floats(px);
-    half *myh = to_half(my, py), *mdxh = to_half(mdx, px);
+    void *myh = to_dt(dt, my, py), *mdxh = to_dt(dt, mdx, px);
     be->maxpool_forward(be, &ps, DTYPE_F32, mx, my);
-    be->maxpool_forward(be, &ps, DTYPE_F16, mxh, myh);
-    assert_half_close("maxpool_forward", myh, my, py);
+    be->maxpool_forward(be, &ps, dt, mxh, myh);
+    assert_dt_close("maxpool_forward", dt, myh, my, py);
     be->maxpool_backward(be, &ps, DTYPE_F32, mx, my, mdy, mdx);
-    be->maxpool_backward(be, &ps, DTYPE_F16, mxh, myh, mdyh, mdxh);
-    assert_half_close("maxpool_backward", mdxh, mdx, px);
+    be->maxpool_backward(be, &ps, dt, mxh, myh, mdyh, mdxh);
+    assert_dt_close("maxpool_backward", dt, mdxh, mdx, px);
     be->avgpool_forward(be, 2, 28, 6, DTYPE_F32, mx, my);  // (2, 28, 6) view of the same 336 values
-    be->avgpool_forward(be, 2, 28, 6, DTYPE_F16, mxh, myh);
-    assert_half_close("avgpool_forward", myh, my, 12);
+    be->avgpool_forward(be, 2, 28, 6, dt, mxh, myh);
+    assert_dt_close("avgpool_forward", dt, myh, my, 12);
     be->avgpool_backward(be, 2, 28, 6, DTYPE_F32, mdy, mdx);
-    be->avgpool_backward(be, 2, 28, 6, DTYPE_F16, mdyh, mdxh);
-    assert_half_close("avgpool_backward", mdxh, mdx, 2 * 28 * 6);
+    be->avgpool_backward(be, 2, 28, 6, dt, mdyh, mdxh);
+    assert_dt_close("avgpool_backward", dt, mdxh, mdx, 2 * 28 * 6);
     free(mx), free(mdy), free(mxh), free(mdyh), free(my), free(mdx), free(myh), free(mdxh);
 
     // Linear.
     const int n = 4, in = 12, out = 7;
-    float *lx = random_halfs(n * in, 1430, -1, 1), *lw = random_halfs(out * in, 1431, -1, 1);
-    float *lb = random_halfs(out, 1432, -1, 1), *ldy = random_halfs(n * out, 1433, -1, 1);
-    half *lxh = to_half(lx, n * in), *lwh = to_half(lw, out * in), *lbh = to_half(lb, out),
-         *ldyh = to_half(ldy, n * out);
+    float *lx = random_in(dt, n * in, 1430, -1, 1), *lw = random_in(dt, out * in, 1431, -1, 1);
+    float *lb = random_in(dt, out, 1432, -1, 1), *ldy = random_in(dt, n * out, 1433, -1, 1);
+    void *lxh = to_dt(dt, lx, n * in), *lwh = to_dt(dt, lw, out * in), *lbh = to_dt(dt, lb, out),
+         *ldyh = to_dt(dt, ldy, n * out);
     float *ly = floats(n * out), *ldx = floats(n * in), *ldw = floats(out * in), *ldb = floats(out);
-    half *lyh = to_half(ly, n * out), *ldxh = to_half(ldx, n * in), *ldwh = to_half(ldw, out * in),
-         *ldbh = to_half(ldb, out);
+    void *lyh = to_dt(dt, ly, n * out), *ldxh = to_dt(dt, ldx, n * in), *ldwh = to_dt(dt, ldw, out * in),
+         *ldbh = to_dt(dt, ldb, out);
     be->linear_forward(be, n, in, out, DTYPE_F32, lx, lw, lb, ly);
-    be->linear_forward(be, n, in, out, DTYPE_F16, lxh, lwh, lbh, lyh);
-    assert_half_close("linear_forward", lyh, ly, n * out);
+    be->linear_forward(be, n, in, out, dt, lxh, lwh, lbh, lyh);
+    assert_dt_close("linear_forward", dt, lyh, ly, n * out);
     be->linear_backward(be, n, in, out, DTYPE_F32, lx, lw, ldy, ldx, ldw, ldb, 0);
-    be->linear_backward(be, n, in, out, DTYPE_F16, lxh, lwh, ldyh, ldxh, ldwh, ldbh, 0);
-    assert_half_close("linear_backward dx", ldxh, ldx, n * in);
-    assert_half_close("linear_backward dw", ldwh, ldw, out * in);
-    assert_half_close("linear_backward db", ldbh, ldb, out);
+    be->linear_backward(be, n, in, out, dt, lxh, lwh, ldyh, ldxh, ldwh, ldbh, 0);
+    assert_dt_close("linear_backward dx", dt, ldxh, ldx, n * in);
+    assert_dt_close("linear_backward dw", dt, ldwh, ldw, out * in);
+    assert_dt_close("linear_backward db", dt, ldbh, ldb, out);
 
-    // Softmax cross-entropy with fp16 logits: the loss is fp32 either way.
+    // Softmax cross-entropy with 16-bit logits: the loss is fp32 either way.
     int32_t labels[4] = {0, 3, 6, 2};
     const float scale = 65536.0f;
     float loss, loss_h, *dz = floats(n * out);
-    half *dzh = to_half(dz, n * out);
+    void *dzh = to_dt(dt, dz, n * out);
     be->softmax_xent(be, n, out, DTYPE_F32, ly, labels, NULL, 0.0f, &loss, dz, &scale, 1.0f / n);
     float *ly_rounded = floats(n * out);
-    for (int i = 0; i < n * out; i++) ly_rounded[i] = half_to_float(lyh[i]);
+    for (int i = 0; i < n * out; i++) ly_rounded[i] = dtype_load(lyh, dt, i);
     float loss_rounded;
     be->softmax_xent(be, n, out, DTYPE_F32, ly_rounded, labels, NULL, 0.0f, &loss_rounded, dz, &scale,
                      1.0f / n);
-    be->softmax_xent(be, n, out, DTYPE_F16, lyh, labels, NULL, 0.0f, &loss_h, dzh, &scale, 1.0f / n);
+    be->softmax_xent(be, n, out, dt, lyh, labels, NULL, 0.0f, &loss_h, dzh, &scale, 1.0f / n);
     ck_assert_double_eq_tol(loss_h, loss_rounded, 1e-6 * loss_rounded);  // fp32 math on the same values
-    ck_assert_double_eq_tol(loss_h, loss, F16_TOL * loss);
-    assert_half_close("softmax_xent dlogits", dzh, dz, n * out);
+    ck_assert_double_eq_tol(loss_h, loss, tol_of(dt) * loss);
+    assert_dt_close("softmax_xent dlogits", dt, dzh, dz, n * out);
     free(lx), free(lw), free(lb), free(ldy), free(lxh), free(lwh), free(lbh), free(ldyh);
     free(ly), free(ldx), free(ldw), free(ldb), free(lyh), free(ldxh), free(ldwh), free(ldbh);
     free(dz), free(dzh), free(ly_rounded);
@@ -825,11 +844,13 @@ START_TEST(test_batch_mix_matches_torchvision_arithmetic) {
         {.lam = 1.0f, .rest = 0.0f, .blend = 0, .x1 = 2, .y1 = 2, .x2 = 2, .y2 = 4},  // an empty box
     };
     float *x = random_floats(COUNT, 1330, -2.5f, 2.5f);
+    const DType dts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-        for (int f16 = 0; f16 < 2; f16++) {
+        for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
             const BatchMix *m = &cases[ci];
+            const DType dt = dts[di];
             float in[COUNT], want[COUNT], got[COUNT];
-            for (int i = 0; i < COUNT; i++) in[i] = f16 ? half_to_float(half_from_float(x[i])) : x[i];
+            for (int i = 0; i < COUNT; i++) in[i] = dt == DTYPE_F32 ? x[i] : round_to(dt, x[i]);
             for (int i = 0; i < N; i++)
                 for (int row = 0; row < H; row++)
                     for (int col = 0; col < W; col++)
@@ -837,20 +858,19 @@ START_TEST(test_batch_mix_matches_torchvision_arithmetic) {
                             const int p = (row * W + col) * C + ch;
                             const float own = in[i * IMAGE + p], rolled = in[(i + N - 1) % N * IMAGE + p];
                             const float v = mixed_value(m, row, col, own, rolled);
-                            want[i * IMAGE + p] = f16 ? half_to_float(half_from_float(v)) : v;
+                            want[i * IMAGE + p] = dt == DTYPE_F32 ? v : round_to(dt, v);
                         }
-            if (f16) {
-                half *h = to_half(in, COUNT);
-                be->batch_mix(be, DTYPE_F16, h, N, H, W, C, m);
-                for (int i = 0; i < COUNT; i++) got[i] = half_to_float(h[i]);
-                free(h);
-            } else {
+            if (dt == DTYPE_F32) {
                 memcpy(got, in, sizeof got);
                 be->batch_mix(be, DTYPE_F32, got, N, H, W, C, m);
+            } else {
+                void *h = to_dt(dt, in, COUNT);
+                be->batch_mix(be, dt, h, N, H, W, C, m);
+                for (int i = 0; i < COUNT; i++) got[i] = dtype_load(h, dt, i);
+                free(h);
             }
             ck_assert_msg(memcmp(got, want, sizeof got) == 0,
-                          "case %zu %s: the mixed batch differs from torchvision's", ci,
-                          f16 ? "fp16" : "fp32");
+                          "case %zu %s: the mixed batch differs from torchvision's", ci, dtype_name(dt));
             if (ci == 1) {  // not vacuous: the box changed values, and only inside it
                 ck_assert(got[(2 * W + 1) * C] != in[(2 * W + 1) * C] && got[0] == in[0]);
             }
@@ -866,7 +886,8 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
     // clip_grad_norm_'s factor c = min(1, max_norm / (norm + 1e-6)) (c = 1 without a norm):
     //   g = grad / S * c + wd[group] * p;  buf = momentum * buf + g;  d = nesterov ? g + momentum * buf : buf;
     //   p -= lr * d
-    // The groups of 257 elements: spans of 64, the last one partial.
+    // The groups of 257 elements: spans of 64, the last one partial. 16-bit gradients come with the compute
+    // copy in their dtype, fp32 ones without (the model's fp32 weights are the masters themselves).
     const uint8_t groups[5] = {0, 1, 1, 0, 1};
     const struct {
         float lr;
@@ -881,51 +902,54 @@ START_TEST(test_sgd_step_matches_pytorch_semantics) {
         {0.2f, {0.5f, {5e-4f, 2e-2f}, 1, 0}, DTYPE_F32, 1, 0},
         {0.1f, {0.9f, {1e-4f, 0.0f}, 0, 0.5f}, DTYPE_F16, 1, 20.0f},   // clipped to a fortieth
         {0.1f, {0.9f, {1e-4f, 0.0f}, 0, 50.0f}, DTYPE_F32, 1, 20.0f},  // below max_norm: c = 1
+        {0.1f, {0.9f, {1e-4f, 0.0f}, 1, 0}, DTYPE_BF16, 1, 0},
+        {0.1f, {0.9f, {1e-4f, 1e-4f}, 0, 0.5f}, DTYPE_BF16, 0, 20.0f},  // clipped to a fortieth
     };
     const size_t n = 257;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const SgdParams *p = &cases[k].p;
+        const DType dt = cases[k].grad_dt;
         const uint8_t *group = cases[k].with_groups ? groups : NULL;
         const float *norm = cases[k].norm > 0 ? &cases[k].norm : NULL;
         float *master = random_floats(n, 1500 + k, -1, 1), *mom = random_floats(n, 1510 + k, -0.1f, 0.1f);
         float *grad32 = random_floats(n, 1520 + k, -4096, 4096);  // scaled gradients, S = 4096
-        half *grad16 = to_half(grad32, n);
-        const void *grad = cases[k].grad_dt == DTYPE_F16 ? (const void *)grad16 : (const void *)grad32;
-        half *copy = calloc(n, sizeof(half));
+        void *grad16 = dt == DTYPE_F32 ? NULL : to_dt(dt, grad32, n);
+        const void *grad = grad16 ? grad16 : (const void *)grad32;
+        void *copy = grad16 ? calloc(n, dtype_size(dt)) : NULL;
         ScalerState st = {.scale = 4096.0f, .found_inf = 0};
 
         const double c = norm ? fmin(1.0, (double)p->max_norm / ((double)*norm + 1e-6)) : 1.0;
         double *want_master = calloc(n, sizeof(double)), *want_mom = calloc(n, sizeof(double));
         for (size_t i = 0; i < n; i++) {
-            const double graw = cases[k].grad_dt == DTYPE_F16 ? half_to_float(grad16[i]) : grad32[i];
+            const double graw = grad16 ? dtype_load(grad16, dt, i) : grad32[i];
             const double wd = p->weight_decay[group ? group[i / 64] : 0];
             const double g = graw / st.scale * c + wd * master[i];
             want_mom[i] = (double)p->momentum * mom[i] + g;
             const double d = p->nesterov ? g + (double)p->momentum * want_mom[i] : want_mom[i];
             want_master[i] = master[i] - (double)cases[k].lr * d;
         }
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, group, &cases[k].lr, norm, &st);
+        be->sgd_step(be, n, dt, grad, master, mom, copy, p, group, &cases[k].lr, norm, &st);
         for (size_t i = 0; i < n; i++) {
             ck_assert_double_eq_tol(master[i], want_master[i], 1e-6);
             ck_assert_double_eq_tol(mom[i], want_mom[i], 1e-6);
-            // The fp16 copy is the new master rounded once.
-            ck_assert_uint_eq(half_bits(copy[i]), half_bits(half_from_float(master[i])));
+            // The compute copy is the new master rounded once.
+            if (copy) ck_assert_float_eq(dtype_load(copy, dt, i), round_to(dt, master[i]));
         }
 
         // NULL copy: only the fp32 state moves.
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, NULL, p, group, &cases[k].lr, norm, &st);
+        be->sgd_step(be, n, dt, grad, master, mom, NULL, p, group, &cases[k].lr, norm, &st);
 
         // found_inf: master, momentum and copy stay bitwise as they were, whatever the norm says.
         float *master_before = copy_floats(master, n), *mom_before = copy_floats(mom, n);
-        half *copy_before = calloc(n, sizeof(half));
-        memcpy(copy_before, copy, n * sizeof(half));
+        void *copy_before = copy ? calloc(n, dtype_size(dt)) : NULL;
+        if (copy) memcpy(copy_before, copy, n * dtype_size(dt));
         st.found_inf = 1.0f;
         const float nan_norm = NAN;
-        be->sgd_step(be, n, cases[k].grad_dt, grad, master, mom, copy, p, group, &cases[k].lr,
-                     norm ? &nan_norm : NULL, &st);
+        be->sgd_step(be, n, dt, grad, master, mom, copy, p, group, &cases[k].lr, norm ? &nan_norm : NULL,
+                     &st);
         ck_assert_mem_eq(master, master_before, n * sizeof(float));
         ck_assert_mem_eq(mom, mom_before, n * sizeof(float));
-        ck_assert_mem_eq(copy, copy_before, n * sizeof(half));
+        if (copy) ck_assert_mem_eq(copy, copy_before, n * dtype_size(dt));
 
         free(master), free(mom), free(grad32), free(grad16), free(copy), free(want_master), free(want_mom);
         free(master_before), free(mom_before), free(copy_before);
@@ -949,23 +973,26 @@ START_TEST(test_sgd_step_with_an_infinite_norm_keeps_only_the_decay) {
 }
 END_TEST
 
-// The norm of grad / S against a direct double-precision sum, fp16 and fp32 gradients, and inf/NaN through.
+// The norm of grad / S against a direct double-precision sum, fp32, fp16 and bf16 gradients, and inf/NaN
+// through.
 START_TEST(test_grad_norm_matches_a_double_sum) {
     const size_t n = 1000;
     float *grad32 = random_floats(n, 1540, -3000, 3000);
-    half *grad16 = to_half(grad32, n);
-    for (int dt = DTYPE_F32; dt <= DTYPE_F16; dt++) {
-        const void *grad = dt == DTYPE_F16 ? (const void *)grad16 : (const void *)grad32;
+    const DType dts[] = {DTYPE_F32, DTYPE_F16, DTYPE_BF16};
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
+        const DType dt = dts[di];
+        void *grad = dt == DTYPE_F32 ? copy_floats(grad32, n) : to_dt(dt, grad32, n);
         ScalerState st = {.scale = 512.0f};
         double sum = 0;
         for (size_t i = 0; i < n; i++) {
-            const double g = (dt == DTYPE_F16 ? half_to_float(grad16[i]) : grad32[i]) / 512.0;
+            const double g = dtype_load(grad, dt, i) / 512.0;
             sum += g * g;
         }
         float norm = -1;
-        be->grad_norm(be, (DType)dt, grad, n, &st, &norm);
-        ck_assert_msg(fabs(norm - sqrt(sum)) <= 1e-6 * sqrt(sum), "%s: norm %.9g, want %.9g",
-                      dtype_name((DType)dt), norm, sqrt(sum));
+        be->grad_norm(be, dt, grad, n, &st, &norm);
+        ck_assert_msg(fabs(norm - sqrt(sum)) <= 1e-6 * sqrt(sum), "%s: norm %.9g, want %.9g", dtype_name(dt),
+                      norm, sqrt(sum));
+        free(grad);
     }
     float bad[3] = {1, INFINITY, 1}, nan_bad[3] = {1, NAN, 1}, norm;
     ScalerState st = {.scale = 1.0f};
@@ -975,7 +1002,7 @@ START_TEST(test_grad_norm_matches_a_double_sum) {
     ck_assert(isnan(norm));
     be->grad_norm(be, DTYPE_F32, bad, 0, &st, &norm);
     ck_assert_float_eq(norm, 0.0f);
-    free(grad32), free(grad16);
+    free(grad32);
 }
 END_TEST
 
@@ -1044,28 +1071,34 @@ START_TEST(test_nonfinite_check_finds_inf_and_nan_anywhere) {
     const size_t n = 101;
     const size_t positions[] = {0, n / 2, n - 1};
     const float bad_values[] = {INFINITY, -INFINITY, NAN};
-    for (int dt = DTYPE_F32; dt <= DTYPE_F16; dt++) {
+    // The largest finite value of each dtype is still clean: fp16 65504, bf16 0x7f7f = 3.3895314e38.
+    const struct {
+        DType dt;
+        float largest;
+    } dts[] = {{DTYPE_F32, 3.0e38f}, {DTYPE_F16, FP16_MAX}, {DTYPE_BF16, 0x1.fep127f}};
+    for (size_t di = 0; di < sizeof dts / sizeof dts[0]; di++) {
+        const DType dt = dts[di].dt;
         float *clean = random_floats(n, 1600, -1, 1);
-        clean[7] = dt == DTYPE_F16 ? FP16_MAX : 3.0e38f;  // the largest finite values are still clean
-        clean[8] = dt == DTYPE_F16 ? -FP16_MAX : -3.0e38f;
+        clean[7] = dts[di].largest;
+        clean[8] = -dts[di].largest;
         void *buf = calloc(n, sizeof(float));
-        be->cast(be, buf, (DType)dt, clean, DTYPE_F32, n);
+        be->cast(be, buf, dt, clean, DTYPE_F32, n);
 
         float flag = 0.0f;
-        be->nonfinite_check(be, (DType)dt, buf, n, &flag);
+        be->nonfinite_check(be, dt, buf, n, &flag);
         ck_assert_float_eq(flag, 0.0f);
         flag = 1.0f;  // a flag raised by an earlier buffer stays raised
-        be->nonfinite_check(be, (DType)dt, buf, n, &flag);
+        be->nonfinite_check(be, dt, buf, n, &flag);
         ck_assert_float_eq(flag, 1.0f);
 
         for (size_t p = 0; p < 3; p++)
             for (size_t v = 0; v < 3; v++) {
                 float *dirty = copy_floats(clean, n);
                 dirty[positions[p]] = bad_values[v];
-                be->cast(be, buf, (DType)dt, dirty, DTYPE_F32, n);
+                be->cast(be, buf, dt, dirty, DTYPE_F32, n);
                 flag = 0.0f;
-                be->nonfinite_check(be, (DType)dt, buf, n, &flag);
-                ck_assert_msg(flag == 1.0f, "%s: %g at %zu not found", dtype_name((DType)dt), bad_values[v],
+                be->nonfinite_check(be, dt, buf, n, &flag);
+                ck_assert_msg(flag == 1.0f, "%s: %g at %zu not found", dtype_name(dt), bad_values[v],
                               positions[p]);
                 free(dirty);
             }
@@ -1092,6 +1125,62 @@ START_TEST(test_cast_rounds_to_nearest_even_and_overflows_to_inf) {
     be->cast(be, back, DTYPE_F32, h, DTYPE_F16, n);
     for (size_t i = 0; i < n; i++)
         ck_assert_msg(back[i] == want[i], "%a -> %a, want %a", in[i], back[i], want[i]);
+}
+END_TEST
+
+// fp32 -> bf16 against bit patterns worked out by hand (__float2bfloat16_rn's rule): the top 16 bits, the
+// dropped low 16 rounding to nearest with ties to even, carries running into the exponent up to inf, every
+// NaN the canonical 0x7fff; bf16 -> fp32 puts the bits back on top of 16 zeros.
+START_TEST(test_bf16_cast_rounds_as_cuda) {
+    const struct {
+        uint32_t in;
+        uint16_t want;
+    } cases[] = {
+        {0x3f800000u, 0x3f80u},  // 1
+        {0x3f807fffu, 0x3f80u},  // just below halfway: down
+        {0x3f808000u, 0x3f80u},  // 1 + 2^-8, halfway between 0x3f80 and 0x3f81: ties to the even 0x3f80
+        {0x3f808001u, 0x3f81u},  // just above halfway: up
+        {0x3f818000u, 0x3f82u},  // halfway between 0x3f81 and 0x3f82: ties to the even 0x3f82
+        {0xbf808000u, 0xbf80u},  // -(1 + 2^-8): the same tie with the sign
+        {0x3fffffffu, 0x4000u},  // rounding up carries into the exponent: 2
+        {0x7f7f7fffu, 0x7f7fu},  // below halfway to inf: the largest bf16, 3.3895314e38
+        {0x7f7f8000u, 0x7f80u},  // halfway between 0x7f7f (odd) and inf: ties to even, overflows to inf
+        {0x7f7fffffu, 0x7f80u},  // FLT_MAX overflows to inf
+        {0xff7fffffu, 0xff80u},  // -FLT_MAX to -inf
+        {0x7f800000u, 0x7f80u},  // inf
+        {0xff800000u, 0xff80u},  // -inf
+        {0x7fc00000u, 0x7fffu},  // quiet NaN: canonical
+        {0xffc00000u, 0x7fffu},  // negative NaN: canonical
+        {0x7f800001u, 0x7fffu},  // NaN whose payload lies in the dropped bits: still NaN, not inf
+        {0x00000000u, 0x0000u},  // +0
+        {0x80000000u, 0x8000u},  // -0
+        {0x00000001u, 0x0000u},  // the smallest fp32 subnormal, far below half of bf16's smallest: 0
+        {0x00008000u, 0x0000u},  // half of bf16's smallest subnormal (2^-134): ties to the even 0
+        {0x00008001u, 0x0001u},  // just above it: bf16's smallest subnormal, 2^-133
+        {0x00010000u, 0x0001u},  // 2^-133 exactly
+        {0x00018000u, 0x0002u},  // halfway between subnormals 0x0001 and 0x0002: ties to even
+        {0x80008001u, 0x8001u},  // a negative subnormal, above halfway
+        {0x007fffffu, 0x0080u},  // the largest fp32 subnormal rounds up to the smallest normal, 2^-126
+    };
+    const size_t n = sizeof cases / sizeof cases[0];
+    float in[32], back[32];
+    uint16_t out[32];
+    ck_assert_uint_le(n, 32);
+    for (size_t i = 0; i < n; i++) memcpy(&in[i], &cases[i].in, sizeof in[i]);
+    be->cast(be, out, DTYPE_BF16, in, DTYPE_F32, n);
+    be->cast(be, back, DTYPE_F32, out, DTYPE_BF16, n);
+    for (size_t i = 0; i < n; i++) {
+        ck_assert_msg(out[i] == cases[i].want, "0x%08x -> 0x%04x, want 0x%04x", cases[i].in, out[i],
+                      cases[i].want);
+        uint32_t widened;
+        memcpy(&widened, &back[i], sizeof widened);
+        ck_assert_msg(widened == (uint32_t)cases[i].want << 16, "0x%04x widens to 0x%08x", out[i], widened);
+    }
+    // fp16 -> bf16 goes through fp32: 65504 is 0x477fe000, whose dropped 0xe000 rounds up to 0x4780 (65536).
+    half h = half_from_float(65504.0f);
+    uint16_t b;
+    be->cast(be, &b, DTYPE_BF16, &h, DTYPE_F16, 1);
+    ck_assert_uint_eq(b, 0x4780u);
 }
 END_TEST
 
@@ -1140,7 +1229,7 @@ static Suite *cpu_ops_suite(void) {
     tcase_add_test(tc, test_softmax_xent_smoothing_and_mixing_match_finite_differences);
     tcase_add_test(tc, test_softmax_xent_without_smoothing_or_mixing_is_bitwise_the_one_hot_formula);
     tcase_add_test(tc, test_batch_mix_matches_torchvision_arithmetic);
-    tcase_add_test(tc, test_fp16_matches_fp32);
+    tcase_add_loop_test(tc, test_16bit_storage_matches_fp32, 0, HALF_DTYPES);
     tcase_add_test(tc, test_sgd_step_matches_pytorch_semantics);
     tcase_add_test(tc, test_sgd_step_with_an_infinite_norm_keeps_only_the_decay);
     tcase_add_test(tc, test_grad_norm_matches_a_double_sum);
@@ -1148,6 +1237,7 @@ static Suite *cpu_ops_suite(void) {
     tcase_add_test(tc, test_scaler_update_follows_gradscaler);
     tcase_add_test(tc, test_nonfinite_check_finds_inf_and_nan_anywhere);
     tcase_add_test(tc, test_cast_rounds_to_nearest_even_and_overflows_to_inf);
+    tcase_add_test(tc, test_bf16_cast_rounds_as_cuda);
     tcase_add_test(tc, test_peak_bytes_tracks_allocations);
     suite_add_tcase(s, tc);
     return s;

@@ -70,7 +70,7 @@ static void add_state_dict(SafetensorsWriter *w, int classes, uint64_t seed, con
     snprintf(classes_ov, sizeof classes_ov, "model.num_classes=%d", classes);
     tu_config(&cfg, (const char *[]){classes_ov, NULL});
     Model m;
-    model_init_shapes(&m, &cfg.model, 1);
+    model_init_shapes(&m, &cfg.model, DTYPE_F16);
     for (int i = 0; i < m.params.count; i++) {
         const ParamInfo *p = &m.params.items[i];
         float *x = malloc(p->numel * sizeof(float));

@@ -112,11 +112,11 @@ static size_t dout_need(const Laid *l, const ModelBlock *b) {
 // (and every later one) still reads, and end inside the arena; the forward temporaries sit above what is
 // alive when they are. Checked on ResNeXt-50 (AMP and fp32) and on models with uneven stages and wide
 // groups.
-static void check_layout(const char *const *overrides, int amp) {
+static void check_layout(const char *const *overrides, DType amp_dt) {
     Config cfg;
     tu_config(&cfg, overrides);
     Laid l = {.be = cpu_backend_create()};
-    model_init_shapes(&l.m, &cfg.model, amp);
+    model_init_shapes(&l.m, &cfg.model, amp_dt);
     model_alloc(&l.m, l.be, 1);
     activations_alloc(&l.a, &l.m, l.be, 2);
     ck_assert_uint_eq(l.a.arena_bytes, activations_arena_bytes(&l.m, 2));  // --dry-run agrees
@@ -197,22 +197,23 @@ static void check_layout(const char *const *overrides, int amp) {
 
 START_TEST(test_gradients_never_overlap_live_activations) {
     const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", NULL};
-    check_layout(r50, 1);
-    check_layout(r50, 0);
+    check_layout(r50, DTYPE_F16);
+    check_layout(r50, DTYPE_F32);
     const char *r101[] = {"model.arch=resnext101_32x8d", "model.image_size=64", NULL};
-    check_layout(r101, 1);
+    check_layout(r101, DTYPE_F16);
     const char *uneven[] = {UNEVEN_MODEL, NULL};
-    check_layout(uneven, 1);
-    check_layout(uneven, 0);
+    check_layout(uneven, DTYPE_F16);
+    check_layout(uneven, DTYPE_BF16);
+    check_layout(uneven, DTYPE_F32);
     const char *wide[] = {WIDE_MODEL, NULL};
-    check_layout(wide, 1);
+    check_layout(wide, DTYPE_F16);
     const char *wider[] = {WIDER_MODEL, NULL};
-    check_layout(wider, 0);
+    check_layout(wider, DTYPE_F32);
     const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64",
                                    "model.recompute_bn_blocks=3", NULL};
-    check_layout(r50_recompute, 1);
+    check_layout(r50_recompute, DTYPE_F16);
     const char *uneven_all[] = {UNEVEN_MODEL, "model.recompute_bn_blocks=256", NULL};
-    check_layout(uneven_all, 0);
+    check_layout(uneven_all, DTYPE_F32);
 }
 END_TEST
 
@@ -221,11 +222,11 @@ END_TEST
 // One forward + loss + backward on fixed inputs (raw bytes, normalised by a non-trivial affine), its ops
 // prepared first as the trainer does; returns the gradient bytes (malloc'd) and the loss. instrument
 // (nullable) may replace the backend's ops before anything runs.
-static unsigned char *step_gradients_on(const Config *cfg, int amp, int no_reuse, int n, float *loss,
+static unsigned char *step_gradients_on(const Config *cfg, DType amp_dt, int no_reuse, int n, float *loss,
                                         void (*instrument)(Backend *be)) {
     Model m;
     Activations act = {.no_reuse = no_reuse};
-    model_init_shapes(&m, &cfg->model, amp);
+    model_init_shapes(&m, &cfg->model, amp_dt);
     Backend *be = cpu_backend_create();
     if (instrument) instrument(be);
     model_alloc_and_prepare(&m, be, 11, n);  // as trainer_init
@@ -255,41 +256,43 @@ static unsigned char *step_gradients_on(const Config *cfg, int amp, int no_reuse
     return grads;
 }
 
-static unsigned char *step_gradients(const Config *cfg, int amp, int no_reuse, int n, float *loss) {
-    return step_gradients_on(cfg, amp, no_reuse, n, loss, NULL);
+static unsigned char *step_gradients(const Config *cfg, DType amp_dt, int no_reuse, int n, float *loss) {
+    return step_gradients_on(cfg, amp_dt, no_reuse, n, loss, NULL);
 }
 
 // One step of two set-ups (config and no_reuse each) from the same weights and batch: the same finite
 // loss and bitwise the same gradients.
 static void assert_same_step(const Config *cfg_a, int no_reuse_a, const Config *cfg_b, int no_reuse_b,
-                             int amp, const char *what) {
+                             DType amp_dt, const char *what) {
     Model shapes;
-    model_init_shapes(&shapes, &cfg_a->model, amp);
+    model_init_shapes(&shapes, &cfg_a->model, amp_dt);
     size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
     model_free(&shapes, NULL);
     float loss_a, loss_b;
-    unsigned char *a = step_gradients(cfg_a, amp, no_reuse_a, 3, &loss_a);
-    unsigned char *b = step_gradients(cfg_b, amp, no_reuse_b, 3, &loss_b);
+    unsigned char *a = step_gradients(cfg_a, amp_dt, no_reuse_a, 3, &loss_a);
+    unsigned char *b = step_gradients(cfg_b, amp_dt, no_reuse_b, 3, &loss_b);
     ck_assert(isfinite(loss_a));
     ck_assert_float_eq(loss_a, loss_b);
     size_t differ = 0;
     for (size_t i = 0; i < bytes; i++) differ += a[i] != b[i];
-    ck_assert_msg(differ == 0, "%s: %zu of %zu gradient bytes differ (amp %d)", what, differ, bytes, amp);
+    ck_assert_msg(differ == 0, "%s: %zu of %zu gradient bytes differ (%s)", what, differ, bytes,
+                  dtype_name(amp_dt));
     free(a);
     free(b);
 }
 
 // The shared arena against every buffer on its own: no reused byte was still needed (an overlap shows as
 // a changed gradient, not as a crash).
-static void check_reuse_changes_nothing(const char *const *overrides, int amp) {
+static void check_reuse_changes_nothing(const char *const *overrides, DType amp_dt) {
     Config cfg;
     tu_config(&cfg, overrides);
-    assert_same_step(&cfg, 0, &cfg, 1, amp, "shared arena vs own buffers");
+    assert_same_step(&cfg, 0, &cfg, 1, amp_dt, "shared arena vs own buffers");
 }
 
 // Recomputing bn1/bn2's outputs in backward against keeping them (the CPU's recomputation is exact).
 // Reads of a b1 or b2 that was not recomputed would see the next blocks' activations written over it.
-static void check_recompute_changes_nothing(const char *const *overrides, const char *recompute, int amp) {
+static void check_recompute_changes_nothing(const char *const *overrides, const char *recompute,
+                                            DType amp_dt) {
     Config keep, again;
     tu_config(&keep, overrides);
     const char *with[8] = {0};
@@ -297,15 +300,16 @@ static void check_recompute_changes_nothing(const char *const *overrides, const 
     while (overrides[k]) with[k] = overrides[k], k++;
     with[k] = recompute;
     tu_config(&again, with);
-    assert_same_step(&keep, 0, &again, 0, amp, recompute);
+    assert_same_step(&keep, 0, &again, 0, amp_dt, recompute);
 }
 
 START_TEST(test_recomputing_bn_outputs_changes_no_gradient) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
-    check_recompute_changes_nothing(uneven, "model.recompute_bn_blocks=256", 0);
-    check_recompute_changes_nothing(uneven, "model.recompute_bn_blocks=2", 1);
+    check_recompute_changes_nothing(uneven, "model.recompute_bn_blocks=256", DTYPE_F32);
+    check_recompute_changes_nothing(uneven, "model.recompute_bn_blocks=2", DTYPE_F16);
+    check_recompute_changes_nothing(uneven, "model.recompute_bn_blocks=2", DTYPE_BF16);
     const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
-    check_recompute_changes_nothing(r50, "model.recompute_bn_blocks=3", 1);
+    check_recompute_changes_nothing(r50, "model.recompute_bn_blocks=3", DTYPE_F16);
 }
 END_TEST
 
@@ -394,11 +398,11 @@ static void instrument_prepared(Backend *be) {
     be->bn_forward_train = checked_bn_forward_train;
 }
 
-static void check_step_was_prepared(const char *const *overrides, int amp) {
+static void check_step_was_prepared(const char *const *overrides, DType amp_dt) {
     Config cfg;
     tu_config(&cfg, overrides);
     float loss;
-    free(step_gradients_on(&cfg, amp, 0, 3, &loss, instrument_prepared));
+    free(step_gradients_on(&cfg, amp_dt, 0, 3, &loss, instrument_prepared));
     ck_assert(isfinite(loss));
     ck_assert_int_gt(prepared.conv_calls, 0);
     ck_assert_int_gt(prepared.bn_calls, 0);
@@ -413,8 +417,8 @@ START_TEST(test_weights_drawn_beside_the_choices_are_model_allocs) {
     Backend *be = cpu_backend_create();
     instrument_prepared(be);
     Model apart, beside;
-    model_init_shapes(&apart, &cfg.model, 1);
-    model_init_shapes(&beside, &cfg.model, 1);
+    model_init_shapes(&apart, &cfg.model, DTYPE_F16);
+    model_init_shapes(&beside, &cfg.model, DTYPE_F16);
     model_alloc(&apart, be, 5);
     model_prepare_ops(&apart, be, 3);
     const int convs = prepared.convs, bns = prepared.bns;
@@ -431,7 +435,7 @@ START_TEST(test_weights_drawn_beside_the_choices_are_model_allocs) {
     ck_assert_mem_eq(beside.running, apart.running, apart.stats_numel * sizeof(float));
     // a seed of its own draws other weights (the comparison above can fail)
     Model other;
-    model_init_shapes(&other, &cfg.model, 1);
+    model_init_shapes(&other, &cfg.model, DTYPE_F16);
     model_alloc_and_prepare(&other, be, 6, 3);
     ck_assert(memcmp(other.master, apart.master, np * sizeof(float)) != 0);
     model_free(&other, be), model_free(&beside, be), model_free(&apart, be);
@@ -441,12 +445,12 @@ END_TEST
 
 START_TEST(test_every_op_of_a_step_was_prepared) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
-    check_step_was_prepared(uneven, 1);
+    check_step_was_prepared(uneven, DTYPE_F16);
     const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
-    check_step_was_prepared(r50, 0);
+    check_step_was_prepared(r50, DTYPE_F32);
     const char *r50_recompute[] = {"model.arch=resnext50_32x4d", "model.image_size=64",
                                    "model.num_classes=10", "model.recompute_bn_blocks=3", NULL};
-    check_step_was_prepared(r50_recompute, 1);
+    check_step_was_prepared(r50_recompute, DTYPE_F16);
 }
 END_TEST
 
@@ -503,16 +507,16 @@ static void instrument_fused(Backend *be) {
 
 // The model's step through bn_add_bn against its two calls per direction (the CPU's way): bitwise the same
 // gradients, one fused call each way per downsampling block, and no reader of what a fused op leaves alone.
-static void check_fused_block_ends(const char *const *overrides, int amp, int downsampling_blocks) {
+static void check_fused_block_ends(const char *const *overrides, DType amp_dt, int downsampling_blocks) {
     Config cfg;
     tu_config(&cfg, overrides);
     Model shapes;
-    model_init_shapes(&shapes, &cfg.model, amp);
+    model_init_shapes(&shapes, &cfg.model, amp_dt);
     const size_t bytes = shapes.params.padded_numel * dtype_size(shapes.act_dt);
     model_free(&shapes, NULL);
     float loss_two, loss_fused;
-    unsigned char *two = step_gradients(&cfg, amp, 0, 3, &loss_two);
-    unsigned char *one = step_gradients_on(&cfg, amp, 0, 3, &loss_fused, instrument_fused);
+    unsigned char *two = step_gradients(&cfg, amp_dt, 0, 3, &loss_two);
+    unsigned char *one = step_gradients_on(&cfg, amp_dt, 0, 3, &loss_fused, instrument_fused);
     ck_assert(isfinite(loss_two));
     ck_assert_float_eq(loss_two, loss_fused);
     ck_assert_int_eq(fused.forward_calls, downsampling_blocks);
@@ -520,28 +524,30 @@ static void check_fused_block_ends(const char *const *overrides, int amp, int do
     ck_assert_int_eq(fused.dx_b_was_dy, downsampling_blocks);  // the model's layout today: d_down_a over dout
     size_t differ = 0;
     for (size_t i = 0; i < bytes; i++) differ += two[i] != one[i];
-    ck_assert_msg(differ == 0, "%zu of %zu gradient bytes differ (amp %d)", differ, bytes, amp);
+    ck_assert_msg(differ == 0, "%zu of %zu gradient bytes differ (%s)", differ, bytes, dtype_name(amp_dt));
     free(two), free(one);
 }
 
 START_TEST(test_fused_block_ends_change_no_gradient) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
-    check_fused_block_ends(uneven, 0, 4);
-    check_fused_block_ends(uneven, 1, 4);
+    check_fused_block_ends(uneven, DTYPE_F32, 4);
+    check_fused_block_ends(uneven, DTYPE_F16, 4);
+    check_fused_block_ends(uneven, DTYPE_BF16, 4);
     const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10",
                          "model.recompute_bn_blocks=3", NULL};
-    check_fused_block_ends(r50, 1, 4);
+    check_fused_block_ends(r50, DTYPE_F16, 4);
 }
 END_TEST
 
 START_TEST(test_buffer_reuse_changes_no_gradient) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
-    check_reuse_changes_nothing(uneven, 0);
-    check_reuse_changes_nothing(uneven, 1);
+    check_reuse_changes_nothing(uneven, DTYPE_F32);
+    check_reuse_changes_nothing(uneven, DTYPE_F16);
+    check_reuse_changes_nothing(uneven, DTYPE_BF16);
     const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
-    check_reuse_changes_nothing(r50, 1);
+    check_reuse_changes_nothing(r50, DTYPE_F16);
     const char *wide[] = {WIDE_MODEL, NULL};
-    check_reuse_changes_nothing(wide, 0);
+    check_reuse_changes_nothing(wide, DTYPE_F32);
 }
 END_TEST
 
@@ -569,14 +575,14 @@ static float *eval_logits(Model *m, Activations *act, Backend *be, const uint8_t
 // A model trained at 32 and evaluated by its view at 48, in the training arena made large enough: the same
 // logits as a model built at 48 with the same weights and running statistics, before and after a training
 // step at 32 has written the arena (so nothing of the training layout leaks into the evaluation).
-static void check_view_evaluates_like_a_model_at_its_side(const char *const *overrides, int amp) {
+static void check_view_evaluates_like_a_model_at_its_side(const char *const *overrides, DType amp_dt) {
     enum { N = 3, EVAL_SIDE = 48 };
     Config cfg;
     tu_config(&cfg, overrides);
     Backend *be = cpu_backend_create();
     Model train, view, at_side;
     Activations act = {0}, view_act, side_act = {0};
-    model_init_shapes(&train, &cfg.model, amp);
+    model_init_shapes(&train, &cfg.model, amp_dt);
     model_alloc(&train, be, 7);
     model_view_at_side(&view, &train, EVAL_SIDE);
     act.reserve_bytes = activations_arena_bytes(&view, N);
@@ -585,7 +591,7 @@ static void check_view_evaluates_like_a_model_at_its_side(const char *const *ove
     activations_share(&view_act, &view, N, &act);
     ModelConfig big = cfg.model;
     big.image_size = EVAL_SIDE;
-    model_init_shapes(&at_side, &big, amp);
+    model_init_shapes(&at_side, &big, amp_dt);
     model_alloc(&at_side, be, 7);  // the same seed: the same weights (they do not depend on the side)
     activations_alloc(&side_act, &at_side, be, N);
     size_t image = (size_t)EVAL_SIDE * EVAL_SIDE * 3;
@@ -627,8 +633,9 @@ static void check_view_evaluates_like_a_model_at_its_side(const char *const *ove
 
 START_TEST(test_view_at_another_side_evaluates_like_a_model_built_there) {
     const char *uneven[] = {UNEVEN_MODEL, NULL};
-    check_view_evaluates_like_a_model_at_its_side(uneven, 0);
-    check_view_evaluates_like_a_model_at_its_side(uneven, 1);
+    check_view_evaluates_like_a_model_at_its_side(uneven, DTYPE_F32);
+    check_view_evaluates_like_a_model_at_its_side(uneven, DTYPE_F16);
+    check_view_evaluates_like_a_model_at_its_side(uneven, DTYPE_BF16);
 }
 END_TEST
 

@@ -33,14 +33,11 @@ static float *copy_floats(const float *src, size_t n) {
     return dst;
 }
 
-// The gradients the last step used, unscaled, as doubles (fp16 under AMP, fp32 without).
+// The gradients the last step used, unscaled, as doubles (in the autocast dtype under AMP, fp32 without).
 static double *unscaled_grads(const Model *m, float scale) {
     size_t n = m->params.padded_numel;
     double *g = malloc(n * sizeof(double));
-    for (size_t i = 0; i < n; i++)
-        g[i] = (m->act_dt == DTYPE_F16 ? (double)half_to_float(((const half *)m->grads)[i])
-                                       : ((const float *)m->grads)[i]) /
-               scale;
+    for (size_t i = 0; i < n; i++) g[i] = dtype_load(m->grads, m->act_dt, i) / scale;
     return g;
 }
 

@@ -43,7 +43,7 @@ START_TEST(test_resnext50_matches_torchvision_counts) {
     const char *ov[] = {"model.arch=resnext50_32x4d", "model.num_classes=1000", "model.image_size=224", NULL};
     tu_config(&cfg, ov);
     Model m;
-    model_init_shapes(&m, &cfg.model, 1);
+    model_init_shapes(&m, &cfg.model, DTYPE_F16);
     ck_assert_uint_eq(m.params.numel, 25028904u);        // torchvision: sum(p.numel() for p in parameters())
     ck_assert_int_eq(m.params.count, 161);               // parameter tensors
     ck_assert_int_eq(m.n_bn, 53);                        // 1 stem + 16 blocks x 3 + 4 downsample BNs
@@ -82,29 +82,35 @@ END_TEST
 // ---- the step contract -----------------------------------------------------------------------------
 
 // An inf in the gradients at step 2 skips exactly that step: masters and momentum unchanged, scale
-// halved, growth counter reset; the steps after it train again.
+// halved, growth counter reset; the steps after it train again. _i 1: bf16, which trains unscaled: the
+// scale is 1 and stays 1 through the skip (never backed off nor grown), while the verdict still skips.
 START_TEST(test_injected_inf_skips_exactly_that_step) {
-    const char *ov[] = {SMALL_MODEL, "amp.init_scale=1024", "debug.inject_step=2", "debug.inject_value=.inf",
-                        NULL};
+    const int bf16 = _i;
+    const char *ov[] = {SMALL_MODEL, bf16 ? "amp.dtype=bfloat16" : "amp.init_scale=1024",
+                        "debug.inject_step=2", "debug.inject_value=.inf", NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
+    ck_assert_int_eq(r.t.model.act_dt, bf16 ? DTYPE_BF16 : DTYPE_F16);
     size_t np = r.t.model.params.padded_numel;
     tu_train_step(&r.t);
     tu_train_step(&r.t);
     ScalerState before_state = scaler_now(&r);
     ck_assert_int_eq(before_state.skipped_total, 0);
-    ck_assert_int_eq(before_state.growth_count, 2);
+    ck_assert_int_eq(before_state.growth_count, bf16 ? 0 : 2);
+    ck_assert_float_eq(before_state.scale, bf16 ? 1.0f : 1024.0f);
     float *w = copy_floats(r.t.model.master, np), *mom = copy_floats(r.t.opt.momentum, np);
     tu_train_step(&r.t);
     ScalerState after = scaler_now(&r);
     ck_assert(floats_equal(w, r.t.model.master, np));
     ck_assert(floats_equal(mom, r.t.opt.momentum, np));
-    ck_assert_float_eq(after.scale, before_state.scale * 0.5f);
+    ck_assert_float_eq(after.scale, bf16 ? 1.0f : before_state.scale * 0.5f);
     ck_assert_int_eq(after.growth_count, 0);
     ck_assert_int_eq(after.skipped_total, 1);
+    ck_assert_int_eq(after.skipped_run, 1);
     tu_train_step(&r.t);
     ck_assert(!floats_equal(w, r.t.model.master, np));
     ck_assert_int_eq(scaler_now(&r).skipped_total, 1);
+    ck_assert_int_eq(scaler_now(&r).skipped_run, 0);
     free(w), free(mom);
     tu_trainer_stop(&r);
 }
@@ -238,24 +244,34 @@ static void train_three_ways(const char *amp) {
 
 START_TEST(test_every_batch_path_trains_on_its_batch) {
     train_three_ways("amp.enabled=true");
+    train_three_ways("amp.dtype=bfloat16");
     train_three_ways("amp.enabled=false");
 }
 END_TEST
 
+// The demo model learns under fp16 and under bf16 autocast; bf16's scale is 1 from the first step to the
+// last.
 START_TEST(test_tiny_model_learns) {
-    const char *ov[] = {"data.train_size=1024", "data.val_size=256", "train.epochs=4",
-                        "log.metrics=",         "checkpoint.dir=",   "data.prefetch=0",
-                        "log.progress=never",   "log.every=1000",    NULL};
+    const char *precision = _i ? "amp.dtype=bfloat16" : "amp.dtype=float16";
+    const char *ov[] = {
+        "data.train_size=1024", "data.val_size=256",  "train.epochs=4", "log.metrics=", "checkpoint.dir=",
+        "data.prefetch=0",      "log.progress=never", "log.every=1000", precision,      NULL};
     TuTrainer r;
     tu_trainer_start(&r, ov);
     EvalRecord before = trainer_evaluate(&r.t);
     ck_assert_int_eq(trainer_run(&r.t, NULL), 0);
     ck_assert_int_eq(r.t.eval.has_last, 1);
     EvalRecord after = r.t.eval.last;
-    ck_assert_msg(before.loss > 2.0, "initial validation loss %g", before.loss);
-    ck_assert_msg(after.loss < 0.5 * before.loss, "validation loss %g -> %g", before.loss, after.loss);
-    ck_assert_msg(after.top1 > 0.6, "top-1 %g", after.top1);
+    ck_assert_msg(before.loss > 2.0, "%s: initial validation loss %g", precision, before.loss);
+    ck_assert_msg(after.loss < 0.5 * before.loss, "%s: validation loss %g -> %g", precision, before.loss,
+                  after.loss);
+    ck_assert_msg(after.top1 > 0.6, "%s: top-1 %g", precision, after.top1);
     ck_assert_int_eq(after.samples, 256);
+    if (_i) {
+        const ScalerState st = scaler_now(&r);
+        ck_assert_float_eq(st.scale, 1.0f);
+        ck_assert_int_eq(st.skipped_total, 0);
+    }
     tu_trainer_stop(&r);
 }
 END_TEST
@@ -265,26 +281,23 @@ END_TEST
 static void run_steps(TuTrainer *r) { ck_assert_int_eq(trainer_run(&r->t, NULL), 0); }
 
 // N steps straight vs N/2, checkpoint, resume, N/2 more: bitwise-identical masters, momentum, scale.
-// The checkpoint falls mid-epoch (16 steps per epoch) so the sampler position is restored too.
+// The checkpoint falls mid-epoch (16 steps per epoch) so the sampler position is restored too. fp16 with a
+// scale that grows during the run, and bf16 (scale 1 throughout).
 START_TEST(test_resume_is_bitwise_identical) {
-    const char *straight[] = {SMALL_MODEL,
-                              "data.train_size=128",
-                              "train.epochs=3",
-                              "train.steps=24",
-                              "train.schedule=constant",
-                              "train.warmup_steps=5",
-                              "amp.growth_interval=4",
-                              "log.progress=never",
-                              NULL};
+    const char *precision = _i ? "amp.dtype=bfloat16" : "amp.growth_interval=4";
+    const char *straight[] = {SMALL_MODEL,      "data.train_size=128",     "train.epochs=3",
+                              "train.steps=24", "train.schedule=constant", "train.warmup_steps=5",
+                              precision,        "log.progress=never",      NULL};
     const char *first_half[] = {SMALL_MODEL,
                                 "data.train_size=128",
                                 "train.epochs=3",
                                 "train.steps=12",
                                 "train.schedule=constant",
                                 "train.warmup_steps=5",
-                                "amp.growth_interval=4",
+                                precision,
                                 "log.progress=never",
                                 "checkpoint.dir=resume_test",
+                                "checkpoint.overwrite=true",
                                 NULL};
     const char *second_half[] = {SMALL_MODEL,
                                  "data.train_size=128",
@@ -292,7 +305,7 @@ START_TEST(test_resume_is_bitwise_identical) {
                                  "train.steps=24",
                                  "train.schedule=constant",
                                  "train.warmup_steps=5",
-                                 "amp.growth_interval=4",
+                                 precision,
                                  "log.progress=never",
                                  "checkpoint.resume=resume_test/last.safetensors",
                                  NULL};
@@ -406,6 +419,20 @@ START_TEST(test_corrupted_checkpoints_are_refused) {
 }
 END_TEST
 
+// A run continues in the autocast dtype it trained in: a bf16 checkpoint does not resume under fp16.
+START_TEST(test_other_autocast_dtype_is_refused) {
+    const char *ov[] = {SMALL_MODEL,          "amp.dtype=bfloat16",       "train.steps=2",
+                        "log.progress=never", "checkpoint.dir=ckpt_bf16", NULL};
+    TuTrainer r;
+    tu_trainer_start(&r, ov);
+    run_steps(&r);
+    tu_trainer_stop(&r);
+    assert_resume_refused("ckpt_bf16/last.safetensors",
+                          "'amp_dtype' is bfloat16, this run's amp.dtype is float16: a run continues in the "
+                          "precision it trained in (resume with amp.dtype=bfloat16;");
+}
+END_TEST
+
 // torchvision-loadable content: names, shapes in torch layout, running stats and num_batches_tracked.
 START_TEST(test_checkpoint_holds_torchvision_state) {
     write_small_checkpoint("ckpt_names");
@@ -434,14 +461,15 @@ Suite *training_suite(void) {
     TCase *tc = tcase_create("cpu");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, test_resnext50_matches_torchvision_counts);
-    tcase_add_test(tc, test_injected_inf_skips_exactly_that_step);
+    tcase_add_loop_test(tc, test_injected_inf_skips_exactly_that_step, 0, 2);
     tcase_add_test(tc, test_nan_injection_also_skips);
     tcase_add_test(tc, test_scale_grows_at_the_interval);
     tcase_add_test(tc, test_amp_step_agrees_with_fp32_step);
     tcase_add_test(tc, test_every_batch_path_trains_on_its_batch);
-    tcase_add_test(tc, test_tiny_model_learns);
-    tcase_add_test(tc, test_resume_is_bitwise_identical);
+    tcase_add_loop_test(tc, test_tiny_model_learns, 0, 2);
+    tcase_add_loop_test(tc, test_resume_is_bitwise_identical, 0, 2);
     tcase_add_test(tc, test_corrupted_checkpoints_are_refused);
+    tcase_add_test(tc, test_other_autocast_dtype_is_refused);
     tcase_add_test(tc, test_checkpoint_holds_torchvision_state);
     suite_add_tcase(s, tc);
     return s;
