@@ -35,18 +35,10 @@ static const char *precision_of(DType amp_dt) {
 // A trainer on be from a small ResNeXt's config plus extra overrides (NULL-terminated; later wins).
 static void side_start_with(Side *s, Backend *be, DType amp_dt, const char *const *extra) {
     enum { MAX_OVERRIDES = 24 };
-    const char *ov[MAX_OVERRIDES] = {"model.planes=16",
-                                     "model.image_size=32",
-                                     "data.batch_size=16",
-                                     "data.train_size=320",
-                                     "data.val_size=0",
-                                     "data.prefetch=0",
-                                     "log.metrics=",
-                                     "checkpoint.dir=",
-                                     "train.lr=0.002",
-                                     "train.momentum=0.5",
-                                     "train.schedule=constant",
-                                     "train.warmup_steps=0",
+    const char *ov[MAX_OVERRIDES] = {"model.planes=16",     "model.image_size=32",     "data.batch_size=16",
+                                     "data.train_size=320", "data.val_size=0",         "data.prefetch=0",
+                                     "log.metrics=",        "checkpoint.dir=",         "train.lr=0.002",
+                                     "train.momentum=0.5",  "train.schedule=constant", "train.warmup_steps=0",
                                      precision_of(amp_dt)};
     int n = 0;
     while (ov[n]) n++;
