@@ -179,7 +179,7 @@ stage_bf16() {  # the b256 AMP loop in fp16 and bf16 alternating, twice, PyTorch
                # also fills the kernel-choice cache, so its start-up is the cold one and the rest are warm
     for rep in 1 2; do
         loop_run 256 1; loop_run 256 1 amp.dtype=bfloat16
-        [ "$rep" = 1 ] && torch_bench 1 256 1
+        if [ "$rep" = 1 ]; then torch_bench 1 256 1; fi
     done
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice

@@ -10,7 +10,7 @@
 #include "model/activations.h"
 #include "core/check.h"
 #include "core/clock.h"
-#include "core/rng.h"
+#include "model/weight_init.h"
 
 // ---- building the shapes and the registry (torchvision order) ----------------------------------------
 
@@ -141,34 +141,6 @@ double model_macs_per_image(const Model *m) {
 
 // ---- memory and initialisation ---------------------------------------------------------------------
 
-// torchvision: kaiming_normal_(fan_out, relu) for convs; BN 1/0; nn.Linear default (U(+-1/sqrt(in))).
-static void init_host_weights(const Model *m, float *master, uint64_t seed) {
-    Rng rng;
-    rng_seed(&rng, seed, 0x1417);
-    for (int i = 0; i < m->params.count; i++) {
-        const ParamInfo *p = &m->params.items[i];
-        float *dst = master + p->offset;
-        switch (p->kind) {
-        case PARAM_CONV_WEIGHT: {
-            double fan_out = (double)p->shape[0] * p->shape[2] * p->shape[3];
-            float std = (float)sqrt(2.0 / fan_out);
-            for (size_t k = 0; k < p->numel; k++) dst[k] = std * rng_normal(&rng);
-            break;
-        }
-        case PARAM_BN_WEIGHT:
-            for (size_t k = 0; k < p->numel; k++) dst[k] = 1.0f;
-            break;
-        case PARAM_BN_BIAS: break;  // zero from calloc
-        case PARAM_FC_WEIGHT:
-        case PARAM_FC_BIAS: {
-            float bound = 1.0f / sqrtf((float)m->fc_in);
-            for (size_t k = 0; k < p->numel; k++) dst[k] = bound * (2.0f * rng_uniform(&rng) - 1.0f);
-            break;
-        }
-        }
-    }
-}
-
 // The parameters' backend memory, gradients zeroed; returns a zeroed host buffer for upload_params.
 static float *alloc_params(Model *m, Backend *be) {
     size_t np = m->params.padded_numel;
@@ -197,11 +169,11 @@ static void upload_params(Model *m, Backend *be, float *host) {
 
 void model_alloc(Model *m, Backend *be, uint64_t seed) {
     float *host = alloc_params(m, be);
-    init_host_weights(m, host, seed);
+    weight_init_draw(m, host, seed, 0);
     upload_params(m, be, host);
 }
 
-// init_host_weights on a thread of its own.
+// weight_init_draw on a thread of its own (which hands chunks to more threads).
 typedef struct WeightDraw {
     const Model *m;
     float *host;
@@ -210,7 +182,7 @@ typedef struct WeightDraw {
 
 static void *draw_weights(void *arg) {
     const WeightDraw *d = arg;
-    init_host_weights(d->m, d->host, d->seed);
+    weight_init_draw(d->m, d->host, d->seed, 0);
     return NULL;
 }
 

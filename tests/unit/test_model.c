@@ -13,6 +13,7 @@
 #include "model/activations.h"
 #include "model/arena.h"
 #include "model/resnext.h"
+#include "model/weight_init.h"
 #include "tests/test_util.h"
 
 // Several blocks per stage, identity and downsample shortcuts, a downsample whose output is larger than
@@ -408,6 +409,56 @@ static void check_step_was_prepared(const char *const *overrides, DType amp_dt) 
     ck_assert_int_gt(prepared.bn_calls, 0);
 }
 
+// The initial weights depend on the seed only: one thread and seven draw the same bits. And they are
+// torchvision's initialisation: each convolution's values have mean ~0 and standard deviation
+// sqrt(2 / fan_out) (within 3% on tensors of >= 16,384 values), batch norm 1 and 0, the classifier inside
+// +-1/sqrt(in) and spread over it.
+START_TEST(test_initial_weights_are_torchvisions_whatever_the_threads) {
+    const char *r50[] = {"model.arch=resnext50_32x4d", "model.image_size=64", "model.num_classes=10", NULL};
+    Config cfg;
+    tu_config(&cfg, r50);
+    Model m;
+    model_init_shapes(&m, &cfg.model, DTYPE_F16);
+    const size_t np = m.params.padded_numel;
+    float *one = calloc(np, sizeof(float)), *seven = calloc(np, sizeof(float));
+    weight_init_draw(&m, one, 9, 1);
+    weight_init_draw(&m, seven, 9, 7);
+    ck_assert_mem_eq(one, seven, np * sizeof(float));
+    size_t counted = 0;
+    int checked_convs = 0;
+    for (int i = 0; i < m.params.count; i++) {
+        const ParamInfo *p = &m.params.items[i];
+        const float *v = one + p->offset;
+        counted += p->numel;
+        if (p->kind == PARAM_CONV_WEIGHT && p->numel >= 16384) {
+            double sum = 0, sq = 0;
+            for (size_t k = 0; k < p->numel; k++) sum += v[k], sq += (double)v[k] * v[k];
+            const double mean = sum / p->numel, sd = sqrt(sq / p->numel - mean * mean);
+            const double want = sqrt(2.0 / ((double)p->shape[0] * p->shape[2] * p->shape[3]));
+            ck_assert_msg(fabs(sd / want - 1) < 0.03 && fabs(mean) < 0.05 * want,
+                          "%s: mean %g sd %g, want sd %g", p->name, mean, sd, want);
+            checked_convs++;
+        } else if (p->kind == PARAM_BN_WEIGHT || p->kind == PARAM_BN_BIAS) {
+            for (size_t k = 0; k < p->numel; k++)
+                ck_assert_float_eq(v[k], p->kind == PARAM_BN_WEIGHT ? 1.0f : 0.0f);
+        } else if (p->kind == PARAM_FC_WEIGHT) {
+            const float bound = 1.0f / sqrtf((float)m.fc_in);
+            float lo = bound, hi = -bound;
+            for (size_t k = 0; k < p->numel; k++) lo = fminf(lo, v[k]), hi = fmaxf(hi, v[k]);
+            ck_assert_msg(lo >= -bound && hi <= bound && lo < -0.9f * bound && hi > 0.9f * bound,
+                          "fc.weight in [%g, %g], bound %g", lo, hi, bound);
+        }
+    }
+    ck_assert_int_gt(checked_convs, 10);
+    ck_assert(counted <= np);
+    // a different seed draws different weights
+    weight_init_draw(&m, seven, 10, 3);
+    ck_assert(memcmp(one, seven, np * sizeof(float)) != 0);
+    free(one), free(seven);
+    model_free(&m, NULL);
+}
+END_TEST
+
 // model_alloc_and_prepare draws the weights on a thread beside the kernel choices: the same weights and
 // running statistics as model_alloc's, bitwise, and the same shapes prepared as model_prepare_ops names.
 START_TEST(test_weights_drawn_beside_the_choices_are_model_allocs) {
@@ -649,6 +700,7 @@ int main(void) {
     tcase_add_test(tc, test_recomputing_bn_outputs_changes_no_gradient);
     tcase_add_test(tc, test_every_op_of_a_step_was_prepared);
     tcase_add_test(tc, test_weights_drawn_beside_the_choices_are_model_allocs);
+    tcase_add_test(tc, test_initial_weights_are_torchvisions_whatever_the_threads);
     tcase_add_test(tc, test_fused_block_ends_change_no_gradient);
     tcase_add_test(tc, test_view_at_another_side_evaluates_like_a_model_built_there);
     suite_add_tcase(s, tc);
