@@ -4,17 +4,18 @@
 The same model shape (torchvision's ResNet with Bottleneck blocks: layers, groups = cardinality,
 width_per_group = base width, 64 stem planes), batch size, number of steps and SGD settings (constant
 learning rate, momentum, weight decay, Nesterov), in fp32 or with AMP (fp16 autocast + GradScaler with
-amptrain's scaler settings). Prints one JSON line with the keys of amptrain's summary record:
+amptrain's scaler settings, or with --amp-dtype bfloat16 bf16 autocast without one). Prints one JSON line
+with the keys of amptrain's summary record:
 
-    {"impl": "torch", "amp": ..., "device": ..., "steps": ..., "batch": ..., "seconds": ...,
+    {"impl": "torch", "amp": ..., "amp_dtype": ... (under AMP), "device": ..., "steps": ..., "batch": ..., "seconds": ...,
      "images_per_s": ..., "peak_mib": ..., "final_loss": ..., "skipped_total": ..., "scale": ...}
 
 seconds is the wall time of the training loop (the first step to the last, synchronised), as amptrain's
 summary. The data: each step's batch of N(0,1) images with uniform labels is drawn on the device from a
 seeded generator inside the loop (amptrain's loader makes each batch on the host and uploads it), so the
 device holds one batch at a time, as amptrain's does.
-skipped_total counts AMP steps whose scale fell (GradScaler skipped them); fp32 runs report null
-(PyTorch does not check their gradients). peak_mib: torch.cuda.max_memory_allocated, null on the CPU.
+skipped_total counts fp16 AMP steps whose scale fell (GradScaler skipped them); fp32 and bf16 runs report
+null (PyTorch checks their gradients nowhere). peak_mib: torch.cuda.max_memory_allocated, null on the CPU.
 """
 import argparse
 import json
@@ -36,7 +37,9 @@ def parse_args():
     p.add_argument("--momentum", type=float, default=0.0)
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--nesterov", type=int, default=0)
-    p.add_argument("--amp", type=int, default=1, help="1: fp16 autocast + GradScaler; 0: fp32")
+    p.add_argument("--amp", type=int, default=1, help="1: autocast (fp16: with a GradScaler); 0: fp32")
+    p.add_argument("--amp-dtype", default="float16", choices=("float16", "bfloat16"),
+                   help="the autocast dtype; bfloat16 runs without a GradScaler, as amp.dtype: bfloat16")
     p.add_argument("--init-scale", type=float, default=65536.0)
     p.add_argument("--growth-factor", type=float, default=2.0)
     p.add_argument("--backoff-factor", type=float, default=0.5)
@@ -77,7 +80,7 @@ def main():
                           nesterov=bool(a.nesterov))
     scaler = torch.amp.GradScaler(a.device, init_scale=a.init_scale, growth_factor=a.growth_factor,
                                   backoff_factor=a.backoff_factor, growth_interval=a.growth_interval,
-                                  enabled=bool(a.amp))
+                                  enabled=bool(a.amp) and a.amp_dtype == "float16")
     loss_fn = torch.nn.CrossEntropyLoss()
     gen = torch.Generator(device=dev).manual_seed(a.seed)
 
@@ -93,11 +96,11 @@ def main():
     for _ in range(a.steps):
         images = torch.randn(a.batch, 3, a.image_size, a.image_size, device=dev, generator=gen).to(memory_format=fmt)
         labels = torch.randint(0, a.classes, (a.batch,), device=dev, generator=gen)
-        with torch.autocast(a.device, dtype=torch.float16, enabled=bool(a.amp)):
+        with torch.autocast(a.device, dtype=getattr(torch, a.amp_dtype), enabled=bool(a.amp)):
             loss = loss_fn(net(images), labels)
         scaler.scale(loss).backward()
         scaler.step(opt)
-        if a.amp:
+        if scaler.is_enabled():
             before = scaler._scale.clone()  # GradScaler keeps its scale on the device; a skipped step lowers it
             scaler.update()
             skipped += (scaler._scale < before).to(torch.int64).squeeze()
@@ -105,11 +108,11 @@ def main():
     sync()
     seconds = time.perf_counter() - start
     print(json.dumps({
-        "impl": "torch", "amp": bool(a.amp), "device": a.device, "steps": a.steps, "batch": a.batch,
+        "impl": "torch", "amp": bool(a.amp), **({"amp_dtype": a.amp_dtype} if a.amp else {}), "device": a.device, "steps": a.steps, "batch": a.batch,
         "seconds": round(seconds, 3), "images_per_s": round(a.steps * a.batch / seconds, 1),
         "peak_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if dev.type == "cuda" else None,
-        "final_loss": float(loss), "skipped_total": int(skipped) if a.amp else None,
-        "scale": scaler.get_scale() if a.amp else 1.0}), flush=True)
+        "final_loss": float(loss), "skipped_total": int(skipped) if scaler.is_enabled() else None,
+        "scale": scaler.get_scale() if scaler.is_enabled() else 1.0}), flush=True)
     return 0
 
 

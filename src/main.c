@@ -472,6 +472,7 @@ static void print_summary(Trainer *t, const Config *cfg) {
                          .epoch = trainer_last_epoch(t),
                          .world = t->comm->size,
                          .amp = cfg->amp.enabled,
+                         .amp_dtype = cfg->amp.dtype,
                          .seconds = t->train_seconds,
                          .images_per_s = t->train_seconds > 0 ? t->images_seen / t->train_seconds : 0,
                          .backend = be->name,

@@ -323,6 +323,7 @@ void metrics_summary(Metrics *mt, const SummaryRecord *r) {
     if (r->reason && r->reason[0]) record_text(&rec, "reason", r->reason);
     text_add(&rec.body, ",\"steps\":%ld,\"epoch\":%d,\"world\":%d,\"amp\":%s,\"backend\":\"%s\"", r->steps,
              r->epoch, r->world, r->amp ? "true" : "false", r->backend);
+    if (r->amp) record_text(&rec, "amp_dtype", r->amp_dtype);
     record_number(&rec, "seconds", r->seconds);
     record_number(&rec, "images_per_s", r->images_per_s);
     record_number(&rec, "peak_mib", r->peak_mib);

@@ -43,6 +43,7 @@ typedef struct SummaryRecord {
     int epoch;
     int world;            // ranks
     int amp;              // amp.enabled
+    const char *amp_dtype;  // under AMP amp.dtype ("float16", "bfloat16"); unused otherwise
     double seconds;       // wall time of the training loop, evaluation included
     double images_per_s;  // global images trained / seconds
     const char *backend;  // "cpu", "cuda"

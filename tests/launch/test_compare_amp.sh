@@ -33,6 +33,7 @@ for prec, row in rows.items():
     s = records[-1]
     assert s.get("summary") is True, f"{prec}: the metrics file does not end with the summary record"
     assert s["amp"] is (prec == "amp"), f"{prec} run had amp={s['amp']}"
+    assert s.get("amp_dtype") == ("float16" if prec == "amp" else None), f"{prec}: amp_dtype {s.get('amp_dtype')}"
     assert s["steps"] == 16, f"{prec}: {s['steps']} steps, want 256 / 32 x 2 = 16"
     for key in ("steps", "seconds", "images_per_s", "peak_mib", "skipped_total"):
         assert float(row[key]) == float(s[key]), (prec, key, row[key], s[key])
@@ -65,6 +66,22 @@ else
     grep -q 'matplotlib is not installed' "$md" || fail "$md does not say why there is no PNG"
     echo "report.md: fp32, AMP and saving rows; no matplotlib for $PYTHON, and it says so"
 fi
+
+echo "== 1b. bf16 autocast: amp.dtype goes to the AMP run only"
+"$PYTHON" "$compare" "$tiny" data.train_size=64 data.val_size=0 train.epochs=1 amp.dtype=bfloat16 \
+    --amptrain "$amptrain" --out "$out/bf16" >"$out/bf16.log" 2>&1 || fail "compare-amp amp.dtype=bfloat16 exited with $?"
+"$PYTHON" - "$out/bf16" <<'PY' || fail "the bf16 comparison's runs are not fp32 and bf16"
+import csv, json, sys
+folder = sys.argv[1]
+rows = {r["precision"]: r for r in csv.DictReader(open(f"{folder}/report.csv"))}
+fp32 = json.loads(open(f"{folder}/fp32/metrics.jsonl").read().splitlines()[-1])
+amp = json.loads(open(f"{folder}/amp/metrics.jsonl").read().splitlines()[-1])
+assert fp32["amp"] is False and "amp_dtype" not in fp32, fp32
+assert amp["amp"] is True and amp["amp_dtype"] == "bfloat16" and amp["scale"] == 1, amp
+assert "amp.dtype=bfloat16" in rows["amp"]["command"] and "amp.dtype" not in rows["fp32"]["command"], rows
+print("bf16: the AMP run in bfloat16 at scale 1, the fp32 run without amp.dtype")
+PY
+grep -q 'AMP in bfloat16' "$out/bf16/report.md" || fail "report.md does not name the autocast dtype"
 
 echo "== 2. without matplotlib: the table, and a word on stderr"
 PYTHONPATH=$(no_matplotlib_path) "$PYTHON" "$compare" "$tiny" data.train_size=64 data.val_size=0 train.epochs=1 \
