@@ -41,13 +41,13 @@ typedef struct SummaryRecord {
     const char *reason;   // why it diverged ("" otherwise)
     long steps;           // optimizer steps done
     int epoch;
-    int world;            // ranks
-    int amp;              // amp.enabled
+    int world;              // ranks
+    int amp;                // amp.enabled
     const char *amp_dtype;  // under AMP amp.dtype ("float16", "bfloat16"); unused otherwise
-    double seconds;       // wall time of the training loop, evaluation included
-    double images_per_s;  // global images trained / seconds
-    const char *backend;  // "cpu", "cuda"
-    double peak_mib;      // rank 0's peak backend memory
+    double seconds;         // wall time of the training loop, evaluation included
+    double images_per_s;    // global images trained / seconds
+    const char *backend;    // "cpu", "cuda"
+    double peak_mib;        // rank 0's peak backend memory
     long skipped_total;
     double scale;            // final loss scale
     double final_loss;       // rank 0's last logged training loss
