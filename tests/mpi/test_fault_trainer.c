@@ -105,25 +105,17 @@ static pid_t start_job(char *const argv[], const char *log_path) {
     return pid;
 }
 
+// The launcher of every job here: two ranks on this machine, whatever its cores and user.
+#define MPIEXEC_TWO_RANKS "mpiexec", "--allow-run-as-root", "--oversubscribe", "-np", "2"
+
 // `mpiexec -np 2 amptrain tiny.yaml ...`, checkpointing into dir every CHECKPOINT_EVERY steps.
 static pid_t start_training(const char *dir, const char *log_path) {
     char ckpt_dir[PATH_MAX + 32], config[PATH_MAX], every[32];
     snprintf(ckpt_dir, sizeof ckpt_dir, "checkpoint.dir=%s", dir);
     snprintf(config, sizeof config, "%s/configs/tiny.yaml", AMPTRAIN_SOURCE_DIR);
     snprintf(every, sizeof every, "checkpoint.every=%d", CHECKPOINT_EVERY);
-    char *const argv[] = {"mpiexec",
-                          "--allow-run-as-root",
-                          "--oversubscribe",
-                          "-np",
-                          "2",
-                          AMPTRAIN_BIN,
-                          config,
-                          ckpt_dir,
-                          every,
-                          "dist.timeout_s=5",
-                          "log.metrics=",
-                          "data.prefetch=0",
-                          NULL};
+    char *const argv[] = {MPIEXEC_TWO_RANKS, AMPTRAIN_BIN,      config, ckpt_dir, every, "dist.timeout_s=5",
+                          "log.metrics=",    "data.prefetch=0", NULL};
     return start_job(argv, log_path);
 }
 
@@ -250,19 +242,9 @@ static void stop_cleanly(int through_wrapper) {
     char *const by_wrapper[] = {
         wrapper, "--cpu",  "--np",  "2",           "--amptrain",      AMPTRAIN_BIN,      "--",
         config,  ckpt_dir, metrics, "log.every=1", "train.epochs=50", "data.prefetch=0", NULL};
-    char *const by_mpiexec[] = {"mpiexec",
-                                "--allow-run-as-root",
-                                "--oversubscribe",
-                                "-np",
-                                "2",
-                                AMPTRAIN_BIN,
-                                config,
-                                ckpt_dir,
-                                metrics,
-                                "log.every=1",
-                                "train.epochs=50",
-                                "data.prefetch=0",
-                                NULL};
+    char *const by_mpiexec[] = {MPIEXEC_TWO_RANKS, AMPTRAIN_BIN,      config,
+                                ckpt_dir,          metrics,           "log.every=1",
+                                "train.epochs=50", "data.prefetch=0", NULL};
     pid_t job = start_job(through_wrapper ? by_wrapper : by_mpiexec, log_path);
     // Once a step is done (the metrics file has a line), ask the job to stop.
     char metrics_path[PATH_MAX + 16];
