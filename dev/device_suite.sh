@@ -17,7 +17,7 @@
 #             then torch.compile reduce-overhead at batch 70
 #   ab        the loop before and after a change (AMPTRAIN_BEFORE=the earlier binary), b256 and b70 AMP, twice
 #             each, alternating with PyTorch
-#   bf16      the b256 AMP loop in fp16 and in bf16, alternating twice, PyTorch beside
+#   bf16      the b256 AMP loop in fp16, bf16 and bf16 with cudnn.batch_norm=own, alternating twice, PyTorch beside
 #   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
@@ -35,12 +35,14 @@
 #             (build/bench_batchnorm), then --bench b256 AMP with cudnn.batch_norm cudnn, own and auto
 #   ends      bn_add_bn (a downsampling block's end in one op) against the CPU (test_gpu_ops' bn_add_bn case only),
 #             then bench_batchnorm's block ends: the two layers' calls on auto's pairs against the fused kernels
+#   bntests   test_gpu_ops' batchnorm and bn_add_bn cases alone
 #   fusedbn   batch norm fused into the 1x1 convolutions (cuDNN graphs scale_bias_relu_conv_genstats, dgrad_drelu_dbn,
 #             dbn_apply) against the unfused passes, checked against an fp32 reference, on every stride-1 1x1 shape
 #             (build/bench_fused_bn)
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
 #   profileamp, profilefp32  the same for one of the two
+#   profilebf16  amptrain's b256 AMP step under ncu in fp16 and in bf16, summed by kernel name (no PyTorch)
 #   decode    test_images_gpu (CUDA input_decode against the CPU reference), then --bench-data data.decode=device on
 #             make_jpegs' folder (decode + augment img/s on the GPU, batch 256)
 #   tvdecode  test_images_pil run by the torch python: amptrain's decoded pixels against torchvision.io.decode_jpeg (CPU)
@@ -175,12 +177,15 @@ stage_ab() {  # the loop before and after a change, alternating with PyTorch, b2
         done
     done
 }
-stage_bf16() {  # the b256 AMP loop in fp16 and bf16 alternating, twice, PyTorch (fp16 AMP) beside; the first run
-               # also fills the kernel-choice cache, so its start-up is the cold one and the rest are warm
+stage_bf16() {  # the b256 AMP loop in fp16, bf16, and bf16 with batch norm on our own kernels only, alternating,
+               # twice, PyTorch (fp16 AMP) beside; the first run of each fills the kernel-choice cache, so its
+               # start-up is the cold one and the rest are warm; bf16's batch-norm pairs to $OUT/picks_bf16.txt
     for rep in 1 2; do
-        loop_run 256 1; loop_run 256 1 amp.dtype=bfloat16
+        loop_run 256 1; loop_run 256 1 amp.dtype=bfloat16; loop_run 256 1 amp.dtype=bfloat16 cudnn.batch_norm=own
         if [ "$rep" = 1 ]; then torch_bench 1 256 1; fi
     done
+    AMPTRAIN_CONV_LOG=1 build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-steps 4 data.batch_size=256 \
+        amp.dtype=bfloat16 cudnn.cache=off 2>"$OUT/picks_bf16.txt" | grep '^{'
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
                      # beside torch twice and --bench (no torch.compile)
@@ -278,14 +283,18 @@ stage_jpegs() {  # --bench-data with the decode on the host's threads and on the
         grep '"step":40' "$OUT/jpeg_loop_$decode.jsonl"
     done
 }
+ncu_step() {  # name amptrain-overrides...: one b256 step's kernels under ncu -> $OUT/ncu_NAME.csv
+    local name=$1; shift
+    ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+        --print-units base build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-profile \
+        --bench-warmup 3 --bench-steps 1 data.batch_size=256 train.cuda_graph=off "$@" \
+        >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err"
+}
 profile_pair() {  # name amptrain-overrides... -- torch-flags...
     local name=$1; shift
     local ours=() theirs=()
     while [ "$1" != "--" ]; do ours+=("$1"); shift; done; shift; theirs=("$@")
-    ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
-        --print-units base build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-profile \
-        --bench-warmup 3 --bench-steps 1 data.batch_size=256 train.cuda_graph=off "${ours[@]}" \
-        >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err"
+    ncu_step "$name" "${ours[@]}"
     python3 bench/torch_baseline.py --batch 256 --cl 1 --warmup 3 --steps 1 --profile "$OUT/profile_torch_$name.csv" \
         "${theirs[@]}" | grep '^{'
     python3 dev/kernel_profile.py "$OUT/ncu_$name.csv" "$OUT/profile_amptrain_$name.csv" \
@@ -305,10 +314,23 @@ stage_ends() {
     grep -E "Checks:|:F:|:E:" "$OUT/ends_test.log"
     build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
 }
+stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
+    local rc=0 case
+    for case in batchnorm bn_add_bn; do
+        CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/bntests_$case.log" 2>&1 || rc=1
+        grep -E "Checks:|:F:|:E:" "$OUT/bntests_$case.log" | head -20
+    done
+    return $rc
+}
 stage_fusedbn() { build/bench_fused_bn 256 | tee "$OUT/fusedbn.txt"; return "${PIPESTATUS[0]}"; }
 stage_profileamp() { profile_pair amp -- --amp 1; }
 stage_profilefp32() { profile_pair fp32exact amp.enabled=false cudnn.tf32=false -- --amp 0 --tf32 0; }
 stage_profile() { stage_profileamp && stage_profilefp32; }
+stage_profilebf16() {  # amptrain's b256 AMP step in fp16 and in bf16 (no PyTorch): bf16's kernels beside fp16's total
+    ncu_step fp16 && ncu_step bf16 amp.dtype=bfloat16 &&
+        python3 dev/kernel_profile.py "$OUT/ncu_fp16.csv" "$OUT/profile_amptrain_fp16.csv" &&
+        python3 dev/kernel_profile.py "$OUT/ncu_bf16.csv" "$OUT/profile_amptrain_bf16.csv" "$OUT/profile_amptrain_fp16.csv"
+}
 stage_decode() {  # the device decode path: test_images_gpu (nvJPEG + kernels against the CPU reference), then
                   # --bench-data with data.decode=device on make_jpegs' folder, batch 256
     AMPTRAIN_REQUIRE_GPU=1 build/test_images_gpu; local rc=$?

@@ -5,9 +5,9 @@
 // per call for the forward and per layer for the backward (CudaBnMode, cuda_backend.h):
 // - cuDNN's fused NHWC kernels (cudnnBatchNormalization{ForwardTraining,Backward}Ex, SPATIAL_PERSISTENT,
 //   ops BN / BN_ACTIVATION / BN_ADD_ACTIVATION) for training whenever cuDNN takes the combination:
-//   fp16 with C % 4 == 0 for the fused ops, plain BN for fp16 and fp32.
+//   fp16 or bf16 with C % 4 == 0 for the fused ops, plain BN for every dtype.
 // - Our own kernels (cuda_batchnorm_own.cu) for everything else (fp32 with ReLU, residual without ReLU,
-//   dx accumulation, a backward whose forward did not run on cuDNN, every bf16 call), for inference and
+//   dx accumulation, a backward whose forward did not run on cuDNN, a call cuDNN declines), for inference and
 //   recomputation, and for all training when chosen: 16-byte packs, one read of x for the statistics, one
 //   fused pass.
 //
@@ -263,14 +263,13 @@ static cudnnBatchNormOps_t bn_ops_for(int residual, int relu) {
     return relu ? CUDNN_BATCHNORM_OPS_BN_ACTIVATION : CUDNN_BATCHNORM_OPS_BN;
 }
 
-// The combinations cuDNN's fused NHWC kernels document: plain BN in fp16 or fp32; BN+ReLU and
-// BN+add+ReLU only in fp16 with C % 4 == 0. Residual without ReLU has no cuDNN op. bf16 is none of them:
-// cuDNN's legacy batch-norm API documents no bf16 activations for these kernels, so every bf16 batch norm
-// runs our own (which take fp16, bf16 and fp32 alike).
+// The combinations offered to cuDNN's fused NHWC kernels: plain BN in any dtype; BN+ReLU and BN+add+ReLU
+// in fp16 or bf16 with C % 4 == 0. Residual without ReLU has no cuDNN op. A combination cuDNN declines at
+// run time (CUDNN_STATUS_NOT_SUPPORTED) runs our own kernels.
 static int bn_cudnn_may_take(int c, DType dt, int residual, int relu) {
-    if ((residual && !relu) || dt == DTYPE_BF16) return 0;
+    if (residual && !relu) return 0;
     if (!relu) return 1;
-    return dt == DTYPE_F16 && c % 4 == 0;
+    return dtype_is_16bit(dt) && c % 4 == 0;
 }
 
 // ---- training forward ------------------------------------------------------------------------------

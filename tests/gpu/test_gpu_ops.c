@@ -418,17 +418,15 @@ static void expect_bn_paths(CudaBnMode mode, const char *label, const float *sav
                             DType dt, int residual, int relu) {
     int fwd = -1, bwd = -1;
     ck_assert_msg(cuda_backend_bn_layer_paths(gpu, save_mean, &fwd, &bwd), "%s: no layer entry", label);
-    // bf16 runs our own kernels whatever the mode (cudnn_batchnorm.cu)
-    if (dt == DTYPE_BF16)
-        ck_assert_msg(fwd == 0 && bwd == 0, "%s: forward %d backward %d, want our own for bf16", label, fwd,
-                      bwd);
-    const int cudnn_fused = dt != DTYPE_BF16 && !(residual && !relu) &&
-                            (!relu || (dt == DTYPE_F16 && c % 4 == 0));
+    // the combinations cudnn_batchnorm.cu offers cuDNN (bf16 as fp16), which cuDNN must take
+    const int cudnn_fused = !(residual && !relu) && (!relu || (dtype_is_16bit(dt) && c % 4 == 0));
+    if (mode == CUDA_BN_CUDNN && cudnn_fused && dtype_is_16bit(dt))
+        ck_assert_msg(fwd == 1, "%s: forward on our own, want cuDNN's", label);
     // add+ReLU: cuDNN's backward needs its own forward's reserve, so that layer runs our own backward
     if (mode == CUDA_BN_OWN_CUDNN && cudnn_fused && !residual)
         ck_assert_msg(fwd == 0 && bwd == 1, "%s: forward %d backward %d, want our own then cuDNN's", label,
                       fwd, bwd);
-    if (mode == CUDA_BN_CUDNN_OWN && cudnn_fused && dt == DTYPE_F16)
+    if (mode == CUDA_BN_CUDNN_OWN && cudnn_fused && dtype_is_16bit(dt))
         ck_assert_msg(fwd == 1 && bwd == 0, "%s: forward %d backward %d, want cuDNN's then our own", label,
                       fwd, bwd);
     if (mode == CUDA_BN_AUTO) {
