@@ -4,8 +4,8 @@
 #   ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
 #       build/amptrain CONFIG --bench --bench-profile train.cuda_graph=off ... > NCU_CSV
 # OUT_CSV gets one row per kernel name: kernel,calls,total_ms (the format torch_baseline.py --profile
-# writes). Printed: the step's kernel time and the 25 largest rows, and, given OTHER_CSV (PyTorch's), its
-# total beside ours.
+# writes). Printed: the step's kernel time, its shares by kernel family (batch norm, GEMM, convolution,
+# other; by name) and the 25 largest rows, and the same for OTHER_CSV (PyTorch's, or another run's).
 import csv, io, sys
 
 
@@ -32,9 +32,30 @@ def read_sums(path):
     return {r["kernel"]: (int(r["calls"]), float(r["total_ms"])) for r in csv.DictReader(open(path))}
 
 
+# Kernel families by name (first match wins), for the shares printed under each listing.
+FAMILIES = [
+    ("batch norm", ("batchnorm", "batch_norm", "bn_", "bnfwd", "bnbwd", "bn_fw", "bn_bw")),
+    ("gemm (1x1 convolutions, linear)", ("gemm", "cublas", "cutlass")),
+    ("convolution", ("conv", "fprop", "dgrad", "wgrad", "xmma", "implicit")),
+]
+
+
+def family_of(name):
+    low = name.lower()
+    for family, keys in FAMILIES:
+        if any(k in low for k in keys):
+            return family
+    return "other"
+
+
 def show(title, kernels):
     total = sum(ms for _, ms in kernels.values())
     print(f"{title}: {sum(c for c, _ in kernels.values())} kernels, {total:.2f} ms of kernel time")
+    families = {}
+    for name, (_, ms) in kernels.items():
+        families[family_of(name)] = families.get(family_of(name), 0.0) + ms
+    for family, ms in sorted(families.items(), key=lambda kv: -kv[1]):
+        print(f"  {family:34s} {ms:8.3f} ms {100 * ms / total:5.1f}%")
     for name, (calls, ms) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]:
         print(f"  {ms:8.3f} ms {100 * ms / total:5.1f}% {calls:5d}x  {name[:150]}")
 
