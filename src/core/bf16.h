@@ -30,4 +30,24 @@ static inline float bf16_to_float(uint16_t bits) {
     return f;
 }
 
+// IEEE equality of the two bf16 values packed in each of a and b (low half with low half, high with high):
+// 0xffff in each half where they are equal, else 0. Equal means the same bits and not NaN, or two zeros of
+// either sign, as comparing the widened fp32 values. The CUDA kernels use it where the GPU has no bf16
+// compare of its own (before sm_90).
+#ifdef __CUDACC__
+#define BF16_HOST_DEVICE __host__ __device__
+#else
+#define BF16_HOST_DEVICE
+#endif
+static inline BF16_HOST_DEVICE uint32_t bf16x2_equal_mask(uint32_t a, uint32_t b) {
+    // Both halves at once: bit 15 of each half set where that half is non-zero (its low 15 bits plus 0x7fff
+    // carry into bit 15, or bit 15 is set already), or, for nan, where |half| exceeds 0x7f80 (inf).
+    const uint32_t low15 = 0x7fff7fffu, top = 0x80008000u;
+    const uint32_t differs = ((((a ^ b) & low15) + low15) | (a ^ b)) & top;
+    const uint32_t a_nan = ((a & low15) + 0x007f007fu) & top;
+    const uint32_t not_both_zero = ((((a | b) & low15) + low15)) & top;
+    const uint32_t equal = (~(differs | a_nan) | ~not_both_zero) & top;
+    return (equal >> 15) * 0xffffu;  // bit 15 of each half spread over the half
+}
+
 #endif

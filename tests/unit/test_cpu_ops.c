@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/backend.h"
+#include "core/bf16.h"
 #include "kernels/cpu/half.h"
 #include "tests/test_util.h"
 
@@ -1184,6 +1185,38 @@ START_TEST(test_bf16_cast_rounds_as_cuda) {
 }
 END_TEST
 
+// bf16x2_equal_mask (the CUDA max-pool backward's route compare before sm_90) against comparing the widened
+// fp32 values: every bf16 x against itself, its negation, its neighbours and the special values (zeros, the
+// smallest subnormals, 1, the largest finite, inf, NaNs), in the low half and in the high half with an
+// unrelated other half.
+static int bf16_equal_by_float(uint16_t x, uint16_t y) { return bf16_to_float(x) == bf16_to_float(y); }
+
+START_TEST(test_bf16x2_equal_mask_is_ieee_equality) {
+    const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x3f80, 0xbf80, 0x7f7f, 0xff7f,
+                                 0x7f80, 0xff80, 0x7f81, 0x7fc0, 0x7fff, 0xffff, 0xffc0};
+    const size_t n_specials = sizeof specials / sizeof specials[0];
+    long checked = 0;
+    for (uint32_t x = 0; x <= 0xffffu; x++) {
+        uint16_t others[4 + sizeof specials / sizeof specials[0]] = {(uint16_t)x, (uint16_t)(x ^ 0x8000u),
+                                                                     (uint16_t)(x + 1), (uint16_t)(x - 1)};
+        memcpy(others + 4, specials, sizeof specials);
+        for (size_t k = 0; k < 4 + n_specials; k++) {
+            const uint16_t y = others[k];
+            const uint32_t want = bf16_equal_by_float((uint16_t)x, y) ? 0xffffu : 0u;
+            const uint32_t filler = 0x3f80u;  // 1.0 against 0.0: never equal
+            const uint32_t low = bf16x2_equal_mask(x | filler << 16, y),
+                           high = bf16x2_equal_mask(x << 16, y << 16 | filler);
+            ck_assert_msg(low == want, "low half 0x%04x vs 0x%04x: mask 0x%08x, want 0x%08x", x, y, low,
+                          want);
+            ck_assert_msg(high == want << 16, "high half 0x%04x vs 0x%04x: mask 0x%08x, want 0x%08x", x, y,
+                          high, want << 16);
+            checked++;
+        }
+    }
+    ck_assert_int_eq(checked, 65536L * (long)(4 + n_specials));
+}
+END_TEST
+
 START_TEST(test_peak_bytes_tracks_allocations) {
     ck_assert_uint_eq(be->current_bytes(be), 0);
     void *a = be->alloc(be, 1000);
@@ -1238,6 +1271,7 @@ static Suite *cpu_ops_suite(void) {
     tcase_add_test(tc, test_nonfinite_check_finds_inf_and_nan_anywhere);
     tcase_add_test(tc, test_cast_rounds_to_nearest_even_and_overflows_to_inf);
     tcase_add_test(tc, test_bf16_cast_rounds_as_cuda);
+    tcase_add_test(tc, test_bf16x2_equal_mask_is_ieee_equality);
     tcase_add_test(tc, test_peak_bytes_tracks_allocations);
     suite_add_tcase(s, tc);
     return s;
