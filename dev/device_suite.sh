@@ -17,7 +17,7 @@
 #             then torch.compile reduce-overhead at batch 70
 #   ab        the loop before and after a change (AMPTRAIN_BEFORE=the earlier binary), b256 and b70 AMP, twice
 #             each, alternating with PyTorch
-#   bf16      the b256 AMP loop in fp16, bf16 and bf16 with cudnn.batch_norm=own, alternating twice, PyTorch beside
+#   bf16      the b256 AMP loop in fp16 and in bf16, alternating twice, PyTorch beside
 #   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
@@ -29,6 +29,8 @@
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   fmnistruns  the runs listed in $FMNIST_RUNS side by side on the GPU (Fashion-MNIST as in fmnist)
+#   emadiag   the Fashion-MNIST EMA run of dev/fmnist_ema_runs.txt (emaD) checkpointed every epoch and inspected
+#             (dev/ema_inspect.py), beside PyTorch's twin with torchvision's EMA (dev/ema_torch_fmnist.py)
 #   jpegs     2048 photo-like 500x375 quality-90 JPEGs: --bench-data (decode + augment alone) with data.decode
 #             host and device, then 40 steps of the training loop at batch 256 AMP on that folder with each
 #   bnbench   training batch norm, cuDNN's against amptrain's own and auto's pairs, on every ResNeXt-50 shape
@@ -177,15 +179,12 @@ stage_ab() {  # the loop before and after a change, alternating with PyTorch, b2
         done
     done
 }
-stage_bf16() {  # the b256 AMP loop in fp16, bf16, and bf16 with batch norm on our own kernels only, alternating,
-               # twice, PyTorch (fp16 AMP) beside; the first run of each fills the kernel-choice cache, so its
-               # start-up is the cold one and the rest are warm; bf16's batch-norm pairs to $OUT/picks_bf16.txt
+stage_bf16() {  # the b256 AMP loop in fp16 and bf16 alternating, twice, PyTorch (fp16 AMP) beside; the first run of
+               # each fills the kernel-choice cache, so its start-up is the cold one and the second is warm
     for rep in 1 2; do
-        loop_run 256 1; loop_run 256 1 amp.dtype=bfloat16; loop_run 256 1 amp.dtype=bfloat16 cudnn.batch_norm=own
+        loop_run 256 1; loop_run 256 1 amp.dtype=bfloat16
         if [ "$rep" = 1 ]; then torch_bench 1 256 1; fi
     done
-    AMPTRAIN_CONV_LOG=1 build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-steps 4 data.batch_size=256 \
-        amp.dtype=bfloat16 cudnn.cache=off 2>"$OUT/picks_bf16.txt" | grep '^{'
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
                      # beside torch twice and --bench (no torch.compile)
@@ -255,6 +254,27 @@ stage_fmnistruns() {
         echo "--- $(basename "$f" .log)"
         grep -E "^eval|summary|error|^rc" "$f" | tail -8
     done
+}
+stage_emadiag() {  # dev/fmnist_ema_runs.txt's emaD with a checkpoint every epoch (dev/ema_inspect.py: the EMA's BN
+                   # variances and weights against the raw model's) beside PyTorch's twin (dev/ema_torch_fmnist.py,
+                   # torchvision's EMA on the same recipe, 14 epochs of the 40-epoch schedule)
+    [ -d /tmp/fmnist/train ] || python3 tools/fashion-mnist /tmp/fmnist --idx .fmnist >"$OUT/fmnist-convert.log" 2>&1 ||
+        return 1
+    local cfg rest
+    read -r _ cfg rest <dev/fmnist_ema_runs.txt
+    rm -rf /tmp/emaD
+    # shellcheck disable=SC2086
+    (build/amptrain "$cfg" data.path=/tmp/fmnist $rest checkpoint.dir=/tmp/emaD checkpoint.every=469 checkpoint.keep=50 \
+        log.metrics=/tmp/emaD.jsonl log.progress=never >"$OUT/emaD.log" 2>&1
+     python3 dev/ema_inspect.py /tmp/emaD/step-*.safetensors >"$OUT/ema_inspect.txt" 2>&1) &
+    local pid=$!
+    python3 dev/ema_torch_fmnist.py .fmnist --stop-after 14 >"$OUT/ema_torch.txt" 2>&1; local rc=$?
+    wait "$pid" || rc=1
+    grep -E "^eval" "$OUT/emaD.log" | awk '{print "amptrain epoch", $3, "top-1", $9, "EMA top-1", $16}'
+    grep -E "summary" "$OUT/emaD.log"
+    sed -e 's|/tmp/emaD/||' "$OUT/ema_inspect.txt"
+    cat "$OUT/ema_torch.txt"
+    return $rc
 }
 make_jpegs() {  # 2048 photo-like 500x375 quality-90 JPEGs in /tmp/jpegs (ImageFolder, 8 classes)
     [ -d /tmp/jpegs/train ] && return 0
