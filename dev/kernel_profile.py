@@ -33,10 +33,12 @@ def read_sums(path):
 
 
 # Kernel families by name (first match wins), for the shares printed under each listing.
+# cuDNN's convolution kernels carry "implicit_gemm" or "Conv2d" in their names, so convolution is matched
+# before GEMM; cuBLAS's Hopper GEMMs are named nvjet_*.
 FAMILIES = [
     ("batch norm", ("batchnorm", "batch_norm", "bn_", "bnfwd", "bnbwd", "bn_fw", "bn_bw")),
-    ("gemm (1x1 convolutions, linear)", ("gemm", "cublas", "cutlass")),
-    ("convolution", ("conv", "fprop", "dgrad", "wgrad", "xmma", "implicit")),
+    ("convolution (cuDNN)", ("conv", "fprop", "dgrad", "wgrad", "xmma", "implicit")),
+    ("gemm (1x1 convolutions, linear)", ("gemm", "nvjet", "cublas", "cutlass")),
 ]
 
 
