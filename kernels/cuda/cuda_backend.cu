@@ -149,7 +149,12 @@ int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }
 
 // What a timed choice depends on beyond its op and settings: the GPU (name, compute capability,
 // multiprocessor count), the driver, runtime, cuDNN and cuBLAS versions, and amptrain's own (its kernels
-// are among those timed: the batch-norm pairs, the GEMM route). A record's text is printable ASCII.
+// are among those timed: the batch-norm pairs, the GEMM route) with the revision of what it times. A
+// record's text is printable ASCII.
+// CUDA_CHOICES_REVISION: raised whenever the candidates a choice is made from, or amptrain's own timed
+// kernels, change, so that records timed before are not taken for the new set (2: bf16 batch norm offered
+// to cuDNN, whose records held only amptrain's own pair).
+#define CUDA_CHOICES_REVISION 2
 static void cuda_choice_env(CudaBackend *cb) {
     cudaDeviceProp prop;
     int driver = 0, runtime = 0, cublas = 0;
@@ -158,9 +163,9 @@ static void cuda_choice_env(CudaBackend *cb) {
     CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
     CUBLAS_CHECK(cublasGetVersion(cb->cublas, &cublas));
     snprintf(cb->choice_env, sizeof cb->choice_env,
-             "%s sm_%d%d %d SMs driver %d runtime %d cudnn %zu cublas %d amptrain %s", prop.name, prop.major,
-             prop.minor, prop.multiProcessorCount, driver, runtime, cudnnGetVersion(), cublas,
-             AMPTRAIN_VERSION);
+             "%s sm_%d%d %d SMs driver %d runtime %d cudnn %zu cublas %d amptrain %s choices r%d", prop.name,
+             prop.major, prop.minor, prop.multiProcessorCount, driver, runtime, cudnnGetVersion(), cublas,
+             AMPTRAIN_VERSION, CUDA_CHOICES_REVISION);
     for (char *c = cb->choice_env; *c; c++)
         if (*c < 0x20 || *c > 0x7e) *c = '?';
 }
