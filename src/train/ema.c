@@ -1,5 +1,6 @@
 #include "train/ema.h"
 
+#include <math.h>
 #include <string.h>
 
 double ema_decay_for(const TrainConfig *t, long global_batch) {
@@ -8,6 +9,8 @@ double ema_decay_for(const TrainConfig *t, long global_batch) {
     alpha = alpha * adjust < 1.0 ? alpha * adjust : 1.0;
     return 1.0 - alpha;
 }
+
+double ema_memory_steps(const Ema *e) { return e->decay < 1.0 ? e->every / (1.0 - e->decay) : INFINITY; }
 
 void ema_init(Ema *e, Backend *be, const Model *m, const TrainConfig *t, long global_batch) {
     memset(e, 0, sizeof *e);

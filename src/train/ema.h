@@ -40,6 +40,9 @@ typedef struct Ema {
 
 // torchvision's adjusted decay for this run (ema_decay > 0).
 double ema_decay_for(const TrainConfig *t, long global_batch);
+// The steps the average remembers: its time constant, ema_every / (1 - decay) (an update's weight falls by
+// 1/e over that many steps).
+double ema_memory_steps(const Ema *e);
 // Off (nothing allocated) unless t->ema_decay > 0; else the average starts as a copy of m, n_averaged 0
 // (AveragedModel's deepcopy).
 void ema_init(Ema *e, Backend *be, const Model *m, const TrainConfig *t, long global_batch);

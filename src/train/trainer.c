@@ -214,8 +214,15 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     }
     scaler_init(&t->scaler, be, &cfg->amp);
     sgd_init(&t->opt, be, &t->model, &cfg->train);
-    ema_init(&t->ema, be, &t->model, &cfg->train,
-             (long)cfg->data.batch_size * comm->size * cfg->train.accum_steps);
+    const long global_batch = (long)cfg->data.batch_size * comm->size * cfg->train.accum_steps;
+    ema_init(&t->ema, be, &t->model, &cfg->train, global_batch);
+    if (t->ema.enabled)
+        log_info(
+            "EMA of the weights: decay %.6g per update every %d steps (train.ema_decay %g adjusted for a "
+            "global batch of %ld over %d epochs); it remembers %.0f steps, %.1f%% of the run's %ld",
+            t->ema.decay, t->ema.every, cfg->train.ema_decay, global_batch, cfg->train.epochs,
+            ema_memory_steps(&t->ema), 100.0 * ema_memory_steps(&t->ema) / (double)t->total_steps,
+            t->total_steps);
     buckets_init(&t->buckets, &t->model, be, grad_comm, cfg->dist.first_bucket_mb, cfg->dist.bucket_mb);
     t->log.readback = be->host_alloc(be, 3 * sizeof(float) + sizeof(ScalerState));
     divergence_init(&t->div, be);

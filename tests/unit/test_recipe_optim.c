@@ -315,6 +315,29 @@ START_TEST(test_ema_equals_the_rule_after_n_steps) {
 }
 END_TEST
 
+// The start-up line names the adjusted decay and how much of the run the average remembers: tiny.yaml's
+// global batch 32, every 4 steps, 3 epochs: alpha = 0.001 x 32 x 4 / 3 = 0.042667, decay 0.957333; its
+// time constant 4 / 0.042667 = 93.75 steps, 4687.5% of a 2-step run.
+START_TEST(test_ema_start_up_line_names_its_memory) {
+    char out[8192];
+    ck_assert_int_eq(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.prefetch=0 "
+                                                    "log.progress=never log.metrics= checkpoint.dir= "
+                                                    "train.steps=2 train.ema_decay=0.999 train.ema_every=4",
+                                out, sizeof out),
+                     0);
+    ck_assert_msg(strstr(out, "EMA of the weights: decay 0.957333 per update every 4 steps (train.ema_decay "
+                              "0.999 adjusted for a global batch of 32 over 3 epochs); it remembers 94 "
+                              "steps, 4687.5% of the run's 2") != NULL,
+                  "%s", out);
+    ck_assert_int_eq(tu_run_cli(AMPTRAIN_SOURCE_DIR "/configs/tiny.yaml backend.device=cpu data.prefetch=0 "
+                                                    "log.progress=never log.metrics= checkpoint.dir= "
+                                                    "train.steps=1",
+                                out, sizeof out),
+                     0);
+    ck_assert_msg(strstr(out, "EMA of the weights") == NULL, "%s", out);  // off: no line
+}
+END_TEST
+
 // The EMA's evaluation is the evaluation of a model holding its weights and statistics (a second trainer
 // given them), and it leaves the raw model as it was (its evaluation again gives the same numbers).
 START_TEST(test_ema_evaluation_is_the_averaged_model_s) {
@@ -433,6 +456,7 @@ static Suite *recipe_optim_suite(void) {
     tcase_add_test(tc, test_unreached_max_norm_changes_nothing);
     tcase_add_test(tc, test_nonfinite_norm_skips_the_step);
     tcase_add_test(tc, test_ema_equals_the_rule_after_n_steps);
+    tcase_add_test(tc, test_ema_start_up_line_names_its_memory);
     tcase_add_test(tc, test_ema_evaluation_is_the_averaged_model_s);
     tcase_add_test(tc, test_resume_restores_the_ema_bitwise);
     tcase_add_test(tc, test_resume_without_an_ema_starts_it_from_the_weights);
