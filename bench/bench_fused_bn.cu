@@ -22,6 +22,11 @@
 //   with the batch norm's output recomputed from x, mean, invstd, gamma, beta (fp32), written (fp16), and
 //   the batch norm's weight gradients and the coefficients of dx = eq_dy * g + eq_x * x + eq_bias (c_in)
 //   fp32; then dbn_apply, that dx in one pass.
+// - weight gradient, unfused (a row): the convolution's backward filter on the applied x the unfused forward
+//   keeps (dw (c_out, c_in) = dy^T . relu(x * scale + bias), on the route conv_prepare picked).
+// - weight gradient, fused: scale_bias_relu_wgrad (ConvBNwgrad): the same dw with the apply in the
+//   convolution's prologue, from x itself: what the fused forward leaves to the backward, which no longer
+//   has the applied x.
 // Each fused graph is tried with fp16 and with fp32 virtual intermediates. Each try makes a plan of every
 // engine config heuristics mode A offers (else FALLBACK's), up to 16 and of them only the first that compiles
 // at run time (seconds each), checks and times each, and prints the heuristics' first choice and the fastest
@@ -32,7 +37,7 @@
 // DBARCS variant) and layer1.0's conv1 and downsample follow the max pool (no batch norm), so they bound what
 // these patterns alone save.
 // Check, before timing, against an fp32 reference on the GPU from the same fp16 inputs (products in fp32,
-// per-channel sums in fp64): tensors (y, g, dx) by ||got - ref|| / ||ref|| (L2: a ReLU mask decided the
+// per-channel sums in fp64): tensors (y, g, dx, dw) by ||got - ref|| / ||ref|| (L2: a ReLU mask decided the
 // other way for a value within rounding of 0, as two correct paths may, moves it by next to nothing), per-channel vectors (sums, weight
 // gradients, coefficients) by max |got - ref| / max |ref| per vector. Tensors under 1e-2, vectors under 1e-3,
 // or FAIL; a NaN fails. dbn_apply is checked on the reference's g and coefficients, so that each graph is
@@ -134,6 +139,36 @@ __global__ void reference_gemm_kernel(const __half *a, const __half *scale, cons
         __syncthreads();
     }
     if (row < rows) out[(size_t)row * n_dim + o] = acc;
+}
+
+// dw (k, c) fp32 += the sum over one chunk of rows of dy[r, o] * relu(x[r, i] * scale[i] + bias[i]), x (rows,
+// c) and dy (rows, k) fp16, scale and bias (c) fp16, c and k multiples of REF_TILE; dw zeroed by the caller.
+// grid (c / 32, k / 32, chunks of chunk_rows rows), block (32, 32): thread (tx, ty) sums output (o0 + ty,
+// i0 + tx) over its chunk in shared-memory tiles of 32 rows, then adds it with one fp32 atomic.
+__global__ void reference_wgrad_kernel(const __half *x, const __half *scale, const __half *bias,
+                                       const __half *dy, int rows, int c, int k, int chunk_rows, float *dw) {
+    __shared__ float xs[REF_TILE][REF_TILE + 1], ds[REF_TILE][REF_TILE + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int i0 = blockIdx.x * REF_TILE, o0 = blockIdx.y * REF_TILE;
+    const int r_begin = blockIdx.z * chunk_rows, r_end = min(rows, r_begin + chunk_rows);
+    float acc = 0.0f;
+    for (int r0 = r_begin; r0 < r_end; r0 += REF_TILE) {
+        const int r = r0 + ty;  // the row this thread loads
+        float v = 0.0f, d = 0.0f;
+        if (r < r_end) {
+            v = fmaxf(__half2float(x[(size_t)r * c + i0 + tx]) * __half2float(scale[i0 + tx]) +
+                          __half2float(bias[i0 + tx]),
+                      0.0f);
+            d = __half2float(dy[(size_t)r * k + o0 + tx]);
+        }
+        xs[ty][tx] = v;  // (row, input channel)
+        ds[ty][tx] = d;  // (row, output channel)
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < REF_TILE; j++) acc = fmaf(ds[j][ty], xs[j][tx], acc);
+        __syncthreads();
+    }
+    atomicAdd(&dw[(size_t)(o0 + ty) * c + i0 + tx], acc);
 }
 
 // Sums per channel (fp64) over rows of (rows, c): grid (c / 32, ceil(rows / SUM_CHUNK_ROWS)), block (32,
@@ -265,6 +300,7 @@ enum {
     UID_EQ_X,
     UID_EQ_BIAS,
     UID_DX,
+    UID_DW,
     // virtual: the graphs' intermediates
     UID_SCALED,
     UID_BIASED,
@@ -281,8 +317,9 @@ enum {
 #define PACK_MAX 16  // tensors in memory of one graph, at most
 
 // The fused graphs.
-typedef enum { GRAPH_FORWARD, GRAPH_DGRAD_DRELU_DBN, GRAPH_DBN_APPLY } GraphKind;
-static const char *GRAPH_NAME[3] = {"scale_bias_relu_conv_genstats", "dgrad_drelu_dbn", "dbn_apply"};
+typedef enum { GRAPH_FORWARD, GRAPH_DGRAD_DRELU_DBN, GRAPH_DBN_APPLY, GRAPH_WGRAD } GraphKind;
+static const char *GRAPH_NAME[4] = {"scale_bias_relu_conv_genstats", "dgrad_drelu_dbn", "dbn_apply",
+                                    "scale_bias_relu_wgrad"};
 
 // The first cuDNN failure of a sequence of calls: "call(descriptor, attribute): status: cuDNN's message".
 typedef struct Trail {
@@ -461,6 +498,25 @@ static cudnnBackendDescriptor_t bk_conv(FusedPlan *p, int dgrad, cudnnBackendDes
     return op;
 }
 
+// dw = the filter gradient of a 1x1 convolution from its input x and its output's gradient dy: alpha 1, beta 0.
+static cudnnBackendDescriptor_t bk_wgrad(FusedPlan *p, cudnnBackendDescriptor_t x,
+                                         cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t dw) {
+    Trail *t = &p->described;
+    const char *what = "convolution backward filter";
+    const float alpha = 1.0f, beta = 0.0f;
+    cudnnBackendDescriptor_t conv = bk_convolution(p);
+    cudnnBackendDescriptor_t op =
+        bk_make(p, t, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, what);
+    BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+    BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
+    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
+    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, dy);
+    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, dw);
+    bk_finalize(t, op, what);
+    return op;
+}
+
 // The batch norm's weight gradients and dx coefficients from x, g (its output's gradient), mean, invstd and
 // gamma: out[0..4] = dscale, dbias, eq_dy, eq_x, eq_bias (1, c, 1, 1) fp32.
 static cudnnBackendDescriptor_t bk_bn_backward_weights(
@@ -516,7 +572,21 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
     cudnnBackendDescriptor_t ops[8];
     int count = 0;
     cudnnBackendDescriptor_t x = bk_tensor(p, "tensor x", UID_X, fp16, n, c, h, w, false);
-    if (kind == GRAPH_FORWARD) {
+    if (kind == GRAPH_WGRAD) {
+        // dw = wgrad(relu(x * scale + bias), dy)
+        cudnnBackendDescriptor_t scale = bk_tensor(p, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
+        cudnnBackendDescriptor_t bias = bk_tensor(p, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
+        cudnnBackendDescriptor_t scaled = bk_tensor(p, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
+        cudnnBackendDescriptor_t biased =
+            bk_tensor(p, "tensor x*scale+bias", UID_BIASED, mid, n, c, h, w, true);
+        cudnnBackendDescriptor_t relu = bk_tensor(p, "tensor relu", UID_RELU, mid, n, c, h, w, true);
+        cudnnBackendDescriptor_t dy = bk_tensor(p, "tensor dy", UID_DY, fp16, n, k, h, w, false);
+        cudnnBackendDescriptor_t dw = bk_tensor(p, "tensor dw", UID_DW, fp16, k, c, 1, 1, false);
+        ops[count++] = bk_pointwise(p, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
+        ops[count++] = bk_pointwise(p, "pointwise bias", CUDNN_POINTWISE_ADD, scaled, bias, biased);
+        ops[count++] = bk_pointwise(p, "pointwise relu", CUDNN_POINTWISE_RELU_FWD, biased, NULL, relu);
+        ops[count++] = bk_wgrad(p, relu, dy, dw);
+    } else if (kind == GRAPH_FORWARD) {
         cudnnBackendDescriptor_t wt = bk_tensor(p, "tensor w", UID_W, fp16, k, c, 1, 1, false);
         cudnnBackendDescriptor_t scale = bk_tensor(p, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
         cudnnBackendDescriptor_t bias = bk_tensor(p, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
@@ -691,24 +761,25 @@ static void fused_search(FusedPlan *p, cudnnHandle_t handle, cudnnBackendDescrip
 
 typedef struct CaseBuffers {
     // inputs: x (rows, c_in), w (c_out, c_in), scale and bias (c_in) fp16, the same scale and bias in fp32
-    // (the batch norm's gamma and beta), dy (rows, c_out) fp16; mean, invstd (c_in) fp32: x's statistics
-    void *x, *w, *scale16, *bias16, *dy;
+    // (the batch norm's gamma and beta), dy (rows, c_out) fp16; mean, invstd (c_in) fp32: x's statistics;
+    // dy_w (rows, c_out) fp16: the weight gradient's dy, small enough that dw's sums over rows fit fp16
+    void *x, *w, *scale16, *bias16, *dy, *dy_w;
     float *scale, *bias, *mean, *invstd;
     float *zeros, *ones;  // (max(c_in, c_out)) fp32: mean and invstd of the apply, beta and gamma of the
                           // statistics pass
     // fused outputs: y (rows, c_out) fp16 and its sums (2 c_out) fp32; g, dx (rows, c_in) fp16 and the
     // five vectors of dgrad_drelu_dbn (5 c_in) fp32
-    void *y, *g, *dx;
+    void *y, *g, *dx, *dw;  // dw (c_out, c_in) fp16: scale_bias_relu_wgrad's
     float *sums, *coef;
     // unfused outputs: the apply's (rows, c_in), the convolution's y (rows, c_out), the statistics pass's
     // (rows, c_out) and its mean and invstd (c_out); the backward data's da and dx (rows, c_in) fp16, dgamma
     // and dbeta (c_in) fp16
-    void *a, *y2, *z, *da, *dx2, *dgamma, *dbeta;
+    void *a, *y2, *z, *da, *dx2, *dgamma, *dbeta, *dw2;  // dw2 (c_out, c_in): the backward filter's
     float *save_mean, *save_invstd;
     // the reference: y (rows, c_out), g and dx (rows, c_in) fp32; the sums of y, and of g and g * xhat
     // (2 c_out, 2 c_in) fp64 (the first also on the host); the five vectors in fp32 (device: dbn_apply reads
     // them) and fp64 (host)
-    float *ref_y, *ref_g, *ref_dx, *ref_coef;
+    float *ref_y, *ref_g, *ref_dx, *ref_coef, *ref_dw;  // ref_dw (c_out, c_in) fp32
     double *ref_sums, *ref_bwd_sums, *ref_sums_host, *ref_coef_host;
     double *acc;  // (2) fp64: error_sums_kernel's
 } CaseBuffers;
@@ -750,6 +821,9 @@ static void case_buffers_make(Backend *be, const ConvShape *s, int rows, CaseBuf
     b->mean = (float *)be->alloc(be, (size_t)c * 4), b->invstd = (float *)be->alloc(be, (size_t)c * 4);
     b->zeros = (float *)be->alloc(be, (size_t)c_max * 4), b->ones = (float *)be->alloc(be, (size_t)c_max * 4);
     b->y = be->alloc(be, out * 2), b->g = be->alloc(be, in * 2), b->dx = be->alloc(be, in * 2);
+    b->dw = be->alloc(be, (size_t)k * c * 2), b->dw2 = be->alloc(be, (size_t)k * c * 2);
+    b->dy_w = be->alloc(be, out * 2);
+    b->ref_dw = (float *)be->alloc(be, (size_t)k * c * 4);
     b->sums = (float *)be->alloc(be, (size_t)k * 2 * 4), b->coef = (float *)be->alloc(be, (size_t)c * 5 * 4);
     b->a = be->alloc(be, in * 2), b->y2 = be->alloc(be, out * 2), b->z = be->alloc(be, out * 2);
     b->da = be->alloc(be, in * 2), b->dx2 = be->alloc(be, in * 2);
@@ -772,6 +846,10 @@ static void case_buffers_make(Backend *be, const ConvShape *s, int rows, CaseBuf
     fill_half(cb, b->scale16, c, 3, 0.5f, 1.5f);
     fill_half(cb, b->bias16, c, 4, -0.5f, 0.5f);
     fill_half(cb, b->dy, out, 5, -0.5f, 1.0f);
+    // dw sums about 0.2 per row (the applied x's mean 0.8 times dy's 0.25): dy_w scaled by 512 / rows keeps
+    // dw near 100, as a training step's small gradients keep it far inside fp16's range
+    const float dy_w_scale = 512.0f / (float)rows;
+    fill_half(cb, b->dy_w, out, 6, -0.5f * dy_w_scale, 1.0f * dy_w_scale);
     half_to_float_kernel<<<grid_for(cb), 256, 0, cb->stream>>>((const __half *)b->scale16, b->scale, c);
     CUDA_CHECK_LAUNCH();
     half_to_float_kernel<<<grid_for(cb), 256, 0, cb->stream>>>((const __half *)b->bias16, b->bias, c);
@@ -804,41 +882,24 @@ static void case_buffers_make(Backend *be, const ConvShape *s, int rows, CaseBuf
                                                               b->ref_coef + 2 * c, b->ref_coef + 3 * c,
                                                               b->ref_coef + 4 * c, in, c, b->ref_dx);
     CUDA_CHECK_LAUNCH();
+    const int wgrad_chunk = 4096;
+    CUDA_CHECK(cudaMemsetAsync(b->ref_dw, 0, (size_t)k * c * sizeof(float), cb->stream));
+    reference_wgrad_kernel<<<dim3(c / REF_TILE, k / REF_TILE, (rows + wgrad_chunk - 1) / wgrad_chunk), tile,
+                             0, cb->stream>>>((const __half *)b->x, (const __half *)b->scale16,
+                                              (const __half *)b->bias16, (const __half *)b->dy_w, rows, c, k,
+                                              wgrad_chunk, b->ref_dw);
+    CUDA_CHECK_LAUNCH();
 }
 
 static void case_buffers_free(Backend *be, CaseBuffers *b) {
-    void *all[] = {b->x,
-                   b->w,
-                   b->scale16,
-                   b->bias16,
-                   b->dy,
-                   b->scale,
-                   b->bias,
-                   b->mean,
-                   b->invstd,
-                   b->zeros,
-                   b->ones,
-                   b->y,
-                   b->g,
-                   b->dx,
-                   b->sums,
-                   b->coef,
-                   b->a,
-                   b->y2,
-                   b->z,
-                   b->da,
-                   b->dx2,
-                   b->dgamma,
-                   b->dbeta,
-                   b->save_mean,
-                   b->save_invstd,
-                   b->ref_y,
-                   b->ref_g,
-                   b->ref_dx,
-                   b->ref_coef,
-                   b->ref_sums,
-                   b->ref_bwd_sums,
-                   b->acc};
+    void *all[] = {b->x,      b->w,         b->scale16,     b->bias16,       b->dy,
+                   b->scale,  b->bias,      b->mean,        b->invstd,       b->zeros,
+                   b->ones,   b->y,         b->g,           b->dx,           b->dw,
+                   b->dw2,    b->ref_dw,    b->sums,        b->coef,         b->a,
+                   b->y2,     b->z,         b->da,          b->dx2,          b->dgamma,
+                   b->dbeta,  b->save_mean, b->save_invstd, b->ref_y,        b->ref_g,
+                   b->ref_dx, b->ref_coef,  b->ref_sums,    b->ref_bwd_sums, b->acc,
+                   b->dy_w};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
     free(b->ref_sums_host), free(b->ref_coef_host);
 }
@@ -864,6 +925,8 @@ static int fused_pack_tensors(GraphKind kind, const ConvShape *s, const CaseBuff
         PACK(UID_DY, b->dy), PACK(UID_W, b->w), PACK(UID_MEAN, b->mean), PACK(UID_INVSTD, b->invstd);
         PACK(UID_GAMMA, b->scale), PACK(UID_BETA, b->bias), PACK(UID_G, b->g);
         for (int i = 0; i < 5; i++) PACK(COEF_UID[i], b->coef + i * c);
+    } else if (kind == GRAPH_WGRAD) {
+        PACK(UID_SCALE, b->scale16), PACK(UID_BIAS, b->bias16), PACK(UID_DY, b->dy_w), PACK(UID_DW, b->dw);
     } else {  // the reference's g (fp16 in b->g) and coefficients: dbn_apply checked alone
         PACK(UID_G, b->g), PACK(UID_DX, b->dx);
         for (int i = 2; i < 5; i++) PACK(COEF_UID[i], b->ref_coef + i * c);
@@ -929,7 +992,8 @@ typedef enum {
     RUN_STATS_APPLY,
     RUN_APPLY_Y,
     RUN_DGRAD,
-    RUN_BN_BACKWARD
+    RUN_BN_BACKWARD,
+    RUN_WGRAD
 } RunKind;
 
 typedef struct CaseRun {
@@ -975,6 +1039,7 @@ static void case_run(const CaseRun *r, RunKind kind) {
         bn_own_backward(cb, r->rows, c, DTYPE_F16, b->x, NULL, b->da, BN_MASK_FROM_X, b->bias, NULL, b->scale,
                         b->mean, b->invstd, b->dx2, 0, b->dgamma, b->dbeta, 0, NULL);
         break;
+    case RUN_WGRAD: r->be->conv_backward_filter(r->be, r->s, DTYPE_F16, b->a, b->dy_w, b->dw2, 0); break;
     }
 }
 
@@ -1014,6 +1079,9 @@ static void fused_errors(CudaBackend *cb, GraphKind kind, const ConvShape *s, co
     } else if (kind == GRAPH_DGRAD_DRELU_DBN) {
         err[0] = tensor_error(cb, b->g, b->ref_g, rows * s->c_in, b->acc);
         err[1] = vector_error(cb, b->coef, b->ref_coef_host, 5, s->c_in);
+    } else if (kind == GRAPH_WGRAD) {
+        err[0] = tensor_error(cb, b->dw, b->ref_dw, (size_t)s->c_out * s->c_in, b->acc);
+        err[1] = 0.0;
     } else {
         err[0] = tensor_error(cb, b->dx, b->ref_dx, rows * s->c_in, b->acc);
         err[1] = 0.0;
@@ -1027,8 +1095,13 @@ static int run_fused(Backend *be, GraphKind kind, const ConvShape *s, const Case
                      float *best) {
     CudaBackend *cb = cuda_state(be);
     const int rows = s->n * s->h * s->w;
-    void *out = kind == GRAPH_FORWARD ? b->y : kind == GRAPH_DGRAD_DRELU_DBN ? b->g : b->dx;
-    const size_t out_bytes = (size_t)rows * (kind == GRAPH_FORWARD ? s->c_out : s->c_in) * 2;
+    void *out = kind == GRAPH_FORWARD           ? b->y
+                : kind == GRAPH_DGRAD_DRELU_DBN ? b->g
+                : kind == GRAPH_WGRAD           ? b->dw
+                                                : b->dx;
+    const size_t out_bytes = kind == GRAPH_WGRAD
+                                 ? (size_t)s->c_out * s->c_in * 2
+                                 : (size_t)rows * (kind == GRAPH_FORWARD ? s->c_out : s->c_in) * 2;
     FusedPlan p;
     const double t0 = wall_seconds();
     const int found = fused_plan_try(&p, be, kind, s, b, MID_TYPE[m]);
@@ -1069,8 +1142,8 @@ static int run_fused(Backend *be, GraphKind kind, const ConvShape *s, const Case
     }
     const int ok = err[0] < TENSOR_TOLERANCE && err[1] < VECTOR_TOLERANCE;
     char errors[64];
-    if (kind == GRAPH_DBN_APPLY)
-        snprintf(errors, sizeof errors, "dx %.1e", err[0]);
+    if (kind == GRAPH_DBN_APPLY || kind == GRAPH_WGRAD)
+        snprintf(errors, sizeof errors, "%s %.1e", kind == GRAPH_WGRAD ? "dw" : "dx", err[0]);
     else
         snprintf(errors, sizeof errors, "%s %.1e, %s %.1e", kind == GRAPH_FORWARD ? "y" : "g", err[0],
                  kind == GRAPH_FORWARD ? "sums" : "vectors", err[1]);
@@ -1100,10 +1173,11 @@ static float fused_fastest(Backend *be, GraphKind kind, const ConvShape *s, cons
 }
 
 // Checks and times one shape: a row of the unfused forward, the fused forward's tries; a row of the unfused
-// backward, the fused backward's tries; each direction's fused total. Returns 1 for a failed check, 2 when
-// cuDNN refused to describe some graph on both tries, else 0. step[0..3] += count * (forward unfused, fused,
-// backward unfused, fused) ms where the fused direction ran.
-static int run_case(Backend *be, const ConvCase *k, int n, double step[4]) {
+// backward, the fused backward's tries; a row of the unfused weight gradient, the fused one's tries; each
+// direction's fused total. Returns 1 for a failed check, 2 when cuDNN refused to describe some graph on both
+// tries, else 0. step[0..5] += count * (forward unfused, fused, backward unfused, fused, weight gradient
+// unfused, fused) ms where the fused direction ran.
+static int run_case(Backend *be, const ConvCase *k, int n, double step[6]) {
     CudaBackend *cb = cuda_state(be);
     ConvShape s = {n, k->side, k->side, k->c_in, k->c_out, 1, 1, 1, 0, 1, 0, 0};
     conv_shape_finish(&s);
@@ -1116,9 +1190,12 @@ static int run_case(Backend *be, const ConvCase *k, int n, double step[4]) {
     case_run(&run, RUN_CONV);
     case_run(&run, RUN_DGRAD);
     case_run(&run, RUN_BN_BACKWARD);
+    case_run(&run, RUN_WGRAD);
     const double y_err = tensor_error(cb, b.y2, b.ref_y, (size_t)rows * k->c_out, b.acc);
     const double dx_err = tensor_error(cb, b.dx2, b.ref_dx, (size_t)rows * k->c_in, b.acc);
-    int failed = !(y_err < TENSOR_TOLERANCE) || !(dx_err < TENSOR_TOLERANCE), refused = 0;
+    const double dw_err = tensor_error(cb, b.dw2, b.ref_dw, (size_t)k->c_out * k->c_in, b.acc);
+    int failed = !(y_err < TENSOR_TOLERANCE) || !(dx_err < TENSOR_TOLERANCE) || !(dw_err < TENSOR_TOLERANCE),
+        refused = 0;
     const char *fwd_route = cuda_backend_conv_route_is_gemm(be, &s, DTYPE_F16, 0) == 1 ? "gemm" : "cuDNN";
     const char *bwd_route = cuda_backend_conv_route_is_gemm(be, &s, DTYPE_F16, 1) == 1 ? "gemm" : "cuDNN";
 
@@ -1150,6 +1227,16 @@ static int run_case(Backend *be, const ConvCase *k, int n, double step[4]) {
         printf("    fused backward %.3f ms (dgrad_drelu_dbn %.3f + dbn_apply %.3f), %.2fx the unfused\n",
                weights + apply_dx, weights, apply_dx, backward / (weights + apply_dx));
         step[2] += k->count * (double)backward, step[3] += k->count * (double)(weights + apply_dx);
+    }
+
+    const float wgrad = median_ms(&run, RUN_WGRAD);
+    printf("%-19s %8s %5s %5s %5s | weights  %8.3f = wgrad %6.3f on the applied x%12s | dw err %.1e%s\n", "",
+           "", "", "", "", wgrad, wgrad, "", dw_err, dw_err < TENSOR_TOLERANCE ? "" : " FAIL");
+    const float wgrad_fused = fused_fastest(be, GRAPH_WGRAD, &s, &b, &failed, &refused);
+    if (wgrad_fused > 0.0f) {
+        printf("    fused weight gradient %.3f ms (x applied in the prologue), %.2fx the unfused\n",
+               wgrad_fused, wgrad / wgrad_fused);
+        step[4] += k->count * (double)wgrad, step[5] += k->count * (double)wgrad_fused;
     }
     case_buffers_free(be, &b);
     return failed | (refused > 0 ? 2 : 0);
@@ -1189,14 +1276,15 @@ int main(int argc, char **argv) {
            "cuDNN %zu, batch %ld, fp16 NHWC; median of %d calls, ms\n",
            prop.name, cudnnGetVersion(), n, TIMED_RUNS);
     printf("%-19s %8s %5s %5s %5s |\n", "shape", "rows", "c_in", "c_out", "count");
-    double step[4] = {0.0, 0.0, 0.0, 0.0};
+    double step[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
     int failed = 0;
     for (int i = 0; i < CASE_COUNT; i++)
         if (strstr(CASES[i].name, only)) failed |= run_case(be, &CASES[i], (int)n, step);
     printf(
         "one step's 1x1 convolutions with their batch-norm passes, weighted by count, over the shapes the "
-        "fused graphs ran on: forward unfused %.2f ms, fused %.2f ms; backward unfused %.2f ms, fused %.2f ms\n",
-        step[0], step[1], step[2], step[3]);
+        "fused graphs ran on: forward unfused %.2f ms, fused %.2f ms; backward unfused %.2f ms, fused %.2f ms; "
+        "weight gradient unfused %.2f ms, fused %.2f ms\n",
+        step[0], step[1], step[2], step[3], step[4], step[5]);
     be->destroy(be);
     if (failed & 1) fprintf(stderr, "bench_fused_bn: a result differs from the reference (FAIL above)\n");
     if (failed & 2) fprintf(stderr, "bench_fused_bn: cuDNN refused to describe a graph (above)\n");

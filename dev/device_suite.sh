@@ -39,7 +39,7 @@
 #             then bench_batchnorm's block ends: the two layers' calls on auto's pairs against the fused kernels
 #   bntests   test_gpu_ops' batchnorm and bn_add_bn cases alone
 #   fusedbn   batch norm fused into the 1x1 convolutions (cuDNN graphs scale_bias_relu_conv_genstats, dgrad_drelu_dbn,
-#             dbn_apply) against the unfused passes, checked against an fp32 reference, on every stride-1 1x1 shape
+#             dbn_apply, scale_bias_relu_wgrad) against the unfused passes, checked against an fp32 reference, on every stride-1 1x1 shape
 #             (build/bench_fused_bn)
 #   profile   one step's GPU kernels summed by name (ncu for amptrain, torch.profiler for PyTorch), batch 256,
 #             AMP and exact fp32 (TF32 off on both sides): $OUT/profile_*.csv and the largest rows printed
