@@ -468,51 +468,42 @@ static cudnnBackendDescriptor_t bk_convolution(FusedPlan *p) {
     return conv;
 }
 
-// y = x (*) w, or with dgrad dx = dy (*)^T w: alpha 1, beta 0.
-static cudnnBackendDescriptor_t bk_conv(FusedPlan *p, int dgrad, cudnnBackendDescriptor_t in,
-                                        cudnnBackendDescriptor_t w, cudnnBackendDescriptor_t out) {
-    Trail *t = &p->described;
-    const char *what = dgrad ? "convolution backward data" : "convolution forward";
-    const float alpha = 1.0f, beta = 0.0f;
-    cudnnBackendDescriptor_t conv = bk_convolution(p);
-    cudnnBackendDescriptor_t op = bk_make(p, t,
-                                          dgrad ? CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR
-                                                : CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-                                          what);
-    if (dgrad) {
-        BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
-        BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, conv);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY, in);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, w);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX, out);
-    } else {
-        BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
-        BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, in);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, out);
-    }
-    bk_finalize(t, op, what);
-    return op;
-}
+// The three convolution operations of a 1x1 convolution and their attributes: forward y = x (*) w; backward
+// data dx = dy (*)^T w; backward filter dw from x and dy. Operands (a, b, out): (x, w, y), (dy, w, dx),
+// (x, dy, dw). alpha 1, beta 0.
+typedef enum { CONV_FORWARD, CONV_DGRAD, CONV_WGRAD } ConvDirection;
+static const struct {
+    const char *what;
+    cudnnBackendDescriptorType_t type;
+    cudnnBackendAttributeName_t alpha, beta, conv, a, b, out;
+} CONV_OPS[3] = {
+    {"convolution forward", CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
+    {"convolution backward data", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX},
+    {"convolution backward filter", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW},
+};
 
-// dw = the filter gradient of a 1x1 convolution from its input x and its output's gradient dy: alpha 1, beta 0.
-static cudnnBackendDescriptor_t bk_wgrad(FusedPlan *p, cudnnBackendDescriptor_t x,
-                                         cudnnBackendDescriptor_t dy, cudnnBackendDescriptor_t dw) {
+static cudnnBackendDescriptor_t bk_conv(FusedPlan *p, ConvDirection dir, cudnnBackendDescriptor_t a,
+                                        cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
     Trail *t = &p->described;
-    const char *what = "convolution backward filter";
+    const char *what = CONV_OPS[dir].what;
     const float alpha = 1.0f, beta = 0.0f;
     cudnnBackendDescriptor_t conv = bk_convolution(p);
-    cudnnBackendDescriptor_t op =
-        bk_make(p, t, CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, what);
-    BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
-    BK_SET(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, dy);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, dw);
+    cudnnBackendDescriptor_t op = bk_make(p, t, CONV_OPS[dir].type, what);
+    BK_SET(t, op, what, CONV_OPS[dir].alpha, CUDNN_TYPE_FLOAT, 1, &alpha);
+    BK_SET(t, op, what, CONV_OPS[dir].beta, CUDNN_TYPE_FLOAT, 1, &beta);
+    BK_LINK(t, op, what, CONV_OPS[dir].conv, conv);
+    BK_LINK(t, op, what, CONV_OPS[dir].a, a);
+    BK_LINK(t, op, what, CONV_OPS[dir].b, b);
+    BK_LINK(t, op, what, CONV_OPS[dir].out, out);
     bk_finalize(t, op, what);
     return op;
 }
@@ -572,36 +563,29 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
     cudnnBackendDescriptor_t ops[8];
     int count = 0;
     cudnnBackendDescriptor_t x = bk_tensor(p, "tensor x", UID_X, fp16, n, c, h, w, false);
-    if (kind == GRAPH_WGRAD) {
-        // dw = wgrad(relu(x * scale + bias), dy)
+    if (kind == GRAPH_FORWARD || kind == GRAPH_WGRAD) {
+        // the convolution's input: relu(x * scale + bias), scale and bias (c) fp16
         cudnnBackendDescriptor_t scale = bk_tensor(p, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
         cudnnBackendDescriptor_t bias = bk_tensor(p, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
         cudnnBackendDescriptor_t scaled = bk_tensor(p, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
         cudnnBackendDescriptor_t biased =
             bk_tensor(p, "tensor x*scale+bias", UID_BIASED, mid, n, c, h, w, true);
         cudnnBackendDescriptor_t relu = bk_tensor(p, "tensor relu", UID_RELU, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t dy = bk_tensor(p, "tensor dy", UID_DY, fp16, n, k, h, w, false);
-        cudnnBackendDescriptor_t dw = bk_tensor(p, "tensor dw", UID_DW, fp16, k, c, 1, 1, false);
         ops[count++] = bk_pointwise(p, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
         ops[count++] = bk_pointwise(p, "pointwise bias", CUDNN_POINTWISE_ADD, scaled, bias, biased);
         ops[count++] = bk_pointwise(p, "pointwise relu", CUDNN_POINTWISE_RELU_FWD, biased, NULL, relu);
-        ops[count++] = bk_wgrad(p, relu, dy, dw);
-    } else if (kind == GRAPH_FORWARD) {
-        cudnnBackendDescriptor_t wt = bk_tensor(p, "tensor w", UID_W, fp16, k, c, 1, 1, false);
-        cudnnBackendDescriptor_t scale = bk_tensor(p, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
-        cudnnBackendDescriptor_t bias = bk_tensor(p, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
-        cudnnBackendDescriptor_t scaled = bk_tensor(p, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t biased =
-            bk_tensor(p, "tensor x*scale+bias", UID_BIASED, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t relu = bk_tensor(p, "tensor relu", UID_RELU, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t y = bk_tensor(p, "tensor y", UID_Y, fp16, n, k, h, w, false);
-        cudnnBackendDescriptor_t sum = bk_tensor(p, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
-        cudnnBackendDescriptor_t sqsum = bk_tensor(p, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
-        ops[count++] = bk_pointwise(p, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
-        ops[count++] = bk_pointwise(p, "pointwise bias", CUDNN_POINTWISE_ADD, scaled, bias, biased);
-        ops[count++] = bk_pointwise(p, "pointwise relu", CUDNN_POINTWISE_RELU_FWD, biased, NULL, relu);
-        ops[count++] = bk_conv(p, 0, relu, wt, y);
-        ops[count++] = bk_genstats(p, y, sum, sqsum);
+        if (kind == GRAPH_FORWARD) {  // y = conv(relu), and y's per-channel sums
+            cudnnBackendDescriptor_t wt = bk_tensor(p, "tensor w", UID_W, fp16, k, c, 1, 1, false);
+            cudnnBackendDescriptor_t y = bk_tensor(p, "tensor y", UID_Y, fp16, n, k, h, w, false);
+            cudnnBackendDescriptor_t sum = bk_tensor(p, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
+            cudnnBackendDescriptor_t sqsum = bk_tensor(p, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
+            ops[count++] = bk_conv(p, CONV_FORWARD, relu, wt, y);
+            ops[count++] = bk_genstats(p, y, sum, sqsum);
+        } else {  // dw = wgrad(relu, dy)
+            cudnnBackendDescriptor_t dy = bk_tensor(p, "tensor dy", UID_DY, fp16, n, k, h, w, false);
+            cudnnBackendDescriptor_t dw = bk_tensor(p, "tensor dw", UID_DW, fp16, k, c, 1, 1, false);
+            ops[count++] = bk_conv(p, CONV_WGRAD, relu, dy, dw);
+        }
     } else {
         cudnnBackendDescriptor_t g = bk_tensor(p, "tensor g", UID_G, fp16, n, c, h, w, false);
         cudnnBackendDescriptor_t coef[5] = {NULL, NULL, NULL, NULL, NULL};  // dbn_apply reads the last three
@@ -623,7 +607,7 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
             cudnnBackendDescriptor_t gammaed =
                 bk_tensor(p, "tensor xhat*gamma", UID_GAMMAED, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t bn = bk_tensor(p, "tensor bn", UID_BN, mid, n, c, h, w, true);
-            ops[count++] = bk_conv(p, 1, dy, wt, da);
+            ops[count++] = bk_conv(p, CONV_DGRAD, dy, wt, da);
             ops[count++] = bk_pointwise(p, "pointwise x-mean", CUDNN_POINTWISE_SUB, x, mean, centred);
             ops[count++] = bk_pointwise(p, "pointwise *invstd", CUDNN_POINTWISE_MUL, centred, invstd, normed);
             ops[count++] = bk_pointwise(p, "pointwise *gamma", CUDNN_POINTWISE_MUL, normed, gamma, gammaed);
