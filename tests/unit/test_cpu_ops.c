@@ -1201,8 +1201,8 @@ START_TEST(test_bf16x2_equal_mask_is_ieee_equality) {
                                                                      (uint16_t)(x + 1), (uint16_t)(x - 1)};
         memcpy(others + 4, specials, sizeof specials);
         for (size_t k = 0; k < 4 + n_specials; k++) {
-            const uint16_t y = others[k];
-            const uint32_t want = bf16_equal_by_float((uint16_t)x, y) ? 0xffffu : 0u;
+            const uint32_t y = others[k];  // unsigned before any shift (a uint16_t promotes to int)
+            const uint32_t want = bf16_equal_by_float((uint16_t)x, (uint16_t)y) ? 0xffffu : 0u;
             const uint32_t filler = 0x3f80u;  // 1.0 against 0.0: never equal
             const uint32_t low = bf16x2_equal_mask(x | filler << 16, y),
                            high = bf16x2_equal_mask(x << 16, y << 16 | filler);
