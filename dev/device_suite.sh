@@ -57,7 +57,8 @@
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 #   recipe    the modern recipe's features against PyTorch and torchvision (tests/parity/recipe_*.py), one
 #             delimited block per feature
-# Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage.
+# Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage. More than 8
+# files in $OUT (the device tool's limit) are packed into $OUT/results.tgz, bench.jsonl left beside it.
 # The JPEG stages (fmnist, jpegs, jpegloop, recipe's --eval check) need libjpeg-turbo in the bundle: bash dev/devdeps-add-jpeg.sh .devdeps
 # (the build stage prints whether CMake found it).
 set -u
@@ -433,3 +434,10 @@ for s in "$@"; do
 done
 echo "=== summary"
 for s in "$@"; do echo "$s: ${result[$s]}"; done
+# The device tool brings back at most 8 files from $OUT: past that, everything but bench.jsonl goes into
+# $OUT/results.tgz (read it with tar xzf).
+if [ "$(find "$OUT" -maxdepth 1 -type f ! -name results.tgz | wc -l)" -gt 8 ]; then
+    (cd "$OUT" && find . -maxdepth 1 -type f ! -name bench.jsonl ! -name results.tgz ! -name .packed -printf '%P\n' >.packed &&
+        tar czf results.tgz -T .packed && xargs rm -f <.packed && rm -f .packed) &&
+        echo "$OUT: files packed into results.tgz"
+fi
