@@ -2,13 +2,11 @@
 #include "core/kernel_cache.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/check.h"
 #include "core/digest.h"
@@ -167,34 +165,6 @@ static int cache_parse_file(KernelCache *into, const char *text, size_t len, cha
     return cache_parse_records(into, first_nl + 1, last, 2, why, cap);
 }
 
-// The file's bytes (malloc'd, a NUL after them) and their count. 1 read; 0 no file there; -1 not readable,
-// with why; -2 far larger than any such file (damaged), with why.
-static int cache_read(const char *path, char **text, size_t *len, char *why, size_t cap) {
-    struct stat st;
-    int fd = file_open_regular(path, &st, why, cap);
-    if (fd < 0) return errno == ENOENT ? 0 : -1;
-    if ((size_t)st.st_size > KERNEL_CACHE_MAX_BYTES) {
-        snprintf(why, cap, "%lld bytes, more than any kernel-choice file", (long long)st.st_size);
-        close(fd);
-        return -2;
-    }
-    char *buf = xcalloc((size_t)st.st_size + 1, 1);
-    size_t have = 0;
-    ssize_t got = 0;
-    while (have < (size_t)st.st_size && (got = read(fd, buf + have, (size_t)st.st_size - have)) > 0)
-        have += (size_t)got;
-    const int saved = errno;
-    close(fd);
-    if (got < 0) {
-        snprintf(why, cap, "%s", strerror(saved));
-        free(buf);
-        return -1;
-    }
-    *text = buf;
-    *len = have;
-    return 1;
-}
-
 // ---- the interface ------------------------------------------------------------------------------------
 
 const char *kernel_cache_path_of(const char *setting, char *out, size_t cap) {
@@ -219,7 +189,8 @@ KernelCache *kernel_cache_open(const char *path) {
     if (!path) return kc;
     char *text = NULL, why[256];
     size_t len = 0;
-    const int got = cache_read(path, &text, &len, why, sizeof why);
+    const int got =
+        file_read_regular(path, KERNEL_CACHE_MAX_BYTES, "kernel-choice file", &text, &len, why, sizeof why);
     if (got == -1) {
         log_warn("kernel-choice cache %s: cannot be read (%s); the kernel choices are timed and not kept",
                  path, why);
@@ -304,38 +275,13 @@ static int cache_make_folder(const char *path) {
     return mkdir(dir, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-// text (len bytes) to path through a temporary file beside it and a rename. 0, or -1 with the failing
-// step in *step and errno set.
-static int cache_write_atomic(const char *path, const char *text, size_t len, const char **step) {
-    char temp[PATH_MAX + 16];
-    *step = "make its folder";
-    if (cache_make_folder(path) != 0) return -1;
-    *step = "create a temporary file";
-    if (snprintf(temp, sizeof temp, "%s.XXXXXX", path) >= (int)sizeof temp) return errno = ENAMETOOLONG, -1;
-    int fd = mkstemp(temp);  // a name of its own: writers in other processes or threads never share it
-    if (fd < 0) return -1;
-    size_t done = 0;
-    ssize_t n = 0;
-    *step = "write";
-    while (done < len && (n = write(fd, text + done, len - done)) > 0) done += (size_t)n;
-    int ok = done == len;
-    if (ok && !(ok = fchmod(fd, 0644) == 0)) *step = "chmod";
-    if (ok && !(ok = fsync(fd) == 0)) *step = "fsync";
-    if (close(fd) != 0 && ok) ok = 0, *step = "close";
-    if (ok && !(ok = rename(temp, path) == 0)) *step = "rename";
-    if (ok) return 0;
-    const int saved = errno;
-    unlink(temp);
-    errno = saved;
-    return -1;
-}
-
 int kernel_cache_save(KernelCache *kc) {
     if (!kc || !kc->path || !kc->dirty || kc->write_failed) return 0;
     // What another run wrote since this one read the file: kept where this run has no record of its own.
     char *text = NULL, why[256];
     size_t len = 0;
-    if (cache_read(kc->path, &text, &len, why, sizeof why) == 1) {
+    if (file_read_regular(kc->path, KERNEL_CACHE_MAX_BYTES, "kernel-choice file", &text, &len, why,
+                          sizeof why) == 1) {
         KernelCache *now = cache_new(NULL);
         if (cache_parse_file(now, text, len, why, sizeof why) == 0)
             for (int i = 0; i < now->count; i++) {
@@ -359,8 +305,8 @@ int kernel_cache_save(KernelCache *kc) {
     digest_hex(digest_end(&d), sum);
     fprintf(f, "%s%s\n", KERNEL_CACHE_CHECKSUM, sum);
     STDIO_CHECK(fclose(f) == 0);
-    const char *step = "";
-    const int rc = cache_write_atomic(kc->path, text, len, &step);
+    const char *step = "make its folder";
+    const int rc = cache_make_folder(kc->path) != 0 ? -1 : file_write_atomic(kc->path, text, len, &step);
     free(text);
     if (rc != 0) {
         log_warn("kernel-choice cache %s: cannot write it (%s: %s); the kernel choices are not kept",

@@ -14,6 +14,7 @@
 
 #include "train/checkpoint.h"
 #include "checkpoint/safetensors.h"
+#include "core/file_open.h"
 #include "core/log.h"
 
 // ---- the lock ------------------------------------------------------------------------------------------
@@ -281,18 +282,12 @@ int run_folder_check_paths(const Config *cfg, const char *resume, char *err, siz
 
 // text to dir/name through a temp file and a rename: a reader sees the old file or the new one.
 static int write_atomic(const char *dir, const char *name, const char *text) {
-    char path[PATH_MAX + NAME_MAX + 2], temp[PATH_MAX + NAME_MAX + 32];
+    char path[PATH_MAX + NAME_MAX + 2];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    snprintf(temp, sizeof temp, "%s.tmp.%ld", path, (long)getpid());
-    FILE *f = fopen(temp, "w");
-    int ok = f && fputs(text, f) >= 0;
-    if (f && fclose(f) != 0) ok = 0;
-    if (ok && rename(temp, path) != 0) ok = 0;
-    if (!ok) {
-        log_warn("cannot write %s: %s", path, strerror(errno));
-        unlink(temp);
-    }
-    return ok;
+    const char *step = "";
+    if (file_write_atomic(path, text, strlen(text), &step) == 0) return 1;
+    log_warn("cannot write %s: %s: %s", path, step, strerror(errno));
+    return 0;
 }
 
 void run_folder_begin(const Config *cfg, const char *config_text) {

@@ -129,16 +129,6 @@ static void put_names(Buf *b, const NameList *l) {
 }
 
 // Writes all n bytes to fd; 0, or errno.
-static int write_all(int fd, const uint8_t *p, size_t n) {
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return w < 0 ? errno : EIO;
-        p += w, n -= (size_t)w;
-    }
-    return 0;
-}
-
 int image_list_save(const char *path, const char *split_abs, const NameList *classes, const ImageList *l,
                     char *err, size_t err_cap) {
     Buf payload = {0}, file = {0};
@@ -163,18 +153,13 @@ int image_list_save(const char *path, const char *split_abs, const NameList *cla
     put_i64(&file, (int64_t)fnv1a64(payload.p, payload.len));
     free(payload.p);
 
-    // The temporary name is this process's: ranks that save the same cache at once do not collide.
-    char tmp[PATH_MAX + 32];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int rc = fd < 0 ? errno : write_all(fd, file.p, file.len);
-    if (rc == 0 && fsync(fd) != 0) rc = errno;
-    if (fd >= 0 && close(fd) != 0 && rc == 0) rc = errno;
-    if (rc == 0 && rename(tmp, path) != 0) rc = errno;
+    // The temporary name is this call's own: ranks that save the same cache at once do not collide.
+    const char *step = "";
+    const int rc = file_write_atomic(path, file.p, file.len, &step);
+    const int saved = errno;
     free(file.p);
-    if (rc) {
-        if (fd >= 0) unlink(tmp);
-        snprintf(err, err_cap, "cannot write %s: %s", fd < 0 ? tmp : path, strerror(rc));
+    if (rc != 0) {
+        snprintf(err, err_cap, "cannot write %s: %s: %s", path, step, strerror(saved));
         return 1;
     }
     return 0;
@@ -223,28 +208,15 @@ static void take_str(Cursor *c, char *out) {
 
 // Reads the whole file; 0, or 1 with why.
 static int read_file(const char *path, uint8_t **data, size_t *len, char *why, size_t why_cap) {
-    struct stat st;
-    char open_why[96];
-    int fd = file_open_regular(path, &st, open_why, sizeof open_why);
-    if (fd < 0 || st.st_size > IMAGE_LIST_MAX_BYTES) {
-        snprintf(why, why_cap, "%s: %s", path, fd < 0 ? open_why : "larger than any list this writes");
-        if (fd >= 0) close(fd);
+    char read_why[128] = "";
+    char *text = NULL;
+    const int got = file_read_regular(path, IMAGE_LIST_MAX_BYTES, "list this writes", &text, len, read_why,
+                                      sizeof read_why);
+    if (got != 1) {
+        snprintf(why, why_cap, "%s: %s", path, got == 0 ? strerror(ENOENT) : read_why);
         return 1;
     }
-    uint8_t *buf = xcalloc((size_t)st.st_size + 1, 1);
-    size_t got = 0;
-    while (got < (size_t)st.st_size) {
-        ssize_t n = pread(fd, buf + got, (size_t)st.st_size - got, (off_t)got);
-        if (n <= 0) break;
-        got += (size_t)n;
-    }
-    close(fd);
-    if (got != (size_t)st.st_size) {
-        snprintf(why, why_cap, "%s: read %zu of %lld bytes", path, got, (long long)st.st_size);
-        free(buf);
-        return 1;
-    }
-    *data = buf, *len = got;
+    *data = (uint8_t *)text;
     return 0;
 }
 
