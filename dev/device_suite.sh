@@ -38,6 +38,9 @@
 #   ends      bn_add_bn (a downsampling block's end in one op) against the CPU (test_gpu_ops' bn_add_bn case only),
 #             then bench_batchnorm's block ends: the two layers' calls on auto's pairs against the fused kernels
 #   bntests   test_gpu_ops' batchnorm and bn_add_bn cases alone
+#   stem      the stem's convolution padded to 4 or 8 channels and on amptrain's own kernels (test_gpu_ops' conv,
+#             conv_padded and conv_own cases), and the route each direction took in fp16 and bf16 at batch 256
+#             (AMPTRAIN_CONV_LOG)
 #   fusedbn   batch norm fused into the 1x1 convolutions (cuDNN graphs scale_bias_relu_conv_genstats, dgrad_drelu_dbn,
 #             dbn_apply, scale_bias_relu_wgrad) against the unfused passes, checked against an fp32 reference, on every stride-1 1x1 shape
 #             (build/bench_fused_bn)
@@ -340,6 +343,21 @@ stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and
     for case in batchnorm bn_add_bn; do
         CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/bntests_$case.log" 2>&1 || rc=1
         grep -E "Checks:|:F:|:E:" "$OUT/bntests_$case.log" | head -20
+    done
+    return $rc
+}
+stage_stem() {  # the stem's padded channels: test_gpu_ops' conv and conv_padded cases, then which route each
+                # direction of the stem took in fp16 and bf16 (a short --bench with AMPTRAIN_CONV_LOG=1)
+    local rc=0 case dtype
+    for case in conv conv_padded conv_own; do
+        CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/stem_$case.log" 2>&1 || rc=1
+        grep -E "Checks:|:F:|:E:" "$OUT/stem_$case.log" | head -20
+    done
+    for dtype in float16 bfloat16; do
+        AMPTRAIN_CONV_LOG=1 build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-steps 5 \
+            data.batch_size=256 amp.dtype=$dtype --bench-tag "amptrain w1 b256 $dtype stem" 2>"$OUT/stem_convlog_$dtype.txt" |
+            grep '^{' || rc=1
+        grep -E "c [348]->64 k7|padded to|stem kernels" "$OUT/stem_convlog_$dtype.txt"
     done
     return $rc
 }

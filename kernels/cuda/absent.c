@@ -31,6 +31,20 @@ int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, i
     return -1;
 }
 
+int cuda_backend_conv_padded_channels(Backend *be, const ConvShape *s, DType dt, int direction) {
+    (void)be, (void)s, (void)dt, (void)direction;
+    return -1;
+}
+
+void cuda_backend_set_conv_padding(Backend *be, int channels) { (void)be, (void)channels; }
+
+int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, int direction) {
+    (void)be, (void)s, (void)dt, (void)direction;
+    return -1;
+}
+
+void cuda_backend_set_conv_own(Backend *be, int mode) { (void)be, (void)mode; }
+
 int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn,
                                 int *backward_cudnn) {
     (void)be, (void)save_mean, (void)forward_cudnn, (void)backward_cudnn;

@@ -153,8 +153,9 @@ int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }
 // record's text is printable ASCII.
 // CUDA_CHOICES_REVISION: raised whenever the candidates a choice is made from, or amptrain's own timed
 // kernels, change, so that records timed before are not taken for the new set (2: bf16 batch norm offered
-// to cuDNN, whose records held only amptrain's own pair).
-#define CUDA_CHOICES_REVISION 2
+// to cuDNN, whose records held only amptrain's own pair; 3: convolutions with few input channels may run
+// padded).
+#define CUDA_CHOICES_REVISION 3
 static void cuda_choice_env(CudaBackend *cb) {
     cudaDeviceProp prop;
     int driver = 0, runtime = 0, cublas = 0;

@@ -15,6 +15,18 @@ void cuda_backend_set_batch_norm(Backend *be, CudaBnMode mode);
 // one cuBLAS GEMM (1x1 stride-1 ungrouped shapes, cuda_conv_gemm.cu) rather than on cuDNN; -1 when that
 // direction's route is not chosen yet.
 int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, DType dt, int direction);
+// The input channels a convolution direction of shape s in dt runs padded to (fp16 or bf16 with fewer than 8,
+// cudnn_conv.cu): 0 unpadded, -1 not chosen yet.
+int cuda_backend_conv_padded_channels(Backend *be, const ConvShape *s, DType dt, int direction);
+// How directions chosen from here on treat such convolutions: 0 padded where the timed search finds it
+// faster (the default), -1 never padded, 4 or 8 always padded to that many channels.
+void cuda_backend_set_conv_padding(Backend *be, int channels);
+// Whether a convolution direction of shape s in dt runs on amptrain's stem kernels (cuda_conv_stem.cu): 1 or
+// 0, -1 when not chosen yet.
+int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, int direction);
+// How directions chosen from here on treat shapes those kernels take: 0 on them where the timed search finds
+// them fastest (the default), -1 never, 1 always.
+void cuda_backend_set_conv_own(Backend *be, int mode);
 // The paths of the last training forward of the batch-norm layer whose save_mean buffer is save_mean (1
 // cuDNN, 0 our own), and the path its backward takes when dx is overwritten; 0 when no forward of that layer
 // ran.

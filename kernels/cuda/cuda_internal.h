@@ -56,6 +56,10 @@ typedef struct CudaBackend {
     int allow_tf32;             // fp32 convolutions may use TF32 (cudnn.tf32)
     int matmul_tf32;            // the fp32 classifier matmul may use TF32 (cudnn.matmul_tf32)
     size_t conv_workspace_cap;  // largest convolution workspace an algorithm may use (cudnn.workspace_mb)
+    int conv_pad;               // convolutions with few input channels: 0 padded where timed faster, -1
+                                // never, 4 or 8 always to that many (cuda_diag.h; cudnn_conv.cu)
+    int conv_own;               // stem-like convolutions on amptrain's kernels (cuda_conv_stem.cu): 0 where
+                                // timed faster, -1 never, 1 always where eligible (cuda_diag.h)
     int bn_mode;      // CudaBnMode (cuda_backend.h): whose kernels train batch norm (cudnn.batch_norm)
     int sm_count;     // multiprocessors: how finely reductions are cut
     void *workspace;  // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
@@ -114,6 +118,25 @@ int cuda_pick_log_enabled(void);
 
 // ---- cudnn_conv.cu ------------------------------------------------------------------------------
 void cuda_conv_cache_destroy(CudaBackend *cb);
+
+// ---- cuda_conv_pad.cu: zero input channels for convolutions with few of them --------------------------
+// x (rows, c) dt -> xp (rows, pc) dt, channels c..pc-1 zero; dt fp16 or bf16, c < pc, pc 4 or 8, xp aligned
+// to 2 * pc bytes.
+void conv_pad_channels(CudaBackend *cb, DType dt, const void *x, void *xp, size_t rows, int c, int pc);
+// dwp (rows, pc) dt -> dw (rows, c) dt: the first c channels of each row (= or +=, in fp32).
+void conv_unpad_channels(CudaBackend *cb, DType dt, const void *dwp, void *dw, size_t rows, int c, int pc,
+                         int accumulate);
+
+// ---- cuda_conv_stem.cu: amptrain's own kernels for a stem-like convolution ----------------------------
+// 1 when shape s in dt may run on them: fp16 or bf16 on sm_80 or later, ungrouped, 64 output channels, at
+// most 4 input channels, kernel at most 7 rows and 8 columns, stride 2.
+int conv_stem_eligible(const CudaBackend *cb, const ConvShape *s, DType dt);
+// x (n,h,w,c_in) dt, w (64,kh,kw,c_in) dt -> y (n,out_h,out_w,64) dt
+void conv_stem_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *w, void *y);
+// x (n,h,w,c_in) dt, dy (n,out_h,out_w,64) dt -> dw (64,kh,kw,c_in) dt (= or +=); its per-block sums in the
+// shared workspace.
+void conv_stem_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
+                               void *dw, int accumulate);
 
 // C (m,n) = op(A) op(B) + beta C on the backend's cuBLAS handle and stream, all column-major in dt
 // (fp16, bf16 or fp32), alpha 1 and beta in fp32, under the caller's compute type (fp32 accumulation always;

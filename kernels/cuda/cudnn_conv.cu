@@ -31,6 +31,18 @@
 //
 // Timed choices are kept as records (cb->choices, cudnn.cache): before searching a direction, its record,
 // when one holds here, chooses instead; every search's outcome is recorded.
+//
+// Channel padding: an ungrouped fp16 or bf16 convolution with fewer than 8 input channels (the stem's 3)
+// may run its forward and weight gradient on its input and weights padded with zero channels to 4 or 8
+// (cuda_conv_pad.cu), on the plan of that padded shape: cuDNN's dedicated 3-channel first-layer kernels
+// are fp16 only, and in bf16 its kernels for 4 or 8 channels are the fast ones. The timed search times the
+// unpadded pick against both paddings (the padding kernels included) and takes the fastest; without the
+// search the convolution runs unpadded. The padded input, weights and weight gradient live in the shared
+// workspace after the padded algorithm's own. Its data gradient always runs unpadded (the stem needs none).
+//
+// amptrain's own kernels (cuda_conv_stem.cu) are a third route for such a convolution's forward and weight
+// gradient (fp16 or bf16, stride 2, 64 output channels, at most 4 input channels): the timed search times
+// them beside the others and takes them when fastest.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +55,11 @@
 // A timed search takes, of the algorithms at most this much slower than the fastest, the one with the
 // least workspace: the timings differ by about this much between runs anyway.
 #define CONV_NEAR_FASTEST 1.02f
-// Timed runs of the GEMM route in a search (after one untimed run).
-#define CONV_GEMM_TIMED_RUNS 3
+// The channel counts a convolution with fewer input channels may be padded to (cuda_conv_pad.cu).
+static const int conv_pad_widths[] = {4, 8};
+#define CONV_PAD_WIDTHS (int)(sizeof conv_pad_widths / sizeof conv_pad_widths[0])
+// Timed runs of each route (the GEMM route, the unpadded and padded ones) in a search, after one untimed run.
+#define CONV_ROUTE_TIMED_RUNS 3
 
 typedef enum { CONV_FWD = 0, CONV_BWD_DATA = 1, CONV_BWD_FILTER = 2 } ConvDirection;
 
@@ -62,10 +77,14 @@ typedef struct ConvPlan {
     cudnnMathType_t math[3];  // per ConvDirection: the math type the algorithm was chosen under
     int gemm[3];              // per ConvDirection: 1 runs as a cuBLAS GEMM (cuda_conv_gemm.cu)
     size_t workspace[3];      // per ConvDirection: bytes the chosen algorithm needs
+    int padded[3];            // per ConvDirection: 0, or the input channels it runs padded to (forward
+                              // and backward filter only; the padded shape's plan runs it)
+    int pad_target;           // 1: the plan of a padded shape, which never pads again
+    int own[3];               // per ConvDirection: 1 runs on amptrain's stem kernels (cuda_conv_stem.cu)
 } ConvPlan;
 
 struct CudaConvCache {
-    ConvPlan *plans;  // linear table: a model has a few dozen distinct shapes
+    ConvPlan **plans;  // linear table of plans that never move: a model has a few dozen distinct shapes
     int count, capacity;
 };
 
@@ -126,7 +145,7 @@ static void conv_plan_destroy(ConvPlan *p) {
 static ConvPlan *conv_plan_find(CudaBackend *cb, const ConvShape *s, DType dt) {
     CudaConvCache *cache = cb->conv_cache;
     for (int i = 0; cache && i < cache->count; i++)
-        if (cache->plans[i].dt == dt && conv_shape_equal(&cache->plans[i].shape, s)) return &cache->plans[i];
+        if (cache->plans[i]->dt == dt && conv_shape_equal(&cache->plans[i]->shape, s)) return cache->plans[i];
     return NULL;
 }
 
@@ -140,13 +159,14 @@ static ConvPlan *conv_plan_lookup(CudaBackend *cb, const ConvShape *s, DType dt)
     CudaConvCache *cache = cb->conv_cache;
     if (cache->count == cache->capacity) {
         int capacity = cache->capacity ? 2 * cache->capacity : 32;
-        ConvPlan *plans = (ConvPlan *)xcalloc((size_t)capacity, sizeof(ConvPlan));
-        if (cache->count) memcpy(plans, cache->plans, (size_t)cache->count * sizeof(ConvPlan));
+        ConvPlan **plans = (ConvPlan **)xcalloc((size_t)capacity, sizeof(ConvPlan *));
+        if (cache->count) memcpy(plans, cache->plans, (size_t)cache->count * sizeof(ConvPlan *));
         free(cache->plans);
         cache->plans = plans;
         cache->capacity = capacity;
     }
-    ConvPlan *p = &cache->plans[cache->count++];
+    ConvPlan *p = (ConvPlan *)xcalloc(1, sizeof(ConvPlan));
+    cache->plans[cache->count++] = p;
     conv_plan_init(cb, p, s, dt);
     return p;
 }
@@ -154,7 +174,7 @@ static ConvPlan *conv_plan_lookup(CudaBackend *cb, const ConvShape *s, DType dt)
 void cuda_conv_cache_destroy(CudaBackend *cb) {
     CudaConvCache *cache = cb->conv_cache;
     if (!cache) return;
-    for (int i = 0; i < cache->count; i++) conv_plan_destroy(&cache->plans[i]);
+    for (int i = 0; i < cache->count; i++) conv_plan_destroy(cache->plans[i]), free(cache->plans[i]);
     free(cache->plans);
     free(cache);
     cb->conv_cache = NULL;
@@ -322,16 +342,16 @@ static int conv_pick_or_die(const CudaBackend *cb, ConvPlan *p, ConvDirection d,
 
 // ---- the GEMM route ------------------------------------------------------------------------------
 
-// One call of direction d on the GEMM route, overwriting out. fwd: a = x, b = w, out = y; backward data:
-// a = dy, b = w, out = dx; backward filter: a = x, b = dy, out = dw.
+// One call of direction d on the GEMM route. fwd: a = x, b = w, out = y; backward data: a = dy, b = w,
+// out = dx; backward filter: a = x, b = dy, out = dw; out is overwritten or (backward, accumulate) added to.
 static void conv_gemm_run(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
-                          void *out) {
+                          void *out, int accumulate) {
     if (d == CONV_FWD)
         conv_gemm_forward(cb, &p->shape, p->dt, a, b, out);
     else if (d == CONV_BWD_DATA)
-        conv_gemm_backward_data(cb, &p->shape, p->dt, a, b, out, 0);
+        conv_gemm_backward_data(cb, &p->shape, p->dt, a, b, out, accumulate);
     else
-        conv_gemm_backward_filter(cb, &p->shape, p->dt, a, b, out, 0);
+        conv_gemm_backward_filter(cb, &p->shape, p->dt, a, b, out, accumulate);
 }
 
 // One call of the GEMM route, for cuda_time_ms.
@@ -345,16 +365,16 @@ typedef struct ConvGemmRun {
 
 static void conv_gemm_run_once(void *ctx) {
     const ConvGemmRun *r = (const ConvGemmRun *)ctx;
-    conv_gemm_run(r->cb, r->p, r->d, r->a, r->b, r->out);
+    conv_gemm_run(r->cb, r->p, r->d, r->a, r->b, r->out, 0);
 }
 
-// The GEMM route's time for direction d in ms (mean of CONV_GEMM_TIMED_RUNS after one untimed run), or
+// The GEMM route's time for direction d in ms (mean of CONV_ROUTE_TIMED_RUNS after one untimed run), or
 // -1 when the shape is not a 1x1 stride-1 ungrouped convolution. Buffers as conv_gemm_run.
 static float conv_gemm_time(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
                             void *out) {
     if (!conv_gemm_eligible(&p->shape)) return -1.0f;
     ConvGemmRun run = {cb, p, d, a, b, out};
-    return cuda_time_ms(cb, CONV_GEMM_TIMED_RUNS, conv_gemm_run_once, &run);
+    return cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_gemm_run_once, &run);
 }
 
 // Whether direction d runs on the GEMM route: timed (gemm_ms >= 0), when it beat cuDNN's pick (picked_ms);
@@ -371,6 +391,177 @@ static void conv_gemm_decide(const CudaBackend *cb, ConvPlan *p, ConvDirection d
     if (cuda_pick_log_enabled() && conv_gemm_eligible(&p->shape))
         fprintf(stderr, "conv:   %s as a GEMM: %.3f ms -> %s\n", conv_direction_name(d), (double)gemm_ms,
                 p->gemm[d] ? "GEMM" : "cuDNN");
+}
+
+// ---- running a direction, unpadded or padded --------------------------------------------------------
+
+// Direction d of plan p on its chosen route (the GEMM route or its cuDNN algorithm), unpadded. fwd: a = x,
+// b = w, out = y; backward data: a = dy, b = w, out = dx; backward filter: a = x, b = dy, out = dw; out is
+// overwritten or (backward, accumulate) added to. ws: at least p->workspace[d] bytes, or NULL for the shared
+// workspace.
+static void conv_run_unpadded(CudaBackend *cb, ConvPlan *p, ConvDirection d, const void *a, const void *b,
+                              void *out, int accumulate, void *ws) {
+    if (p->gemm[d]) return conv_gemm_run(cb, p, d, a, b, out, accumulate);
+    if (!ws) ws = cuda_workspace(cb, p->workspace[d]);
+    conv_set_math(p, p->math[d]);
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    if (d == CONV_FWD)
+        CUDNN_CHECK(cudnnConvolutionForward(cb->cudnn, &alpha, p->x_desc, a, p->w_desc, b, p->conv_desc,
+                                            p->fwd_algo, ws, p->workspace[d], &beta, p->y_desc, out));
+    else if (d == CONV_BWD_DATA)
+        CUDNN_CHECK(cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->w_desc, b, p->y_desc, a, p->conv_desc,
+                                                 p->bwd_data_algo, ws, p->workspace[d], &beta, p->x_desc,
+                                                 out));
+    else
+        CUDNN_CHECK(cudnnConvolutionBackwardFilter(cb->cudnn, &alpha, p->x_desc, a, p->y_desc, b,
+                                                   p->conv_desc, p->bwd_filter_algo, ws, p->workspace[d],
+                                                   &beta, p->w_desc, out));
+}
+
+// Whether direction d of p may run on padded input channels: forward or backward filter of an ungrouped
+// fp16 or bf16 convolution with fewer than 8 of them, not itself a padded shape's plan.
+static int conv_pad_eligible(const ConvPlan *p, ConvDirection d) {
+    return d != CONV_BWD_DATA && !p->pad_target && dtype_is_16bit(p->dt) && p->shape.groups == 1 &&
+           p->shape.c_in < 8;
+}
+
+// Whether direction d of p may run on amptrain's stem kernels: forward or backward filter of a shape they take.
+static int conv_own_eligible(const CudaBackend *cb, const ConvPlan *p, ConvDirection d) {
+    return d != CONV_BWD_DATA && !p->pad_target && conv_stem_eligible(cb, &p->shape, p->dt);
+}
+
+static int conv_pad_width_allowed(const ConvPlan *p, int channels) {
+    for (int i = 0; i < CONV_PAD_WIDTHS; i++)
+        if (conv_pad_widths[i] == channels) return channels > p->shape.c_in;
+    return 0;
+}
+
+// The plan of p's shape with its input channels padded to `channels`, made when missing.
+static ConvPlan *conv_pad_plan(CudaBackend *cb, const ConvPlan *p, int channels) {
+    ConvShape s = p->shape;
+    s.c_in = channels;
+    ConvPlan *q = conv_plan_lookup(cb, &s, p->dt);
+    q->pad_target = 1;
+    return q;
+}
+
+// Bytes rounded up to 256, so that what follows them in the workspace stays aligned.
+static size_t conv_round_up(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
+
+// Direction d (forward or backward filter) of p on its input padded to q's channels, q = conv_pad_plan's
+// with d chosen. fwd: a = x (n,h,w,c_in), b = w (c_out,kh,kw,c_in), out = y; backward filter: a = x, b = dy,
+// out = dw (= or +=). The shared workspace holds q's algorithm's workspace, then the padded x, then the padded
+// w or dw.
+static void conv_run_padded(CudaBackend *cb, const ConvPlan *p, ConvPlan *q, ConvDirection d, const void *a,
+                            const void *b, void *out, int accumulate) {
+    const ConvShape *s = &p->shape;
+    const int pc = q->shape.c_in;
+    const size_t esz = dtype_size(p->dt);
+    const size_t x_rows = (size_t)s->n * s->h * s->w, w_rows = (size_t)s->c_out * s->kh * s->kw;
+    const size_t ws_bytes = conv_round_up(q->workspace[d]), xp_bytes = conv_round_up(x_rows * pc * esz);
+    char *ws = (char *)cuda_workspace(cb, ws_bytes + xp_bytes + w_rows * pc * esz);
+    void *xp = ws + ws_bytes, *wp = ws + ws_bytes + xp_bytes;
+    conv_pad_channels(cb, p->dt, a, xp, x_rows, s->c_in, pc);
+    if (d == CONV_FWD) {
+        conv_pad_channels(cb, p->dt, b, wp, w_rows, s->c_in, pc);
+        conv_run_unpadded(cb, q, d, xp, wp, out, 0, ws);
+    } else {
+        conv_run_unpadded(cb, q, d, xp, b, wp, 0, ws);
+        conv_unpad_channels(cb, p->dt, wp, out, w_rows, s->c_in, pc, accumulate);
+    }
+}
+
+// Direction d (forward or backward filter) of p on amptrain's stem kernels; buffers as conv_run_padded's.
+static void conv_run_own(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
+                         void *out, int accumulate) {
+    if (d == CONV_FWD)
+        conv_stem_forward(cb, &p->shape, p->dt, a, b, out);
+    else
+        conv_stem_backward_filter(cb, &p->shape, p->dt, a, b, out, accumulate);
+}
+
+// One overwriting call of a direction on a route (own: amptrain's stem kernels; else q NULL: unpadded, or
+// padded to q's channels), for cuda_time_ms.
+typedef struct ConvRouteRun {
+    CudaBackend *cb;
+    ConvPlan *p, *q;
+    int own;
+    ConvDirection d;
+    const void *a, *b;
+    void *out;
+} ConvRouteRun;
+
+static void conv_route_run_once(void *ctx) {
+    const ConvRouteRun *r = (const ConvRouteRun *)ctx;
+    if (r->own)
+        conv_run_own(r->cb, r->p, r->d, r->a, r->b, r->out, 0);
+    else if (r->q)
+        conv_run_padded(r->cb, r->p, r->q, r->d, r->a, r->b, r->out, 0);
+    else
+        conv_run_unpadded(r->cb, r->p, r->d, r->a, r->b, r->out, 0, NULL);
+}
+
+static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y);
+static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy, void *dw,
+                                        int accumulate);
+
+// Direction d of the padded plan q chosen (searched or from its record) on padded copies of p's a and b
+// (as conv_run_padded's), in scratch of their own; a forward search writes out.
+static void conv_pad_choose(CudaBackend *cb, const ConvPlan *p, ConvPlan *q, ConvDirection d, const void *a,
+                            const void *b, void *out) {
+    const ConvShape *s = &p->shape;
+    const int pc = q->shape.c_in;
+    const size_t esz = dtype_size(p->dt);
+    const size_t x_rows = (size_t)s->n * s->h * s->w, w_rows = (size_t)s->c_out * s->kh * s->kw;
+    void *xp = cuda_scratch_get(cb, x_rows * pc * esz), *wp = cuda_scratch_get(cb, w_rows * pc * esz);
+    conv_pad_channels(cb, p->dt, a, xp, x_rows, s->c_in, pc);
+    if (d == CONV_FWD) {
+        conv_pad_channels(cb, p->dt, b, wp, w_rows, s->c_in, pc);
+        conv_choose_forward(cb, q, xp, wp, out);
+    } else {
+        conv_choose_backward_filter(cb, q, xp, b, wp, 0);
+    }
+    cuda_scratch_put(cb, xp), cuda_scratch_put(cb, wp);
+}
+
+// Whether direction d of p, its unpadded route chosen, runs padded and to how many channels (p->padded[d]),
+// or on amptrain's stem kernels (p->own[d]). With the timed search, the unpadded route, each padding (its
+// plan's direction chosen first) and the own kernels are timed on a, b and out (the search's buffers: out
+// is the real output, or a scratch where the call accumulates), and the fastest is taken; without it,
+// unpadded. cb->conv_own > 0 forces the own kernels, else cb->conv_pad > 0 that padding (tests).
+static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection d, const void *a,
+                                     const void *b, void *out) {
+    p->padded[d] = 0;
+    p->own[d] = 0;
+    const int pad_ok = conv_pad_eligible(p, d) && cb->conv_pad >= 0;
+    const int own_ok = conv_own_eligible(cb, p, d) && cb->conv_own >= 0;
+    if (own_ok && cb->conv_own > 0) {
+        p->own[d] = 1;
+        return;
+    }
+    const int forced = pad_ok && cb->conv_pad > 0;
+    if ((!pad_ok && !own_ok) || (!forced && !cb->cudnn_benchmark)) return;
+    ConvRouteRun run = {cb, p, NULL, 0, d, a, b, out};
+    float best_ms = forced ? INFINITY : cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
+    const float unpadded_ms = best_ms;
+    for (int i = 0; pad_ok && i < CONV_PAD_WIDTHS; i++) {
+        const int pc = conv_pad_widths[i];
+        if (!conv_pad_width_allowed(p, pc) || (forced && pc != cb->conv_pad)) continue;
+        run.q = conv_pad_plan(cb, p, pc);
+        if (!run.q->chosen[d]) conv_pad_choose(cb, p, run.q, d, a, b, out);
+        const float ms = forced ? 0.0f : cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
+        if (cuda_pick_log_enabled())
+            fprintf(stderr, "conv:   %s padded to %d channels: %.3f ms (unpadded %.3f ms)\n",
+                    conv_direction_name(d), pc, (double)ms, (double)unpadded_ms);
+        if (ms < best_ms) best_ms = ms, p->padded[d] = pc;
+    }
+    if (forced || !own_ok) return;
+    run.q = NULL, run.own = 1;
+    const float ms = cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
+    if (cuda_pick_log_enabled())
+        fprintf(stderr, "conv:   %s on amptrain's stem kernels: %.3f ms (unpadded %.3f ms)\n",
+                conv_direction_name(d), (double)ms, (double)unpadded_ms);
+    if (ms < best_ms) p->own[d] = 1, p->padded[d] = 0;
 }
 
 // ---- the choices' records (cudnn.cache, core/kernel_cache.h) ---------------------------------------
@@ -412,11 +603,33 @@ static void conv_choice_key(const CudaBackend *cb, const ConvPlan *p, ConvDirect
 // keeps the precision asked for (conv_math_allowed) and fits the workspace cap. 1 when chosen; 0: the
 // direction is searched (its record is then replaced).
 static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
+    if ((cb->conv_pad != 0 && conv_pad_eligible(p, d)) || (cb->conv_own != 0 && conv_own_eligible(cb, p, d)))
+        return 0;  // a forced or refused alternative route is chosen afresh
     char key[CUDA_CHOICE_KEY_MAX];
     conv_choice_key(cb, p, d, key, sizeof key);
-    const char *choice = kernel_cache_find(cb->choices, key);
-    if (!choice) return 0;
-    if (!strcmp(choice, "gemm")) {
+    const char *recorded_choice = kernel_cache_find(cb->choices, key);
+    if (!recorded_choice) return 0;
+    char choice[128];  // the route, without its padding
+    int padded = 0, pad_end = 0;
+    snprintf(choice, sizeof choice, "%s", recorded_choice);
+    char *pad = strstr(choice, " padded=");
+    if (pad) {
+        if (sscanf(pad, " padded=%d%n", &padded, &pad_end) != 1 || pad[pad_end] != '\0' ||
+            !conv_pad_eligible(p, d) || !conv_pad_width_allowed(p, padded))
+            return 0;
+        *pad = '\0';
+        ConvPlan *q = conv_pad_plan(cb, p, padded);  // its own record chooses its route
+        if (!q->chosen[d] && !conv_choice_take(cb, q, d)) return 0;
+    }
+    p->padded[d] = padded;
+    p->own[d] = 0;
+    if (!strcmp(choice, "own")) {
+        if (padded || !conv_own_eligible(cb, p, d)) return 0;
+        p->own[d] = 1;
+        p->gemm[d] = 0;
+        p->workspace[d] = 0;
+        p->math[d] = conv_math_type(cb, p->dt);
+    } else if (!strcmp(choice, "gemm")) {
         if (!conv_gemm_eligible(&p->shape)) return 0;
         p->gemm[d] = 1;
         p->workspace[d] = 0;
@@ -448,27 +661,33 @@ static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
         const ConvShape *s = &p->shape;
         fprintf(stderr, "conv: n=%d %dx%d c %d->%d k%d s%d g%d %s %s: from the cache: %s\n", s->n, s->h, s->w,
                 s->c_in, s->c_out, s->kh, s->stride, s->groups, dtype_name(p->dt), conv_direction_name(d),
-                choice);
+                recorded_choice);
     }
     return 1;
 }
 
-// After a direction's pick: the exact workspace of its algorithm, the GEMM route's verdict, and for a timed
-// choice (started at `start`, clock_seconds) its record.
-static void conv_choice_done(CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms, float picked_ms,
-                             double start) {
+// After a direction's pick: the exact workspace of its algorithm and the GEMM route's verdict.
+static void conv_choice_done(CudaBackend *cb, ConvPlan *p, ConvDirection d, float gemm_ms, float picked_ms) {
     size_t exact = 0;
     CUDNN_CHECK(conv_algo_workspace(cb, p, d, conv_algo_of(p, d), &exact));
     if (exact > p->workspace[d]) p->workspace[d] = exact;
     conv_gemm_decide(cb, p, d, gemm_ms, picked_ms);
+}
+
+// A timed choice's record (started at `start`, clock_seconds): its route, and its padding when padded.
+static void conv_choice_record(CudaBackend *cb, const ConvPlan *p, ConvDirection d, double start) {
     if (!cb->cudnn_benchmark) return;
-    char key[CUDA_CHOICE_KEY_MAX], choice[96];
+    char key[CUDA_CHOICE_KEY_MAX], choice[128];
     conv_choice_key(cb, p, d, key, sizeof key);
-    if (p->gemm[d])
-        snprintf(choice, sizeof choice, "gemm");
+    int len;
+    if (p->own[d])
+        len = snprintf(choice, sizeof choice, "own");
+    else if (p->gemm[d])
+        len = snprintf(choice, sizeof choice, "gemm");
     else
-        snprintf(choice, sizeof choice, "cudnn algo=%d math=%s workspace=%zu", conv_algo_of(p, d),
-                 conv_math_name(p->math[d]), p->workspace[d]);
+        len = snprintf(choice, sizeof choice, "cudnn algo=%d math=%s workspace=%zu", conv_algo_of(p, d),
+                       conv_math_name(p->math[d]), p->workspace[d]);
+    if (p->padded[d]) snprintf(choice + len, sizeof choice - (size_t)len, " padded=%d", p->padded[d]);
     kernel_cache_store(cb->choices, key, choice, clock_seconds() - start);
 }
 
@@ -498,7 +717,9 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
     }
     p->fwd_algo = (cudnnConvolutionFwdAlgo_t)conv_pick_or_die(cb, p, CONV_FWD, &cands, !cb->cudnn_benchmark,
                                                               &picked_ms);
-    conv_choice_done(cb, p, CONV_FWD, gemm_ms, picked_ms, start);
+    conv_choice_done(cb, p, CONV_FWD, gemm_ms, picked_ms);
+    conv_alternatives_decide(cb, p, CONV_FWD, x, w, y);
+    conv_choice_record(cb, p, CONV_FWD, start);
 }
 
 // dy, w are read; the search writes dx, or a scratch in its place when dx accumulates (its contents count).
@@ -530,7 +751,8 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     }
     p->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands,
                                                                        !cb->cudnn_benchmark, &picked_ms);
-    conv_choice_done(cb, p, CONV_BWD_DATA, gemm_ms, picked_ms, start);
+    conv_choice_done(cb, p, CONV_BWD_DATA, gemm_ms, picked_ms);
+    conv_choice_record(cb, p, CONV_BWD_DATA, start);
 }
 
 // x, dy are read; the search writes dw, or a scratch in its place when dw accumulates.
@@ -546,23 +768,26 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
     CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(cb->cudnn, p->x_desc, p->y_desc, p->conv_desc,
                                                               p->w_desc, CONV_ALGO_CANDIDATES, &n, perf));
     CONV_CANDIDATES_FROM(&cands, perf, n, 0);
+    void *out = dw;  // what the search and the route timings write
     if (cb->cudnn_benchmark) {
         const ConvShape *s = &p->shape;
         size_t ws_bytes = conv_search_workspace(cb, p, CONV_BWD_FILTER);
         void *ws = conv_search_scratch_get(cb, ws_bytes);
         size_t dw_bytes = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups) * dtype_size(p->dt);
-        void *out = accumulate ? cuda_scratch_get(cb, dw_bytes) : dw;
+        if (accumulate) out = cuda_scratch_get(cb, dw_bytes);
         CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
             cb->cudnn, p->x_desc, x, p->y_desc, dy, p->conv_desc, p->w_desc, out, CONV_ALGO_CANDIDATES, &n,
             perf, ws, ws_bytes));
         gemm_ms = conv_gemm_time(cb, p, CONV_BWD_FILTER, x, dy, out);
-        if (accumulate) cuda_scratch_put(cb, out);
         conv_search_scratch_put(cb, ws);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_filter_algo = (cudnnConvolutionBwdFilterAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_FILTER, &cands,
                                                                            !cb->cudnn_benchmark, &picked_ms);
-    conv_choice_done(cb, p, CONV_BWD_FILTER, gemm_ms, picked_ms, start);
+    conv_choice_done(cb, p, CONV_BWD_FILTER, gemm_ms, picked_ms);
+    conv_alternatives_decide(cb, p, CONV_BWD_FILTER, x, dy, out);
+    if (out != dw) cuda_scratch_put(cb, out);
+    conv_choice_record(cb, p, CONV_BWD_FILTER, start);
 }
 
 // ---- the entry points ----------------------------------------------------------------------------
@@ -598,17 +823,39 @@ extern "C" int cuda_backend_conv_route_is_gemm(Backend *be, const ConvShape *s, 
     return p && p->chosen[direction] ? p->gemm[direction] : -1;
 }
 
+extern "C" int cuda_backend_conv_padded_channels(Backend *be, const ConvShape *s, DType dt, int direction) {
+    AMP_ASSERT(direction >= CONV_FWD && direction <= CONV_BWD_FILTER, "conv padding: direction %d",
+               direction);
+    const ConvPlan *p = conv_plan_find(cuda_state(be), s, dt);
+    return p && p->chosen[direction] ? p->padded[direction] : -1;
+}
+
+extern "C" int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, int direction) {
+    AMP_ASSERT(direction >= CONV_FWD && direction <= CONV_BWD_FILTER, "conv route: direction %d", direction);
+    const ConvPlan *p = conv_plan_find(cuda_state(be), s, dt);
+    return p && p->chosen[direction] ? p->own[direction] : -1;
+}
+
+extern "C" void cuda_backend_set_conv_own(Backend *be, int mode) {
+    AMP_ASSERT(mode >= -1 && mode <= 1, "conv own kernels: mode %d (-1, 0 or 1)", mode);
+    cuda_state(be)->conv_own = mode;
+}
+
+extern "C" void cuda_backend_set_conv_padding(Backend *be, int channels) {
+    AMP_ASSERT(channels == -1 || channels == 0 || channels == 4 || channels == 8,
+               "conv padding: %d channels (-1, 0, 4 or 8)", channels);
+    cuda_state(be)->conv_pad = channels;
+}
+
 // x (n,h,w,c_in) dt, w (c_out,kh,kw,c_in/g) dt -> y (n,out_h,out_w,c_out) dt
 void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);
-    if (p->gemm[CONV_FWD]) return conv_gemm_forward(cb, s, dt, x, w, y);
-    void *ws = cuda_workspace(cb, p->workspace[CONV_FWD]);
-    conv_set_math(p, p->math[CONV_FWD]);
-    const float alpha = 1.0f, beta = 0.0f;
-    CUDNN_CHECK(cudnnConvolutionForward(cb->cudnn, &alpha, p->x_desc, x, p->w_desc, w, p->conv_desc,
-                                        p->fwd_algo, ws, p->workspace[CONV_FWD], &beta, p->y_desc, y));
+    if (p->own[CONV_FWD]) return conv_run_own(cb, p, CONV_FWD, x, w, y, 0);
+    if (p->padded[CONV_FWD])
+        return conv_run_padded(cb, p, conv_pad_plan(cb, p, p->padded[CONV_FWD]), CONV_FWD, x, w, y, 0);
+    conv_run_unpadded(cb, p, CONV_FWD, x, w, y, 0, NULL);
 }
 
 // dy (n,out_h,out_w,c_out) dt, w (c_out,kh,kw,c_in/g) dt -> dx (n,h,w,c_in) dt (= or +=)
@@ -617,13 +864,7 @@ void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const vo
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w, dx, accumulate);
-    if (p->gemm[CONV_BWD_DATA]) return conv_gemm_backward_data(cb, s, dt, dy, w, dx, accumulate);
-    void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_DATA]);
-    conv_set_math(p, p->math[CONV_BWD_DATA]);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUDNN_CHECK(cudnnConvolutionBackwardData(cb->cudnn, &alpha, p->w_desc, w, p->y_desc, dy, p->conv_desc,
-                                             p->bwd_data_algo, ws, p->workspace[CONV_BWD_DATA], &beta,
-                                             p->x_desc, dx));
+    conv_run_unpadded(cb, p, CONV_BWD_DATA, dy, w, dx, accumulate, NULL);
 }
 
 // x (n,h,w,c_in) dt, dy (n,out_h,out_w,c_out) dt -> dw (c_out,kh,kw,c_in/g) dt (= or +=)
@@ -632,11 +873,9 @@ void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const 
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy, dw, accumulate);
-    if (p->gemm[CONV_BWD_FILTER]) return conv_gemm_backward_filter(cb, s, dt, x, dy, dw, accumulate);
-    void *ws = cuda_workspace(cb, p->workspace[CONV_BWD_FILTER]);
-    conv_set_math(p, p->math[CONV_BWD_FILTER]);
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUDNN_CHECK(cudnnConvolutionBackwardFilter(cb->cudnn, &alpha, p->x_desc, x, p->y_desc, dy, p->conv_desc,
-                                               p->bwd_filter_algo, ws, p->workspace[CONV_BWD_FILTER], &beta,
-                                               p->w_desc, dw));
+    if (p->own[CONV_BWD_FILTER]) return conv_run_own(cb, p, CONV_BWD_FILTER, x, dy, dw, accumulate);
+    if (p->padded[CONV_BWD_FILTER])
+        return conv_run_padded(cb, p, conv_pad_plan(cb, p, p->padded[CONV_BWD_FILTER]), CONV_BWD_FILTER, x,
+                               dy, dw, accumulate);
+    conv_run_unpadded(cb, p, CONV_BWD_FILTER, x, dy, dw, accumulate, NULL);
 }

@@ -398,6 +398,88 @@ START_TEST(test_conv) {
 }
 END_TEST
 
+// The stem's 7x7 convolution of 3 channels on its input and weights padded with zero channels to 4 or 8
+// (cudnn_conv.cu): forward and weight gradient (= and +=) against the CPU, the route asserted. Loop index:
+// bit 0 fp16 / bf16, bit 1 4 / 8 channels; each case its own batch size, so its plan is chosen afresh.
+START_TEST(test_conv_padded) {
+    const DType dt = (_i & 1) ? DTYPE_BF16 : DTYPE_F16;
+    const int pc = (_i & 2) ? 8 : 4;
+    ConvShape s = {3 + _i, 32, 32, 3, 64, 7, 7, 2, 3, 1, 0, 0};
+    conv_shape_finish(&s);
+    const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
+    const size_t nw = (size_t)s.c_out * s.kh * s.kw * s.c_in;
+    char what[128];
+    Twin x = twin_random(dt, nx, case_seed(15, _i, 0), -1, 1);
+    Twin w = twin_random(dt, nw, case_seed(15, _i, 1), -1, 1);
+    Twin dy = twin_random(dt, ny, case_seed(15, _i, 2), -1, 1);
+    Twin y = twin_output(dt, ny), dw = twin_output(dt, nw);
+
+    cuda_backend_set_conv_padding(gpu, pc);
+    cpu->conv_forward(cpu, &s, dt, x.cpu, w.cpu, y.cpu);
+    gpu->conv_forward(gpu, &s, dt, x.gpu, w.gpu, y.gpu);
+    snprintf(what, sizeof what, "stem conv %s padded to %d forward", dtype_name(dt), pc);
+    expect_close(what, y);
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc) twin_refill_like(dw, case_seed(15, _i, 3));
+        cpu->conv_backward_filter(cpu, &s, dt, x.cpu, dy.cpu, dw.cpu, acc);
+        gpu->conv_backward_filter(gpu, &s, dt, x.gpu, dy.gpu, dw.gpu, acc);
+        snprintf(what, sizeof what, "stem conv %s padded to %d backward filter%s", dtype_name(dt), pc,
+                 acc ? " accumulate" : "");
+        expect_close(what, dw);
+    }
+    cuda_backend_set_conv_padding(gpu, 0);
+    ck_assert_int_eq(cuda_backend_conv_padded_channels(gpu, &s, dt, 0), pc);
+    ck_assert_int_eq(cuda_backend_conv_padded_channels(gpu, &s, dt, 2), pc);
+    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dw);
+}
+END_TEST
+
+// amptrain's own kernels for a convolution of few input channels into 64 (cuda_conv_stem.cu), forced:
+// forward and weight gradient (= and +=) against the CPU, the route asserted. Loop index: DTS16[_i % 2], the
+// shape _i / 2: the stem's, one whose output rows take two work items (150 pixels: a full one and a part),
+// 4 channels 5x5 on an odd-sized input, and 1 channel 3x3.
+static const ConvCase conv_own_cases[] = {
+    {"stem 7x7/2 3 -> 64", 2, 32, 32, 3, 64, 7, 2, 3, 1},
+    {"7x7/2 3 -> 64, 150-pixel rows", 1, 9, 300, 3, 64, 7, 2, 3, 1},
+    {"5x5/2 4 -> 64", 2, 13, 11, 4, 64, 5, 2, 2, 1},
+    {"3x3/2 1 -> 64", 2, 20, 20, 1, 64, 3, 2, 1, 1},
+};
+#define CONV_OWN_CASES (int)(sizeof conv_own_cases / sizeof conv_own_cases[0])
+
+START_TEST(test_conv_own) {
+    const ConvCase *cc = &conv_own_cases[_i / 2];
+    const DType dt = (_i % 2) ? DTYPE_BF16 : DTYPE_F16;
+    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
+                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
+    conv_shape_finish(&s);
+    const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
+    const size_t nw = (size_t)s.c_out * s.kh * s.kw * s.c_in;
+    char what[160];
+    Twin x = twin_random(dt, nx, case_seed(16, _i, 0), -1, 1);
+    Twin w = twin_random(dt, nw, case_seed(16, _i, 1), -1, 1);
+    Twin dy = twin_random(dt, ny, case_seed(16, _i, 2), -1, 1);
+    Twin y = twin_output(dt, ny), dw = twin_output(dt, nw);
+
+    cuda_backend_set_conv_own(gpu, 1);
+    cpu->conv_forward(cpu, &s, dt, x.cpu, w.cpu, y.cpu);
+    gpu->conv_forward(gpu, &s, dt, x.gpu, w.gpu, y.gpu);
+    snprintf(what, sizeof what, "own %s %s forward", cc->label, dtype_name(dt));
+    expect_close(what, y);
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc) twin_refill_like(dw, case_seed(16, _i, 3));
+        cpu->conv_backward_filter(cpu, &s, dt, x.cpu, dy.cpu, dw.cpu, acc);
+        gpu->conv_backward_filter(gpu, &s, dt, x.gpu, dy.gpu, dw.gpu, acc);
+        snprintf(what, sizeof what, "own %s %s backward filter%s", cc->label, dtype_name(dt),
+                 acc ? " accumulate" : "");
+        expect_close(what, dw);
+    }
+    cuda_backend_set_conv_own(gpu, 0);
+    ck_assert_int_eq(cuda_backend_conv_route_is_own(gpu, &s, dt, 0), 1);
+    ck_assert_int_eq(cuda_backend_conv_route_is_own(gpu, &s, dt, 2), 1);
+    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dw);
+}
+END_TEST
+
 // ---- batch norm ------------------------------------------------------------------------------------------
 
 // Loop index: DTS[_i % N_DTS] the dtype; of k = _i / N_DTS, bits 0 residual, 1 relu; (k >> 2) % BN_MODES
@@ -1130,6 +1212,8 @@ static Suite *gpu_ops_suite(void) {
         {"input_normalize", test_input_normalize, 2 * N_DTS},
         {"input_slots", test_input_slots_hand_over, 1},
         {"conv", test_conv, N_DTS * CONV_CASES},
+        {"conv_padded", test_conv_padded, 4},
+        {"conv_own", test_conv_own, 2 * CONV_OWN_CASES},
         {"batchnorm", test_batchnorm, N_DTS * 4 * BN_MODES * BN_SHAPES},
         {"bn_add_bn", test_bn_add_bn, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},

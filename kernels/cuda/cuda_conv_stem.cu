@@ -1,0 +1,280 @@
+// cuda_conv_stem.cu - amptrain's own kernels for a stride-2 convolution of at most 4 input channels into 64
+// (the stem's 7x7/2 of 3 channels), forward and weight gradient, fp16 or bf16 on tensor cores (WMMA 16x16x16,
+// fp32 accumulation; sm_80 and later). cuDNN has a dedicated kernel for this layer in fp16 only; in bf16 its
+// fastest took 1.8 ms at batch 256 on an H200 against fp16's 0.46 (bench/RESULTS.md). cudnn_conv.cu times
+// these kernels beside cuDNN's routes and takes the fastest.
+//
+// Both are implicit GEMMs over one work item at a time: an image's output row, up to STEM_TILE_M pixels of
+// it. The item's kh input rows are staged in shared memory with their channels padded to 4, in[ky][col][4].
+// With stride 2, output pixel m's taps of kernel row ky are the 32 consecutive elements starting at
+// in[ky][2m][0] (8 columns x 4 channels; taps kx >= kw and channels >= c meet zero weights), so for each ky
+// the im2col matrix A_ky (pixels x 32) is in itself, row m at element 8m: a WMMA operand with leading
+// dimension 8, read where it lies, with no unrolled copy:
+//   forward          y (pixels x 64)        = sum over ky of A_ky (pixels x 32) . W_ky (32 x 64)
+//   weight gradient  dW_ky (64 x 32)       += dY^T (64 x pixels) . A_ky (pixels x 32)
+// Each block is persistent (as many as fit on every multiprocessor) and strides over the items. The forward
+// keeps W (kh x 64 x 32, zero-padded) in its shared memory; the weight gradient keeps its block's sums in
+// registers and writes them once to its own slice of a partial buffer, which stem_wgrad_finish_kernel sums
+// in order (a run repeats bitwise). The shared tiles' leading dimensions are padded so that the rows
+// one phase of a WMMA load or store touches fall in different banks.
+#include <mma.h>
+
+#include "kernels/cuda/cuda_elem.cuh"
+
+#define STEM_TILE_M 128   // output pixels per work item
+#define STEM_C_OUT 64     // output channels (4 WMMA tiles)
+#define STEM_THREADS 256  // 8 warps
+#define STEM_WARPS (STEM_THREADS / 32)
+#define STEM_STAGE_C 4    // channels per staged pixel
+#define STEM_ROW_TAPS 32  // taps per kernel row: 8 columns x STEM_STAGE_C channels
+#define STEM_MAX_KH 7     // kernel rows (the weight gradient keeps two accumulators per row)
+#define STEM_MAX_KW 8     // kernel columns: STEM_ROW_TAPS / STEM_STAGE_C
+#define STEM_W_LD 40      // the forward's weights: elements per output channel (32 taps used)
+#define STEM_OUT_LD 40    // the forward's fp32 output tile: elements per pixel (32 channels used)
+#define STEM_DY_LD 72     // the weight gradient's dY tile: elements per pixel (64 channels used)
+
+// The geometry both kernels share (host-computed).
+typedef struct StemGeometry {
+    int n, h, w, c, kh, kw, pad, out_h, out_w;
+    int cols;    // staged input columns per row: 2 * (STEM_TILE_M - 1) + STEM_MAX_KW, rounded up to 4
+    int chunks;  // work items per output row
+} StemGeometry;
+
+// Shared memory, in bytes: the staged rows; then the forward's weights and per-warp output tiles, or the
+// weight gradient's dY tile.
+static __host__ __device__ size_t stem_in_bytes(const StemGeometry &g) {
+    return (size_t)g.kh * g.cols * STEM_STAGE_C * 2;
+}
+static __host__ __device__ size_t stem_w_bytes(const StemGeometry &g) {
+    return (size_t)g.kh * STEM_C_OUT * STEM_W_LD * 2;
+}
+static size_t stem_forward_smem(const StemGeometry &g) {
+    return stem_in_bytes(g) + stem_w_bytes(g) + (size_t)STEM_WARPS * 16 * STEM_OUT_LD * sizeof(float);
+}
+static size_t stem_wgrad_smem(const StemGeometry &g) {
+    return stem_in_bytes(g) + (size_t)STEM_TILE_M * STEM_DY_LD * 2;
+}
+
+// Stages work item `item`'s input rows into in[kh][cols][4] (zeros outside the image and past c) and
+// returns its image, output row and first output column.
+template <typename T>
+static __device__ void stem_stage_input(const T *__restrict__ x, const StemGeometry &g, long item, T *in,
+                                        int *img, int *oy, int *ox0) {
+    const int chunk = (int)(item % g.chunks);
+    const long row = item / g.chunks;
+    *oy = (int)(row % g.out_h);
+    *img = (int)(row / g.out_h);
+    *ox0 = chunk * STEM_TILE_M;
+    const int iy0 = *oy * 2 - g.pad, ix0 = *ox0 * 2 - g.pad;
+    for (int p = threadIdx.x; p < g.kh * g.cols; p += STEM_THREADS) {
+        const int iy = iy0 + p / g.cols, ix = ix0 + p % g.cols;
+        ElemPack<T, STEM_STAGE_C> pk;
+#pragma unroll
+        for (int ch = 0; ch < STEM_STAGE_C; ch++) pk.e[ch] = T(0.0f);
+        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
+            const T *src = x + (((size_t)*img * g.h + iy) * g.w + ix) * g.c;
+            for (int ch = 0; ch < g.c; ch++) pk.e[ch] = src[ch];
+        }
+        *(ElemPack<T, STEM_STAGE_C> *)(in + (size_t)p * STEM_STAGE_C) = pk;
+    }
+}
+
+// x (n,h,w,c) T, w (64,kh,kw,c) T -> y (n,out_h,out_w,64) T. Warp w computes pixels 16w..16w+15 of each item.
+template <typename T>
+__global__ void __launch_bounds__(STEM_THREADS)
+    stem_forward_kernel(const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y, StemGeometry g) {
+#if __CUDA_ARCH__ >= 800
+    using namespace nvcuda;
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *in = (T *)smem;
+    T *b = (T *)(smem + stem_in_bytes(g));  // [ky][n][STEM_W_LD]: W_ky column-major
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float *out = (float *)(smem + stem_in_bytes(g) + stem_w_bytes(g)) +
+                 warp * 16 * STEM_OUT_LD;  // the warp's
+    for (int i = threadIdx.x; i < g.kh * STEM_C_OUT * STEM_W_LD; i += STEM_THREADS) {
+        const int j = i % STEM_W_LD, n = (i / STEM_W_LD) % STEM_C_OUT, ky = i / (STEM_W_LD * STEM_C_OUT);
+        const int kx = j / STEM_STAGE_C, ch = j % STEM_STAGE_C;
+        b[i] = kx < g.kw && ch < g.c ? w[(((size_t)n * g.kh + ky) * g.kw + kx) * g.c + ch] : T(0.0f);
+    }
+    const long items = (long)g.n * g.out_h * g.chunks;
+    for (long item = blockIdx.x; item < items; item += gridDim.x) {
+        int img, oy, ox0;
+        __syncthreads();  // every warp has read the previous item's rows
+        stem_stage_input(x, g, item, in, &img, &oy, &ox0);
+        __syncthreads();
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[STEM_C_OUT / 16];
+#pragma unroll
+        for (int j = 0; j < STEM_C_OUT / 16; j++) wmma::fill_fragment(acc[j], 0.0f);
+        for (int ky = 0; ky < g.kh; ky++) {
+#pragma unroll
+            for (int half = 0; half < STEM_ROW_TAPS / 16; half++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+                wmma::load_matrix_sync(
+                    fa, in + (size_t)ky * g.cols * STEM_STAGE_C + warp * 16 * 8 + half * 16, 8);
+#pragma unroll
+                for (int j = 0; j < STEM_C_OUT / 16; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+                    wmma::load_matrix_sync(fb, b + ((size_t)ky * STEM_C_OUT + j * 16) * STEM_W_LD + half * 16,
+                                           STEM_W_LD);
+                    wmma::mma_sync(acc[j], fa, fb, acc[j]);
+                }
+            }
+        }
+        // out to y through the warp's fp32 tile, 32 channels at a time: each pixel's 32 are 64 contiguous
+        // bytes of y, 8 elements (16 bytes) per store
+        const int valid = min(16, g.out_w - ox0 - warp * 16);
+        T *dst = y + (((size_t)img * g.out_h + oy) * g.out_w + ox0 + warp * 16) * STEM_C_OUT;
+#pragma unroll
+        for (int part = 0; part < 2; part++) {
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wmma::store_matrix_sync(out + j * 16, acc[part * 2 + j], STEM_OUT_LD, wmma::mem_row_major);
+            __syncwarp();
+            for (int i = lane * 8; i < valid * 32; i += 32 * 8)
+                pack_store<T, 8>(dst + (i / 32) * STEM_C_OUT + part * 32 + i % 32,
+                                 out + (i / 32) * STEM_OUT_LD + i % 32);
+            __syncwarp();
+        }
+    }
+#endif
+}
+
+// x (n,h,w,c) T, dy (n,out_h,out_w,64) T -> partial[blockIdx.x] (64, kh * 32) fp32: this block's items' sum.
+// Warp w owns the 16 output channels (w % 4) * 16.. and the 16 taps (w / 4) * 16.. of every kernel row: per
+// 16 pixels, one dY^T fragment and one A_ky fragment per row feed its kh accumulators.
+template <typename T>
+__global__ void __launch_bounds__(STEM_THREADS)
+    stem_wgrad_kernel(const T *__restrict__ x, const T *__restrict__ dy, float *__restrict__ partial,
+                      StemGeometry g) {
+#if __CUDA_ARCH__ >= 800
+    using namespace nvcuda;
+    extern __shared__ __align__(128) unsigned char smem[];
+    T *in = (T *)smem;
+    T *d = (T *)(smem +
+                 stem_in_bytes(g));  // [STEM_TILE_M][STEM_DY_LD]: the item's dY, zero past the valid pixels
+    const int warp = threadIdx.x / 32, tn = warp % (STEM_C_OUT / 16), tj = warp / (STEM_C_OUT / 16);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[STEM_MAX_KH];
+#pragma unroll
+    for (int ky = 0; ky < STEM_MAX_KH; ky++) wmma::fill_fragment(acc[ky], 0.0f);
+    const long items = (long)g.n * g.out_h * g.chunks;
+    for (long item = blockIdx.x; item < items; item += gridDim.x) {
+        int img, oy, ox0;
+        __syncthreads();  // every warp has read the previous item's tiles
+        stem_stage_input(x, g, item, in, &img, &oy, &ox0);
+        const int valid = min(STEM_TILE_M, g.out_w - ox0);
+        const T *src = dy + (((size_t)img * g.out_h + oy) * g.out_w + ox0) * STEM_C_OUT;
+        for (int i = threadIdx.x * 8; i < STEM_TILE_M * STEM_C_OUT; i += STEM_THREADS * 8) {
+            ElemPack<T, 8> pk;
+            if (i < valid * STEM_C_OUT)
+                pk = *(const ElemPack<T, 8> *)(src + i);
+            else
+#pragma unroll
+                for (int e = 0; e < 8; e++) pk.e[e] = T(0.0f);
+            *(ElemPack<T, 8> *)(d + (i / STEM_C_OUT) * STEM_DY_LD + i % STEM_C_OUT) = pk;
+        }
+        __syncthreads();
+        for (int m = 0; m < STEM_TILE_M; m += 16) {
+            // dY^T (16 channels x 16 pixels): d is [pixel][channel], so column-major
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> fa;
+            wmma::load_matrix_sync(fa, d + (size_t)m * STEM_DY_LD + tn * 16, STEM_DY_LD);
+#pragma unroll
+            for (int ky = 0; ky < STEM_MAX_KH; ky++) {
+                if (ky >= g.kh) continue;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, in + (size_t)ky * g.cols * STEM_STAGE_C + m * 8 + tj * 16, 8);
+                wmma::mma_sync(acc[ky], fa, fb, acc[ky]);
+            }
+        }
+    }
+    const int ld = g.kh * STEM_ROW_TAPS;
+    float *mine = partial + (size_t)blockIdx.x * STEM_C_OUT * ld;
+#pragma unroll
+    for (int ky = 0; ky < STEM_MAX_KH; ky++) {
+        if (ky >= g.kh) continue;
+        wmma::store_matrix_sync(mine + (size_t)tn * 16 * ld + ky * STEM_ROW_TAPS + tj * 16, acc[ky], ld,
+                                wmma::mem_row_major);
+    }
+#endif
+}
+
+// partial (slices, 64, kh * 32) fp32 -> dw (64, kh, kw, c) T: the slices' sums in order, = or + dw.
+template <typename T>
+__global__ void stem_wgrad_finish_kernel(const float *__restrict__ partial, int slices, T *__restrict__ dw,
+                                         StemGeometry g, int accumulate) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= STEM_C_OUT * g.kh * g.kw * g.c) return;
+    const int ch = i % g.c, kx = (i / g.c) % g.kw, ky = (i / (g.c * g.kw)) % g.kh,
+              n = i / (g.c * g.kw * g.kh);
+    const int ld = g.kh * STEM_ROW_TAPS, col = ky * STEM_ROW_TAPS + kx * STEM_STAGE_C + ch;
+    float sum = 0.0f;
+    for (int b = 0; b < slices; b++) sum += partial[((size_t)b * STEM_C_OUT + n) * ld + col];
+    if (accumulate) sum += to_f32(dw[i]);
+    from_f32(&dw[i], sum);
+}
+
+// ---- host ---------------------------------------------------------------------------------------------
+
+static StemGeometry stem_geometry(const ConvShape *s) {
+    StemGeometry g;
+    g.n = s->n, g.h = s->h, g.w = s->w, g.c = s->c_in, g.kh = s->kh, g.kw = s->kw, g.pad = s->pad;
+    g.out_h = s->out_h, g.out_w = s->out_w;
+    g.cols = (2 * (STEM_TILE_M - 1) + STEM_MAX_KW + 3) / 4 * 4;
+    g.chunks = (s->out_w + STEM_TILE_M - 1) / STEM_TILE_M;
+    return g;
+}
+
+// Lets `kernel` take `smem` bytes of dynamic shared memory (above the 48 KiB default), and returns how many
+// blocks of it to launch: as many as fit on every multiprocessor at once, at most one per work item.
+static int stem_blocks(const CudaBackend *cb, const void *kernel, size_t smem, long items) {
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, STEM_THREADS, smem));
+    const long blocks = (long)(per_sm > 0 ? per_sm : 1) * cb->sm_count;
+    return (int)(blocks < items ? blocks : items);
+}
+
+int conv_stem_eligible(const CudaBackend *cb, const ConvShape *s, DType dt) {
+    int major = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cb->device));
+    return major >= 8 && dtype_is_16bit(dt) && s->groups == 1 && s->c_out == STEM_C_OUT &&
+           s->c_in <= STEM_STAGE_C && s->stride == 2 && s->kh <= STEM_MAX_KH && s->kw <= STEM_MAX_KW;
+}
+
+void conv_stem_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *w, void *y) {
+    AMP_ASSERT(conv_stem_eligible(cb, s, dt), "conv_stem_forward: shape not eligible");
+    const StemGeometry g = stem_geometry(s);
+    const size_t smem = stem_forward_smem(g);
+    const long items = (long)g.n * g.out_h * g.chunks;
+    with_elem(dt, [&](auto pk) {
+        using T = typename decltype(pk)::type;
+        if constexpr (sizeof(T) == 2) {
+            const int blocks = stem_blocks(cb, (const void *)stem_forward_kernel<T>, smem, items);
+            stem_forward_kernel<T>
+                <<<blocks, STEM_THREADS, smem, cb->stream>>>((const T *)x, (const T *)w, (T *)y, g);
+        }
+    });
+    CUDA_CHECK_LAUNCH();
+}
+
+void conv_stem_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
+                               void *dw, int accumulate) {
+    AMP_ASSERT(conv_stem_eligible(cb, s, dt), "conv_stem_backward_filter: shape not eligible");
+    const StemGeometry g = stem_geometry(s);
+    const size_t smem = stem_wgrad_smem(g);
+    const long items = (long)g.n * g.out_h * g.chunks;
+    with_elem(dt, [&](auto pk) {
+        using T = typename decltype(pk)::type;
+        if constexpr (sizeof(T) == 2) {
+            const int blocks = stem_blocks(cb, (const void *)stem_wgrad_kernel<T>, smem, items);
+            const size_t partial_bytes = (size_t)blocks * STEM_C_OUT * g.kh * STEM_ROW_TAPS * sizeof(float);
+            float *partial = (float *)cuda_workspace(cb, partial_bytes);
+            stem_wgrad_kernel<T>
+                <<<blocks, STEM_THREADS, smem, cb->stream>>>((const T *)x, (const T *)dy, partial, g);
+            CUDA_CHECK_LAUNCH();
+            const int outputs = STEM_C_OUT * g.kh * g.kw * g.c;
+            stem_wgrad_finish_kernel<T>
+                <<<(outputs + 255) / 256, 256, 0, cb->stream>>>(partial, blocks, (T *)dw, g, accumulate);
+        }
+    });
+    CUDA_CHECK_LAUNCH();
+}
