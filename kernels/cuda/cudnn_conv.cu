@@ -81,6 +81,9 @@ typedef struct ConvPlan {
                               // and backward filter only; the padded shape's plan runs it)
     int pad_target;           // 1: the plan of a padded shape, which never pads again
     int own[3];               // per ConvDirection: 1 runs on amptrain's stem kernels (cuda_conv_stem.cu)
+    // a padded shape's plan: its timed choice per ConvDirection, recorded only once its padding is taken
+    int record_pending[3];
+    double record_seconds[3];
 } ConvPlan;
 
 struct CudaConvCache {
@@ -502,6 +505,7 @@ static void conv_route_run_once(void *ctx) {
 }
 
 static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y);
+static void conv_choice_store(CudaBackend *cb, ConvPlan *p, ConvDirection d, double seconds);
 static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void *x, const void *dy, void *dw,
                                         int accumulate);
 
@@ -555,13 +559,18 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
                     conv_direction_name(d), pc, (double)ms, (double)unpadded_ms);
         if (ms < best_ms) best_ms = ms, p->padded[d] = pc;
     }
-    if (forced || !own_ok) return;
-    run.q = NULL, run.own = 1;
-    const float ms = cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
-    if (cuda_pick_log_enabled())
-        fprintf(stderr, "conv:   %s on amptrain's stem kernels: %.3f ms (unpadded %.3f ms)\n",
-                conv_direction_name(d), (double)ms, (double)unpadded_ms);
-    if (ms < best_ms) p->own[d] = 1, p->padded[d] = 0;
+    if (!forced && own_ok) {
+        run.q = NULL, run.own = 1;
+        const float ms = cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
+        if (cuda_pick_log_enabled())
+            fprintf(stderr, "conv:   %s on amptrain's stem kernels: %.3f ms (unpadded %.3f ms)\n",
+                    conv_direction_name(d), (double)ms, (double)unpadded_ms);
+        if (ms < best_ms) p->own[d] = 1, p->padded[d] = 0;
+    }
+    if (p->padded[d]) {  // the padding taken: its plan's choice is recorded now
+        ConvPlan *q = conv_pad_plan(cb, p, p->padded[d]);
+        if (q->record_pending[d]) conv_choice_store(cb, q, d, q->record_seconds[d]);
+    }
 }
 
 // ---- the choices' records (cudnn.cache, core/kernel_cache.h) ---------------------------------------
@@ -674,9 +683,9 @@ static void conv_choice_done(CudaBackend *cb, ConvPlan *p, ConvDirection d, floa
     conv_gemm_decide(cb, p, d, gemm_ms, picked_ms);
 }
 
-// A timed choice's record (started at `start`, clock_seconds): its route, and its padding when padded.
-static void conv_choice_record(CudaBackend *cb, const ConvPlan *p, ConvDirection d, double start) {
-    if (!cb->cudnn_benchmark) return;
+// A timed choice's record, timed in `seconds`: its route, and its padding when padded.
+static void conv_choice_store(CudaBackend *cb, ConvPlan *p, ConvDirection d, double seconds) {
+    p->record_pending[d] = 0;
     char key[CUDA_CHOICE_KEY_MAX], choice[128];
     conv_choice_key(cb, p, d, key, sizeof key);
     int len;
@@ -688,7 +697,16 @@ static void conv_choice_record(CudaBackend *cb, const ConvPlan *p, ConvDirection
         len = snprintf(choice, sizeof choice, "cudnn algo=%d math=%s workspace=%zu", conv_algo_of(p, d),
                        conv_math_name(p->math[d]), p->workspace[d]);
     if (p->padded[d]) snprintf(choice + len, sizeof choice - (size_t)len, " padded=%d", p->padded[d]);
-    kernel_cache_store(cb->choices, key, choice, clock_seconds() - start);
+    kernel_cache_store(cb->choices, key, choice, seconds);
+}
+
+// After a timed choice (started at `start`, clock_seconds): its record, or for a padded shape's plan the
+// record kept pending until conv_alternatives_decide takes that padding (a padding not taken leaves none).
+static void conv_choice_record(CudaBackend *cb, ConvPlan *p, ConvDirection d, double start) {
+    if (!cb->cudnn_benchmark) return;
+    if (!p->pad_target) return conv_choice_store(cb, p, d, clock_seconds() - start);
+    p->record_pending[d] = 1;
+    p->record_seconds[d] = clock_seconds() - start;
 }
 
 // ---- the three searches ---------------------------------------------------------------------------
