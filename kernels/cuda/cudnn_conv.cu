@@ -576,7 +576,9 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
 // ---- the choices' records (cudnn.cache, core/kernel_cache.h) ---------------------------------------
 // One record per shape, dtype and direction of a timed choice. Its key holds what the choice depends on
 // beyond cb->choice_env: the shape, dtype, TF32 rule and workspace cap; its choice is "gemm" (the GEMM
-// route) or "cudnn algo=A math=M workspace=W" (M as conv_math_name writes it).
+// route), "own" (amptrain's stem kernels) or "cudnn algo=A math=M workspace=W" (M as conv_math_name writes
+// it), followed by " padded=N" when the direction runs on its input padded to N channels (then the padded
+// shape's own record holds that plan's route).
 
 static const cudnnMathType_t conv_math_types[] = {CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH,
                                                   CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_FMA_MATH};
@@ -608,9 +610,10 @@ static void conv_choice_key(const CudaBackend *cb, const ConvPlan *p, ConvDirect
 }
 
 // Direction d chosen from its record, when there is one and it still holds here: the GEMM route on a shape
-// that may take it, or a cuDNN algorithm that exists, supports the shape under the recorded math type,
-// keeps the precision asked for (conv_math_allowed) and fits the workspace cap. 1 when chosen; 0: the
-// direction is searched (its record is then replaced).
+// that may take it, the own kernels on a shape they take, or a cuDNN algorithm that exists, supports the
+// shape under the recorded math type, keeps the precision asked for (conv_math_allowed) and fits the
+// workspace cap; a padding only where the shape may be padded that much and the padded shape's record holds
+// too. 1 when chosen; 0: the direction is searched (its record is then replaced).
 static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
     if ((cb->conv_pad != 0 && conv_pad_eligible(p, d)) || (cb->conv_own != 0 && conv_own_eligible(cb, p, d)))
         return 0;  // a forced or refused alternative route is chosen afresh
