@@ -22,7 +22,7 @@ typedef enum {
 #define CONFIG_LIST_LEN 4
 #define CONFIG_CHANNELS 3
 #define CONFIG_MAX_CHOICES 6
-#define CONFIG_MAX_KEYS 96  // config.c keeps per-key state in arrays of this size
+#define CONFIG_MAX_KEYS 128  // config.c keeps per-key state in arrays of this size
 
 typedef struct ConfigKey {
     const char *section;
