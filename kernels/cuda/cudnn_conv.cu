@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/conv_choice.h"
 #include "kernels/cuda/cuda_diag.h"
 #include "kernels/cuda/cuda_internal.h"
 
@@ -575,10 +576,9 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
 
 // ---- the choices' records (cudnn.cache, core/kernel_cache.h) ---------------------------------------
 // One record per shape, dtype and direction of a timed choice. Its key holds what the choice depends on
-// beyond cb->choice_env: the shape, dtype, TF32 rule and workspace cap; its choice is "gemm" (the GEMM
-// route), "own" (amptrain's stem kernels) or "cudnn algo=A math=M workspace=W" (M as conv_math_name writes
-// it), followed by " padded=N" when the direction runs on its input padded to N channels (then the padded
-// shape's own record holds that plan's route).
+// beyond cb->choice_env: the shape, dtype, TF32 rule and workspace cap; its choice is core/conv_choice.h's
+// text (the math type's name as conv_math_name writes it). A padded direction's record names the padding;
+// the padded shape's own record holds that plan's route.
 
 static const cudnnMathType_t conv_math_types[] = {CUDNN_DEFAULT_MATH, CUDNN_TENSOR_OP_MATH,
                                                   CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION, CUDNN_FMA_MATH};
@@ -620,49 +620,38 @@ static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
     char key[CUDA_CHOICE_KEY_MAX];
     conv_choice_key(cb, p, d, key, sizeof key);
     const char *recorded_choice = kernel_cache_find(cb->choices, key);
-    if (!recorded_choice) return 0;
-    char choice[128];  // the route, without its padding
-    int padded = 0, pad_end = 0;
-    snprintf(choice, sizeof choice, "%s", recorded_choice);
-    char *pad = strstr(choice, " padded=");
-    if (pad) {
-        if (sscanf(pad, " padded=%d%n", &padded, &pad_end) != 1 || pad[pad_end] != '\0' ||
-            !conv_pad_eligible(p, d) || !conv_pad_width_allowed(p, padded))
-            return 0;
-        *pad = '\0';
-        ConvPlan *q = conv_pad_plan(cb, p, padded);  // its own record chooses its route
+    ConvChoice c;
+    if (!recorded_choice || conv_choice_parse(recorded_choice, &c) != 0) return 0;
+    if (c.padded) {
+        if (!conv_pad_eligible(p, d) || !conv_pad_width_allowed(p, c.padded)) return 0;
+        ConvPlan *q = conv_pad_plan(cb, p, c.padded);  // its own record chooses its route
         if (!q->chosen[d] && !conv_choice_take(cb, q, d)) return 0;
     }
-    p->padded[d] = padded;
+    p->padded[d] = c.padded;
     p->own[d] = 0;
-    if (!strcmp(choice, "own")) {
-        if (padded || !conv_own_eligible(cb, p, d)) return 0;
+    if (c.route == CONV_ROUTE_OWN) {
+        if (!conv_own_eligible(cb, p, d)) return 0;
         p->own[d] = 1;
         p->gemm[d] = 0;
         p->workspace[d] = 0;
         p->math[d] = conv_math_type(cb, p->dt);
-    } else if (!strcmp(choice, "gemm")) {
+    } else if (c.route == CONV_ROUTE_GEMM) {
         if (!conv_gemm_eligible(&p->shape)) return 0;
         p->gemm[d] = 1;
         p->workspace[d] = 0;
         p->math[d] = conv_math_type(cb, p->dt);
     } else {
-        int algo = -1, end = 0, m = 0;
-        size_t recorded = 0, exact = 0;
-        char math_name[32];
-        if (sscanf(choice, "cudnn algo=%d math=%31s workspace=%zu%n", &algo, math_name, &recorded, &end) !=
-                3 ||
-            choice[end] != '\0')
-            return 0;
-        while (m < CONV_MATH_TYPES && strcmp(conv_math_name(conv_math_types[m]), math_name) != 0) m++;
-        if (algo < 0 || algo >= conv_algo_count(d) || m == CONV_MATH_TYPES ||
+        int m = 0;
+        size_t exact = 0;
+        while (m < CONV_MATH_TYPES && strcmp(conv_math_name(conv_math_types[m]), c.math) != 0) m++;
+        if (c.algo >= conv_algo_count(d) || m == CONV_MATH_TYPES ||
             !conv_math_allowed(cb, p->dt, conv_math_types[m]))
             return 0;
         conv_set_math(p, conv_math_types[m]);
-        if (conv_algo_workspace(cb, p, d, algo, &exact) != CUDNN_STATUS_SUCCESS) return 0;
-        const size_t bytes = exact > recorded ? exact : recorded;
+        if (conv_algo_workspace(cb, p, d, c.algo, &exact) != CUDNN_STATUS_SUCCESS) return 0;
+        const size_t bytes = exact > c.workspace ? exact : c.workspace;
         if (bytes > cb->conv_workspace_cap) return 0;
-        conv_algo_set(p, d, algo);
+        conv_algo_set(p, d, c.algo);
         p->math[d] = conv_math_types[m];
         p->workspace[d] = bytes;
         p->gemm[d] = 0;
@@ -689,18 +678,16 @@ static void conv_choice_done(CudaBackend *cb, ConvPlan *p, ConvDirection d, floa
 // A timed choice's record, timed in `seconds`: its route, and its padding when padded.
 static void conv_choice_store(CudaBackend *cb, ConvPlan *p, ConvDirection d, double seconds) {
     p->record_pending[d] = 0;
-    char key[CUDA_CHOICE_KEY_MAX], choice[128];
+    char key[CUDA_CHOICE_KEY_MAX], text[CONV_CHOICE_TEXT_MAX];
     conv_choice_key(cb, p, d, key, sizeof key);
-    int len;
-    if (p->own[d])
-        len = snprintf(choice, sizeof choice, "own");
-    else if (p->gemm[d])
-        len = snprintf(choice, sizeof choice, "gemm");
-    else
-        len = snprintf(choice, sizeof choice, "cudnn algo=%d math=%s workspace=%zu", conv_algo_of(p, d),
-                       conv_math_name(p->math[d]), p->workspace[d]);
-    if (p->padded[d]) snprintf(choice + len, sizeof choice - (size_t)len, " padded=%d", p->padded[d]);
-    kernel_cache_store(cb->choices, key, choice, seconds);
+    ConvChoice c;
+    memset(&c, 0, sizeof c);
+    c.route = p->own[d] ? CONV_ROUTE_OWN : p->gemm[d] ? CONV_ROUTE_GEMM : CONV_ROUTE_CUDNN;
+    c.algo = conv_algo_of(p, d);
+    snprintf(c.math, sizeof c.math, "%s", conv_math_name(p->math[d]));
+    c.workspace = p->workspace[d];
+    c.padded = p->padded[d];
+    kernel_cache_store(cb->choices, key, conv_choice_format(&c, text), seconds);
 }
 
 // After a timed choice (started at `start`, clock_seconds): its record, or for a padded shape's plan the
