@@ -54,12 +54,11 @@
 #   decodelog 30 steps with data.decode=device and AMPTRAIN_DECODE_LOG=1: the decode thread's and decoder's phases
 #   jpegloop  the loop at batch 256 AMP on 16,384 JPEGs (make_jpegs' 2048, linked 8 times) decoded on the GPU, then
 #             synthetic data, then the JPEGs decoded on the host
-#   recipe    the torchvision recipe's features against PyTorch, one block per feature: label smoothing, MixUp
-#             and CutMix (tests/parity/recipe_loss.py -> test_recipe_loss, then 20 graph-replayed steps with them on)
 #   scaling   launch/scaling on 1 and 2 GPUs, weak, AMP and fp32, batch 256, PyTorch DDP beside
 #   scalingnet  the same with NCCL forced onto its socket transport (--simulate-network)
 #   recipe    the modern recipe's features against PyTorch and torchvision (tests/parity/recipe_*.py), one
-#             delimited block per feature
+#             delimited block per feature: label smoothing, MixUp and CutMix (test_recipe_loss, then 20
+#             graph-replayed steps with them on), model.init and --eval, the optimizer's decay groups, clipping and EMA
 # Every stage runs even if an earlier one failed; the last lines summarise pass/fail per stage. More than 8
 # files in $OUT (the device tool's limit) are packed into $OUT/results.tgz, bench.jsonl left beside it.
 # The JPEG stages (fmnist, jpegs, jpegloop, recipe's --eval check) need libjpeg-turbo in the bundle: bash dev/devdeps-add-jpeg.sh .devdeps
