@@ -16,7 +16,9 @@
 // keeps W (kh x 64 x 32, zero-padded) in its shared memory; the weight gradient keeps its block's sums in
 // registers and writes them once to its own slice of a partial buffer, which stem_wgrad_finish_kernel sums
 // in order (a run repeats bitwise). The shared tiles' leading dimensions are padded so that the rows
-// one phase of a WMMA load or store touches fall in different banks.
+// one phase of a WMMA load or store touches fall in different banks. In bf16, nvcc 13.0 emits the fragment
+// loads on generic addresses (fp16's on shared ones), the likely reason the same kernels take longer in bf16
+// (bench/RESULTS.md).
 #include <mma.h>
 
 #include "kernels/cuda/cuda_elem.cuh"
@@ -27,7 +29,7 @@
 #define STEM_WARPS (STEM_THREADS / 32)
 #define STEM_STAGE_C 4    // channels per staged pixel
 #define STEM_ROW_TAPS 32  // taps per kernel row: 8 columns x STEM_STAGE_C channels
-#define STEM_MAX_KH 7     // kernel rows (the weight gradient keeps two accumulators per row)
+#define STEM_MAX_KH 7     // kernel rows (the weight gradient keeps one accumulator per row)
 #define STEM_MAX_KW 8     // kernel columns: STEM_ROW_TAPS / STEM_STAGE_C
 #define STEM_W_LD 40      // the forward's weights: elements per output channel (32 taps used)
 #define STEM_OUT_LD 40    // the forward's fp32 output tile: elements per pixel (32 channels used)
