@@ -398,46 +398,55 @@ START_TEST(test_conv) {
 }
 END_TEST
 
+// Forward and weight gradient (= then +=) of shape s in dt on both backends from the same random inputs
+// (seeds from case_seed(test, loop, ...)), each compared with the CPU's; what names the case in the messages.
+static void expect_forward_and_weight_gradient(const char *what, const ConvShape *s, DType dt, int test,
+                                               int loop) {
+    const size_t nx = (size_t)s->n * s->h * s->w * s->c_in,
+                 ny = (size_t)s->n * s->out_h * s->out_w * s->c_out;
+    const size_t nw = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups);
+    char label[192];
+    Twin x = twin_random(dt, nx, case_seed(test, loop, 0), -1, 1);
+    Twin w = twin_random(dt, nw, case_seed(test, loop, 1), -1, 1);
+    Twin dy = twin_random(dt, ny, case_seed(test, loop, 2), -1, 1);
+    Twin y = twin_output(dt, ny), dw = twin_output(dt, nw);
+    cpu->conv_forward(cpu, s, dt, x.cpu, w.cpu, y.cpu);
+    gpu->conv_forward(gpu, s, dt, x.gpu, w.gpu, y.gpu);
+    snprintf(label, sizeof label, "%s %s forward", what, dtype_name(dt));
+    expect_close(label, y);
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc) twin_refill_like(dw, case_seed(test, loop, 3));
+        cpu->conv_backward_filter(cpu, s, dt, x.cpu, dy.cpu, dw.cpu, acc);
+        gpu->conv_backward_filter(gpu, s, dt, x.gpu, dy.gpu, dw.gpu, acc);
+        snprintf(label, sizeof label, "%s %s backward filter%s", what, dtype_name(dt),
+                 acc ? " accumulate" : "");
+        expect_close(label, dw);
+    }
+    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dw);
+}
+
 // The stem's 7x7 convolution of 3 channels on its input and weights padded with zero channels to 4 or 8
-// (cudnn_conv.cu): forward and weight gradient (= and +=) against the CPU, the route asserted. Loop index:
-// bit 0 fp16 / bf16, bit 1 4 / 8 channels; each case its own batch size, so its plan is chosen afresh.
+// (cudnn_conv.cu), the route asserted. Loop index: bit 0 fp16 / bf16, bit 1 4 / 8 channels; each case its
+// own batch size, so its plan is chosen afresh.
 START_TEST(test_conv_padded) {
     const DType dt = (_i & 1) ? DTYPE_BF16 : DTYPE_F16;
     const int pc = (_i & 2) ? 8 : 4;
     ConvShape s = {3 + _i, 32, 32, 3, 64, 7, 7, 2, 3, 1, 0, 0};
     conv_shape_finish(&s);
-    const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
-    const size_t nw = (size_t)s.c_out * s.kh * s.kw * s.c_in;
-    char what[128];
-    Twin x = twin_random(dt, nx, case_seed(15, _i, 0), -1, 1);
-    Twin w = twin_random(dt, nw, case_seed(15, _i, 1), -1, 1);
-    Twin dy = twin_random(dt, ny, case_seed(15, _i, 2), -1, 1);
-    Twin y = twin_output(dt, ny), dw = twin_output(dt, nw);
-
+    char what[64];
+    snprintf(what, sizeof what, "stem conv padded to %d", pc);
     cuda_backend_set_conv_padding(gpu, pc);
-    cpu->conv_forward(cpu, &s, dt, x.cpu, w.cpu, y.cpu);
-    gpu->conv_forward(gpu, &s, dt, x.gpu, w.gpu, y.gpu);
-    snprintf(what, sizeof what, "stem conv %s padded to %d forward", dtype_name(dt), pc);
-    expect_close(what, y);
-    for (int acc = 0; acc <= 1; acc++) {
-        if (acc) twin_refill_like(dw, case_seed(15, _i, 3));
-        cpu->conv_backward_filter(cpu, &s, dt, x.cpu, dy.cpu, dw.cpu, acc);
-        gpu->conv_backward_filter(gpu, &s, dt, x.gpu, dy.gpu, dw.gpu, acc);
-        snprintf(what, sizeof what, "stem conv %s padded to %d backward filter%s", dtype_name(dt), pc,
-                 acc ? " accumulate" : "");
-        expect_close(what, dw);
-    }
+    expect_forward_and_weight_gradient(what, &s, dt, 15, _i);
     cuda_backend_set_conv_padding(gpu, 0);
     ck_assert_int_eq(cuda_backend_conv_padded_channels(gpu, &s, dt, 0), pc);
     ck_assert_int_eq(cuda_backend_conv_padded_channels(gpu, &s, dt, 2), pc);
-    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dw);
 }
 END_TEST
 
-// amptrain's own kernels for a convolution of few input channels into 64 (cuda_conv_stem.cu), forced:
-// forward and weight gradient (= and +=) against the CPU, the route asserted. Loop index: DTS16[_i % 2], the
-// shape _i / 2: the stem's, one whose output rows take two work items (150 pixels: a full one and a part),
-// 4 channels 5x5 on an odd-sized input, and 1 channel 3x3.
+// amptrain's own kernels for a convolution of few input channels into 64 (cuda_conv_stem.cu), forced, the
+// route asserted. Loop index: fp16 / bf16 by _i % 2, the shape by _i / 2: the stem's, one whose output rows
+// take two work items (150 pixels: a full one and a part), 4 channels 5x5 on an odd-sized input, and
+// 1 channel 3x3.
 static const ConvCase conv_own_cases[] = {
     {"stem 7x7/2 3 -> 64", 2, 32, 32, 3, 64, 7, 2, 3, 1},
     {"7x7/2 3 -> 64, 150-pixel rows", 1, 9, 300, 3, 64, 7, 2, 3, 1},
@@ -452,31 +461,13 @@ START_TEST(test_conv_own) {
     ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
                    cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
     conv_shape_finish(&s);
-    const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
-    const size_t nw = (size_t)s.c_out * s.kh * s.kw * s.c_in;
-    char what[160];
-    Twin x = twin_random(dt, nx, case_seed(16, _i, 0), -1, 1);
-    Twin w = twin_random(dt, nw, case_seed(16, _i, 1), -1, 1);
-    Twin dy = twin_random(dt, ny, case_seed(16, _i, 2), -1, 1);
-    Twin y = twin_output(dt, ny), dw = twin_output(dt, nw);
-
+    char what[96];
+    snprintf(what, sizeof what, "own %s", cc->label);
     cuda_backend_set_conv_own(gpu, 1);
-    cpu->conv_forward(cpu, &s, dt, x.cpu, w.cpu, y.cpu);
-    gpu->conv_forward(gpu, &s, dt, x.gpu, w.gpu, y.gpu);
-    snprintf(what, sizeof what, "own %s %s forward", cc->label, dtype_name(dt));
-    expect_close(what, y);
-    for (int acc = 0; acc <= 1; acc++) {
-        if (acc) twin_refill_like(dw, case_seed(16, _i, 3));
-        cpu->conv_backward_filter(cpu, &s, dt, x.cpu, dy.cpu, dw.cpu, acc);
-        gpu->conv_backward_filter(gpu, &s, dt, x.gpu, dy.gpu, dw.gpu, acc);
-        snprintf(what, sizeof what, "own %s %s backward filter%s", cc->label, dtype_name(dt),
-                 acc ? " accumulate" : "");
-        expect_close(what, dw);
-    }
+    expect_forward_and_weight_gradient(what, &s, dt, 16, _i);
     cuda_backend_set_conv_own(gpu, 0);
     ck_assert_int_eq(cuda_backend_conv_route_is_own(gpu, &s, dt, 0), 1);
     ck_assert_int_eq(cuda_backend_conv_route_is_own(gpu, &s, dt, 2), 1);
-    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dw);
 }
 END_TEST
 
