@@ -358,6 +358,7 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
     cb->bn_mode = o.batch_norm;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&cb->cc_major, cudaDevAttrComputeCapabilityMajor, device));
     // Non-blocking: the legacy default stream must not serialise against our work (NCCL, copies).
     CUDA_CHECK(cudaStreamCreateWithFlags(&cb->stream, cudaStreamNonBlocking));
     CUDA_CHECK(cudaEventCreateWithFlags(&cb->readback_done, cudaEventDisableTiming));

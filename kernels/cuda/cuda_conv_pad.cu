@@ -31,25 +31,23 @@ __global__ void unpad_channels_k(const T *__restrict__ dwp, T *__restrict__ dw, 
     }
 }
 
+#define CONV_PAD_THREADS 256
+
+// Blocks for `items` rows or elements: up to 32 blocks per multiprocessor, the loops are grid-stride.
 static unsigned conv_pad_blocks(const CudaBackend *cb, size_t items) {
-    const size_t per_block = 256, most = (size_t)cb->sm_count * 32;
-    const size_t blocks = (items + per_block - 1) / per_block;
-    return (unsigned)(blocks < 1 ? 1 : blocks > most ? most : blocks);
+    return grid_stride_blocks(items, CONV_PAD_THREADS, (unsigned)cb->sm_count * 32);
 }
 
 // x (rows, c) dt -> xp (rows, pc) dt; dt fp16 or bf16, c < pc, pc 4 or 8, xp aligned to 2 * pc bytes.
 void conv_pad_channels(CudaBackend *cb, DType dt, const void *x, void *xp, size_t rows, int c, int pc) {
-    AMP_ASSERT(dtype_is_16bit(dt) && c < pc && (pc == 4 || pc == 8),
-               "conv_pad_channels: %s, %d -> %d channels", dtype_name(dt), c, pc);
+    AMP_ASSERT(c < pc && (pc == 4 || pc == 8), "conv_pad_channels: %d -> %d channels", c, pc);
     const unsigned blocks = conv_pad_blocks(cb, rows);
-    with_pack(dt, 1, [&](auto pk) {
+    with_half(dt, [&](auto pk) {
         using T = typename decltype(pk)::type;
-        if constexpr (sizeof(T) == 2) {
-            if (pc == 4)
-                pad_channels_k<T, 4><<<blocks, 256, 0, cb->stream>>>((const T *)x, (T *)xp, rows, c);
-            else
-                pad_channels_k<T, 8><<<blocks, 256, 0, cb->stream>>>((const T *)x, (T *)xp, rows, c);
-        }
+        if (pc == 4)
+            pad_channels_k<T, 4><<<blocks, CONV_PAD_THREADS, 0, cb->stream>>>((const T *)x, (T *)xp, rows, c);
+        else
+            pad_channels_k<T, 8><<<blocks, CONV_PAD_THREADS, 0, cb->stream>>>((const T *)x, (T *)xp, rows, c);
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -58,9 +56,10 @@ void conv_pad_channels(CudaBackend *cb, DType dt, const void *x, void *xp, size_
 void conv_unpad_channels(CudaBackend *cb, DType dt, const void *dwp, void *dw, size_t rows, int c, int pc,
                          int accumulate) {
     const unsigned blocks = conv_pad_blocks(cb, rows * c);
-    with_pack(dt, 1, [&](auto pk) {
+    with_half(dt, [&](auto pk) {
         using T = typename decltype(pk)::type;
-        unpad_channels_k<T><<<blocks, 256, 0, cb->stream>>>((const T *)dwp, (T *)dw, rows, c, pc, accumulate);
+        unpad_channels_k<T>
+            <<<blocks, CONV_PAD_THREADS, 0, cb->stream>>>((const T *)dwp, (T *)dw, rows, c, pc, accumulate);
     });
     CUDA_CHECK_LAUNCH();
 }

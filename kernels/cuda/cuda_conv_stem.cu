@@ -40,6 +40,7 @@ typedef struct StemGeometry {
     int n, h, w, c, kh, kw, pad, out_h, out_w;
     int cols;    // staged input columns per row: 2 * (STEM_TILE_M - 1) + STEM_MAX_KW, rounded up to 4
     int chunks;  // work items per output row
+    long items;  // work items: n * out_h * chunks
 } StemGeometry;
 
 // Shared memory, in bytes: the staged rows; then the forward's weights and per-warp output tiles, or the
@@ -98,8 +99,7 @@ __global__ void __launch_bounds__(STEM_THREADS)
         const int kx = j / STEM_STAGE_C, ch = j % STEM_STAGE_C;
         b[i] = kx < g.kw && ch < g.c ? w[(((size_t)n * g.kh + ky) * g.kw + kx) * g.c + ch] : T(0.0f);
     }
-    const long items = (long)g.n * g.out_h * g.chunks;
-    for (long item = blockIdx.x; item < items; item += gridDim.x) {
+    for (long item = blockIdx.x; item < g.items; item += gridDim.x) {
         int img, oy, ox0;
         __syncthreads();  // every warp has read the previous item's rows
         stem_stage_input(x, g, item, in, &img, &oy, &ox0);
@@ -158,8 +158,7 @@ __global__ void __launch_bounds__(STEM_THREADS)
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[STEM_MAX_KH];
 #pragma unroll
     for (int ky = 0; ky < STEM_MAX_KH; ky++) wmma::fill_fragment(acc[ky], 0.0f);
-    const long items = (long)g.n * g.out_h * g.chunks;
-    for (long item = blockIdx.x; item < items; item += gridDim.x) {
+    for (long item = blockIdx.x; item < g.items; item += gridDim.x) {
         int img, oy, ox0;
         __syncthreads();  // every warp has read the previous item's tiles
         stem_stage_input(x, g, item, in, &img, &oy, &ox0);
@@ -222,23 +221,44 @@ static StemGeometry stem_geometry(const ConvShape *s) {
     g.out_h = s->out_h, g.out_w = s->out_w;
     g.cols = (2 * (STEM_TILE_M - 1) + STEM_MAX_KW + 3) / 4 * 4;
     g.chunks = (s->out_w + STEM_TILE_M - 1) / STEM_TILE_M;
+    g.items = (long)g.n * g.out_h * g.chunks;
     return g;
 }
 
-// Lets `kernel` take `smem` bytes of dynamic shared memory (above the 48 KiB default), and returns how many
-// blocks of it to launch: as many as fit on every multiprocessor at once, at most one per work item.
+// Blocks of `kernel` with `smem` bytes of dynamic shared memory to launch: as many as fit on every
+// multiprocessor at once, at most one per work item. The function's shared-memory limit (raised to the most
+// any launch of it asks) and its occupancy per size belong to the function on this process's device: they
+// are set and asked once per (kernel, smem), not on every launch.
 static int stem_blocks(const CudaBackend *cb, const void *kernel, size_t smem, long items) {
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, STEM_THREADS, smem));
-    const long blocks = (long)(per_sm > 0 ? per_sm : 1) * cb->sm_count;
+    static struct {
+        const void *kernel;
+        size_t smem;
+        int per_sm;
+    } known[4 * STEM_MAX_KH];  // two kernels in two dtypes, one size per kernel height
+    static int known_count;
+    int per_sm = -1;
+    size_t limit = 0;  // the kernel's shared-memory limit as raised so far
+    for (int i = 0; i < known_count; i++) {
+        if (known[i].kernel != kernel) continue;
+        if (known[i].smem == smem) per_sm = known[i].per_sm;
+        if (known[i].smem > limit) limit = known[i].smem;
+    }
+    if (per_sm < 0) {
+        if (smem > limit)
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, STEM_THREADS, smem));
+        if (per_sm < 1) per_sm = 1;
+        AMP_ASSERT(known_count < (int)(sizeof known / sizeof known[0]),
+                   "stem kernels: more than %d launch sizes", (int)(sizeof known / sizeof known[0]));
+        known[known_count].kernel = kernel, known[known_count].smem = smem,
+        known[known_count++].per_sm = per_sm;
+    }
+    const long blocks = (long)per_sm * cb->sm_count;
     return (int)(blocks < items ? blocks : items);
 }
 
 int conv_stem_eligible(const CudaBackend *cb, const ConvShape *s, DType dt) {
-    int major = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, cb->device));
-    return major >= 8 && dtype_is_16bit(dt) && s->groups == 1 && s->c_out == STEM_C_OUT &&
+    return cb->cc_major >= 8 && dtype_is_16bit(dt) && s->groups == 1 && s->c_out == STEM_C_OUT &&
            s->c_in <= STEM_STAGE_C && s->stride == 2 && s->kh <= STEM_MAX_KH && s->kw <= STEM_MAX_KW;
 }
 
@@ -246,14 +266,11 @@ void conv_stem_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void
     AMP_ASSERT(conv_stem_eligible(cb, s, dt), "conv_stem_forward: shape not eligible");
     const StemGeometry g = stem_geometry(s);
     const size_t smem = stem_forward_smem(g);
-    const long items = (long)g.n * g.out_h * g.chunks;
-    with_elem(dt, [&](auto pk) {
+    with_half(dt, [&](auto pk) {
         using T = typename decltype(pk)::type;
-        if constexpr (sizeof(T) == 2) {
-            const int blocks = stem_blocks(cb, (const void *)stem_forward_kernel<T>, smem, items);
-            stem_forward_kernel<T>
-                <<<blocks, STEM_THREADS, smem, cb->stream>>>((const T *)x, (const T *)w, (T *)y, g);
-        }
+        const int blocks = stem_blocks(cb, (const void *)stem_forward_kernel<T>, smem, g.items);
+        stem_forward_kernel<T>
+            <<<blocks, STEM_THREADS, smem, cb->stream>>>((const T *)x, (const T *)w, (T *)y, g);
     });
     CUDA_CHECK_LAUNCH();
 }
@@ -263,20 +280,17 @@ void conv_stem_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, co
     AMP_ASSERT(conv_stem_eligible(cb, s, dt), "conv_stem_backward_filter: shape not eligible");
     const StemGeometry g = stem_geometry(s);
     const size_t smem = stem_wgrad_smem(g);
-    const long items = (long)g.n * g.out_h * g.chunks;
-    with_elem(dt, [&](auto pk) {
+    with_half(dt, [&](auto pk) {
         using T = typename decltype(pk)::type;
-        if constexpr (sizeof(T) == 2) {
-            const int blocks = stem_blocks(cb, (const void *)stem_wgrad_kernel<T>, smem, items);
-            const size_t partial_bytes = (size_t)blocks * STEM_C_OUT * g.kh * STEM_ROW_TAPS * sizeof(float);
-            float *partial = (float *)cuda_workspace(cb, partial_bytes);
-            stem_wgrad_kernel<T>
-                <<<blocks, STEM_THREADS, smem, cb->stream>>>((const T *)x, (const T *)dy, partial, g);
-            CUDA_CHECK_LAUNCH();
-            const int outputs = STEM_C_OUT * g.kh * g.kw * g.c;
-            stem_wgrad_finish_kernel<T>
-                <<<(outputs + 255) / 256, 256, 0, cb->stream>>>(partial, blocks, (T *)dw, g, accumulate);
-        }
+        const int blocks = stem_blocks(cb, (const void *)stem_wgrad_kernel<T>, smem, g.items);
+        const size_t partial_bytes = (size_t)blocks * STEM_C_OUT * g.kh * STEM_ROW_TAPS * sizeof(float);
+        float *partial = (float *)cuda_workspace(cb, partial_bytes);
+        stem_wgrad_kernel<T>
+            <<<blocks, STEM_THREADS, smem, cb->stream>>>((const T *)x, (const T *)dy, partial, g);
+        CUDA_CHECK_LAUNCH();
+        const int outputs = STEM_C_OUT * g.kh * g.kw * g.c;
+        stem_wgrad_finish_kernel<T>
+            <<<(outputs + 255) / 256, 256, 0, cb->stream>>>(partial, blocks, (T *)dw, g, accumulate);
     });
     CUDA_CHECK_LAUNCH();
 }

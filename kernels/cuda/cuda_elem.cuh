@@ -90,4 +90,21 @@ static void with_elem(DType dt, F &&launch) {
     with_pack(dt, 1, launch);
 }
 
+// with_elem for a kernel of 16-bit elements only: T = __half for fp16, __nv_bfloat16 for bf16.
+template <typename F>
+static void with_half(DType dt, F &&launch) {
+    switch (dt) {
+    case DTYPE_F16: launch(PackOf<__half, 1>()); break;
+    case DTYPE_BF16: launch(PackOf<__nv_bfloat16, 1>()); break;
+    default: amp_fatal(__FILE__, __LINE__, "a kernel of 16-bit elements given %s", dtype_name(dt));
+    }
+}
+
+// Blocks of `threads` for a grid-stride loop over `work` items: one item per thread, at least 1 block and at
+// most `most` (the loop covers the rest).
+static inline unsigned grid_stride_blocks(size_t work, unsigned threads, unsigned most) {
+    const size_t blocks = (work + threads - 1) / threads;
+    return (unsigned)(blocks < 1 ? 1 : blocks > most ? most : blocks);
+}
+
 #endif

@@ -62,6 +62,7 @@ typedef struct CudaBackend {
                                 // timed faster, -1 never, 1 always where eligible (cuda_diag.h)
     int bn_mode;      // CudaBnMode (cuda_backend.h): whose kernels train batch norm (cudnn.batch_norm)
     int sm_count;     // multiprocessors: how finely reductions are cut
+    int cc_major;     // compute capability, major (which of our kernels the device can run)
     void *workspace;  // shared cuDNN/cuBLAS workspace, grown on demand (never in steady state)
     size_t workspace_bytes;
     CudaConvCache *conv_cache;
@@ -123,7 +124,7 @@ void cuda_conv_cache_destroy(CudaBackend *cb);
 // x (rows, c) dt -> xp (rows, pc) dt, channels c..pc-1 zero; dt fp16 or bf16, c < pc, pc 4 or 8, xp aligned
 // to 2 * pc bytes.
 void conv_pad_channels(CudaBackend *cb, DType dt, const void *x, void *xp, size_t rows, int c, int pc);
-// dwp (rows, pc) dt -> dw (rows, c) dt: the first c channels of each row (= or +=, in fp32).
+// dwp (rows, pc) dt -> dw (rows, c) dt, fp16 or bf16: the first c channels of each row (= or +=, in fp32).
 void conv_unpad_channels(CudaBackend *cb, DType dt, const void *dwp, void *dw, size_t rows, int c, int pc,
                          int accumulate);
 

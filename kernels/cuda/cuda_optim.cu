@@ -47,10 +47,7 @@ static VecSplit vec_split(size_t n, int vec, const VecOperand *ops, int count) {
 }
 
 static unsigned optim_blocks(size_t work) {
-    size_t b = (work + OPTIM_THREADS - 1) / OPTIM_THREADS;
-    if (b < 1) b = 1;
-    if (b > OPTIM_MAX_BLOCKS) b = OPTIM_MAX_BLOCKS;
-    return (unsigned)b;
+    return grid_stride_blocks(work, OPTIM_THREADS, OPTIM_MAX_BLOCKS);
 }
 
 // Index of the r-th scalar element: the head first, then the tail after the vector body.

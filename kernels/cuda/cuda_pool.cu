@@ -36,12 +36,7 @@ static dim3 pool_image_grid(const PoolShape *s, size_t per_image) {
     return dim3((unsigned)x, (unsigned)s->n);
 }
 
-static unsigned pool_blocks(size_t work) {
-    size_t b = (work + POOL_THREADS - 1) / POOL_THREADS;
-    if (b < 1) b = 1;
-    if (b > POOL_MAX_BLOCKS) b = POOL_MAX_BLOCKS;
-    return (unsigned)b;
-}
+static unsigned pool_blocks(size_t work) { return grid_stride_blocks(work, POOL_THREADS, POOL_MAX_BLOCKS); }
 
 // ---- max pool ------------------------------------------------------------------------------------------
 
