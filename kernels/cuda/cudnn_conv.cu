@@ -358,27 +358,37 @@ static void conv_gemm_run(CudaBackend *cb, const ConvPlan *p, ConvDirection d, c
         conv_gemm_backward_filter(cb, &p->shape, p->dt, a, b, out, accumulate);
 }
 
-// One call of the GEMM route, for cuda_time_ms.
-typedef struct ConvGemmRun {
+// ---- timing a route ------------------------------------------------------------------------------
+
+// The routes a search times for one direction: the GEMM route, the pick made so far (unpadded: cuDNN's
+// algorithm or the GEMM route), the input padded to q's channels, amptrain's stem kernels.
+typedef enum { TIMED_GEMM, TIMED_PICK, TIMED_PADDED, TIMED_OWN } ConvTimedRoute;
+
+// One overwriting call of direction d on a route, for cuda_time_ms; buffers as conv_gemm_run's.
+typedef struct ConvRouteRun {
     CudaBackend *cb;
-    const ConvPlan *p;
+    ConvPlan *p;
+    ConvPlan *q;  // TIMED_PADDED: the padded shape's plan
+    ConvTimedRoute route;
     ConvDirection d;
     const void *a, *b;
     void *out;
-} ConvGemmRun;
+} ConvRouteRun;
 
-static void conv_gemm_run_once(void *ctx) {
-    const ConvGemmRun *r = (const ConvGemmRun *)ctx;
-    conv_gemm_run(r->cb, r->p, r->d, r->a, r->b, r->out, 0);
+static void conv_route_run_once(void *ctx);  // after the routes it runs
+
+// The mean time in ms of run's route over CONV_ROUTE_TIMED_RUNS calls, after one untimed call.
+static float conv_route_time(ConvRouteRun *run) {
+    return cuda_time_ms(run->cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, run);
 }
 
 // The GEMM route's time for direction d in ms (mean of CONV_ROUTE_TIMED_RUNS after one untimed run), or
 // -1 when the shape is not a 1x1 stride-1 ungrouped convolution. Buffers as conv_gemm_run.
-static float conv_gemm_time(CudaBackend *cb, const ConvPlan *p, ConvDirection d, const void *a, const void *b,
+static float conv_gemm_time(CudaBackend *cb, ConvPlan *p, ConvDirection d, const void *a, const void *b,
                             void *out) {
     if (!conv_gemm_eligible(&p->shape)) return -1.0f;
-    ConvGemmRun run = {cb, p, d, a, b, out};
-    return cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_gemm_run_once, &run);
+    ConvRouteRun run = {cb, p, NULL, TIMED_GEMM, d, a, b, out};
+    return conv_route_time(&run);
 }
 
 // Whether direction d runs on the GEMM route: timed (gemm_ms >= 0), when it beat cuDNN's pick (picked_ms);
@@ -484,25 +494,14 @@ static void conv_run_own(CudaBackend *cb, const ConvPlan *p, ConvDirection d, co
         conv_stem_backward_filter(cb, &p->shape, p->dt, a, b, out, accumulate);
 }
 
-// One overwriting call of a direction on a route (own: amptrain's stem kernels; else q NULL: unpadded, or
-// padded to q's channels), for cuda_time_ms.
-typedef struct ConvRouteRun {
-    CudaBackend *cb;
-    ConvPlan *p, *q;
-    int own;
-    ConvDirection d;
-    const void *a, *b;
-    void *out;
-} ConvRouteRun;
-
 static void conv_route_run_once(void *ctx) {
     const ConvRouteRun *r = (const ConvRouteRun *)ctx;
-    if (r->own)
-        conv_run_own(r->cb, r->p, r->d, r->a, r->b, r->out, 0);
-    else if (r->q)
-        conv_run_padded(r->cb, r->p, r->q, r->d, r->a, r->b, r->out, 0);
-    else
-        conv_run_unpadded(r->cb, r->p, r->d, r->a, r->b, r->out, 0, NULL);
+    switch (r->route) {
+    case TIMED_GEMM: return conv_gemm_run(r->cb, r->p, r->d, r->a, r->b, r->out, 0);
+    case TIMED_PICK: return conv_run_unpadded(r->cb, r->p, r->d, r->a, r->b, r->out, 0, NULL);
+    case TIMED_PADDED: return conv_run_padded(r->cb, r->p, r->q, r->d, r->a, r->b, r->out, 0);
+    case TIMED_OWN: return conv_run_own(r->cb, r->p, r->d, r->a, r->b, r->out, 0);
+    }
 }
 
 static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, const void *w, void *y);
@@ -546,23 +545,23 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
     }
     const int forced = pad_ok && cb->conv_pad > 0;
     if ((!pad_ok && !own_ok) || (!forced && !cb->cudnn_benchmark)) return;
-    ConvRouteRun run = {cb, p, NULL, 0, d, a, b, out};
-    float best_ms = forced ? INFINITY : cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
+    ConvRouteRun run = {cb, p, NULL, TIMED_PICK, d, a, b, out};
+    float best_ms = forced ? INFINITY : conv_route_time(&run);
     const float unpadded_ms = best_ms;
     for (int i = 0; pad_ok && i < CONV_PAD_WIDTHS; i++) {
         const int pc = conv_pad_widths[i];
         if (!conv_pad_width_allowed(p, pc) || (forced && pc != cb->conv_pad)) continue;
-        run.q = conv_pad_plan(cb, p, pc);
+        run.route = TIMED_PADDED, run.q = conv_pad_plan(cb, p, pc);
         if (!run.q->chosen[d]) conv_pad_choose(cb, p, run.q, d, a, b, out);
-        const float ms = forced ? 0.0f : cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
+        const float ms = forced ? 0.0f : conv_route_time(&run);
         if (cuda_pick_log_enabled())
             fprintf(stderr, "conv:   %s padded to %d channels: %.3f ms (unpadded %.3f ms)\n",
                     conv_direction_name(d), pc, (double)ms, (double)unpadded_ms);
         if (ms < best_ms) best_ms = ms, p->padded[d] = pc;
     }
     if (!forced && own_ok) {
-        run.q = NULL, run.own = 1;
-        const float ms = cuda_time_ms(cb, CONV_ROUTE_TIMED_RUNS, conv_route_run_once, &run);
+        run.route = TIMED_OWN, run.q = NULL;
+        const float ms = conv_route_time(&run);
         if (cuda_pick_log_enabled())
             fprintf(stderr, "conv:   %s on amptrain's stem kernels: %.3f ms (unpadded %.3f ms)\n",
                     conv_direction_name(d), (double)ms, (double)unpadded_ms);
