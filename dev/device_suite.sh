@@ -41,6 +41,9 @@
 #   stem      the stem's convolution padded to 4 or 8 channels and on amptrain's own kernels (test_gpu_ops' conv,
 #             conv_padded and conv_own cases), and the route each direction took in fp16 and bf16 at batch 256
 #             (AMPTRAIN_CONV_LOG)
+#   opcases   test_gpu_ops' cases in $OP_CASES (default: cast, conv, pooling, non-finite check, optimizer steps, grad
+#             norm, EMA), then test_gpu_training
+#   stemncu   the stem's own kernels under ncu in fp16 and bf16 (where their time goes)
 #   fusedbn   batch norm fused into the 1x1 convolutions (cuDNN graphs scale_bias_relu_conv_genstats, dgrad_drelu_dbn,
 #             dbn_apply, scale_bias_relu_wgrad) against the unfused passes, checked against an fp32 reference, on every stride-1 1x1 shape
 #             (build/bench_fused_bn)
@@ -357,6 +360,29 @@ stage_stem() {  # the stem's padded channels: test_gpu_ops' conv and conv_padded
             data.batch_size=256 amp.dtype=$dtype --bench-tag "amptrain w1 b256 $dtype stem" 2>"$OUT/stem_convlog_$dtype.txt" |
             grep '^{' || rc=1
         grep -E "c [348]->64 k7|padded to|stem kernels" "$OUT/stem_convlog_$dtype.txt"
+    done
+    return $rc
+}
+stage_opcases() {  # test_gpu_ops' cases named in $OP_CASES (default: the launch code outside batch norm), one
+                   # log each, then test_gpu_training
+    local rc=0 case
+    for case in ${OP_CASES:-cast conv maxpool avgpool nonfinite_check sgd_step grad_norm ema_update}; do
+        CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/op_$case.log" 2>&1 || rc=1
+        echo "$case: $(grep -E "Checks:" "$OUT/op_$case.log")"; grep -E ":F:|:E:" "$OUT/op_$case.log" | head -5
+    done
+    AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_training >"$OUT/gpu_training.log" 2>&1 || rc=1
+    echo "test_gpu_training: $(grep -E "Checks:" "$OUT/gpu_training.log")"; grep -E ":F:|:E:" "$OUT/gpu_training.log" | head -5
+    return $rc
+}
+stage_stemncu() {  # amptrain's own stem kernels under ncu (their launches in the b256 search, fp16 and bf16):
+                   # speed of light, warp stalls, shared-memory traffic -> $OUT/stemncu_DTYPE.txt
+    local rc=0 dtype
+    for dtype in float16 bfloat16; do
+        ncu -k regex:'stem_(forward|wgrad)_kernel' --launch-count 2 --section SpeedOfLight --section Occupancy \
+            --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section LaunchStats build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-steps 1 \
+            --bench-warmup 1 data.batch_size=256 amp.dtype=$dtype cudnn.cache=off >"$OUT/stemncu_$dtype.txt" 2>&1 || rc=1
+        grep -E "stem_|Duration|Throughput|Stall|Achieved Occupancy|Registers|Shared Memory" "$OUT/stemncu_$dtype.txt" | head -60
     done
     return $rc
 }

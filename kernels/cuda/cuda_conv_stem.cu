@@ -16,10 +16,11 @@
 // keeps W (kh x 64 x 32, zero-padded) in its shared memory; the weight gradient keeps its block's sums in
 // registers and writes them once to its own slice of a partial buffer, which stem_wgrad_finish_kernel sums
 // in order (a run repeats bitwise). The shared tiles' leading dimensions are padded so that the rows
-// one phase of a WMMA load or store touches fall in different banks. In bf16, nvcc 13.0 emits the fragment
-// loads on generic addresses (fp16's on shared ones), the likely reason the same kernels take longer in bf16
-// (bench/RESULTS.md).
+// one phase of a WMMA load or store touches fall in different banks. Every fragment is loaded from shared
+// memory through stem_load (below), which names the shared state space in bf16 too.
 #include <mma.h>
+
+#include <type_traits>
 
 #include "kernels/cuda/cuda_elem.cuh"
 
@@ -34,6 +35,43 @@
 #define STEM_W_LD 40      // the forward's weights: elements per output channel (32 taps used)
 #define STEM_OUT_LD 40    // the forward's fp32 output tile: elements per pixel (32 channels used)
 #define STEM_DY_LD 72     // the weight gradient's dY tile: elements per pixel (64 channels used)
+
+// Loads a 16x16 operand fragment from shared memory at p (leading dimension ldm, in elements). In fp16 this
+// is wmma::load_matrix_sync, which nvcc compiles to wmma.load.*.shared.f16. In bf16 nvcc 13.0 compiles the
+// same call to a load on a generic address (wmma.load.*.bf16), so bf16 names the shared state space itself:
+// the instruction fills the fragment's four 32-bit registers exactly as the builtin does.
+#define STEM_LOAD_BF16(use, layout)                                                                          \
+    asm("wmma.load." use ".sync.aligned." layout                                                    \
+                 ".m16n16k16.shared.bf16 {%0, %1, %2, %3}, [%4], %5;"                                        \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                                            \
+                 : "r"(address), "r"(ldm)                                                                    \
+                 : "memory")
+template <typename Use, typename T, typename Layout>
+static __device__ __forceinline__ void stem_load(nvcuda::wmma::fragment<Use, 16, 16, 16, T, Layout> &f,
+                                                 const T *p, unsigned ldm) {
+#if __CUDA_ARCH__ >= 800
+    using namespace nvcuda;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        static_assert(sizeof f.x == 4 * sizeof(unsigned),
+                      "a bf16 m16n16k16 operand is four 32-bit registers");
+        unsigned *r = reinterpret_cast<unsigned *>(f.x);
+        const unsigned address = (unsigned)__cvta_generic_to_shared(p);
+        constexpr bool a = std::is_same<Use, wmma::matrix_a>::value;
+        constexpr bool row = std::is_same<Layout, wmma::row_major>::value;
+        if constexpr (a && row)
+            STEM_LOAD_BF16("a", "row");
+        else if constexpr (a)
+            STEM_LOAD_BF16("a", "col");
+        else if constexpr (row)
+            STEM_LOAD_BF16("b", "row");
+        else
+            STEM_LOAD_BF16("b", "col");
+    } else {
+        wmma::load_matrix_sync(f, p, ldm);
+    }
+#endif
+}
+#undef STEM_LOAD_BF16
 
 // The geometry both kernels share (host-computed).
 typedef struct StemGeometry {
@@ -104,6 +142,9 @@ __global__ void __launch_bounds__(STEM_THREADS)
         __syncthreads();  // every warp has read the previous item's rows
         stem_stage_input(x, g, item, in, &img, &oy, &ox0);
         __syncthreads();
+        // a warp whose 16 pixels all lie past the row's end (out_w 112 of a 128-pixel item) has nothing to do
+        const int valid = min(16, g.out_w - ox0 - warp * 16);
+        if (valid <= 0) continue;
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[STEM_C_OUT / 16];
 #pragma unroll
         for (int j = 0; j < STEM_C_OUT / 16; j++) wmma::fill_fragment(acc[j], 0.0f);
@@ -111,20 +152,17 @@ __global__ void __launch_bounds__(STEM_THREADS)
 #pragma unroll
             for (int half = 0; half < STEM_ROW_TAPS / 16; half++) {
                 wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-                wmma::load_matrix_sync(
-                    fa, in + (size_t)ky * g.cols * STEM_STAGE_C + warp * 16 * 8 + half * 16, 8);
+                stem_load(fa, in + (size_t)ky * g.cols * STEM_STAGE_C + warp * 16 * 8 + half * 16, 8);
 #pragma unroll
                 for (int j = 0; j < STEM_C_OUT / 16; j++) {
                     wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
-                    wmma::load_matrix_sync(fb, b + ((size_t)ky * STEM_C_OUT + j * 16) * STEM_W_LD + half * 16,
-                                           STEM_W_LD);
+                    stem_load(fb, b + ((size_t)ky * STEM_C_OUT + j * 16) * STEM_W_LD + half * 16, STEM_W_LD);
                     wmma::mma_sync(acc[j], fa, fb, acc[j]);
                 }
             }
         }
         // out to y through the warp's fp32 tile, 32 channels at a time: each pixel's 32 are 64 contiguous
         // bytes of y, 8 elements (16 bytes) per store
-        const int valid = min(16, g.out_w - ox0 - warp * 16);
         T *dst = y + (((size_t)img * g.out_h + oy) * g.out_w + ox0 + warp * 16) * STEM_C_OUT;
 #pragma unroll
         for (int part = 0; part < 2; part++) {
@@ -174,15 +212,15 @@ __global__ void __launch_bounds__(STEM_THREADS)
             *(ElemPack<T, 8> *)(d + (i / STEM_C_OUT) * STEM_DY_LD + i % STEM_C_OUT) = pk;
         }
         __syncthreads();
-        for (int m = 0; m < STEM_TILE_M; m += 16) {
+        for (int m = 0; m < valid; m += 16) {  // 16-pixel steps past the row's end would add zeros
             // dY^T (16 channels x 16 pixels): d is [pixel][channel], so column-major
             wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> fa;
-            wmma::load_matrix_sync(fa, d + (size_t)m * STEM_DY_LD + tn * 16, STEM_DY_LD);
+            stem_load(fa, d + (size_t)m * STEM_DY_LD + tn * 16, STEM_DY_LD);
 #pragma unroll
             for (int ky = 0; ky < STEM_MAX_KH; ky++) {
                 if (ky >= g.kh) continue;
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-                wmma::load_matrix_sync(fb, in + (size_t)ky * g.cols * STEM_STAGE_C + m * 8 + tj * 16, 8);
+                stem_load(fb, in + (size_t)ky * g.cols * STEM_STAGE_C + m * 8 + tj * 16, 8);
                 wmma::mma_sync(acc[ky], fa, fb, acc[ky]);
             }
         }
