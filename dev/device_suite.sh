@@ -367,22 +367,26 @@ stage_opcases() {  # test_gpu_ops' cases named in $OP_CASES (default: the launch
                    # log each, then test_gpu_training
     local rc=0 case
     for case in ${OP_CASES:-cast conv maxpool avgpool nonfinite_check sgd_step grad_norm ema_update}; do
-        CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/op_$case.log" 2>&1 || rc=1
+        CK_FORK=no CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/op_$case.log" 2>&1 || rc=1
         echo "$case: $(grep -E "Checks:" "$OUT/op_$case.log")"; grep -E ":F:|:E:" "$OUT/op_$case.log" | head -5
     done
-    AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_training >"$OUT/gpu_training.log" 2>&1 || rc=1
+    CK_FORK=no AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_training >"$OUT/gpu_training.log" 2>&1 || rc=1
     echo "test_gpu_training: $(grep -E "Checks:" "$OUT/gpu_training.log")"; grep -E ":F:|:E:" "$OUT/gpu_training.log" | head -5
     return $rc
 }
-stage_stemncu() {  # amptrain's own stem kernels under ncu (their launches in the b256 search, fp16 and bf16):
-                   # speed of light, warp stalls, shared-memory traffic -> $OUT/stemncu_DTYPE.txt
-    local rc=0 dtype
-    for dtype in float16 bfloat16; do
-        ncu -k regex:'stem_(forward|wgrad)_kernel' --launch-count 2 --section SpeedOfLight --section Occupancy \
-            --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-            --section LaunchStats build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-steps 1 \
-            --bench-warmup 1 data.batch_size=256 amp.dtype=$dtype cudnn.cache=off >"$OUT/stemncu_$dtype.txt" 2>&1 || rc=1
-        grep -E "stem_|Duration|Throughput|Stall|Achieved Occupancy|Registers|Shared Memory" "$OUT/stemncu_$dtype.txt" | head -60
+stage_stemncu() {  # amptrain's own stem kernels under ncu (their first launch in the b256 search), in $STEMNCU_DTYPES
+                   # (default bfloat16): speed of light, warp stalls, shared-memory traffic -> $OUT/stemncu_*.txt
+    local rc=0 dtype kernel
+    for dtype in ${STEMNCU_DTYPES:-bfloat16}; do
+        for kernel in forward wgrad; do
+            ncu -k regex:"stem_${kernel}_kernel" --launch-count 1 --section SpeedOfLight --section Occupancy \
+                --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+                --section LaunchStats build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-steps 1 \
+                --bench-warmup 1 data.batch_size=256 amp.dtype=$dtype cudnn.cache=off \
+                >"$OUT/stemncu_${dtype}_$kernel.txt" 2>&1 || rc=1
+            grep -E "stem_|Duration|Throughput|Stall|Achieved Occupancy|Registers Per|Block Limit" \
+                "$OUT/stemncu_${dtype}_$kernel.txt" | head -30
+        done
     done
     return $rc
 }
