@@ -17,7 +17,7 @@
 #             then torch.compile reduce-overhead at batch 70
 #   ab        the loop before and after a change (AMPTRAIN_BEFORE=the earlier binary), b256 and b70 AMP, twice
 #             each, alternating with PyTorch
-#   bf16      the b256 AMP loop in fp16 and in bf16, alternating twice, PyTorch beside
+#   bf16      the b256 AMP loop in fp16 and in bf16, alternating $BF16_REPS times (default 2), PyTorch beside
 #   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
@@ -187,7 +187,7 @@ stage_ab() {  # the loop before and after a change, alternating with PyTorch, b2
 }
 stage_bf16() {  # the b256 AMP loop in fp16 and bf16 alternating, twice, PyTorch (fp16 AMP) beside; the first run of
                # each fills the kernel-choice cache, so its start-up is the cold one and the second is warm
-    for rep in 1 2; do
+    for rep in $(seq "${BF16_REPS:-2}"); do
         loop_run 256 1; loop_run 256 1 amp.dtype=bfloat16
         if [ "$rep" = 1 ]; then torch_bench 1 256 1; fi
     done

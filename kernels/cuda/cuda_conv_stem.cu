@@ -116,16 +116,24 @@ static __device__ void stem_stage_input(const T *__restrict__ x, const StemGeome
     *img = (int)(group / g.row_groups);
     *ox0 = chunk * STEM_TILE_M;
     const int iy0 = *oy0 * 2 - g.pad, ix0 = *ox0 * 2 - g.pad;
+    // slot p = row * cols + col, its row and column stepped along (STEM_THREADS < cols: at most one row a step)
+    static_assert(STEM_THREADS <= 2 * (STEM_TILE_M - 1) + STEM_MAX_KW,
+                  "a stride of STEM_THREADS slots crosses one row at most");
+    int row = threadIdx.x / g.cols, col = threadIdx.x % g.cols;
     for (int p = threadIdx.x; p < g.staged_rows * g.cols; p += STEM_THREADS) {
-        const int iy = iy0 + p / g.cols, ix = ix0 + p % g.cols;
+        const int iy = iy0 + row, ix = ix0 + col;
         ElemPack<T, STEM_STAGE_C> pk;
 #pragma unroll
         for (int ch = 0; ch < STEM_STAGE_C; ch++) pk.e[ch] = T(0.0f);
         if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
             const T *src = x + (((size_t)*img * g.h + iy) * g.w + ix) * g.c;
-            for (int ch = 0; ch < g.c; ch++) pk.e[ch] = src[ch];
+#pragma unroll
+            for (int ch = 0; ch < STEM_STAGE_C; ch++)
+                if (ch < g.c) pk.e[ch] = src[ch];
         }
         *(ElemPack<T, STEM_STAGE_C> *)(in + (size_t)p * STEM_STAGE_C) = pk;
+        col += STEM_THREADS;
+        if (col >= g.cols) col -= g.cols, row++;
     }
 }
 
