@@ -25,6 +25,10 @@ void stall_folder_make(const StallData *d) {
     }
 }
 
+static void stall_path(const StallData *d, int sample, char *out, size_t cap) {
+    snprintf(out, cap, "/%s/train/%c/%02d.jpg", d->root, 'a' + sample / d->per_class, sample % d->per_class);
+}
+
 void stall_image(const StallData *d, int rank, int step, int micro, char *out, size_t cap) {
     Sampler s;
     int32_t block[64];
@@ -33,7 +37,35 @@ void stall_image(const StallData *d, int rank, int step, int micro, char *out, s
     ck_assert_int_eq(sampler_block(&s, 0, step, micro, block), d->batch);
     sampler_free(&s);
     int i = block[0] != 0 ? block[0] : block[1];  // sample 0 is read at start-up (the data's probe)
-    snprintf(out, cap, "/%s/train/%c/%02d.jpg", d->root, 'a' + i / d->per_class, i % d->per_class);
+    stall_path(d, i, out, cap);
+}
+
+void stall_refused_and_successor(const StallData *d, int step, int micro, int ahead, char *refused,
+                                 char *successor, size_t cap) {
+    const int size = 2 * d->per_class, steps = size / (d->batch * d->accum * d->world);
+    int first_step[256], block[64];
+    ck_assert_int_le(size, 256);
+    ck_assert_int_le(d->batch, 64);
+    for (int i = 0; i < size; i++) first_step[i] = steps;
+    Sampler s;
+    sampler_init(&s, size, d->batch, d->world, 0, d->accum, 0, d->seed);
+    for (int t = steps - 1; t >= 0; t--)
+        for (int m = d->accum - 1; m >= 0; m--) {
+            const int n = sampler_block(&s, 0, t, m, block);
+            for (int k = 0; k < n; k++) first_step[block[k]] = t;
+        }
+    ck_assert_int_eq(sampler_block(&s, 0, step, micro, block), d->batch);
+    sampler_free(&s);
+    for (int k = 0; k < d->batch; k++) {
+        const int i = block[k], next = (i + 1) % size;
+        if (i != 0 && next != 0 && first_step[next] >= step + ahead) {
+            stall_path(d, i, refused, cap);
+            stall_path(d, next, successor, cap);
+            return;
+        }
+    }
+    ck_abort_msg("no sample of step %d whose successor is first read at step %d or later", step,
+                 step + ahead);
 }
 
 void stall_env(const char *image, const char *prefix, char *out, size_t cap) {

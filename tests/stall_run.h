@@ -24,6 +24,12 @@ void stall_folder_make(const StallData *d);
 // image i % per_class of class i / per_class.
 void stall_image(const StallData *d, int rank, int step, int micro, char *out, size_t cap);
 
+// A sample of rank 0's micro-batch `micro` of step `step` of epoch 0 whose successor in the folder's order
+// (the sample that replaces it when the decoder refuses it) no batch reads before step `step + ahead`: the
+// ends of both paths, as stall_image's. Neither is sample 0 (the data's probe reads it at start-up).
+void stall_refused_and_successor(const StallData *d, int step, int micro, int ahead, char *refused,
+                                 char *successor, size_t cap);
+
 // The environment that preloads the stall on `image`, as assignments each after `prefix` ("" for env(1),
 // "-x " for mpiexec). An ASan build wants its runtime first among the libraries, and the preload comes
 // before it: ASAN_OPTIONS gains verify_asan_link_order=0.

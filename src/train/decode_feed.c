@@ -25,7 +25,10 @@ struct DecodeFeed {
     long taken;                             // batches decode_feed_next returned
     long released;                          // batches whose slot the training thread gave back
     int ended;                              // the loader ran out
-    int cut_short;                          // the thread's wait for the loader ended on `halt`
+    int cut_short;                          // a wait for the loader or a host read ended on `halt`
+    int in_host_read;                       // the thread is inside decode_feed_host_read_begin / _end
+    int finished;                           // the thread is about to return
+    struct DecodeFeed *next_abandoned;      // the list abandoned_feeds
     volatile sig_atomic_t halt;             // decode_feed_stop ends the thread; the loader polls it too
     MicroBatch current;
 };
@@ -48,13 +51,17 @@ static void *decode_thread(void *arg) {
         const Batch *b = loader_next_unless(f->loader, NULL, &f->halt);
         if (b) {
             const double t1 = log ? clock_seconds() : 0;
-            f->decode(f->decode_ctx, slot, b);
-            const double t2 = log ? clock_seconds() : 0;
-            be->input_upload_wait(be, slot);
-            if (log)
-                fprintf(stderr,
+            if (!f->decode(f->decode_ctx, slot, b, f)) {
+                b = NULL;  // halted inside a host read: the feed may be abandoned, the backend is not ours now
+            } else {
+                const double t2 = log ? clock_seconds() : 0;
+                be->input_upload_wait(be, slot);
+                if (log)
+                    fprintf(
+                        stderr,
                         "decode thread: batch %ld: loader %.2f ms, decode %.2f ms, to the device %.2f ms\n",
                         n, 1e3 * (t1 - t0), 1e3 * (t2 - t1), 1e3 * (clock_seconds() - t2));
+            }
         }
         pthread_mutex_lock(&f->mutex);
         if (b)
@@ -69,7 +76,28 @@ static void *decode_thread(void *arg) {
         pthread_mutex_unlock(&f->mutex);
         if (!b) break;
     }
+    pthread_mutex_lock(&f->mutex);
+    f->finished = 1;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->mutex);
     return NULL;
+}
+
+void decode_feed_host_read_begin(DecodeFeed *f) {
+    if (!f) return;
+    pthread_mutex_lock(&f->mutex);
+    f->in_host_read = 1;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->mutex);
+}
+
+int decode_feed_host_read_end(DecodeFeed *f) {
+    if (!f) return 0;
+    pthread_mutex_lock(&f->mutex);
+    f->in_host_read = 0;
+    const int halt = f->halt;
+    pthread_mutex_unlock(&f->mutex);
+    return halt;
 }
 
 DecodeFeed *decode_feed_start(Backend *be, Loader *loader, DecodeBatchFn decode, void *ctx) {
@@ -106,12 +134,29 @@ const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited, volatile sig_a
     return mb;
 }
 
-int decode_feed_stop(DecodeFeed *f) {
+// Feeds given up with their thread in a host read: kept, and reachable, until the process exits (the thread
+// still uses the feed's mutex, condition and counters should its read ever return).
+static DecodeFeed *abandoned_feeds;
+static pthread_mutex_t abandoned_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+int decode_feed_stop(DecodeFeed *f, int may_abandon) {
     if (!f) return 0;
     pthread_mutex_lock(&f->mutex);
     f->halt = 1;
     pthread_cond_broadcast(&f->changed);
+    // the host read's _end sees `halt` under this mutex, so a thread found inside one touches nothing more
+    while (!f->finished && !(may_abandon && f->in_host_read))
+        clock_cond_wait_ms(&f->changed, &f->mutex, LOADER_STOP_POLL_MS);
+    const int left_in_read = !f->finished;
     pthread_mutex_unlock(&f->mutex);
+    if (left_in_read) {
+        pthread_detach(f->thread);
+        pthread_mutex_lock(&abandoned_mutex);
+        f->next_abandoned = abandoned_feeds;
+        abandoned_feeds = f;
+        pthread_mutex_unlock(&abandoned_mutex);
+        return 1;
+    }
     pthread_join(f->thread, NULL);
     const int cut_short = f->cut_short;
     pthread_cond_destroy(&f->changed);

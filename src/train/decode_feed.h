@@ -16,7 +16,10 @@
 //
 // Stops: the training thread's wait ends when the run's stop flag is set, the thread's wait for the loader
 // when decode_feed_stop halts it, each looked at every LOADER_STOP_POLL_MS, since a loader worker may be
-// stuck in a read for ever (a hung file system) and nothing would wake either wait.
+// stuck in a read for ever (a hung file system) and nothing would wake either wait. The thread itself reads
+// files too (the replacement of a sample the decoder refused); it says so around each such read
+// (decode_feed_host_read_begin / _end), and a stop by signal that finds it inside one leaves it there: the
+// feed is abandoned (kept until the process exits), as a loader with a stuck worker is.
 #ifndef AMPTRAIN_DECODE_FEED_H
 #define AMPTRAIN_DECODE_FEED_H
 
@@ -26,8 +29,10 @@
 
 typedef struct DecodeFeed DecodeFeed;
 
-// Has the backend decode batch b's jobs into input slot `slot` (called on the feed's thread).
-typedef void (*DecodeBatchFn)(void *ctx, int slot, const Batch *b);
+// Has the backend decode batch b's jobs into input slot `slot` (called on the feed's thread, f the feed).
+// Returns 1 when the batch is in its slot, 0 when decode_feed_host_read_end said the feed was halted (the
+// function then returns at once, touching the backend no more).
+typedef int (*DecodeBatchFn)(void *ctx, int slot, const Batch *b, DecodeFeed *f);
 
 // Starts the thread over loader (LOADER_JOBS, owned by the caller, which destroys it after decode_feed_stop);
 // decode(ctx, ...) fills be's input slots.
@@ -38,9 +43,16 @@ DecodeFeed *decode_feed_start(Backend *be, Loader *loader, DecodeBatchFn decode,
 // *waited.
 const MicroBatch *decode_feed_next(DecodeFeed *f, double *waited, volatile sig_atomic_t *stop);
 
-// Stops the thread (also mid-run) and waits for its last decode to reach the device; frees the feed.
-// Returns 1 when the thread's wait for the loader was cut short (the loader can then only be abandoned or
-// destroyed, loader.h), else 0.
-int decode_feed_stop(DecodeFeed *f);
+// Around a read of files on the feed's thread inside DecodeBatchFn, into memory of the read's own (the
+// thread may be left inside it): _end returns 1 when the feed has been halted meanwhile, and the caller then
+// stops (DecodeBatchFn returns 0) without using what it read. f NULL: no feed, _end returns 0.
+void decode_feed_host_read_begin(DecodeFeed *f);
+int decode_feed_host_read_end(DecodeFeed *f);
+
+// Stops the thread (also mid-run) and waits for its last decode to reach the device; frees the feed. With
+// may_abandon (the run was stopped by a signal), a thread inside a host read is not waited for: the feed is
+// abandoned, its thread left in the read. Returns 1 when the thread's wait for the loader was cut short or
+// the thread was left in a read (the loader and the dataset can then only be abandoned, loader.h), else 0.
+int decode_feed_stop(DecodeFeed *f, int may_abandon);
 
 #endif

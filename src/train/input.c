@@ -36,8 +36,8 @@ void input_slot_upload(TrainerInput *in, int slot, const uint8_t *images, const 
     be->input_upload(be, slot, in->slot_labels[slot], labels, (size_t)count * sizeof(int32_t));
 }
 
-void input_slot_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
-                       const int32_t *labels, int count, int epoch) {
+int input_slot_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
+                      const int32_t *labels, int count, int epoch, DecodeFeed *feed) {
     Backend *be = in->be;
     const size_t bytes = dataset_image_bytes(in->set);
     be->input_decode(be, slot, in->slot_images[slot], count, in->set->side, jobs, in->decode_failed);
@@ -51,12 +51,24 @@ void input_slot_decode(TrainerInput *in, int slot, const ImageJob *jobs, const i
             memcpy(in->repair_labels[slot], labels, (size_t)count * sizeof(int32_t));
             labels = in->repair_labels[slot];
         }
+        // the replacement is read into memory of its own: a stop may leave this thread inside the read
+        uint8_t *read = xcalloc(bytes, 1);
+        int32_t label;
+        decode_feed_host_read_begin(feed);
+        dataset_replace_failed(in->set, indices[k], &jobs[k], epoch, "the device decoder refused it", read,
+                               &label);
+        if (decode_feed_host_read_end(feed)) {  // halted meanwhile: the slot may be gone
+            free(read);
+            return 0;
+        }
         uint8_t *row = in->repair_images[slot] + (size_t)k * bytes;
-        dataset_replace_failed(in->set, indices[k], &jobs[k], epoch, "the device decoder refused it", row,
-                               &in->repair_labels[slot][k]);
+        memcpy(row, read, bytes);
+        free(read);
+        in->repair_labels[slot][k] = label;
         be->input_upload(be, slot, in->slot_images[slot] + (size_t)k * bytes, row, bytes);
     }
     be->input_upload(be, slot, in->slot_labels[slot], labels, (size_t)count * sizeof(int32_t));
+    return 1;
 }
 
 // From a slot, the compute stream takes the slot from the copy stream, copies, and hands it back.
@@ -90,8 +102,8 @@ ModelBatch input_stage(TrainerInput *in, Activations *act, const MicroBatch *mb)
 // ---- the loop's feed ------------------------------------------------------------------------------
 
 // decode_feed's DecodeBatchFn: input_slot_decode on one of the loader's batches.
-static void decode_loader_batch(void *in, int slot, const Batch *b) {
-    input_slot_decode(in, slot, b->jobs, b->indices, b->labels, b->count, b->epoch);
+static int decode_loader_batch(void *in, int slot, const Batch *b, DecodeFeed *feed) {
+    return input_slot_decode(in, slot, b->jobs, b->indices, b->labels, b->count, b->epoch, feed);
 }
 
 // The next batch into f->next: from the loader, uploaded into the next slot, or from the decode thread.
@@ -143,6 +155,7 @@ const MicroBatch *input_feed_micro(void *ctx, int k) {
 }
 
 void input_feed_stop(InputFeed *f) {
-    if (decode_feed_stop(f->decode) && f->stop && *f->stop) f->interrupted = 1;
+    const int by_signal = f->stop && *f->stop;
+    if (decode_feed_stop(f->decode, by_signal) && by_signal) f->interrupted = 1;
     f->decode = NULL;
 }

@@ -45,8 +45,10 @@ void input_slot_upload(TrainerInput *in, int slot, const uint8_t *images, const 
 // The same for a batch of the loader's ImageJobs: the backend decodes them into the slot, the jobs it
 // refuses are replaced as the host path would have, and the labels follow. indices: the samples asked for,
 // epoch: theirs (dataset_replace_failed). The jobs' bytes stay untouched until input_upload_wait(slot).
-void input_slot_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
-                       const int32_t *labels, int count, int epoch);
+// On feed's thread (NULL: none) each replacement's read is a host read of the feed's (decode_feed.h): when
+// the feed is halted meanwhile, returns 0 at once, the slot left unfinished; else 1.
+int input_slot_decode(TrainerInput *in, int slot, const ImageJob *jobs, const int32_t *indices,
+                      const int32_t *labels, int count, int epoch, DecodeFeed *feed);
 // Puts micro-batch mb where the step reads it and says so as a ModelBatch: raw bytes in act->images /
 // act->labels (from its slot, or uploaded through slot 0 first, or copied from backend memory); fp32 images
 // (tests) are read where they are.

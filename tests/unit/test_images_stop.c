@@ -1,8 +1,9 @@
 // test_images_stop.c - SIGTERM while the run waits for a batch that never comes: one image's read is held
 // for ever (tests/stall_read.c, preloaded into amptrain), so a loader worker is stuck in it as on a hung
 // file system. Whether the wait is the training thread's for the decode thread (data.decode=device: the
-// CPU backend decodes with its reference decoder) or one for the second micro-batch of a step
-// (train.accum_steps 2), the run ends within seconds and exits 0 as after any stop, and its checkpoint is
+// CPU backend decodes with its reference decoder), one for the second micro-batch of a step
+// (train.accum_steps 2), or the decode thread's own read of the sample that replaces one its decoder
+// refused, the run ends within seconds and exits 0 as after any stop, and its checkpoint is
 // the state after the steps it completed: bitwise an uninterrupted run's after as many steps, and a run
 // resumed from it goes on bitwise as that run does (the interrupted step's samples are trained then).
 #include <check.h>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "tests/image_fixtures.h"
 #include "tests/stall_run.h"
 #include "tests/test_util.h"
 
@@ -30,9 +32,24 @@ typedef struct StopCase {
     const char *decode;  // data.decode
     int accum;           // train.accum_steps
     int step, micro;     // the stuck read: its micro-batch (0-based) of step `step` (0-based) of epoch 0
+    int refused;         // 1: a sample of that micro-batch is cut, and the read of its replacement sticks
 } StopCase;
 
 static char out[1 << 16];
+
+// Cuts the JPEG at path one byte into its entropy-coded data: its headers parse (the loader makes its job),
+// its pixels do not decode (the decoder refuses it).
+static void cut_after_scan_header(const char *path) {
+    size_t len;
+    unsigned char *jpeg = (unsigned char *)tu_read_file(path, &len);
+    size_t keep = 0;
+    for (size_t i = 2; i + 3 < len && !keep; i++)
+        if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xDA)
+            keep = i + 2 + ((size_t)jpeg[i + 2] << 8 | jpeg[i + 3]) + 1;
+    ck_assert_msg(keep > 0 && keep < len, "%s: no scan header to cut after", path);
+    fx_write(path, jpeg, keep);
+    free(jpeg);
+}
 
 static void stop_while_stuck(const StopCase *c) {
     char image[128], env[1024], args[1024], cmd[4096], log[128], metrics[128], last[128], ref[128];
@@ -42,7 +59,14 @@ static void stop_while_stuck(const StopCase *c) {
     stall_folder_make(&data);
     snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", c->dir, c->dir);
     ck_assert_int_eq(system(cmd), 0);
-    stall_image(&data, 0, c->step, c->micro, image, sizeof image);
+    char refused[128] = "";
+    if (c->refused) {
+        // the replacement is first read by its own batch well after the loader's and the feed's reach
+        stall_refused_and_successor(&data, c->step, c->micro, 6, refused, image, sizeof image);
+        cut_after_scan_header(refused + 1);
+    } else {
+        stall_image(&data, 0, c->step, c->micro, image, sizeof image);
+    }
     stall_env(image, "", env, sizeof env);
     snprintf(log, sizeof log, "%s/run.log", c->dir);
     snprintf(metrics, sizeof metrics, "%s/run/m.jsonl", c->dir);
@@ -73,6 +97,9 @@ static void stop_while_stuck(const StopCase *c) {
     snprintf(line, sizeof line, "step %d not taken", c->step + 1);
     ck_assert_msg((strstr(said, line) != NULL) == (c->micro > 0), "'%s' said or not, wrongly:\n%s", line,
                   said);
+    if (c->refused)  // the stuck read was the decode thread's replacement of this file
+        ck_assert_msg(strstr(said, "the device decoder refused it") && strstr(said, refused + 1),
+                      "no refusal of %s in:\n%s", refused + 1, said);
     free(said);
     ck_assert_int_eq(tu_checkpoint_step(last), c->step);
     ck_assert_int_eq(tu_count_lines(metrics, "{\"step\":"), c->step);
@@ -102,6 +129,14 @@ START_TEST(stop_while_the_decode_thread_waits) {
 }
 END_TEST
 
+// The decode thread refuses a sample of step 3 and is stuck reading its replacement: the training thread
+// waits for it, and the stop leaves it in its read.
+START_TEST(stop_while_the_decode_thread_reads_a_replacement) {
+    stop_while_stuck(
+        &(StopCase){.dir = "stop_device_replace", .decode = "device", .accum = 1, .step = 3, .refused = 1});
+}
+END_TEST
+
 // The second micro-batch of step 3 never comes: the step is not taken.
 START_TEST(stop_inside_an_accumulated_step) {
     stop_while_stuck(&(StopCase){.dir = "stop_accum", .decode = "host", .accum = 2, .step = 2, .micro = 1});
@@ -120,6 +155,7 @@ int main(void) {
     TCase *tc = tcase_create("stop");
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, stop_while_the_decode_thread_waits);
+    tcase_add_test(tc, stop_while_the_decode_thread_reads_a_replacement);
     tcase_add_test(tc, stop_inside_an_accumulated_step);
     tcase_add_test(tc, stop_inside_an_accumulated_step_decoding);
     suite_add_tcase(s, tc);
