@@ -4,8 +4,9 @@
 // fastest took 1.8 ms at batch 256 on an H200 against fp16's 0.46 (bench/RESULTS.md). cudnn_conv.cu times
 // these kernels beside cuDNN's routes and takes the fastest.
 //
-// Both are implicit GEMMs over one work item at a time: up to STEM_TILE_M pixels of an image's output row
-// (the forward: of two consecutive rows). The item's input rows are staged in shared memory with their
+// Both are implicit GEMMs over one work item at a time: up to STEM_TILE_M pixels of STEM_FWD_ROWS (forward)
+// or STEM_WG_ROWS (weight gradient) consecutive output rows of an image, which share their staged input rows
+// (a stride-2 row of 7 taps overlaps the next one's by 5). The item's input rows are staged in shared memory with their
 // channels padded to 4, in[row][col][4]. With stride 2, output pixel m's taps of kernel row ky are the 32
 // consecutive elements starting at in[ky][2m][0] (8 columns x 4 channels; taps kx >= kw and channels >= c
 // meet zero weights), so for each ky the im2col matrix A_ky (pixels x 32) is in itself, row m at element
@@ -38,7 +39,9 @@
 #define STEM_DY_LD 72       // the weight gradient's dY tile: elements per pixel (64 channels used)
 #define STEM_FWD_WARP_M 32  // the forward: output pixels per warp (two tiles)
 #define STEM_FWD_WARPS_PER_ROW (STEM_TILE_M / STEM_FWD_WARP_M)
-#define STEM_FWD_ROWS (STEM_WARPS / STEM_FWD_WARPS_PER_ROW)  // the forward: output rows per work item
+#define STEM_FWD_ROW_LANES (STEM_WARPS / STEM_FWD_WARPS_PER_ROW)  // the forward: rows computed at once
+#define STEM_FWD_ROWS 4  // the forward: output rows per work item (their staged input rows shared)
+#define STEM_WG_ROWS 2   // the weight gradient: output rows per work item
 #define STEM_WG_TAP_GROUPS (STEM_WARPS / 2)  // the weight gradient: two channel halves per group
 #define STEM_WG_MAX_FRAGS ((2 * STEM_MAX_KH + STEM_WG_TAP_GROUPS - 1) / STEM_WG_TAP_GROUPS)
 
@@ -102,7 +105,7 @@ static size_t stem_forward_smem(const StemGeometry &g) {
     return stem_in_bytes(g) + stem_w_bytes(g) + (size_t)STEM_WARPS * 16 * STEM_OUT_LD * sizeof(float);
 }
 static size_t stem_wgrad_smem(const StemGeometry &g) {
-    return stem_in_bytes(g) + (size_t)STEM_TILE_M * STEM_DY_LD * 2;
+    return stem_in_bytes(g) + (size_t)STEM_WG_ROWS * STEM_TILE_M * STEM_DY_LD * 2;
 }
 
 // Stages work item `item`'s input rows into in[staged_rows][cols][4] (zeros outside the image and past c)
@@ -138,8 +141,9 @@ static __device__ void stem_stage_input(const T *__restrict__ x, const StemGeome
 }
 
 // x (n,h,w,c) T, w (64,kh,kw,c) T -> y (n,out_h,out_w,64) T. An item is STEM_FWD_ROWS output rows; warp w
-// computes row w / STEM_FWD_WARPS_PER_ROW, pixels 32 (w % STEM_FWD_WARPS_PER_ROW).. +31, all 64 channels:
-// per kernel row and 16 taps, 4 weight fragments serve the warp's two pixel tiles (8 MMAs for 6 loads).
+// computes rows w / STEM_FWD_WARPS_PER_ROW + k STEM_FWD_ROW_LANES, pixels 32 (w % STEM_FWD_WARPS_PER_ROW)..
+// +31, all 64 channels: per kernel row and 16 taps, 4 weight fragments serve the warp's two pixel tiles
+// (8 MMAs for 6 loads).
 template <typename T>
 __global__ void __launch_bounds__(STEM_THREADS)
     stem_forward_kernel(const T *__restrict__ x, const T *__restrict__ w, T *__restrict__ y, StemGeometry g) {
@@ -149,7 +153,8 @@ __global__ void __launch_bounds__(STEM_THREADS)
     T *in = (T *)smem;
     T *b = (T *)(smem + stem_in_bytes(g));  // [ky][n][STEM_W_LD]: W_ky column-major
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int r = warp / STEM_FWD_WARPS_PER_ROW, p0 = (warp % STEM_FWD_WARPS_PER_ROW) * STEM_FWD_WARP_M;
+    const int lane_row = warp / STEM_FWD_WARPS_PER_ROW,
+              p0 = (warp % STEM_FWD_WARPS_PER_ROW) * STEM_FWD_WARP_M;
     float *out = (float *)(smem + stem_in_bytes(g) + stem_w_bytes(g)) +
                  warp * 16 * STEM_OUT_LD;  // the warp's
     for (int i = threadIdx.x; i < g.kh * STEM_C_OUT * STEM_W_LD; i += STEM_THREADS) {
@@ -162,54 +167,57 @@ __global__ void __launch_bounds__(STEM_THREADS)
         __syncthreads();  // every warp has read the previous item's rows
         stem_stage_input(x, g, item, in, &img, &oy0, &ox0);
         __syncthreads();
-        // pixels of the warp's 32 inside the image: none past the last row or the row's end (out_w 112 of a
-        // 128-pixel item), one tile when at most 16
-        const int oy = oy0 + r;
-        const int valid = oy < g.out_h ? min(STEM_FWD_WARP_M, g.out_w - ox0 - p0) : 0;
-        if (valid <= 0) continue;
-        const int tiles = valid > 16 ? 2 : 1;
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][STEM_C_OUT / 16];
+        for (int r = lane_row; r < STEM_FWD_ROWS; r += STEM_FWD_ROW_LANES) {
+            // pixels of the warp's 32 inside the image: none past the last row or the row's end (out_w 112 of a
+            // 128-pixel item), one tile when at most 16
+            const int oy = oy0 + r;
+            const int valid = oy < g.out_h ? min(STEM_FWD_WARP_M, g.out_w - ox0 - p0) : 0;
+            if (valid <= 0) continue;
+            const int tiles = valid > 16 ? 2 : 1;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][STEM_C_OUT / 16];
 #pragma unroll
-        for (int t = 0; t < 2; t++)
+            for (int t = 0; t < 2; t++)
 #pragma unroll
-            for (int j = 0; j < STEM_C_OUT / 16; j++) wmma::fill_fragment(acc[t][j], 0.0f);
-        for (int ky = 0; ky < g.kh; ky++) {
-            const T *row = in + (size_t)(2 * r + ky) * g.cols * STEM_STAGE_C + p0 * 8;
+                for (int j = 0; j < STEM_C_OUT / 16; j++) wmma::fill_fragment(acc[t][j], 0.0f);
+            for (int ky = 0; ky < g.kh; ky++) {
+                const T *row = in + (size_t)(2 * r + ky) * g.cols * STEM_STAGE_C + p0 * 8;
 #pragma unroll
-            for (int half = 0; half < STEM_ROW_TAPS / 16; half++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[STEM_C_OUT / 16];
+                for (int half = 0; half < STEM_ROW_TAPS / 16; half++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[STEM_C_OUT / 16];
 #pragma unroll
-                for (int j = 0; j < STEM_C_OUT / 16; j++)
-                    stem_load(fb[j], b + ((size_t)ky * STEM_C_OUT + j * 16) * STEM_W_LD + half * 16,
-                              STEM_W_LD);
+                    for (int j = 0; j < STEM_C_OUT / 16; j++)
+                        stem_load(fb[j], b + ((size_t)ky * STEM_C_OUT + j * 16) * STEM_W_LD + half * 16,
+                                  STEM_W_LD);
 #pragma unroll
-                for (int t = 0; t < 2; t++) {
-                    if (t >= tiles) break;
-                    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
-                    stem_load(fa, row + t * 16 * 8 + half * 16, 8);
+                    for (int t = 0; t < 2; t++) {
+                        if (t >= tiles) break;
+                        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+                        stem_load(fa, row + t * 16 * 8 + half * 16, 8);
 #pragma unroll
-                    for (int j = 0; j < STEM_C_OUT / 16; j++) wmma::mma_sync(acc[t][j], fa, fb[j], acc[t][j]);
+                        for (int j = 0; j < STEM_C_OUT / 16; j++)
+                            wmma::mma_sync(acc[t][j], fa, fb[j], acc[t][j]);
+                    }
                 }
             }
-        }
-        // out to y through the warp's fp32 tile, 16 pixels x 32 channels at a time: each pixel's 32 are 64
-        // contiguous bytes of y, 8 elements (16 bytes) per store
+            // out to y through the warp's fp32 tile, 16 pixels x 32 channels at a time: each pixel's 32 are 64
+            // contiguous bytes of y, 8 elements (16 bytes) per store
 #pragma unroll
-        for (int t = 0; t < 2; t++) {
-            if (t >= tiles) break;
-            const int pixels = min(16, valid - t * 16);
-            T *dst = y + (((size_t)img * g.out_h + oy) * g.out_w + ox0 + p0 + t * 16) * STEM_C_OUT;
+            for (int t = 0; t < 2; t++) {
+                if (t >= tiles) break;
+                const int pixels = min(16, valid - t * 16);
+                T *dst = y + (((size_t)img * g.out_h + oy) * g.out_w + ox0 + p0 + t * 16) * STEM_C_OUT;
 #pragma unroll
-            for (int part = 0; part < 2; part++) {
+                for (int part = 0; part < 2; part++) {
 #pragma unroll
-                for (int j = 0; j < 2; j++)
-                    wmma::store_matrix_sync(out + j * 16, acc[t][part * 2 + j], STEM_OUT_LD,
-                                            wmma::mem_row_major);
-                __syncwarp();
-                for (int i = lane * 8; i < pixels * 32; i += 32 * 8)
-                    pack_store<T, 8>(dst + (i / 32) * STEM_C_OUT + part * 32 + i % 32,
-                                     out + (i / 32) * STEM_OUT_LD + i % 32);
-                __syncwarp();
+                    for (int j = 0; j < 2; j++)
+                        wmma::store_matrix_sync(out + j * 16, acc[t][part * 2 + j], STEM_OUT_LD,
+                                                wmma::mem_row_major);
+                    __syncwarp();
+                    for (int i = lane * 8; i < pixels * 32; i += 32 * 8)
+                        pack_store<T, 8>(dst + (i / 32) * STEM_C_OUT + part * 32 + i % 32,
+                                         out + (i / 32) * STEM_OUT_LD + i % 32);
+                    __syncwarp();
+                }
             }
         }
     }
@@ -228,8 +236,8 @@ __global__ void __launch_bounds__(STEM_THREADS)
     using namespace nvcuda;
     extern __shared__ __align__(128) unsigned char smem[];
     T *in = (T *)smem;
-    T *d = (T *)(smem +
-                 stem_in_bytes(g));  // [STEM_TILE_M][STEM_DY_LD]: the item's dY, zero past the valid pixels
+    // [STEM_WG_ROWS][STEM_TILE_M][STEM_DY_LD]: the item's dY, zero past the valid pixels and rows
+    T *d = (T *)(smem + stem_in_bytes(g));
     const int warp = threadIdx.x / 32, c0 = (warp % 2) * 32, group = warp / 2;
     const int frags = g.kh * 2, f0 = group * frags / STEM_WG_TAP_GROUPS,
               count = (group + 1) * frags / STEM_WG_TAP_GROUPS - f0;
@@ -242,34 +250,41 @@ __global__ void __launch_bounds__(STEM_THREADS)
         int img, oy, ox0;
         __syncthreads();  // every warp has read the previous item's tiles
         stem_stage_input(x, g, item, in, &img, &oy, &ox0);
-        const int valid = min(STEM_TILE_M, g.out_w - ox0);
-        const T *src = dy + (((size_t)img * g.out_h + oy) * g.out_w + ox0) * STEM_C_OUT;
-        for (int i = threadIdx.x * 8; i < STEM_TILE_M * STEM_C_OUT; i += STEM_THREADS * 8) {
+        const int valid = min(STEM_TILE_M, g.out_w - ox0), rows = min(STEM_WG_ROWS, g.out_h - oy);
+        for (int i = threadIdx.x * 8; i < STEM_WG_ROWS * STEM_TILE_M * STEM_C_OUT; i += STEM_THREADS * 8) {
+            const int r = i / (STEM_TILE_M * STEM_C_OUT), k = i % (STEM_TILE_M * STEM_C_OUT);
             ElemPack<T, 8> pk;
-            if (i < valid * STEM_C_OUT)
-                pk = *(const ElemPack<T, 8> *)(src + i);
+            if (r < rows && k < valid * STEM_C_OUT)
+                pk = *(const ElemPack<T, 8> *)(dy +
+                                               (((size_t)img * g.out_h + oy + r) * g.out_w + ox0) *
+                                                   STEM_C_OUT +
+                                               k);
             else
 #pragma unroll
                 for (int e = 0; e < 8; e++) pk.e[e] = T(0.0f);
-            *(ElemPack<T, 8> *)(d + (i / STEM_C_OUT) * STEM_DY_LD + i % STEM_C_OUT) = pk;
+            *(ElemPack<T, 8> *)(d + ((size_t)r * STEM_TILE_M + k / STEM_C_OUT) * STEM_DY_LD +
+                                k % STEM_C_OUT) = pk;
         }
         __syncthreads();
-        for (int m = 0; m < valid; m += 16) {  // 16-pixel steps past the row's end would add zeros
-            // dY^T (16 channels x 16 pixels): d is [pixel][channel], so column-major
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> fa[2];
+        for (int r = 0; r < rows; r++)
+            for (int m = 0; m < valid; m += 16) {  // 16-pixel steps past the row's end would add zeros
+                // dY^T (16 channels x 16 pixels): d is [pixel][channel], so column-major
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::col_major> fa[2];
 #pragma unroll
-            for (int a = 0; a < 2; a++)
-                stem_load(fa[a], d + (size_t)m * STEM_DY_LD + c0 + a * 16, STEM_DY_LD);
+                for (int a = 0; a < 2; a++)
+                    stem_load(fa[a], d + ((size_t)r * STEM_TILE_M + m) * STEM_DY_LD + c0 + a * 16,
+                              STEM_DY_LD);
 #pragma unroll
-            for (int i = 0; i < STEM_WG_MAX_FRAGS; i++) {
-                if (i >= count) break;
-                const int f = f0 + i;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
-                stem_load(fb, in + (size_t)(f / 2) * g.cols * STEM_STAGE_C + m * 8 + (f % 2) * 16, 8);
+                for (int i = 0; i < STEM_WG_MAX_FRAGS; i++) {
+                    if (i >= count) break;
+                    const int f = f0 + i;
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> fb;
+                    stem_load(fb, in + (size_t)(2 * r + f / 2) * g.cols * STEM_STAGE_C + m * 8 + (f % 2) * 16,
+                              8);
 #pragma unroll
-                for (int a = 0; a < 2; a++) wmma::mma_sync(acc[a][i], fa[a], fb, acc[a][i]);
+                    for (int a = 0; a < 2; a++) wmma::mma_sync(acc[a][i], fa[a], fb, acc[a][i]);
+                }
             }
-        }
     }
     const int ld = g.kh * STEM_ROW_TAPS;
     float *mine = partial + (size_t)blockIdx.x * STEM_C_OUT * ld;
@@ -367,7 +382,7 @@ void conv_stem_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void
 void conv_stem_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
                                void *dw, int accumulate) {
     AMP_ASSERT(conv_stem_eligible(cb, s, dt), "conv_stem_backward_filter: shape not eligible");
-    const StemGeometry g = stem_geometry(s, 1);
+    const StemGeometry g = stem_geometry(s, STEM_WG_ROWS);
     const size_t smem = stem_wgrad_smem(g);
     with_half(dt, [&](auto pk) {
         using T = typename decltype(pk)::type;
