@@ -6,8 +6,8 @@
 //
 // Both are implicit GEMMs over one work item at a time: up to STEM_TILE_M pixels of STEM_FWD_ROWS (forward)
 // or STEM_WG_ROWS (weight gradient) consecutive output rows of an image, which share their staged input rows
-// (a stride-2 row of 7 taps overlaps the next one's by 5). The item's input rows are staged in shared memory with their
-// channels padded to 4, in[row][col][4]. With stride 2, output pixel m's taps of kernel row ky are the 32
+// (a stride-2 row of 7 taps overlaps the next one's by 5). The item's input rows are staged in shared memory
+// with their channels padded to 4, in[row][col][4]. With stride 2, output pixel m's taps of kernel row ky are the 32
 // consecutive elements starting at in[ky][2m][0] (8 columns x 4 channels; taps kx >= kw and channels >= c
 // meet zero weights), so for each ky the im2col matrix A_ky (pixels x 32) is in itself, row m at element
 // 8m: a WMMA operand with leading dimension 8, read where it lies, with no unrolled copy:
