@@ -129,6 +129,13 @@ void *cuda_workspace(CudaBackend *cb, size_t bytes) {
     return cb->workspace;
 }
 
+void cuda_workspace_shrink_after_timing(CudaBackend *cb, size_t held) {
+    if (cb->workspace_bytes <= held) return;
+    cuda_alloc_put(cuda_backend_state(cb)->alloc, cb->workspace);
+    cb->workspace = NULL;
+    cb->workspace_bytes = 0;
+}
+
 float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx) {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));

@@ -196,6 +196,7 @@ typedef struct CachedStart {
     float *logits;           // (batch, classes) of the first step's forward, as fp32
     float *weights;          // the masters after it
     size_t logits_n, numel;
+    size_t held;  // device bytes held after the step (the routes timed and not taken hold none)
 } CachedStart;
 
 // A start with cudnn.benchmark and batch_norm auto on CACHE (exact fp32 without AMP: the GEMM route), then
@@ -225,6 +226,7 @@ static void start_on_cache(CachedStart *r, int amp) {
     r->logits = tu_backend_floats(be, s.t.act.logits, s.t.model.act_dt, r->logits_n);
     r->numel = s.t.model.params.padded_numel;
     r->weights = side_weights(&s);
+    r->held = be->current_bytes(be);
     side_stop(&s);
 }
 
@@ -279,6 +281,10 @@ static void twice_on_one_cache(int amp) {
     ck_assert(second.stats.search_s == 0);
     ck_assert_int_eq(second.stats.from_cache, first.stats.searched);
     ck_assert_str_eq(second.choices, first.choices);  // the same keys, the same choices
+    // the search's timing left nothing behind: the same buffers as a start that timed nothing
+    ck_assert_msg(first.held == second.held,
+                  "%s: %zu bytes held after a searched start, %zu after a cached one", label, first.held,
+                  second.held);
     // the same kernels on the same weights and batch: the forward bitwise; the update within rounding, as
     // the search may take a backward algorithm that sums with atomics (cuDNN names it non-deterministic)
     ck_assert_msg(first.loss == second.loss, "%s: loss %.9g then %.9g", label, first.loss, second.loss);
