@@ -335,26 +335,26 @@ stage_bnbench() {
     done
     torch_bench 1 256 1
 }
-stage_ends() {
-    CK_RUN_CASE=bn_add_bn AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/ends_test.log" 2>&1; local rc=$?
-    grep -E "Checks:|:F:|:E:" "$OUT/ends_test.log"
-    build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
-}
-stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
-    local rc=0 case
-    for case in batchnorm bn_add_bn; do
-        CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/bntests_$case.log" 2>&1 || rc=1
-        grep -E "Checks:|:F:|:E:" "$OUT/bntests_$case.log" | head -20
+op_cases() {  # prefix case...: test_gpu_ops' cases one at a time (log $OUT/prefix_case.log), a line each;
+              # fails when one fails
+    local prefix=$1 rc=0 case; shift
+    for case in "$@"; do
+        CK_FORK=no CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/${prefix}_$case.log" 2>&1 || rc=1
+        echo "$case: $(grep -E "Checks:" "$OUT/${prefix}_$case.log")"; grep -E ":F:|:E:" "$OUT/${prefix}_$case.log" | head -5
     done
     return $rc
 }
+stage_ends() {
+    op_cases ends bn_add_bn; local rc=$?
+    build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
+}
+stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
+    op_cases bntests batchnorm bn_add_bn
+}
 stage_stem() {  # the stem's padded channels: test_gpu_ops' conv and conv_padded cases, then which route each
                 # direction of the stem took in fp16 and bf16 (a short --bench with AMPTRAIN_CONV_LOG=1)
-    local rc=0 case dtype
-    for case in conv conv_padded conv_own; do
-        CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/stem_$case.log" 2>&1 || rc=1
-        grep -E "Checks:|:F:|:E:" "$OUT/stem_$case.log" | head -20
-    done
+    local rc=0 dtype
+    op_cases stem conv conv_padded conv_own || rc=1
     for dtype in float16 bfloat16; do
         AMPTRAIN_CONV_LOG=1 build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-steps 5 \
             data.batch_size=256 amp.dtype=$dtype --bench-tag "amptrain w1 b256 $dtype stem" 2>"$OUT/stem_convlog_$dtype.txt" |
@@ -365,11 +365,9 @@ stage_stem() {  # the stem's padded channels: test_gpu_ops' conv and conv_padded
 }
 stage_opcases() {  # test_gpu_ops' cases named in $OP_CASES (default: the launch code outside batch norm), one
                    # log each, then test_gpu_training
-    local rc=0 case
-    for case in ${OP_CASES:-cast conv maxpool avgpool nonfinite_check sgd_step grad_norm ema_update}; do
-        CK_FORK=no CK_RUN_CASE=$case AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops >"$OUT/op_$case.log" 2>&1 || rc=1
-        echo "$case: $(grep -E "Checks:" "$OUT/op_$case.log")"; grep -E ":F:|:E:" "$OUT/op_$case.log" | head -5
-    done
+    local rc=0
+    # shellcheck disable=SC2086 # the cases are words
+    op_cases op ${OP_CASES:-cast conv maxpool avgpool nonfinite_check sgd_step grad_norm ema_update} || rc=1
     CK_FORK=no AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_training >"$OUT/gpu_training.log" 2>&1 || rc=1
     echo "test_gpu_training: $(grep -E "Checks:" "$OUT/gpu_training.log")"; grep -E ":F:|:E:" "$OUT/gpu_training.log" | head -5
     return $rc

@@ -129,14 +129,10 @@ void *cuda_workspace(CudaBackend *cb, size_t bytes) {
     return cb->workspace;
 }
 
-void cuda_workspace_shrink_after_timing(CudaBackend *cb, size_t held) {
-    if (cb->workspace_bytes <= held) return;
-    cuda_alloc_put(cuda_backend_state(cb)->alloc, cb->workspace);
-    cb->workspace = NULL;
-    cb->workspace_bytes = 0;
-}
-
+// A timing runs routes its choice may not take: a workspace it grew is given back, to regrow to what the
+// chosen routes ask (else a start that searched would keep the largest timed route's workspace all run).
 float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx) {
+    const size_t held = cb->workspace_bytes;
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
@@ -149,6 +145,11 @@ float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx)
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
+    if (cb->workspace_bytes > held) {
+        cuda_alloc_put(cuda_backend_state(cb)->alloc, cb->workspace);
+        cb->workspace = NULL;
+        cb->workspace_bytes = 0;
+    }
     return ms / (float)runs;
 }
 

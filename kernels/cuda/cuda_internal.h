@@ -87,16 +87,12 @@ static inline cudnnDataType_t cudnn_dtype(DType dt) {
 
 // Workspace of at least `bytes` on the compute stream (cuda_backend.cu).
 void *cuda_workspace(CudaBackend *cb, size_t bytes);
-// After a timed choice that ran routes it did not take: when the workspace grew past `held` bytes (its size
-// before the timing), it is given back, to regrow to what the chosen routes ask. Without this, a start that
-// searched would keep the largest route's workspace through the run where one on the cache would not.
-void cuda_workspace_shrink_after_timing(CudaBackend *cb, size_t held);
 // A short-lived buffer from the caching allocator (so it counts in the peak), given back at once.
 void *cuda_scratch_get(CudaBackend *cb, size_t bytes);
 void cuda_scratch_put(CudaBackend *cb, void *ptr);
 
 // The mean time in ms of `runs` calls of run(ctx) on the compute stream, after one untimed call (start-up
-// choices: the convolutions' GEMM route, the batch-norm pairs).
+// choices: the convolutions' routes, the batch-norm pairs). A workspace the calls grew is given back.
 float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx);
 // A record's key for cb->choices (core/kernel_cache.h): cb->choice_env, " | ", then fmt's text naming the op,
 // its shape and every setting its choice depends on. Fails the job when cap is too small.

@@ -637,7 +637,6 @@ static int bn_time_pairs(Backend *be, int rows, int c, DType dt, int residual, i
     bn_fill(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);  // running statistics
     float forward_ms[BN_PAIRS] = {0}, backward_ms[BN_PAIRS] = {0};
     int best = 0;
-    const size_t held = cb->workspace_bytes;
     for (int i = 0; i < BN_PAIRS; i++) {
         if (!allowed[i]) continue;
         bn_time_pair(&t, bn_pairs[i], &forward_ms[i], &backward_ms[i]);
@@ -646,7 +645,6 @@ static int bn_time_pairs(Backend *be, int rows, int c, DType dt, int residual, i
     if (cuda_pick_log_enabled())
         bn_log_pairs(rows, c, dt, residual, relu, allowed, forward_ms, backward_ms, best);
     bn_layer_forget(be, t.params + 4 * c);
-    cuda_workspace_shrink_after_timing(cb, held);
     cuda_scratch_put(cb, t.x), cuda_scratch_put(cb, t.y), cuda_scratch_put(cb, t.dy),
         cuda_scratch_put(cb, t.dx);
     cuda_scratch_put(cb, t.d_residual), cuda_scratch_put(cb, t.params), cuda_scratch_put(cb, t.dparams);

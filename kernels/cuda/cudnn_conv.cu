@@ -545,7 +545,6 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
     }
     const int forced = pad_ok && cb->conv_pad > 0;
     if ((!pad_ok && !own_ok) || (!forced && !cb->cudnn_benchmark)) return;
-    const size_t held = cb->workspace_bytes;
     ConvRouteRun run = {cb, p, NULL, TIMED_PICK, d, a, b, out};
     float best_ms = forced ? INFINITY : conv_route_time(&run);
     const float unpadded_ms = best_ms;
@@ -572,7 +571,6 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
         ConvPlan *q = conv_pad_plan(cb, p, p->padded[d]);
         if (q->record_pending[d]) conv_choice_store(cb, q, d, q->record_seconds[d]);
     }
-    cuda_workspace_shrink_after_timing(cb, held);
 }
 
 // ---- the choices' records (cudnn.cache, core/kernel_cache.h) ---------------------------------------
