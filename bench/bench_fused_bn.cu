@@ -53,6 +53,7 @@
 
 #include "kernels/cuda/cuda_batchnorm_own.h"
 #include "kernels/cuda/cuda_diag.h"
+#include "kernels/cuda/cudnn_graph.h"
 
 #define WARMUP_RUNS 3
 #define TIMED_RUNS 20
@@ -317,237 +318,29 @@ enum {
 #define PACK_MAX 16  // tensors in memory of one graph, at most
 
 // The fused graphs.
-typedef enum { GRAPH_FORWARD, GRAPH_DGRAD_DRELU_DBN, GRAPH_DBN_APPLY, GRAPH_WGRAD } GraphKind;
-static const char *GRAPH_NAME[4] = {"scale_bias_relu_conv_genstats", "dgrad_drelu_dbn", "dbn_apply",
-                                    "scale_bias_relu_wgrad"};
-
-// The first cuDNN failure of a sequence of calls: "call(descriptor, attribute): status: cuDNN's message".
-typedef struct Trail {
-    cudnnStatus_t status;
-    char text[400];
-} Trail;
+typedef enum {
+    GRAPH_FORWARD,
+    GRAPH_DGRAD_DRELU_DBN,
+    GRAPH_DBN_APPLY,
+    GRAPH_WGRAD,
+    GRAPH_CONV_GENSTATS
+} GraphKind;
+static const char *GRAPH_NAME[5] = {"scale_bias_relu_conv_genstats", "dgrad_drelu_dbn", "dbn_apply",
+                                    "scale_bias_relu_wgrad", "conv_genstats"};
 
 #define PLAN_MAX 16      // engine configs of one heuristics mode made into plans, checked and timed
 #define RUNTIME_TRIES 1  // engine configs that compile at run time (seconds each) tried per heuristics mode
-#define ENGINE_TEXT 192  // "engine 2, knobs 2=3 25=0 27=1 28=2"
 
 // One try at the fused graph: every descriptor made for it (destroyed together), why the graph could not be
-// described or no engine config gave a plan, and the plans (in the heuristics' order) with their engines, the
-// variant pack and the workspace they share.
+// described, the plans (in the heuristics' order) with their engines or why there are none, the variant pack
+// and the workspace the plans share.
 typedef struct FusedPlan {
-    cudnnBackendDescriptor_t *made;
-    int made_count, made_cap;
-    Trail described;  // describing the tensors, operations and variant pack: a failure is a defect here
-    Trail searched;   // the operation graph's finalize, heuristics, the last plan that failed to finalize
-    int plan_count;
-    cudnnBackendDescriptor_t plans[PLAN_MAX];
-    char engines[PLAN_MAX][ENGINE_TEXT];
-    const char *mode;  // the heuristics mode that offered the plans
+    CudnnMade made;
+    CudnnTrail described;  // describing the tensors, operations and variant pack: a failure is a defect here
+    CudnnPlans found;
     cudnnBackendDescriptor_t pack;
     void *workspace;
 } FusedPlan;
-
-// cuDNN's last error message on one line (its traceback's lines joined by '|').
-static void cudnn_last_message(char *message, size_t len) {
-    message[0] = '\0';
-    cudnnGetLastErrorString(message, len);
-    for (char *c = message; *c; c++)
-        if (*c == '\n') *c = '|';
-}
-
-static void trail_fail(Trail *t, cudnnStatus_t st, const char *call, const char *what, const char *attr) {
-    char message[256] = "";
-    cudnn_last_message(message, sizeof message);
-    t->status = st;
-    snprintf(t->text, sizeof t->text, "%s(%s%s%s): %s%s%s", call, what, attr ? ", " : "", attr ? attr : "",
-             cudnnGetErrorString(st), message[0] ? ": " : "", message);
-}
-
-static cudnnBackendDescriptor_t bk_make(FusedPlan *p, Trail *t, cudnnBackendDescriptorType_t type,
-                                        const char *what) {
-    cudnnBackendDescriptor_t d = NULL;
-    if (t->status != CUDNN_STATUS_SUCCESS) return NULL;
-    const cudnnStatus_t st = cudnnBackendCreateDescriptor(type, &d);
-    if (st != CUDNN_STATUS_SUCCESS) {
-        trail_fail(t, st, "cudnnBackendCreateDescriptor", what, NULL);
-        return NULL;
-    }
-    if (p->made_count == p->made_cap) {
-        p->made_cap = p->made_cap ? 2 * p->made_cap : 64;
-        p->made = (cudnnBackendDescriptor_t *)realloc(p->made, p->made_cap * sizeof *p->made);
-        AMP_ASSERT(p->made != NULL, "bench_fused_bn: out of host memory");
-    }
-    p->made[p->made_count++] = d;
-    return d;
-}
-
-static void bk_set(Trail *t, cudnnBackendDescriptor_t d, const char *what, cudnnBackendAttributeName_t name,
-                   const char *name_text, cudnnBackendAttributeType_t type, int64_t count, const void *v) {
-    if (t->status != CUDNN_STATUS_SUCCESS) return;
-    const cudnnStatus_t st = cudnnBackendSetAttribute(d, name, type, count, v);
-    if (st != CUDNN_STATUS_SUCCESS) trail_fail(t, st, "cudnnBackendSetAttribute", what, name_text);
-}
-
-static void bk_get(Trail *t, cudnnBackendDescriptor_t d, const char *what, cudnnBackendAttributeName_t name,
-                   const char *name_text, cudnnBackendAttributeType_t type, int64_t capacity, int64_t *count,
-                   void *v) {
-    if (t->status != CUDNN_STATUS_SUCCESS) return;
-    const cudnnStatus_t st = cudnnBackendGetAttribute(d, name, type, capacity, count, v);
-    if (st != CUDNN_STATUS_SUCCESS) trail_fail(t, st, "cudnnBackendGetAttribute", what, name_text);
-}
-
-#define BK_SET(t, d, what, name, type, count, v) bk_set(t, d, what, name, #name, type, count, v)
-// d.name = v for an attribute that holds one descriptor.
-#define BK_LINK(t, d, what, name, v) bk_set(t, d, what, name, #name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &(v))
-#define BK_GET(t, d, what, name, type, capacity, count, v)                                                   \
-    bk_get(t, d, what, name, #name, type, capacity, count, v)
-
-static void bk_finalize(Trail *t, cudnnBackendDescriptor_t d, const char *what) {
-    if (t->status != CUDNN_STATUS_SUCCESS) return;
-    const cudnnStatus_t st = cudnnBackendFinalize(d);
-    if (st != CUDNN_STATUS_SUCCESS) trail_fail(t, st, "cudnnBackendFinalize", what, NULL);
-}
-
-// A finalized tensor of dimensions (n, c, h, w) in packed NHWC, 16-byte aligned.
-static cudnnBackendDescriptor_t bk_tensor(FusedPlan *p, const char *what, int64_t uid, cudnnDataType_t dt,
-                                          int64_t n, int64_t c, int64_t h, int64_t w, bool is_virtual) {
-    Trail *t = &p->described;
-    const int64_t dim[4] = {n, c, h, w}, stride[4] = {c * h * w, 1, w * c, c}, alignment = 16;
-    cudnnBackendDescriptor_t d = bk_make(p, t, CUDNN_BACKEND_TENSOR_DESCRIPTOR, what);
-    BK_SET(t, d, what, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt);
-    BK_SET(t, d, what, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dim);
-    BK_SET(t, d, what, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, stride);
-    BK_SET(t, d, what, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
-    BK_SET(t, d, what, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
-    BK_SET(t, d, what, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
-    bk_finalize(t, d, what);
-    return d;
-}
-
-// y = mode(x, b) (b NULL for a unary mode), computed in fp32. ReLU's backward (CUDNN_POINTWISE_RELU_BWD)
-// takes the forward's input as x and the gradient as b, and gives the input's gradient as y.
-static cudnnBackendDescriptor_t bk_pointwise(FusedPlan *p, const char *what, cudnnPointwiseMode_t mode,
-                                             cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
-                                             cudnnBackendDescriptor_t y) {
-    Trail *t = &p->described;
-    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t pw = bk_make(p, t, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
-    BK_SET(t, pw, what, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
-    BK_SET(t, pw, what, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
-    bk_finalize(t, pw, what);
-    cudnnBackendDescriptor_t op = bk_make(p, t, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, what);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x);
-    if (mode == CUDNN_POINTWISE_RELU_BWD) {
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_DYDESC, b);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_DXDESC, y);
-    } else {
-        if (b) BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b);
-        BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
-    }
-    bk_finalize(t, op, what);
-    return op;
-}
-
-// A 1x1 convolution: stride 1, no padding, fp32 accumulation.
-static cudnnBackendDescriptor_t bk_convolution(FusedPlan *p) {
-    Trail *t = &p->described;
-    const char *what = "convolution";
-    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
-    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    const int64_t dims = 2, ones[2] = {1, 1}, zeros[2] = {0, 0};
-    cudnnBackendDescriptor_t conv = bk_make(p, t, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, what);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, ones);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, ones);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, zeros);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, zeros);
-    bk_finalize(t, conv, what);
-    return conv;
-}
-
-// The three convolution operations of a 1x1 convolution and their attributes: forward y = x (*) w; backward
-// data dx = dy (*)^T w; backward filter dw from x and dy. Operands (a, b, out): (x, w, y), (dy, w, dx),
-// (x, dy, dw). alpha 1, beta 0.
-typedef enum { CONV_FORWARD, CONV_DGRAD, CONV_WGRAD } ConvDirection;
-static const struct {
-    const char *what;
-    cudnnBackendDescriptorType_t type;
-    cudnnBackendAttributeName_t alpha, beta, conv, a, b, out;
-} CONV_OPS[3] = {
-    {"convolution forward", CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
-    {"convolution backward data", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX},
-    {"convolution backward filter", CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
-     CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW},
-};
-
-static cudnnBackendDescriptor_t bk_conv(FusedPlan *p, ConvDirection dir, cudnnBackendDescriptor_t a,
-                                        cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
-    Trail *t = &p->described;
-    const char *what = CONV_OPS[dir].what;
-    const float alpha = 1.0f, beta = 0.0f;
-    cudnnBackendDescriptor_t conv = bk_convolution(p);
-    cudnnBackendDescriptor_t op = bk_make(p, t, CONV_OPS[dir].type, what);
-    BK_SET(t, op, what, CONV_OPS[dir].alpha, CUDNN_TYPE_FLOAT, 1, &alpha);
-    BK_SET(t, op, what, CONV_OPS[dir].beta, CUDNN_TYPE_FLOAT, 1, &beta);
-    BK_LINK(t, op, what, CONV_OPS[dir].conv, conv);
-    BK_LINK(t, op, what, CONV_OPS[dir].a, a);
-    BK_LINK(t, op, what, CONV_OPS[dir].b, b);
-    BK_LINK(t, op, what, CONV_OPS[dir].out, out);
-    bk_finalize(t, op, what);
-    return op;
-}
-
-// The batch norm's weight gradients and dx coefficients from x, g (its output's gradient), mean, invstd and
-// gamma: out[0..4] = dscale, dbias, eq_dy, eq_x, eq_bias (1, c, 1, 1) fp32.
-static cudnnBackendDescriptor_t bk_bn_backward_weights(
-    FusedPlan *p, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t g, cudnnBackendDescriptor_t mean,
-    cudnnBackendDescriptor_t invstd, cudnnBackendDescriptor_t gamma, const cudnnBackendDescriptor_t out[5]) {
-    Trail *t = &p->described;
-    const char *what = "batch-norm backward weights";
-    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t op = bk_make(p, t, CUDNN_BACKEND_OPERATION_BN_BWD_WEIGHTS_DESCRIPTOR, what);
-    BK_SET(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_X_DESC, x);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DY_DESC, g);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_MEAN_DESC, mean);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_INVSTD_DESC, invstd);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_BN_SCALE_DESC, gamma);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_SCALE_DESC, out[0]);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_DBN_BIAS_DESC, out[1]);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_DY_SCALE_DESC, out[2]);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_X_SCALE_DESC, out[3]);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_BN_BWD_WEIGHTS_EQ_BIAS, out[4]);
-    bk_finalize(t, op, what);
-    return op;
-}
-
-// sum, sqsum (1, c, 1, 1) fp32 = per-channel sum and sum of squares of y.
-static cudnnBackendDescriptor_t bk_genstats(FusedPlan *p, cudnnBackendDescriptor_t y,
-                                            cudnnBackendDescriptor_t sum, cudnnBackendDescriptor_t sqsum) {
-    Trail *t = &p->described;
-    const char *what = "genstats";
-    const cudnnGenStatsMode_t mode = CUDNN_GENSTATS_SUM_SQSUM;
-    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
-    cudnnBackendDescriptor_t op = bk_make(p, t, CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR, what);
-    BK_SET(t, op, what, CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, &mode);
-    BK_SET(t, op, what, CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum);
-    BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum);
-    bk_finalize(t, op, what);
-    return op;
-}
 
 // The five per-channel outputs of dgrad_drelu_dbn (dbn_apply reads the last three).
 static const int64_t COEF_UID[5] = {UID_DSCALE, UID_DBIAS, UID_EQ_DY, UID_EQ_X, UID_EQ_BIAS};
@@ -562,183 +355,79 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
     const int64_t n = s->n, h = s->h, w = s->w, c = s->c_in, k = s->c_out;
     cudnnBackendDescriptor_t ops[8];
     int count = 0;
-    cudnnBackendDescriptor_t x = bk_tensor(p, "tensor x", UID_X, fp16, n, c, h, w, false);
-    if (kind == GRAPH_FORWARD || kind == GRAPH_WGRAD) {
+    cudnnBackendDescriptor_t x = bk_tensor(&p->made, &p->described, "tensor x", UID_X, fp16, n, c, h, w, false);
+    if (kind == GRAPH_CONV_GENSTATS) {  // y = conv(x), and y's per-channel sums: no prologue
+        cudnnBackendDescriptor_t wt = bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
+        cudnnBackendDescriptor_t y = bk_tensor(&p->made, &p->described, "tensor y", UID_Y, fp16, n, k, h, w, false);
+        cudnnBackendDescriptor_t sum = bk_tensor(&p->made, &p->described, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
+        cudnnBackendDescriptor_t sqsum = bk_tensor(&p->made, &p->described, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
+        ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_FORWARD, x, wt, y);
+        ops[count++] = bk_genstats(&p->made, &p->described, y, sum, sqsum);
+    } else if (kind == GRAPH_FORWARD || kind == GRAPH_WGRAD) {
         // the convolution's input: relu(x * scale + bias), scale and bias (c) fp16
-        cudnnBackendDescriptor_t scale = bk_tensor(p, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
-        cudnnBackendDescriptor_t bias = bk_tensor(p, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
-        cudnnBackendDescriptor_t scaled = bk_tensor(p, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
+        cudnnBackendDescriptor_t scale = bk_tensor(&p->made, &p->described, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
+        cudnnBackendDescriptor_t bias = bk_tensor(&p->made, &p->described, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
+        cudnnBackendDescriptor_t scaled = bk_tensor(&p->made, &p->described, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
         cudnnBackendDescriptor_t biased =
-            bk_tensor(p, "tensor x*scale+bias", UID_BIASED, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t relu = bk_tensor(p, "tensor relu", UID_RELU, mid, n, c, h, w, true);
-        ops[count++] = bk_pointwise(p, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
-        ops[count++] = bk_pointwise(p, "pointwise bias", CUDNN_POINTWISE_ADD, scaled, bias, biased);
-        ops[count++] = bk_pointwise(p, "pointwise relu", CUDNN_POINTWISE_RELU_FWD, biased, NULL, relu);
+            bk_tensor(&p->made, &p->described, "tensor x*scale+bias", UID_BIASED, mid, n, c, h, w, true);
+        cudnnBackendDescriptor_t relu = bk_tensor(&p->made, &p->described, "tensor relu", UID_RELU, mid, n, c, h, w, true);
+        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
+        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise bias", CUDNN_POINTWISE_ADD, scaled, bias, biased);
+        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu", CUDNN_POINTWISE_RELU_FWD, biased, NULL, relu);
         if (kind == GRAPH_FORWARD) {  // y = conv(relu), and y's per-channel sums
-            cudnnBackendDescriptor_t wt = bk_tensor(p, "tensor w", UID_W, fp16, k, c, 1, 1, false);
-            cudnnBackendDescriptor_t y = bk_tensor(p, "tensor y", UID_Y, fp16, n, k, h, w, false);
-            cudnnBackendDescriptor_t sum = bk_tensor(p, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
-            cudnnBackendDescriptor_t sqsum = bk_tensor(p, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
-            ops[count++] = bk_conv(p, CONV_FORWARD, relu, wt, y);
-            ops[count++] = bk_genstats(p, y, sum, sqsum);
+            cudnnBackendDescriptor_t wt = bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
+            cudnnBackendDescriptor_t y = bk_tensor(&p->made, &p->described, "tensor y", UID_Y, fp16, n, k, h, w, false);
+            cudnnBackendDescriptor_t sum = bk_tensor(&p->made, &p->described, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
+            cudnnBackendDescriptor_t sqsum = bk_tensor(&p->made, &p->described, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
+            ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_FORWARD, relu, wt, y);
+            ops[count++] = bk_genstats(&p->made, &p->described, y, sum, sqsum);
         } else {  // dw = wgrad(relu, dy)
-            cudnnBackendDescriptor_t dy = bk_tensor(p, "tensor dy", UID_DY, fp16, n, k, h, w, false);
-            cudnnBackendDescriptor_t dw = bk_tensor(p, "tensor dw", UID_DW, fp16, k, c, 1, 1, false);
-            ops[count++] = bk_conv(p, CONV_WGRAD, relu, dy, dw);
+            cudnnBackendDescriptor_t dy = bk_tensor(&p->made, &p->described, "tensor dy", UID_DY, fp16, n, k, h, w, false);
+            cudnnBackendDescriptor_t dw = bk_tensor(&p->made, &p->described, "tensor dw", UID_DW, fp16, k, c, 1, 1, false);
+            ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_WGRAD, relu, dy, dw);
         }
     } else {
-        cudnnBackendDescriptor_t g = bk_tensor(p, "tensor g", UID_G, fp16, n, c, h, w, false);
+        cudnnBackendDescriptor_t g = bk_tensor(&p->made, &p->described, "tensor g", UID_G, fp16, n, c, h, w, false);
         cudnnBackendDescriptor_t coef[5] = {NULL, NULL, NULL, NULL, NULL};  // dbn_apply reads the last three
         for (int i = kind == GRAPH_DGRAD_DRELU_DBN ? 0 : 2; i < 5; i++)
-            coef[i] = bk_tensor(p, COEF_NAME[i], COEF_UID[i], fp32, 1, c, 1, 1, false);
+            coef[i] = bk_tensor(&p->made, &p->described, COEF_NAME[i], COEF_UID[i], fp32, 1, c, 1, 1, false);
         if (kind == GRAPH_DGRAD_DRELU_DBN) {
             // da = dgrad(dy, w); g = da where bn(x) = ((x - mean) * invstd) * gamma + beta > 0; the weights.
-            cudnnBackendDescriptor_t dy = bk_tensor(p, "tensor dy", UID_DY, fp16, n, k, h, w, false);
-            cudnnBackendDescriptor_t wt = bk_tensor(p, "tensor w", UID_W, fp16, k, c, 1, 1, false);
-            cudnnBackendDescriptor_t mean = bk_tensor(p, "tensor mean", UID_MEAN, fp32, 1, c, 1, 1, false);
+            cudnnBackendDescriptor_t dy = bk_tensor(&p->made, &p->described, "tensor dy", UID_DY, fp16, n, k, h, w, false);
+            cudnnBackendDescriptor_t wt = bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
+            cudnnBackendDescriptor_t mean = bk_tensor(&p->made, &p->described, "tensor mean", UID_MEAN, fp32, 1, c, 1, 1, false);
             cudnnBackendDescriptor_t invstd =
-                bk_tensor(p, "tensor invstd", UID_INVSTD, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t gamma = bk_tensor(p, "tensor gamma", UID_GAMMA, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t beta = bk_tensor(p, "tensor beta", UID_BETA, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t da = bk_tensor(p, "tensor da", UID_DGRAD, mid, n, c, h, w, true);
+                bk_tensor(&p->made, &p->described, "tensor invstd", UID_INVSTD, fp32, 1, c, 1, 1, false);
+            cudnnBackendDescriptor_t gamma = bk_tensor(&p->made, &p->described, "tensor gamma", UID_GAMMA, fp32, 1, c, 1, 1, false);
+            cudnnBackendDescriptor_t beta = bk_tensor(&p->made, &p->described, "tensor beta", UID_BETA, fp32, 1, c, 1, 1, false);
+            cudnnBackendDescriptor_t da = bk_tensor(&p->made, &p->described, "tensor da", UID_DGRAD, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t centred =
-                bk_tensor(p, "tensor x-mean", UID_CENTRED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t normed = bk_tensor(p, "tensor xhat", UID_NORMED, mid, n, c, h, w, true);
+                bk_tensor(&p->made, &p->described, "tensor x-mean", UID_CENTRED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t normed = bk_tensor(&p->made, &p->described, "tensor xhat", UID_NORMED, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t gammaed =
-                bk_tensor(p, "tensor xhat*gamma", UID_GAMMAED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t bn = bk_tensor(p, "tensor bn", UID_BN, mid, n, c, h, w, true);
-            ops[count++] = bk_conv(p, CONV_DGRAD, dy, wt, da);
-            ops[count++] = bk_pointwise(p, "pointwise x-mean", CUDNN_POINTWISE_SUB, x, mean, centred);
-            ops[count++] = bk_pointwise(p, "pointwise *invstd", CUDNN_POINTWISE_MUL, centred, invstd, normed);
-            ops[count++] = bk_pointwise(p, "pointwise *gamma", CUDNN_POINTWISE_MUL, normed, gamma, gammaed);
-            ops[count++] = bk_pointwise(p, "pointwise +beta", CUDNN_POINTWISE_ADD, gammaed, beta, bn);
-            ops[count++] = bk_pointwise(p, "pointwise relu backward", CUDNN_POINTWISE_RELU_BWD, bn, da, g);
-            ops[count++] = bk_bn_backward_weights(p, x, g, mean, invstd, gamma, coef);
+                bk_tensor(&p->made, &p->described, "tensor xhat*gamma", UID_GAMMAED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t bn = bk_tensor(&p->made, &p->described, "tensor bn", UID_BN, mid, n, c, h, w, true);
+            ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_DGRAD, dy, wt, da);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise x-mean", CUDNN_POINTWISE_SUB, x, mean, centred);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *invstd", CUDNN_POINTWISE_MUL, centred, invstd, normed);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *gamma", CUDNN_POINTWISE_MUL, normed, gamma, gammaed);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise +beta", CUDNN_POINTWISE_ADD, gammaed, beta, bn);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu backward", CUDNN_POINTWISE_RELU_BWD, bn, da, g);
+            ops[count++] = bk_bn_backward_weights(&p->made, &p->described, x, g, mean, invstd, gamma, coef);
         } else {
             // dx = (g * eq_dy + x * eq_x) + eq_bias
-            cudnnBackendDescriptor_t gs = bk_tensor(p, "tensor g*eq_dy", UID_G_SCALED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t xs = bk_tensor(p, "tensor x*eq_x", UID_X_SCALED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t gs = bk_tensor(&p->made, &p->described, "tensor g*eq_dy", UID_G_SCALED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t xs = bk_tensor(&p->made, &p->described, "tensor x*eq_x", UID_X_SCALED, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t summed =
-                bk_tensor(p, "tensor g*eq_dy+x*eq_x", UID_SUMMED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t dx = bk_tensor(p, "tensor dx", UID_DX, fp16, n, c, h, w, false);
-            ops[count++] = bk_pointwise(p, "pointwise g*eq_dy", CUDNN_POINTWISE_MUL, g, coef[2], gs);
-            ops[count++] = bk_pointwise(p, "pointwise x*eq_x", CUDNN_POINTWISE_MUL, x, coef[3], xs);
-            ops[count++] = bk_pointwise(p, "pointwise add", CUDNN_POINTWISE_ADD, gs, xs, summed);
-            ops[count++] = bk_pointwise(p, "pointwise +eq_bias", CUDNN_POINTWISE_ADD, summed, coef[4], dx);
+                bk_tensor(&p->made, &p->described, "tensor g*eq_dy+x*eq_x", UID_SUMMED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t dx = bk_tensor(&p->made, &p->described, "tensor dx", UID_DX, fp16, n, c, h, w, false);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise g*eq_dy", CUDNN_POINTWISE_MUL, g, coef[2], gs);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise x*eq_x", CUDNN_POINTWISE_MUL, x, coef[3], xs);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise add", CUDNN_POINTWISE_ADD, gs, xs, summed);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise +eq_bias", CUDNN_POINTWISE_ADD, summed, coef[4], dx);
         }
     }
-    Trail *t = &p->described;
-    cudnnBackendDescriptor_t graph =
-        bk_make(p, t, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph");
-    BK_SET(t, graph, "operation graph", CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-           ops);
-    BK_SET(t, graph, "operation graph", CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-    return graph;
-}
-
-// Whether the engine of cfg compiles its kernels at run time (CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION), and
-// its global index; 0 and -1 after a failure, which t keeps.
-static int fused_engine_notes(FusedPlan *p, Trail *t, cudnnBackendDescriptor_t cfg, int64_t *index) {
-    int64_t count = 0, notes_count = 0;
-    cudnnBackendBehaviorNote_t notes[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
-    cudnnBackendDescriptor_t engine = bk_make(p, t, CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
-    *index = -1;
-    BK_GET(t, cfg, "engine config", CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &count,
-           &engine);
-    BK_GET(t, engine, "engine", CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count, index);
-    BK_GET(t, engine, "engine", CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
-           CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &notes_count, notes);
-    int runtime_compiled = 0;
-    for (int64_t i = 0; i < notes_count && t->status == CUDNN_STATUS_SUCCESS; i++)
-        runtime_compiled |= notes[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
-    return runtime_compiled;
-}
-
-// text: the engine's global index, whether it compiles at run time, and its knob choices (type=value,
-// cudnnBackendKnobType_t).
-static void fused_describe_engine(FusedPlan *p, cudnnBackendDescriptor_t cfg, char text[ENGINE_TEXT]) {
-    Trail t = {};
-    int64_t count = 0, index = -1, knob_count = 0;
-    const int runtime_compiled = fused_engine_notes(p, &t, cfg, &index);
-    cudnnBackendDescriptor_t knobs[CUDNN_KNOB_TYPE_COUNTS];
-    for (int i = 0; i < CUDNN_KNOB_TYPE_COUNTS; i++)
-        knobs[i] = bk_make(p, &t, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, "knob choice");
-    BK_GET(&t, cfg, "engine config", CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-           CUDNN_KNOB_TYPE_COUNTS, &knob_count, knobs);
-    size_t len = (size_t)snprintf(text, ENGINE_TEXT, "engine %lld%s, knobs", (long long)index,
-                                  runtime_compiled ? " (runtime compiled)" : "");
-    for (int64_t i = 0; i < knob_count && t.status == CUDNN_STATUS_SUCCESS && len < ENGINE_TEXT; i++) {
-        cudnnBackendKnobType_t type = CUDNN_KNOB_TYPE_COUNTS;
-        int64_t value = 0;
-        BK_GET(&t, knobs[i], "knob choice", CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &count,
-               &type);
-        BK_GET(&t, knobs[i], "knob choice", CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &count,
-               &value);
-        len += (size_t)snprintf(text + len, ENGINE_TEXT - len, " %d=%lld", (int)type, (long long)value);
-    }
-    if (t.status != CUDNN_STATUS_SUCCESS && len < ENGINE_TEXT)
-        snprintf(text + len, ENGINE_TEXT - len, " (%s)", t.text);
-}
-
-// p->plans: the engine configs of heuristics mode A (else FALLBACK, when A offers none that finalizes) whose
-// execution plans finalize, at most PLAN_MAX, trying only the first RUNTIME_TRIES that compile at run time,
-// in the heuristics' order; else p->searched holds cuDNN's last refusal.
-static void fused_search(FusedPlan *p, cudnnHandle_t handle, cudnnBackendDescriptor_t graph) {
-    static const cudnnBackendHeurMode_t MODES[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
-    static const char *MODE_NAME[2] = {"A", "FALLBACK"};
-    bk_finalize(&p->searched, graph, "operation graph");
-    if (p->searched.status != CUDNN_STATUS_SUCCESS) return;
-    for (int m = 0; m < 2; m++) {
-        Trail h = {};
-        int64_t count = 0, got = 0;
-        cudnnBackendDescriptor_t heur = bk_make(p, &h, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
-        BK_LINK(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
-        BK_SET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &MODES[m]);
-        bk_finalize(&h, heur, "heuristics");
-        BK_GET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
-               &count, NULL);
-        cudnnBackendDescriptor_t *cfgs =
-            (cudnnBackendDescriptor_t *)calloc(count > 0 ? (size_t)count : 1, sizeof *cfgs);
-        AMP_ASSERT(cfgs != NULL, "bench_fused_bn: out of host memory");
-        for (int64_t i = 0; i < count; i++)
-            cfgs[i] = bk_make(p, &h, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
-        if (count > 0)
-            BK_GET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                   count, &got, cfgs);
-        if (h.status != CUDNN_STATUS_SUCCESS) {
-            p->searched = h;
-        } else if (got == 0) {  // cuDNN's last message says why (no config, or none it can load here)
-            char message[256] = "";
-            cudnn_last_message(message, sizeof message);
-            p->searched.status = CUDNN_STATUS_NOT_SUPPORTED;
-            snprintf(p->searched.text, sizeof p->searched.text,
-                     "heuristics mode %s: %lld engine config(s), none usable%s%s", MODE_NAME[m],
-                     (long long)count, message[0] ? ": " : "", message);
-        }
-        int runtime_tries = 0;
-        for (int64_t i = 0; i < got && h.status == CUDNN_STATUS_SUCCESS && p->plan_count < PLAN_MAX; i++) {
-            Trail e = {};
-            int64_t index;
-            const int runtime_compiled = fused_engine_notes(p, &e, cfgs[i], &index);
-            if (runtime_compiled && runtime_tries++ >= RUNTIME_TRIES) continue;
-            const char *what = "execution plan";
-            cudnnBackendDescriptor_t plan = bk_make(p, &e, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, what);
-            BK_SET(&e, plan, what, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
-            BK_LINK(&e, plan, what, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfgs[i]);
-            bk_finalize(&e, plan, what);
-            if (e.status == CUDNN_STATUS_SUCCESS) {
-                fused_describe_engine(p, cfgs[i], p->engines[p->plan_count]);
-                p->plans[p->plan_count++] = plan;
-            } else {
-                p->searched = e;
-            }
-        }
-        free(cfgs);
-        if (p->plan_count > 0) {
-            p->mode = MODE_NAME[m];
-            return;
-        }
-    }
+    return bk_graph(&p->made, &p->described, handle, ops, count);
 }
 
 // ---- one shape -------------------------------------------------------------------------------------------
@@ -889,8 +578,7 @@ static void case_buffers_free(Backend *be, CaseBuffers *b) {
 }
 
 static void fused_plan_free(Backend *be, FusedPlan *p) {
-    for (int i = p->made_count - 1; i >= 0; i--) CUDNN_CHECK(cudnnBackendDestroyDescriptor(p->made[i]));
-    free(p->made);
+    cudnn_made_free(&p->made);
     if (p->workspace) be->free(be, p->workspace);
     memset(p, 0, sizeof *p);
 }
@@ -901,9 +589,10 @@ static int fused_pack_tensors(GraphKind kind, const ConvShape *s, const CaseBuff
     const int c = s->c_in;
     int n = 0;
 #define PACK(uid, ptr) (uids[n] = (uid), ptrs[n++] = (void *)(ptr))
-    PACK(UID_X, b->x);
-    if (kind == GRAPH_FORWARD) {
-        PACK(UID_W, b->w), PACK(UID_SCALE, b->scale16), PACK(UID_BIAS, b->bias16), PACK(UID_Y, b->y);
+    PACK(UID_X, kind == GRAPH_CONV_GENSTATS ? b->a : b->x);  // conv_genstats: the applied x, made unfused
+    if (kind == GRAPH_FORWARD || kind == GRAPH_CONV_GENSTATS) {
+        if (kind == GRAPH_FORWARD) PACK(UID_SCALE, b->scale16), PACK(UID_BIAS, b->bias16);
+        PACK(UID_W, b->w), PACK(UID_Y, b->y);
         PACK(UID_SUM, b->sums), PACK(UID_SQSUM, b->sums + s->c_out);
     } else if (kind == GRAPH_DGRAD_DRELU_DBN) {
         PACK(UID_DY, b->dy), PACK(UID_W, b->w), PACK(UID_MEAN, b->mean), PACK(UID_INVSTD, b->invstd);
@@ -921,23 +610,15 @@ static int fused_pack_tensors(GraphKind kind, const ConvShape *s, const CaseBuff
 
 // The workspace the plans share (the largest any asks for), and their variant pack over b.
 static void fused_bind(FusedPlan *p, Backend *be, GraphKind kind, const ConvShape *s, const CaseBuffers *b) {
-    Trail *t = &p->described;
-    const char *what = "variant pack";
-    int64_t bytes = 0, count = 0, uids[PACK_MAX];
+    int64_t bytes = 0, uids[PACK_MAX];
     void *ptrs[PACK_MAX];
-    for (int i = 0; i < p->plan_count; i++) {
-        int64_t plan_bytes = 0;
-        BK_GET(t, p->plans[i], "execution plan", CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
-               1, &count, &plan_bytes);
+    for (int i = 0; i < p->found.count; i++) {
+        const int64_t plan_bytes = cudnn_plan_workspace(&p->described, p->found.plans[i]);
         if (plan_bytes > bytes) bytes = plan_bytes;
     }
     if (bytes > 0) p->workspace = be->alloc(be, (size_t)bytes);
     const int tensors = fused_pack_tensors(kind, s, b, uids, ptrs);
-    p->pack = bk_make(p, t, CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, what);
-    BK_SET(t, p->pack, what, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, tensors, uids);
-    BK_SET(t, p->pack, what, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, tensors, ptrs);
-    BK_SET(t, p->pack, what, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &p->workspace);
-    bk_finalize(t, p->pack, what);
+    p->pack = cudnn_variant_pack(&p->made, &p->described, tensors, uids, ptrs, p->workspace);
 }
 
 // The intermediate (virtual) tensors' type of a try: the specialized engines fix their I/O types and say
@@ -946,17 +627,18 @@ static void fused_bind(FusedPlan *p, Backend *be, GraphKind kind, const ConvShap
 static const cudnnDataType_t MID_TYPE[MID_TRIES] = {CUDNN_DATA_HALF, CUDNN_DATA_FLOAT};
 static const char *MID_NAME[MID_TRIES] = {"fp16 intermediates", "fp32 intermediates"};
 
-// One try at graph `kind` for shape s over b. Returns 1 with p->plans and p->pack; 0 when no engine took
-// the graph (p->searched says why); -1 when cuDNN refused to describe it (p->described says where).
+// One try at graph `kind` for shape s over b. Returns 1 with p->found's plans and p->pack; 0 when no engine
+// took the graph (p->found.searched says why); -1 when cuDNN refused to describe it (p->described says where).
 static int fused_plan_try(FusedPlan *p, Backend *be, GraphKind kind, const ConvShape *s, const CaseBuffers *b,
                           cudnnDataType_t mid) {
     CudaBackend *cb = cuda_state(be);
     memset(p, 0, sizeof *p);
     cudnnBackendDescriptor_t graph = fused_graph(p, kind, cb->cudnn, s, mid);
-    if (p->described.status == CUDNN_STATUS_SUCCESS) fused_search(p, cb->cudnn, graph);
-    if (p->plan_count > 0) fused_bind(p, be, kind, s, b);
+    if (p->described.status == CUDNN_STATUS_SUCCESS)
+        cudnn_graph_plans(&p->made, cb->cudnn, graph, PLAN_MAX, RUNTIME_TRIES, &p->found);
+    if (p->found.count > 0) fused_bind(p, be, kind, s, b);
     if (p->described.status != CUDNN_STATUS_SUCCESS) return -1;
-    return p->plan_count > 0 ? 1 : 0;
+    return p->found.count > 0 ? 1 : 0;
 }
 
 // Seconds on the monotonic clock: how long making the plans takes (runtime-compiled engines compile then).
@@ -993,7 +675,7 @@ typedef struct CaseRun {
 static cudnnStatus_t fused_execute(const CaseRun *r) {
     CudaBackend *cb = cuda_state(r->be);
     const CaseBuffers *b = r->b;
-    if (r->graph == GRAPH_FORWARD)
+    if (r->graph == GRAPH_FORWARD || r->graph == GRAPH_CONV_GENSTATS)
         CUDA_CHECK(cudaMemsetAsync(b->sums, 0, 2 * (size_t)r->s->c_out * sizeof(float), cb->stream));
     if (r->graph == GRAPH_DGRAD_DRELU_DBN)
         CUDA_CHECK(cudaMemsetAsync(b->coef, 0, 5 * (size_t)r->s->c_in * sizeof(float), cb->stream));
@@ -1057,7 +739,7 @@ static float median_ms(const CaseRun *r, RunKind kind) {
 static void fused_errors(CudaBackend *cb, GraphKind kind, const ConvShape *s, const CaseBuffers *b,
                          double err[2]) {
     const size_t rows = (size_t)s->n * s->h * s->w;
-    if (kind == GRAPH_FORWARD) {
+    if (kind == GRAPH_FORWARD || kind == GRAPH_CONV_GENSTATS) {
         err[0] = tensor_error(cb, b->y, b->ref_y, rows * s->c_out, b->acc);
         err[1] = vector_error(cb, b->sums, b->ref_sums_host, 2, s->c_out);
     } else if (kind == GRAPH_DGRAD_DRELU_DBN) {
@@ -1079,20 +761,20 @@ static int run_fused(Backend *be, GraphKind kind, const ConvShape *s, const Case
                      float *best) {
     CudaBackend *cb = cuda_state(be);
     const int rows = s->n * s->h * s->w;
-    void *out = kind == GRAPH_FORWARD           ? b->y
+    void *out = kind == GRAPH_FORWARD || kind == GRAPH_CONV_GENSTATS ? b->y
                 : kind == GRAPH_DGRAD_DRELU_DBN ? b->g
                 : kind == GRAPH_WGRAD           ? b->dw
                                                 : b->dx;
     const size_t out_bytes = kind == GRAPH_WGRAD
                                  ? (size_t)s->c_out * s->c_in * 2
-                                 : (size_t)rows * (kind == GRAPH_FORWARD ? s->c_out : s->c_in) * 2;
+                                 : (size_t)rows * (kind == GRAPH_FORWARD || kind == GRAPH_CONV_GENSTATS ? s->c_out : s->c_in) * 2;
     FusedPlan p;
     const double t0 = wall_seconds();
     const int found = fused_plan_try(&p, be, kind, s, b, MID_TYPE[m]);
     const double made_s = wall_seconds() - t0;
     if (found != 1) {
         printf("    %s, %s: %s (%s); %.1f s\n", GRAPH_NAME[kind], MID_NAME[m],
-               found == 0 ? "no engine" : "graph refused", found == 0 ? p.searched.text : p.described.text,
+               found == 0 ? "no engine" : "graph refused", found == 0 ? p.found.searched.text : p.described.text,
                made_s);
         fused_plan_free(be, &p);
         return found;
@@ -1100,15 +782,15 @@ static int run_fused(Backend *be, GraphKind kind, const ConvShape *s, const Case
     double err[2] = {0.0, 0.0};
     float first = 0.0f, fastest = 0.0f;
     int first_at = -1, fastest_at = -1, executed = 0;
-    for (int i = 0; i < p.plan_count; i++) {
-        CaseRun run = {be, s, rows, b, kind, p.plans[i], p.pack};
+    for (int i = 0; i < p.found.count; i++) {
+        CaseRun run = {be, s, rows, b, kind, p.found.plans[i], p.pack};
         CUDA_CHECK(cudaMemsetAsync(out, 0xff, out_bytes, cb->stream));  // NaN: an output left unwritten fails
         const cudnnStatus_t st = fused_execute(&run);
         if (st != CUDNN_STATUS_SUCCESS) {
             char message[256] = "";
             cudnn_last_message(message, sizeof message);
             printf("    %s, %s: plan %d (%s): cudnnBackendExecute: %s: %s FAIL\n", GRAPH_NAME[kind],
-                   MID_NAME[m], i, p.engines[i], cudnnGetErrorString(st), message);
+                   MID_NAME[m], i, p.found.engines[i], cudnnGetErrorString(st), message);
             err[0] = INFINITY;
             continue;
         }
@@ -1129,13 +811,13 @@ static int run_fused(Backend *be, GraphKind kind, const ConvShape *s, const Case
     if (kind == GRAPH_DBN_APPLY || kind == GRAPH_WGRAD)
         snprintf(errors, sizeof errors, "%s %.1e", kind == GRAPH_WGRAD ? "dw" : "dx", err[0]);
     else
-        snprintf(errors, sizeof errors, "%s %.1e, %s %.1e", kind == GRAPH_FORWARD ? "y" : "g", err[0],
-                 kind == GRAPH_FORWARD ? "sums" : "vectors", err[1]);
+        snprintf(errors, sizeof errors, "%s %.1e, %s %.1e", kind == GRAPH_DGRAD_DRELU_DBN ? "g" : "y", err[0],
+                 kind == GRAPH_DGRAD_DRELU_DBN ? "vectors" : "sums", err[1]);
     printf(
         "    %s, %s: %d plan(s) of heuristics %s, made in %.1f s; first %.3f ms (%s); fastest %.3f ms (%s); "
         "worst errors %s%s\n",
-        GRAPH_NAME[kind], MID_NAME[m], p.plan_count, p.mode, made_s, first, p.engines[first_at], fastest,
-        p.engines[fastest_at], errors, ok ? "" : " FAIL");
+        GRAPH_NAME[kind], MID_NAME[m], p.found.count, p.found.mode, made_s, first, p.found.engines[first_at], fastest,
+        p.found.engines[fastest_at], errors, ok ? "" : " FAIL");
     if (*best == 0.0f || fastest < *best) *best = fastest;
     fused_plan_free(be, &p);
     return ok ? 0 : 1;
@@ -1195,6 +877,11 @@ static int run_case(Backend *be, const ConvCase *k, int n, double step[6]) {
         printf("    fused forward %.3f ms, %.2fx the unfused\n", forward_fused, forward / forward_fused);
         step[0] += k->count * (double)forward, step[1] += k->count * (double)forward_fused;
     }
+    // the convolution alone with its output's sums (no batch norm in front): against conv + statistics
+    const float genstats_fused = fused_fastest(be, GRAPH_CONV_GENSTATS, &s, &b, &failed, &refused);
+    if (genstats_fused > 0.0f)
+        printf("    fused conv_genstats %.3f ms, %.2fx the conv + stats\n", genstats_fused,
+               (conv + stats) / genstats_fused);
 
     const float dgrad = median_ms(&run, RUN_DGRAD), bn_backward = median_ms(&run, RUN_BN_BACKWARD);
     const float backward = dgrad + bn_backward;

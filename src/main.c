@@ -294,9 +294,9 @@ static CudaOptions cuda_options_from_config(const Config *cfg) {
     o.conv_tf32 = cfg->cudnn.tf32;
     o.matmul_tf32 = cfg->cudnn.matmul_tf32;
     o.conv_workspace_cap = (size_t)cfg->cudnn.workspace_mb << 20;
-    o.batch_norm = !strcmp(bn, "own")                            ? CUDA_BN_OWN
-                   : !strcmp(bn, "auto") && cfg->cudnn.benchmark ? CUDA_BN_AUTO
-                                                                 : CUDA_BN_CUDNN;
+    const int timed = (!strcmp(bn, "auto") || !strcmp(bn, "unfused")) && cfg->cudnn.benchmark;
+    o.batch_norm = !strcmp(bn, "own") ? CUDA_BN_OWN : timed ? CUDA_BN_AUTO : CUDA_BN_CUDNN;
+    o.batch_norm_unfused = !strcmp(bn, "unfused");
     o.device_max_connections = !strcmp(cfg->data.decode, "device") ? 32 : 0;
     return o;
 }

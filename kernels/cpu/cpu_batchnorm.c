@@ -156,3 +156,13 @@ void cpu_bn_backward(Backend *be, int rows, int c, DType dt, const void *x, cons
     free(dbeta_sum);
     free(dgamma_sum);
 }
+
+// The reference makes the two calls: the statistics from a pass over the stored y_conv, as torch's.
+void cpu_conv_bn_forward_train(Backend *be, const ConvShape *s, DType dt, const void *x, const void *w,
+                               const BnArgs *bn, const void *residual, int relu, float momentum, float eps,
+                               void *y_conv, void *y) {
+    cpu_conv_forward(be, s, dt, x, w, y_conv);
+    cpu_bn_forward_train(be, s->n * s->out_h * s->out_w, s->c_out, dt, y_conv, residual, relu, bn->gamma,
+                         bn->beta, bn->running_mean, bn->running_var, momentum, eps, bn->save_mean,
+                         bn->save_invstd, y);
+}

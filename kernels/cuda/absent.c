@@ -45,6 +45,13 @@ int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, in
 
 void cuda_backend_set_conv_own(Backend *be, int mode) { (void)be, (void)mode; }
 
+int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu) {
+    (void)be, (void)s, (void)dt, (void)residual, (void)relu;
+    return -1;
+}
+
+void cuda_backend_set_conv_bn(Backend *be, int mode) { (void)be, (void)mode; }
+
 int cuda_backend_bn_layer_paths(Backend *be, const float *save_mean, int *forward_cudnn,
                                 int *backward_cudnn) {
     (void)be, (void)save_mean, (void)forward_cudnn, (void)backward_cudnn;

@@ -233,6 +233,7 @@ static void cuda_be_destroy(Backend *be) {
     CUDA_CHECK(cudaStreamSynchronize(cb->stream));
     cuda_conv_cache_destroy(cb);
     cuda_bn_cache_destroy(cb);
+    cuda_conv_bn_cache_destroy(cb);
     kernel_cache_save(cb->choices);  // the choices made lazily since start-up too
     kernel_cache_close(cb->choices);
 #ifdef AMPTRAIN_HAVE_NVJPEG
@@ -364,6 +365,7 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
     cb->matmul_tf32 = o.matmul_tf32;
     cb->conv_workspace_cap = o.conv_workspace_cap;
     cb->bn_mode = o.batch_norm;
+    cb->conv_bn = o.batch_norm_unfused ? -1 : 0;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->cc_major, cudaDevAttrComputeCapabilityMajor, device));

@@ -158,7 +158,8 @@ __global__ void bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_r
 
 // grid ceil(c / BN_MERGE_CHANNELS), block (BN_MERGE_CHANNELS, BN_MERGE_LANES): merges the chunks, updates
 // the running statistics (unbiased variance, as torch), saves mean and invstd and leaves the affine map.
-// x (rows, c) T (row 0: the shift); part_* (chunks, c) fp32 -> save_*, scale, shift (c) fp32
+// x (rows, c) T (row 0: the shift; NULL: the sums are not shifted); part_* (chunks, c) fp32 -> save_*, scale,
+// shift (c) fp32
 template <typename T>
 __global__ void bn_stats_merge_kernel(const T *x, const float *part_s, const float *part_q, int chunks,
                                       int rows, int c, const float *gamma, const float *beta,
@@ -168,7 +169,7 @@ __global__ void bn_stats_merge_kernel(const T *x, const float *part_s, const flo
     double s, q;
     bn_merge_chunks(part_s, part_q, chunks, c, ch, &s, &q);
     if (threadIdx.y != 0 || ch >= c) return;
-    const double n = (double)rows, origin = (double)to_f32(x[ch]);
+    const double n = (double)rows, origin = x ? (double)to_f32(x[ch]) : 0.0;
     const double m2 = fmax(q - s * s / n, 0.0), mean = origin + s / n;
     const float invstd = (float)(1.0 / sqrt(m2 / n + (double)eps));
     save_mean[ch] = (float)mean;
@@ -630,6 +631,21 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
     float *scale = (float *)(ws + 2 * part), *shift = (float *)(ws + 2 * part + cvec);
     bn_stats(cb, rows, c, dt, x, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
              save_invstd, part_s, part_q, scale, shift);
+    bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, NULL, NULL, y, mask);
+    return mask != NULL;
+}
+
+int bn_own_forward_train_sums(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *sums,
+                              const float *sqsums, const void *residual, int relu, const float *gamma,
+                              const float *beta, float *running_mean, float *running_var, float momentum,
+                              float eps, float *save_mean, float *save_invstd, float *scale, float *shift,
+                              void *y, uint8_t *mask) {
+    if (pack_width(dt, c, {x, residual, y}) != BN_MASK_PACK) mask = NULL;
+    // the sums as one chunk, not shifted (the element type of the absent shift row is immaterial)
+    bn_stats_merge_kernel<float><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
+        NULL, sums, sqsums, 1, rows, c, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
+        save_invstd, scale, shift);
+    CUDA_CHECK_LAUNCH();
     bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, NULL, NULL, y, mask);
     return mask != NULL;
 }

@@ -31,6 +31,15 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
                          float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
                          void *y, uint8_t *mask);
 
+// The same from the per-channel sum and sum of squares of x (sums, sqsums (c) fp32, not shifted: made by the
+// convolution that wrote x): the finalize (mean, invstd, running statistics, the affine map into scale and shift
+// (c) fp32, the caller's scratch) and the one pass over x. Returns 1 when it wrote the mask.
+int bn_own_forward_train_sums(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *sums,
+                              const float *sqsums, const void *residual, int relu, const float *gamma,
+                              const float *beta, float *running_mean, float *running_var, float momentum,
+                              float eps, float *save_mean, float *save_invstd, float *scale, float *shift,
+                              void *y, uint8_t *mask);
+
 // bn_add_bn's training forward (backend_ops.def): y = act(bn_a(x_a) + bn_b(x_b)); each layer's statistics in one
 // read of its x, then one pass reading both and writing y (bn_b's output is never rounded nor written); mask
 // as above. Returns 1 when it wrote the mask.

@@ -42,6 +42,7 @@ extern "C" {
 
 typedef struct CudaConvCache CudaConvCache;  // cudnn_conv.cu: descriptors + chosen algorithms per shape
 typedef struct CudaBnCache CudaBnCache;      // cudnn_batchnorm.cu: per-layer reserve space, per-shape pairs
+typedef struct CudaConvBnCache CudaConvBnCache;  // cudnn_conv_bn.cu: per-shape fused plans and choices
 typedef struct CudaJpeg CudaJpeg;            // nvjpeg_decode.cu: nvJPEG's handles and the decoder's buffers
 
 typedef struct CudaBackend {
@@ -75,6 +76,10 @@ typedef struct CudaBackend {
     cudaEvent_t upload_done[BACKEND_UPLOAD_SLOTS];
     int upload_next;
     CudaBnCache *bn_cache;  // NULL until the first training batch norm; cuda_bn_cache_destroy frees it
+    CudaConvBnCache *conv_bn_cache;  // NULL until the first conv_bn_prepare; cuda_conv_bn_cache_destroy
+    int conv_bn;                     // conv_bn_forward_train's statistics from the convolution's epilogue: 0
+                                     // where timed faster, -1 never, 1 always where an engine takes the
+                                     // shape (cuda_diag.h)
     CudaJpeg *jpeg;         // NULL until the first input_decode (builds with nvJPEG); cuda_jpeg_destroy
     KernelCache *choices;   // the timed choices' records (cudnn.cache): looked up before each search
     char choice_env[384];   // what every record's key starts with: GPU, driver and library versions
@@ -160,8 +165,25 @@ void conv_gemm_backward_data(CudaBackend *cb, const ConvShape *s, DType dt, cons
 void conv_gemm_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
                                void *dw, int accumulate);
 
-// ---- cudnn_batchnorm.cu, nvjpeg_decode.cu: their state's end ----------------------------------------
+// ---- cudnn_batchnorm.cu -----------------------------------------------------------------------------
+// bn_forward_train from the per-channel sum and sum of squares of x that the convolution writing x made
+// (sums, sqsums (c) fp32, not shifted): our own finalize and apply into y, the layer's entry as after our own
+// forward (its backward follows as after bn_forward_train); scale, shift (c) fp32 scratch.
+void cuda_bn_forward_train_sums(Backend *be, int rows, int c, DType dt, const void *x, const float *sums,
+                                const float *sqsums, const void *residual, int relu, const float *gamma,
+                                const float *beta, float *running_mean, float *running_var, float momentum,
+                                float eps, float *save_mean, float *save_invstd, float *scale, float *shift,
+                                void *y);
+
+// Drops the layer entry of save_mean (a timing's scratch layer, whose buffer goes back to the allocator).
+void cuda_bn_layer_forget(Backend *be, const float *save_mean);
+// Fills n elements of dt with values spread over [lo, hi) from a hash of the index: timing data (no constant
+// channel, about half of a ReLU's inputs positive where lo < 0 < hi).
+void cuda_fill_spread(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, float hi);
+
+// ---- their state's end: cudnn_batchnorm.cu, cudnn_conv_bn.cu, nvjpeg_decode.cu ------------------------
 void cuda_bn_cache_destroy(CudaBackend *cb);
+void cuda_conv_bn_cache_destroy(CudaBackend *cb);
 void cuda_jpeg_destroy(CudaBackend *cb);
 
 // ---- cuda_input.cu ------------------------------------------------------------------------------

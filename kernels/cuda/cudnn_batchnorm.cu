@@ -130,7 +130,7 @@ static void bn_layer_reserve(Backend *be, BnLayer *layer, size_t bytes) {
 }
 
 // Drops a layer's entry (cuda_bn_prepare's, whose save_mean buffer goes back to the allocator).
-static void bn_layer_forget(Backend *be, const float *save_mean) {
+void cuda_bn_layer_forget(Backend *be, const float *save_mean) {
     CudaBnCache *cache = bn_cache_of(be);
     BnLayer *layer = bn_layer_lookup(be, save_mean);
     if (!layer) return;
@@ -401,6 +401,27 @@ void cuda_bn_forward_train(Backend *be, int rows, int c, DType dt, const void *x
                           y);
 }
 
+// A training forward whose statistics a convolution's epilogue made (cudnn_conv_bn.cu): our own finalize and
+// apply, the layer's entry as after our own forward, its backward on the path the shape's pair names where
+// cuDNN's may follow our own forward. x, residual (nullable), y (rows, c) dt; sums, sqsums (c) fp32 (not
+// shifted); scale, shift (c) fp32 scratch; the rest as cuda_bn_forward_train's.
+void cuda_bn_forward_train_sums(Backend *be, int rows, int c, DType dt, const void *x, const float *sums,
+                                const float *sqsums, const void *residual, int relu, const float *gamma,
+                                const float *beta, float *running_mean, float *running_var, float momentum,
+                                float eps, float *save_mean, float *save_invstd, float *scale, float *shift,
+                                void *y) {
+    AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
+    const int has_residual = residual != NULL;
+    const int backward_cudnn = bn_pair_for(be, rows, c, dt, has_residual, relu).backward_cudnn &&
+                               bn_cudnn_backward_follows_own(be, rows, c, dt, has_residual, relu);
+    BnLayer *layer = bn_layer_get(be, save_mean);
+    uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, has_residual, relu);
+    const int wrote_mask = bn_own_forward_train_sums(cuda_state(be), rows, c, dt, x, sums, sqsums, residual,
+                                                     relu, gamma, beta, running_mean, running_var, momentum,
+                                                     eps, save_mean, save_invstd, scale, shift, y, mask);
+    bn_layer_own_done(layer, rows, c, dt, has_residual, relu, eps, beta, wrote_mask, backward_cudnn, 0);
+}
+
 // ---- bn_add_bn: a downsampling block's end in one op --------------------------------------------------
 
 // Under cudnn.batch_norm own and auto, bn_add_bn runs on our own fused kernels (two statistics passes, one
@@ -589,7 +610,7 @@ static void bn_time_pair(BnTiming *t, BnPair pair, float *forward_ms, float *bac
     *backward_ms = cuda_time_ms(cb, BN_PREPARE_TIMED_RUNS, bn_time_backward, t);
 }
 
-static void bn_fill(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, float hi) {
+void cuda_fill_spread(CudaBackend *cb, void *dst, size_t n, DType dt, float lo, float hi) {
     bn_fill_kernel<<<bn_elementwise_blocks(n), BN_PARAM_THREADS, 0, cb->stream>>>(dst, n, dt, lo, hi);
     CUDA_CHECK_LAUNCH();
 }
@@ -631,10 +652,10 @@ static int bn_time_pairs(Backend *be, int rows, int c, DType dt, int residual, i
     t.d_residual = residual ? cuda_scratch_get(cb, bytes) : NULL;
     t.params = (float *)cuda_scratch_get(cb, 6 * (size_t)c * sizeof(float));
     t.dparams = cuda_scratch_get(cb, 2 * (size_t)c * dtype_size(dt));
-    bn_fill(cb, t.x, count, dt, -2.0f, 3.0f);  // a non-zero mean, as after a convolution
-    bn_fill(cb, t.dy, count, dt, -1.0f, 1.0f);
-    bn_fill(cb, t.params, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);          // gamma, beta
-    bn_fill(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);  // running statistics
+    cuda_fill_spread(cb, t.x, count, dt, -2.0f, 3.0f);  // a non-zero mean, as after a convolution
+    cuda_fill_spread(cb, t.dy, count, dt, -1.0f, 1.0f);
+    cuda_fill_spread(cb, t.params, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);          // gamma, beta
+    cuda_fill_spread(cb, t.params + 2 * c, 2 * (size_t)c, DTYPE_F32, 0.5f, 1.5f);  // running statistics
     float forward_ms[BN_PAIRS] = {0}, backward_ms[BN_PAIRS] = {0};
     int best = 0;
     for (int i = 0; i < BN_PAIRS; i++) {
@@ -644,7 +665,7 @@ static int bn_time_pairs(Backend *be, int rows, int c, DType dt, int residual, i
     }
     if (cuda_pick_log_enabled())
         bn_log_pairs(rows, c, dt, residual, relu, allowed, forward_ms, backward_ms, best);
-    bn_layer_forget(be, t.params + 4 * c);
+    cuda_bn_layer_forget(be, t.params + 4 * c);
     cuda_scratch_put(cb, t.x), cuda_scratch_put(cb, t.y), cuda_scratch_put(cb, t.dy),
         cuda_scratch_put(cb, t.dx);
     cuda_scratch_put(cb, t.d_residual), cuda_scratch_put(cb, t.params), cuda_scratch_put(cb, t.dparams);

@@ -571,10 +571,12 @@ const ConfigKey config_keys[] = {
      CK_ENUM,
      AT_STR(cudnn.batch_norm),
      NONE,
-     {"auto", "cudnn", "own"},
+     {"auto", "unfused", "cudnn", "own"},
      "training batch norm per layer shape on the fastest forward/backward pair of cuDNN's and amptrain's "
-     "kernels timed at start-up (auto; with cudnn.benchmark, else as cudnn), on cuDNN's fused NHWC kernels "
-     "where cuDNN takes the call, or on amptrain's own (inference and recomputation always run amptrain's own)"},
+     "kernels timed at start-up, with the statistics of a 1x1 convolution's output from that convolution's "
+     "epilogue where timed faster (auto; with cudnn.benchmark, else as cudnn), the same never taking them from "
+     "the convolution (unfused), on cuDNN's fused NHWC kernels where cuDNN takes the call, or on amptrain's own "
+     "(inference and recomputation always run amptrain's own)"},
     {"cudnn",
      "cache",
      CK_STRING,

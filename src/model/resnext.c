@@ -269,14 +269,24 @@ static void prepare_bn(const Model *m, Backend *be, const ConvLayer *l, const Mo
     if (be->bn_prepare) be->bn_prepare(be, rows_of(l, n), bn->c, m->act_dt, residual, relu);
 }
 
+// A convolution whose batch norm trains with it in one conv_bn_forward_train (conv_bn_fwd), after both are
+// prepared.
+static void prepare_conv_bn(const Model *m, Backend *be, const ConvLayer *l, int n, int residual, int relu) {
+    if (!be->conv_bn_prepare) return;
+    ConvShape s = at_batch(l, n);
+    be->conv_bn_prepare(be, &s, m->act_dt, residual, relu);
+}
+
 void model_prepare_ops(const Model *m, Backend *be, int n) {
     prepare_conv(m, be, &m->stem, n);
     prepare_bn(m, be, &m->stem, &m->stem_bn, n, 0, 1);
     for (int i = 0; i < m->n_blocks; i++) {
         const ModelBlock *b = &m->blocks[i];
         prepare_conv(m, be, &b->conv1, n), prepare_bn(m, be, &b->conv1, &b->bn1, n, 0, 1);
+        prepare_conv_bn(m, be, &b->conv1, n, 0, 1);
         prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
+        if (!b->has_down) prepare_conv_bn(m, be, &b->conv3, n, 1, 1);
         if (!b->has_down) continue;
         prepare_conv(m, be, &b->down, n);
         // inside bn_add_bn the shortcut's bn has no training call of its own to prepare
@@ -317,7 +327,8 @@ static void bn_fwd(const Pass *p, const ModelBnLayer *bn, int rows, int train, c
     }
 }
 
-// The tensors of bn's layer for bn_add_bn_*: input x, its parameters, statistics and gradients.
+// The tensors of bn's layer for bn_add_bn_* and conv_bn_forward_train: input x, its parameters, statistics and
+// gradients.
 static BnArgs bn_args(Model *m, const Activations *act, const ModelBnLayer *bn, const void *x) {
     float *rm = m->running + bn->stats_offset, *sm = act->saved + bn->stats_offset;
     return (BnArgs){.x = x,
@@ -329,6 +340,21 @@ static BnArgs bn_args(Model *m, const Activations *act, const ModelBnLayer *bn, 
                     .save_invstd = sm + bn->c,
                     .dgamma = grad_of(m, bn->gamma),
                     .dbeta = grad_of(m, bn->beta)};
+}
+
+// Convolution l into y_conv, then y = relu?(bn(y_conv) + residual?): in training one conv_bn_forward_train,
+// which may take the batch norm's statistics from the convolution's epilogue.
+static void conv_bn_fwd(const Pass *p, const ConvLayer *l, const ModelBnLayer *bn, int train, const void *x,
+                        const void *residual, int relu, void *y_conv, void *y) {
+    if (!train) {
+        conv_fwd(p, l, x, y_conv);
+        bn_fwd(p, bn, rows_of(l, p->n), 0, y_conv, residual, relu, y);
+        return;
+    }
+    ConvShape s = at_batch(l, p->n);
+    const BnArgs args = bn_args(p->m, p->act, bn, y_conv);
+    p->be->conv_bn_forward_train(p->be, &s, p->m->act_dt, x, weight_of(p->m, l->weight), &args, residual, relu,
+                                 BN_MOMENTUM, BN_EPS, y_conv, y);
 }
 
 // A downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)), in one op in training where the backend has
@@ -382,15 +408,14 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
         const ModelBlock *bl = &m->blocks[i];
         BlockActs *ba = &act->blocks[i];
         const void *in = block_input(act, i);
-        conv_fwd(&p, &bl->conv1, in, ba->a1);
-        bn_fwd(&p, &bl->bn1, rows_of(&bl->conv1, n), train, ba->a1, NULL, 1, ba->b1);
+        conv_bn_fwd(&p, &bl->conv1, &bl->bn1, train, in, NULL, 1, ba->a1, ba->b1);
         conv_fwd(&p, &bl->conv2, ba->b1, ba->a2);
         bn_fwd(&p, &bl->bn2, rows_of(&bl->conv2, n), train, ba->a2, NULL, 1, ba->b2);
-        conv_fwd(&p, &bl->conv3, ba->b2, ba->a3);
         if (!bl->has_down) {
-            bn_fwd(&p, &bl->bn3, rows_of(&bl->conv3, n), train, ba->a3, in, 1, ba->out);
+            conv_bn_fwd(&p, &bl->conv3, &bl->bn3, train, ba->b2, in, 1, ba->a3, ba->out);
             continue;
         }
+        conv_fwd(&p, &bl->conv3, ba->b2, ba->a3);
         conv_fwd(&p, &bl->down, in, ba->down_a);
         bn_add_bn_fwd(&p, &bl->bn3, &bl->down_bn, rows_of(&bl->conv3, n), train, ba->a3, ba->down_a,
                       ba->down_b, ba->out);

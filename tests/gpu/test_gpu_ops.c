@@ -719,6 +719,90 @@ START_TEST(test_bn_add_bn) {
 }
 END_TEST
 
+// conv_bn_forward_train (a 1x1 convolution and the batch norm after it) against the CPU's conv_forward and
+// bn_forward_train, then bn_backward from the GPU's forward: the statistics from the convolution's epilogue
+// (fused, cudnn_conv_bn.cu) and the two calls (unfused). Loop index: DTS[_i % N_DTS] the dtype; of
+// k = _i / N_DTS, bit 0 with the residual (+ ReLU; else ReLU alone), bit 1 fused, k >> 2 the shape: a small
+// one, one with more channels out than in, and one of many rows (every reduction sums many). fp32 is not
+// eligible: it always runs the two calls. The fused fp16 case must really run fused.
+#define CONV_BN_SHAPES 3
+
+START_TEST(test_conv_bn) {
+    const DType dt = DTS[_i % N_DTS];
+    const int k = _i / N_DTS, residual = k & 1, fused = (k >> 1) & 1, shape = k >> 2;
+    static const int shape_nhw[CONV_BN_SHAPES][3] = {{4, 14, 14}, {2, 7, 7}, {16, 28, 28}};
+    static const int shape_c[CONV_BN_SHAPES][2] = {{64, 128}, {256, 1024}, {128, 256}};
+    ConvShape s = {shape_nhw[shape][0], shape_nhw[shape][1], shape_nhw[shape][2], shape_c[shape][0],
+                   shape_c[shape][1], 1, 1, 1, 0, 1, 0, 0};
+    conv_shape_finish(&s);
+    const int rows = s.n * s.out_h * s.out_w, c = s.c_out;
+    const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)rows * c, nw = (size_t)c * s.c_in;
+    const float momentum = 0.1f, eps = 1e-5f;
+    char what[160], label[96];
+    snprintf(label, sizeof label, "conv_bn %s %dx%dx%d %d->%d%s", fused ? "fused" : "unfused", s.n, s.h, s.w,
+             s.c_in, c, residual ? " +residual" : "");
+    cuda_backend_set_conv_bn(gpu, fused ? 1 : -1);
+    gpu->conv_prepare(gpu, &s, dt);
+    gpu->conv_bn_prepare(gpu, &s, dt, residual, 1);
+    const int ran_fused = cuda_backend_conv_bn_fused(gpu, &s, dt, residual, 1);
+    printf("  %s %s: %s\n", label, dtype_name(dt), ran_fused == 1 ? "fused" : "two calls");
+    if (dt == DTYPE_F16)
+        ck_assert_msg((ran_fused == 1) == fused, "%s: fused %d, want %d", label, ran_fused, fused);
+    if (dt == DTYPE_F32) ck_assert_msg(ran_fused != 1, "%s: fp32 ran fused", label);
+
+    // x as a ReLU's output (with some negatives), w scaled to keep y near unit size: a mean away from 0
+    Twin x = twin_random(dt, nx, case_seed(5, _i, 0), -0.5f, 2.0f);
+    const float wb = sqrtf(3.0f / (float)s.c_in);
+    Twin w = twin_random(dt, nw, case_seed(5, _i, 1), -0.5f * wb, 1.5f * wb);
+    Twin res = twin_random(dt, ny, case_seed(5, _i, 2), -1, 1);
+    Twin gamma = twin_random(DTYPE_F32, c, case_seed(5, _i, 3), 0.5f, 1.5f);
+    Twin beta = twin_random(DTYPE_F32, c, case_seed(5, _i, 4), -0.5f, 0.5f);
+    Twin rmean = twin_random(DTYPE_F32, c, case_seed(5, _i, 5), -0.1f, 0.1f);
+    Twin rvar = twin_random(DTYPE_F32, c, case_seed(5, _i, 6), 0.5f, 1.5f);
+    Twin smean = twin_output(DTYPE_F32, c), sinv = twin_output(DTYPE_F32, c);
+    Twin y_conv = twin_output(dt, ny), y = twin_output(dt, ny);
+    const BnArgs bn_c = {y_conv.cpu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, smean.cpu, sinv.cpu, NULL, NULL};
+    const BnArgs bn_g = {y_conv.gpu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, smean.gpu, sinv.gpu, NULL, NULL};
+    cpu->conv_bn_forward_train(cpu, &s, dt, x.cpu, w.cpu, &bn_c, residual ? res.cpu : NULL, 1, momentum, eps,
+                               y_conv.cpu, y.cpu);
+    gpu->conv_bn_forward_train(gpu, &s, dt, x.gpu, w.gpu, &bn_g, residual ? res.gpu : NULL, 1, momentum, eps,
+                               y_conv.gpu, y.gpu);
+    const struct {
+        const char *name;
+        Twin t;
+        double tol;
+    } outs[] = {{"y_conv", y_conv, tol_for(dt)},   {"y", y, tol_for(dt)},
+                {"save_mean", smean, TOL_F32},     {"save_invstd", sinv, TOL_F32},
+                {"running_mean", rmean, TOL_F32}, {"running_var", rvar, TOL_F32}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        snprintf(what, sizeof what, "%s forward %s", label, outs[i].name);
+        expect_close_tol(what, outs[i].t, outs[i].tol);
+    }
+
+    // The backward from the GPU's forward results, with the mask the GPU's forward left for it.
+    twin_take_gpu(y_conv), twin_take_gpu(y), twin_take_gpu(smean), twin_take_gpu(sinv);
+    Twin dy = twin_random(dt, ny, case_seed(5, _i, 7), -1, 1);
+    Twin dx = twin_output(dt, ny), dgamma = twin_output(dt, c), dbeta = twin_output(dt, c);
+    Twin dres = twin_output(dt, ny);
+    cpu->bn_backward(cpu, rows, c, dt, y_conv.cpu, y.cpu, dy.cpu, 1, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu, 0,
+                     dgamma.cpu, dbeta.cpu, 0, residual ? dres.cpu : NULL);
+    gpu->bn_backward(gpu, rows, c, dt, y_conv.gpu, y.gpu, dy.gpu, 1, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, 0,
+                     dgamma.gpu, dbeta.gpu, 0, residual ? dres.gpu : NULL);
+    const struct {
+        const char *name;
+        Twin t;
+    } grads[] = {{"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}, {"d_residual", dres}};
+    for (size_t i = 0; i < (residual ? 4u : 3u); i++) {
+        snprintf(what, sizeof what, "%s backward %s", label, grads[i].name);
+        expect_close(what, grads[i].t);
+    }
+    cuda_backend_set_conv_bn(gpu, 0);
+    twin_free(x), twin_free(w), twin_free(res), twin_free(gamma), twin_free(beta), twin_free(rmean);
+    twin_free(rvar), twin_free(smean), twin_free(sinv), twin_free(y_conv), twin_free(y), twin_free(dy);
+    twin_free(dx), twin_free(dgamma), twin_free(dbeta), twin_free(dres);
+}
+END_TEST
+
 // ---- pooling ---------------------------------------------------------------------------------------------
 
 // The same bits on both backends, element by element; any two NaNs count as equal (the GPU's fp16
@@ -1207,6 +1291,7 @@ static Suite *gpu_ops_suite(void) {
         {"conv_own", test_conv_own, 2 * CONV_OWN_CASES},
         {"batchnorm", test_batchnorm, N_DTS * 4 * BN_MODES * BN_SHAPES},
         {"bn_add_bn", test_bn_add_bn, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
+        {"conv_bn", test_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 2 * N_DTS},
         {"linear", test_linear, 2 * N_DTS},
