@@ -7,7 +7,9 @@
 //   head:   global average pool -> fc
 // Parameter names and shapes are torchvision's (`layer2.0.downsample.1.running_mean`, `fc.bias`).
 // Activations are NHWC in the autocast dtype (fp16 or bf16 under AMP); every tensor backward needs is kept.
-// Batch norm is fused with its ReLU and with the residual add (one pass instead of three).
+// Batch norm is fused with its ReLU and with the residual add (one pass instead of three); in training a 1x1
+// convolution and its batch norm are one backend op (conv_bn_forward_train), which may take the batch norm's
+// statistics from the convolution.
 #ifndef AMPTRAIN_RESNEXT_H
 #define AMPTRAIN_RESNEXT_H
 

@@ -767,13 +767,17 @@ START_TEST(test_conv_bn) {
                                y_conv.cpu, y.cpu);
     gpu->conv_bn_forward_train(gpu, &s, dt, x.gpu, w.gpu, &bn_g, residual ? res.gpu : NULL, 1, momentum, eps,
                                y_conv.gpu, y.gpu);
+    // The fused statistics sum the convolution's fp32 results, the CPU's the rounded y_conv: they differ by
+    // about one rounding of dt over the square root of the rows (measured up to 2.5e-4 in fp16 over 98 rows,
+    // 4e-5 over 784); a wrong formula is off by O(1).
+    const double stat_tol = ran_fused == 1 ? 1e-3 : TOL_F32;
     const struct {
         const char *name;
         Twin t;
         double tol;
-    } outs[] = {{"y_conv", y_conv, tol_for(dt)},   {"y", y, tol_for(dt)},
-                {"save_mean", smean, TOL_F32},     {"save_invstd", sinv, TOL_F32},
-                {"running_mean", rmean, TOL_F32}, {"running_var", rvar, TOL_F32}};
+    } outs[] = {{"y_conv", y_conv, tol_for(dt)},  {"y", y, tol_for(dt)},
+                {"save_mean", smean, stat_tol},    {"save_invstd", sinv, stat_tol},
+                {"running_mean", rmean, stat_tol}, {"running_var", rvar, stat_tol}};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
         snprintf(what, sizeof what, "%s forward %s", label, outs[i].name);
         expect_close_tol(what, outs[i].t, outs[i].tol);

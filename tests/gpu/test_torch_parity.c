@@ -23,6 +23,7 @@
 #include "config/config.h"
 #include "dist/dist.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
 #include "tests/test_util.h"
 #include "train/checkpoint.h"
 #include "checkpoint/safetensors.h"
@@ -193,10 +194,13 @@ static Tolerance AMP;  // the same from torch AMP's error
 // bf16 against bf16 alike, from torch bf16 autocast's error.
 static Tolerance BF16;
 
+// The CUDA backend with a 1x1 convolution's batch norm taking its statistics from the convolution's epilogue
+// wherever an engine takes the shape (cudnn_conv_bn.cu; fp16 on an H200), so the AMP case checks that path.
 static Backend *gpu_or_skip(void) {
     char why[256];
     Backend *be = cuda_backend_create(0, NULL, why, sizeof why);
     ck_assert_msg(be != NULL, "CUDA backend unavailable: %s", why);
+    cuda_backend_set_conv_bn(be, 1);
     return be;
 }
 
