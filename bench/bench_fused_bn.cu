@@ -355,76 +355,100 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
     const int64_t n = s->n, h = s->h, w = s->w, c = s->c_in, k = s->c_out;
     cudnnBackendDescriptor_t ops[8];
     int count = 0;
-    cudnnBackendDescriptor_t x = bk_tensor(&p->made, &p->described, "tensor x", UID_X, fp16, n, c, h, w, false);
+    cudnnBackendDescriptor_t x =
+        bk_tensor(&p->made, &p->described, "tensor x", UID_X, fp16, n, c, h, w, false);
+    const int64_t genstats_uids[4] = {UID_W, UID_Y, UID_SUM, UID_SQSUM};
     if (kind == GRAPH_CONV_GENSTATS) {  // y = conv(x), and y's per-channel sums: no prologue
-        cudnnBackendDescriptor_t wt = bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
-        cudnnBackendDescriptor_t y = bk_tensor(&p->made, &p->described, "tensor y", UID_Y, fp16, n, k, h, w, false);
-        cudnnBackendDescriptor_t sum = bk_tensor(&p->made, &p->described, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
-        cudnnBackendDescriptor_t sqsum = bk_tensor(&p->made, &p->described, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
-        ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_FORWARD, x, wt, y);
-        ops[count++] = bk_genstats(&p->made, &p->described, y, sum, sqsum);
+        bk_conv_genstats(&p->made, &p->described, x, fp16, n, c, h, w, k, genstats_uids, ops + count);
+        count += 2;
     } else if (kind == GRAPH_FORWARD || kind == GRAPH_WGRAD) {
         // the convolution's input: relu(x * scale + bias), scale and bias (c) fp16
-        cudnnBackendDescriptor_t scale = bk_tensor(&p->made, &p->described, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
-        cudnnBackendDescriptor_t bias = bk_tensor(&p->made, &p->described, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
-        cudnnBackendDescriptor_t scaled = bk_tensor(&p->made, &p->described, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
+        cudnnBackendDescriptor_t scale =
+            bk_tensor(&p->made, &p->described, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
+        cudnnBackendDescriptor_t bias =
+            bk_tensor(&p->made, &p->described, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
+        cudnnBackendDescriptor_t scaled =
+            bk_tensor(&p->made, &p->described, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
         cudnnBackendDescriptor_t biased =
             bk_tensor(&p->made, &p->described, "tensor x*scale+bias", UID_BIASED, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t relu = bk_tensor(&p->made, &p->described, "tensor relu", UID_RELU, mid, n, c, h, w, true);
-        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
-        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise bias", CUDNN_POINTWISE_ADD, scaled, bias, biased);
-        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu", CUDNN_POINTWISE_RELU_FWD, biased, NULL, relu);
+        cudnnBackendDescriptor_t relu =
+            bk_tensor(&p->made, &p->described, "tensor relu", UID_RELU, mid, n, c, h, w, true);
+        ops[count++] =
+            bk_pointwise(&p->made, &p->described, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
+        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise bias", CUDNN_POINTWISE_ADD, scaled,
+                                    bias, biased);
+        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu", CUDNN_POINTWISE_RELU_FWD,
+                                    biased, NULL, relu);
         if (kind == GRAPH_FORWARD) {  // y = conv(relu), and y's per-channel sums
-            cudnnBackendDescriptor_t wt = bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
-            cudnnBackendDescriptor_t y = bk_tensor(&p->made, &p->described, "tensor y", UID_Y, fp16, n, k, h, w, false);
-            cudnnBackendDescriptor_t sum = bk_tensor(&p->made, &p->described, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
-            cudnnBackendDescriptor_t sqsum = bk_tensor(&p->made, &p->described, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
-            ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_FORWARD, relu, wt, y);
-            ops[count++] = bk_genstats(&p->made, &p->described, y, sum, sqsum);
+            bk_conv_genstats(&p->made, &p->described, relu, fp16, n, c, h, w, k, genstats_uids, ops + count);
+            count += 2;
         } else {  // dw = wgrad(relu, dy)
-            cudnnBackendDescriptor_t dy = bk_tensor(&p->made, &p->described, "tensor dy", UID_DY, fp16, n, k, h, w, false);
-            cudnnBackendDescriptor_t dw = bk_tensor(&p->made, &p->described, "tensor dw", UID_DW, fp16, k, c, 1, 1, false);
+            cudnnBackendDescriptor_t dy =
+                bk_tensor(&p->made, &p->described, "tensor dy", UID_DY, fp16, n, k, h, w, false);
+            cudnnBackendDescriptor_t dw =
+                bk_tensor(&p->made, &p->described, "tensor dw", UID_DW, fp16, k, c, 1, 1, false);
             ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_WGRAD, relu, dy, dw);
         }
     } else {
-        cudnnBackendDescriptor_t g = bk_tensor(&p->made, &p->described, "tensor g", UID_G, fp16, n, c, h, w, false);
+        cudnnBackendDescriptor_t g =
+            bk_tensor(&p->made, &p->described, "tensor g", UID_G, fp16, n, c, h, w, false);
         cudnnBackendDescriptor_t coef[5] = {NULL, NULL, NULL, NULL, NULL};  // dbn_apply reads the last three
         for (int i = kind == GRAPH_DGRAD_DRELU_DBN ? 0 : 2; i < 5; i++)
             coef[i] = bk_tensor(&p->made, &p->described, COEF_NAME[i], COEF_UID[i], fp32, 1, c, 1, 1, false);
         if (kind == GRAPH_DGRAD_DRELU_DBN) {
             // da = dgrad(dy, w); g = da where bn(x) = ((x - mean) * invstd) * gamma + beta > 0; the weights.
-            cudnnBackendDescriptor_t dy = bk_tensor(&p->made, &p->described, "tensor dy", UID_DY, fp16, n, k, h, w, false);
-            cudnnBackendDescriptor_t wt = bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
-            cudnnBackendDescriptor_t mean = bk_tensor(&p->made, &p->described, "tensor mean", UID_MEAN, fp32, 1, c, 1, 1, false);
+            cudnnBackendDescriptor_t dy =
+                bk_tensor(&p->made, &p->described, "tensor dy", UID_DY, fp16, n, k, h, w, false);
+            cudnnBackendDescriptor_t wt =
+                bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
+            cudnnBackendDescriptor_t mean =
+                bk_tensor(&p->made, &p->described, "tensor mean", UID_MEAN, fp32, 1, c, 1, 1, false);
             cudnnBackendDescriptor_t invstd =
                 bk_tensor(&p->made, &p->described, "tensor invstd", UID_INVSTD, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t gamma = bk_tensor(&p->made, &p->described, "tensor gamma", UID_GAMMA, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t beta = bk_tensor(&p->made, &p->described, "tensor beta", UID_BETA, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t da = bk_tensor(&p->made, &p->described, "tensor da", UID_DGRAD, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t gamma =
+                bk_tensor(&p->made, &p->described, "tensor gamma", UID_GAMMA, fp32, 1, c, 1, 1, false);
+            cudnnBackendDescriptor_t beta =
+                bk_tensor(&p->made, &p->described, "tensor beta", UID_BETA, fp32, 1, c, 1, 1, false);
+            cudnnBackendDescriptor_t da =
+                bk_tensor(&p->made, &p->described, "tensor da", UID_DGRAD, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t centred =
                 bk_tensor(&p->made, &p->described, "tensor x-mean", UID_CENTRED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t normed = bk_tensor(&p->made, &p->described, "tensor xhat", UID_NORMED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t normed =
+                bk_tensor(&p->made, &p->described, "tensor xhat", UID_NORMED, mid, n, c, h, w, true);
             cudnnBackendDescriptor_t gammaed =
                 bk_tensor(&p->made, &p->described, "tensor xhat*gamma", UID_GAMMAED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t bn = bk_tensor(&p->made, &p->described, "tensor bn", UID_BN, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t bn =
+                bk_tensor(&p->made, &p->described, "tensor bn", UID_BN, mid, n, c, h, w, true);
             ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_DGRAD, dy, wt, da);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise x-mean", CUDNN_POINTWISE_SUB, x, mean, centred);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *invstd", CUDNN_POINTWISE_MUL, centred, invstd, normed);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *gamma", CUDNN_POINTWISE_MUL, normed, gamma, gammaed);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise +beta", CUDNN_POINTWISE_ADD, gammaed, beta, bn);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu backward", CUDNN_POINTWISE_RELU_BWD, bn, da, g);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise x-mean", CUDNN_POINTWISE_SUB, x,
+                                        mean, centred);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *invstd", CUDNN_POINTWISE_MUL,
+                                        centred, invstd, normed);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *gamma", CUDNN_POINTWISE_MUL,
+                                        normed, gamma, gammaed);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise +beta", CUDNN_POINTWISE_ADD,
+                                        gammaed, beta, bn);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu backward",
+                                        CUDNN_POINTWISE_RELU_BWD, bn, da, g);
             ops[count++] = bk_bn_backward_weights(&p->made, &p->described, x, g, mean, invstd, gamma, coef);
         } else {
             // dx = (g * eq_dy + x * eq_x) + eq_bias
-            cudnnBackendDescriptor_t gs = bk_tensor(&p->made, &p->described, "tensor g*eq_dy", UID_G_SCALED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t xs = bk_tensor(&p->made, &p->described, "tensor x*eq_x", UID_X_SCALED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t summed =
-                bk_tensor(&p->made, &p->described, "tensor g*eq_dy+x*eq_x", UID_SUMMED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t dx = bk_tensor(&p->made, &p->described, "tensor dx", UID_DX, fp16, n, c, h, w, false);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise g*eq_dy", CUDNN_POINTWISE_MUL, g, coef[2], gs);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise x*eq_x", CUDNN_POINTWISE_MUL, x, coef[3], xs);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise add", CUDNN_POINTWISE_ADD, gs, xs, summed);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise +eq_bias", CUDNN_POINTWISE_ADD, summed, coef[4], dx);
+            cudnnBackendDescriptor_t gs =
+                bk_tensor(&p->made, &p->described, "tensor g*eq_dy", UID_G_SCALED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t xs =
+                bk_tensor(&p->made, &p->described, "tensor x*eq_x", UID_X_SCALED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t summed = bk_tensor(&p->made, &p->described, "tensor g*eq_dy+x*eq_x",
+                                                        UID_SUMMED, mid, n, c, h, w, true);
+            cudnnBackendDescriptor_t dx =
+                bk_tensor(&p->made, &p->described, "tensor dx", UID_DX, fp16, n, c, h, w, false);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise g*eq_dy", CUDNN_POINTWISE_MUL, g,
+                                        coef[2], gs);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise x*eq_x", CUDNN_POINTWISE_MUL, x,
+                                        coef[3], xs);
+            ops[count++] =
+                bk_pointwise(&p->made, &p->described, "pointwise add", CUDNN_POINTWISE_ADD, gs, xs, summed);
+            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise +eq_bias", CUDNN_POINTWISE_ADD,
+                                        summed, coef[4], dx);
         }
     }
     return bk_graph(&p->made, &p->described, handle, ops, count);
@@ -762,20 +786,21 @@ static int run_fused(Backend *be, GraphKind kind, const ConvShape *s, const Case
     CudaBackend *cb = cuda_state(be);
     const int rows = s->n * s->h * s->w;
     void *out = kind == GRAPH_FORWARD || kind == GRAPH_CONV_GENSTATS ? b->y
-                : kind == GRAPH_DGRAD_DRELU_DBN ? b->g
-                : kind == GRAPH_WGRAD           ? b->dw
-                                                : b->dx;
-    const size_t out_bytes = kind == GRAPH_WGRAD
-                                 ? (size_t)s->c_out * s->c_in * 2
-                                 : (size_t)rows * (kind == GRAPH_FORWARD || kind == GRAPH_CONV_GENSTATS ? s->c_out : s->c_in) * 2;
+                : kind == GRAPH_DGRAD_DRELU_DBN                      ? b->g
+                : kind == GRAPH_WGRAD                                ? b->dw
+                                                                     : b->dx;
+    const size_t out_bytes =
+        kind == GRAPH_WGRAD
+            ? (size_t)s->c_out * s->c_in * 2
+            : (size_t)rows * (kind == GRAPH_FORWARD || kind == GRAPH_CONV_GENSTATS ? s->c_out : s->c_in) * 2;
     FusedPlan p;
     const double t0 = wall_seconds();
     const int found = fused_plan_try(&p, be, kind, s, b, MID_TYPE[m]);
     const double made_s = wall_seconds() - t0;
     if (found != 1) {
         printf("    %s, %s: %s (%s); %.1f s\n", GRAPH_NAME[kind], MID_NAME[m],
-               found == 0 ? "no engine" : "graph refused", found == 0 ? p.found.searched.text : p.described.text,
-               made_s);
+               found == 0 ? "no engine" : "graph refused",
+               found == 0 ? p.found.searched.text : p.described.text, made_s);
         fused_plan_free(be, &p);
         return found;
     }
@@ -816,8 +841,8 @@ static int run_fused(Backend *be, GraphKind kind, const ConvShape *s, const Case
     printf(
         "    %s, %s: %d plan(s) of heuristics %s, made in %.1f s; first %.3f ms (%s); fastest %.3f ms (%s); "
         "worst errors %s%s\n",
-        GRAPH_NAME[kind], MID_NAME[m], p.found.count, p.found.mode, made_s, first, p.found.engines[first_at], fastest,
-        p.found.engines[fastest_at], errors, ok ? "" : " FAIL");
+        GRAPH_NAME[kind], MID_NAME[m], p.found.count, p.found.mode, made_s, first, p.found.engines[first_at],
+        fastest, p.found.engines[fastest_at], errors, ok ? "" : " FAIL");
     if (*best == 0.0f || fastest < *best) *best = fastest;
     fused_plan_free(be, &p);
     return ok ? 0 : 1;

@@ -18,8 +18,8 @@
 #   ab        the loop before and after a change (AMPTRAIN_BEFORE=the earlier binary), b256 and b70 AMP, twice
 #             each, alternating with PyTorch
 #   bf16      the b256 AMP loop in fp16 and in bf16, alternating $BF16_REPS times (default 2), PyTorch beside
-#   convbn    the b256 AMP loop with batch norm's statistics from the 1x1 convolutions (auto) and without (unfused),
-#             alternating $CONVBN_REPS times, PyTorch beside; the start-up choices logged ($OUT/convlog_convbn.txt)
+#   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm's statistics from the 1x1 convolutions (auto)
+#             and without (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up choices logged
 #   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
@@ -194,14 +194,16 @@ stage_bf16() {  # the b256 AMP loop in fp16 and bf16 alternating, twice, PyTorch
         if [ "$rep" = 1 ]; then torch_bench 1 256 1; fi
     done
 }
-stage_convbn() {  # the b256 AMP loop with the batch norm's statistics from the 1x1 convolutions' epilogue where
-                 # timed faster (cudnn.batch_norm auto) and never (unfused), alternating $CONVBN_REPS times (default 2),
-                 # PyTorch beside; first --bench with the start-up choices logged to $OUT/convlog_convbn.txt
-    (export AMPTRAIN_CONV_LOG=1; amp_bench 1 256 1 2>"$OUT/convlog_convbn.txt")
-    grep -E "^conv_bn" "$OUT/convlog_convbn.txt" | head -40
+stage_convbn() {  # the AMP loop at batch $CONVBN_BATCH (default 256) with the batch norm's statistics from the 1x1
+                 # convolutions' epilogue where timed faster (cudnn.batch_norm auto) and never (unfused), alternating
+                 # $CONVBN_REPS times (default 2), PyTorch beside; first --bench with the start-up choices logged to
+                 # $OUT/convlog_convbn_b<batch>.txt
+    local batch=${CONVBN_BATCH:-256}
+    (export AMPTRAIN_CONV_LOG=1; amp_bench 1 "$batch" 1 2>"$OUT/convlog_convbn_b$batch.txt")
+    grep -E "^conv_bn" "$OUT/convlog_convbn_b$batch.txt" | head -40
     for rep in $(seq "${CONVBN_REPS:-2}"); do
-        loop_run 256 1; loop_run 256 1 cudnn.batch_norm=unfused
-        if [ "$rep" = 1 ]; then torch_bench 1 256 1; fi
+        loop_run "$batch" 1; loop_run "$batch" 1 cudnn.batch_norm=unfused
+        if [ "$rep" = 1 ]; then torch_bench 1 "$batch" 1; fi
     done
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice

@@ -34,8 +34,10 @@ def read_sums(path):
 
 # Kernel families by name (first match wins), for the shares printed under each listing.
 # cuDNN's convolution kernels carry "implicit_gemm" or "Conv2d" in their names, so convolution is matched
-# before GEMM; cuBLAS's Hopper GEMMs are named nvjet_*.
+# before GEMM; cuBLAS's Hopper GEMMs are named nvjet_*. A convolution that writes batch-norm statistics from its
+# epilogue (cuDNN's conv_genstats graph: *fprop_bn_stat*) is a family of its own, ahead of batch norm.
 FAMILIES = [
+    ("convolution + bn statistics (fused)", ("bn_stat",)),
     ("batch norm", ("batchnorm", "batch_norm", "bn_", "bnfwd", "bnbwd", "bn_fw", "bn_bw")),
     ("convolution (cuDNN)", ("conv", "fprop", "dgrad", "wgrad", "xmma", "implicit")),
     ("gemm (1x1 convolutions, linear)", ("gemm", "nvjet", "cublas", "cutlass")),

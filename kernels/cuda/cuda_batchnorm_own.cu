@@ -642,9 +642,10 @@ int bn_own_forward_train_sums(CudaBackend *cb, int rows, int c, DType dt, const 
                               void *y, uint8_t *mask) {
     if (pack_width(dt, c, {x, residual, y}) != BN_MASK_PACK) mask = NULL;
     // the sums as one chunk, not shifted (the element type of the absent shift row is immaterial)
-    bn_stats_merge_kernel<float><<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
-        NULL, sums, sqsums, 1, rows, c, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
-        save_invstd, scale, shift);
+    bn_stats_merge_kernel<float>
+        <<<bn_merge_blocks(c), dim3(BN_MERGE_CHANNELS, BN_MERGE_LANES), 0, cb->stream>>>(
+            NULL, sums, sqsums, 1, rows, c, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
+            save_invstd, scale, shift);
     CUDA_CHECK_LAUNCH();
     bn_apply(cb, rows, c, dt, x, residual, relu, scale, shift, NULL, NULL, y, mask);
     return mask != NULL;

@@ -43,7 +43,7 @@ extern "C" {
 typedef struct CudaConvCache CudaConvCache;  // cudnn_conv.cu: descriptors + chosen algorithms per shape
 typedef struct CudaBnCache CudaBnCache;      // cudnn_batchnorm.cu: per-layer reserve space, per-shape pairs
 typedef struct CudaConvBnCache CudaConvBnCache;  // cudnn_conv_bn.cu: per-shape fused plans and choices
-typedef struct CudaJpeg CudaJpeg;            // nvjpeg_decode.cu: nvJPEG's handles and the decoder's buffers
+typedef struct CudaJpeg CudaJpeg;  // nvjpeg_decode.cu: nvJPEG's handles and the decoder's buffers
 
 typedef struct CudaBackend {
     int device;
@@ -80,9 +80,9 @@ typedef struct CudaBackend {
     int conv_bn;                     // conv_bn_forward_train's statistics from the convolution's epilogue: 0
                                      // where timed faster, -1 never, 1 always where an engine takes the
                                      // shape (cuda_diag.h)
-    CudaJpeg *jpeg;         // NULL until the first input_decode (builds with nvJPEG); cuda_jpeg_destroy
-    KernelCache *choices;   // the timed choices' records (cudnn.cache): looked up before each search
-    char choice_env[384];   // what every record's key starts with: GPU, driver and library versions
+    CudaJpeg *jpeg;        // NULL until the first input_decode (builds with nvJPEG); cuda_jpeg_destroy
+    KernelCache *choices;  // the timed choices' records (cudnn.cache): looked up before each search
+    char choice_env[384];  // what every record's key starts with: GPU, driver and library versions
 } CudaBackend;
 
 static inline CudaBackend *cuda_state(Backend *be) { return (CudaBackend *)be->impl; }

@@ -50,8 +50,8 @@ struct CudaConvBnCache {
 };
 
 static int conv_bn_eligible(const ConvShape *s, DType dt) {
-    return s->kh == 1 && s->kw == 1 && s->stride == 1 && s->pad == 0 && s->groups == 1 && dtype_is_16bit(dt) &&
-           s->c_in % 8 == 0 && s->c_out % 8 == 0;
+    return s->kh == 1 && s->kw == 1 && s->stride == 1 && s->pad == 0 && s->groups == 1 &&
+           dtype_is_16bit(dt) && s->c_in % 8 == 0 && s->c_out % 8 == 0;
 }
 
 static int conv_shape_same(const ConvShape *a, const ConvShape *b) { return memcmp(a, b, sizeof *a) == 0; }
@@ -98,15 +98,11 @@ void cuda_conv_bn_cache_destroy(CudaBackend *cb) {
 // sqsum (c_out) fp32 of y. Not finalized (cudnn_graph_plans does it).
 static cudnnBackendDescriptor_t conv_bn_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,
                                               const ConvShape *s, DType dt) {
-    const cudnnDataType_t io = cudnn_dtype(dt), fp32 = CUDNN_DATA_FLOAT;
-    const int64_t n = s->n, h = s->h, w = s->w, c = s->c_in, k = s->c_out;
-    cudnnBackendDescriptor_t x = bk_tensor(m, t, "tensor x", UID_X, io, n, c, h, w, false);
-    cudnnBackendDescriptor_t wt = bk_tensor(m, t, "tensor w", UID_W, io, k, c, 1, 1, false);
-    cudnnBackendDescriptor_t y = bk_tensor(m, t, "tensor y", UID_Y, io, n, k, h, w, false);
-    cudnnBackendDescriptor_t sum = bk_tensor(m, t, "tensor sum", UID_SUM, fp32, 1, k, 1, 1, false);
-    cudnnBackendDescriptor_t sqsum = bk_tensor(m, t, "tensor sqsum", UID_SQSUM, fp32, 1, k, 1, 1, false);
-    const cudnnBackendDescriptor_t ops[2] = {bk_conv(m, t, CUDNN_GRAPH_CONV_FORWARD, x, wt, y),
-                                             bk_genstats(m, t, y, sum, sqsum)};
+    const cudnnDataType_t io = cudnn_dtype(dt);
+    const int64_t uids[4] = {UID_W, UID_Y, UID_SUM, UID_SQSUM};
+    cudnnBackendDescriptor_t x = bk_tensor(m, t, "tensor x", UID_X, io, s->n, s->c_in, s->h, s->w, false);
+    cudnnBackendDescriptor_t ops[2];
+    bk_conv_genstats(m, t, x, io, s->n, s->c_in, s->h, s->w, s->c_out, uids, ops);
     return bk_graph(m, t, handle, ops, 2);
 }
 
@@ -114,9 +110,10 @@ static size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
 // One call of plan (needing `workspace` bytes): y_conv and its sums, then the batch norm from them. The shared
 // workspace holds the plan's, then sum, sqsum, scale and shift (c_out) fp32.
-static void conv_bn_run_fused(Backend *be, cudnnBackendDescriptor_t plan, size_t workspace, const ConvShape *s,
-                              DType dt, const void *x, const void *w, const BnArgs *bn, const void *residual,
-                              int relu, float momentum, float eps, void *y_conv, void *y) {
+static void conv_bn_run_fused(Backend *be, cudnnBackendDescriptor_t plan, size_t workspace,
+                              const ConvShape *s, DType dt, const void *x, const void *w, const BnArgs *bn,
+                              const void *residual, int relu, float momentum, float eps, void *y_conv,
+                              void *y) {
     CudaBackend *cb = cuda_state(be);
     const int c = s->c_out, rows = s->n * s->out_h * s->out_w;
     const size_t plan_bytes = align256(workspace), cvec = align256((size_t)c * sizeof(float));
@@ -154,7 +151,8 @@ void cuda_conv_bn_forward_train(Backend *be, const ConvShape *s, DType dt, const
                                 void *y_conv, void *y) {
     const ConvBnChoice *ch = choice_find(cuda_state(be), s, dt, residual != NULL, relu);
     if (ch && ch->fused && aligned16(x) && aligned16(w) && aligned16(y_conv))
-        conv_bn_run_fused(be, ch->plan, ch->workspace, s, dt, x, w, bn, residual, relu, momentum, eps, y_conv, y);
+        conv_bn_run_fused(be, ch->plan, ch->workspace, s, dt, x, w, bn, residual, relu, momentum, eps, y_conv,
+                          y);
     else
         conv_bn_run_unfused(be, s, dt, x, w, bn, residual, relu, momentum, eps, y_conv, y);
 }
@@ -286,8 +284,8 @@ void cuda_conv_bn_prepare(Backend *be, const ConvShape *s, DType dt, int residua
     const double start = clock_seconds();
     ConvBnChoice *ch = choice_add(cb, s, dt, residual, relu);
     char key[CUDA_CHOICE_KEY_MAX], choice[CUDNN_ENGINE_TEXT + 32];
-    cuda_choice_key(cb, key, sizeof key, "conv_bn n=%d h=%d w=%d c_in=%d c_out=%d %s residual=%d relu=%d", s->n,
-                    s->h, s->w, s->c_in, s->c_out, dtype_name(dt), residual, relu);
+    cuda_choice_key(cb, key, sizeof key, "conv_bn n=%d h=%d w=%d c_in=%d c_out=%d %s residual=%d relu=%d",
+                    s->n, s->h, s->w, s->c_in, s->c_out, dtype_name(dt), residual, relu);
     // a forced choice (tests) is neither taken from nor written to the records
     const char *recorded = cb->conv_bn == 0 ? kernel_cache_find(cb->choices, key) : NULL;
     if (recorded && strcmp(recorded, "unfused") == 0) {

@@ -53,7 +53,8 @@ void bk_set(CudnnTrail *t, cudnnBackendDescriptor_t d, const char *what, cudnnBa
 }
 
 void bk_get(CudnnTrail *t, cudnnBackendDescriptor_t d, const char *what, cudnnBackendAttributeName_t name,
-            const char *name_text, cudnnBackendAttributeType_t type, int64_t capacity, int64_t *count, void *v) {
+            const char *name_text, cudnnBackendAttributeType_t type, int64_t capacity, int64_t *count,
+            void *v) {
     if (t->status != CUDNN_STATUS_SUCCESS) return;
     const cudnnStatus_t st = cudnnBackendGetAttribute(d, name, type, capacity, count, v);
     if (st != CUDNN_STATUS_SUCCESS) cudnn_trail_fail(t, st, "cudnnBackendGetAttribute", what, name_text);
@@ -80,9 +81,9 @@ cudnnBackendDescriptor_t bk_tensor(CudnnMade *m, CudnnTrail *t, const char *what
     return d;
 }
 
-cudnnBackendDescriptor_t bk_pointwise(CudnnMade *m, CudnnTrail *t, const char *what, cudnnPointwiseMode_t mode,
-                                      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
-                                      cudnnBackendDescriptor_t y) {
+cudnnBackendDescriptor_t bk_pointwise(CudnnMade *m, CudnnTrail *t, const char *what,
+                                      cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y) {
     const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
     cudnnBackendDescriptor_t pw = bk_make(m, t, CUDNN_BACKEND_POINTWISE_DESCRIPTOR, what);
     BK_SET(t, pw, what, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
@@ -157,7 +158,8 @@ cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir
 
 cudnnBackendDescriptor_t bk_bn_backward_weights(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x,
                                                 cudnnBackendDescriptor_t g, cudnnBackendDescriptor_t mean,
-                                                cudnnBackendDescriptor_t invstd, cudnnBackendDescriptor_t gamma,
+                                                cudnnBackendDescriptor_t invstd,
+                                                cudnnBackendDescriptor_t gamma,
                                                 const cudnnBackendDescriptor_t out[5]) {
     const char *what = "batch-norm backward weights";
     const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
@@ -190,6 +192,18 @@ cudnnBackendDescriptor_t bk_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDe
     BK_LINK(t, op, what, CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum);
     bk_finalize(t, op, what);
     return op;
+}
+
+void bk_conv_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t in, cudnnDataType_t io, int64_t n,
+                      int64_t c, int64_t h, int64_t w, int64_t k, const int64_t uids[4],
+                      cudnnBackendDescriptor_t ops[2]) {
+    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t wt = bk_tensor(m, t, "tensor w", uids[0], io, k, c, 1, 1, false);
+    cudnnBackendDescriptor_t y = bk_tensor(m, t, "tensor y", uids[1], io, n, k, h, w, false);
+    cudnnBackendDescriptor_t sum = bk_tensor(m, t, "tensor sum", uids[2], fp32, 1, k, 1, 1, false);
+    cudnnBackendDescriptor_t sqsum = bk_tensor(m, t, "tensor sqsum", uids[3], fp32, 1, k, 1, 1, false);
+    ops[0] = bk_conv(m, t, CUDNN_GRAPH_CONV_FORWARD, in, wt, y);
+    ops[1] = bk_genstats(m, t, y, sum, sqsum);
 }
 
 cudnnBackendDescriptor_t bk_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,
@@ -262,15 +276,16 @@ void cudnn_graph_plans(CudnnMade *m, cudnnHandle_t handle, cudnnBackendDescripto
         BK_LINK(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph);
         BK_SET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &MODES[mode]);
         bk_finalize(&h, heur, "heuristics");
-        BK_GET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-               NULL);
+        BK_GET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0,
+               &count, NULL);
         cudnnBackendDescriptor_t *cfgs =
             (cudnnBackendDescriptor_t *)calloc(count > 0 ? (size_t)count : 1, sizeof *cfgs);
         AMP_ASSERT(cfgs != NULL, "cudnn_graph: out of host memory");
-        for (int64_t i = 0; i < count; i++) cfgs[i] = bk_make(m, &h, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
+        for (int64_t i = 0; i < count; i++)
+            cfgs[i] = bk_make(m, &h, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, "engine config");
         if (count > 0)
-            BK_GET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
-                   &got, cfgs);
+            BK_GET(&h, heur, "heuristics", CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                   count, &got, cfgs);
         if (h.status != CUDNN_STATUS_SUCCESS) {
             out->searched = h;
         } else if (got == 0) {  // cuDNN's last message says why (no config, or none it can load here)

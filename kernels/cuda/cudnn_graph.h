@@ -39,7 +39,8 @@ cudnnBackendDescriptor_t bk_make(CudnnMade *m, CudnnTrail *t, cudnnBackendDescri
 void bk_set(CudnnTrail *t, cudnnBackendDescriptor_t d, const char *what, cudnnBackendAttributeName_t name,
             const char *name_text, cudnnBackendAttributeType_t type, int64_t count, const void *v);
 void bk_get(CudnnTrail *t, cudnnBackendDescriptor_t d, const char *what, cudnnBackendAttributeName_t name,
-            const char *name_text, cudnnBackendAttributeType_t type, int64_t capacity, int64_t *count, void *v);
+            const char *name_text, cudnnBackendAttributeType_t type, int64_t capacity, int64_t *count,
+            void *v);
 void bk_finalize(CudnnTrail *t, cudnnBackendDescriptor_t d, const char *what);
 #define BK_SET(t, d, what, name, type, count, v) bk_set(t, d, what, name, #name, type, count, v)
 // d.name = v for an attribute that holds one descriptor.
@@ -53,9 +54,9 @@ cudnnBackendDescriptor_t bk_tensor(CudnnMade *m, CudnnTrail *t, const char *what
                                    bool is_virtual);
 // y = mode(x, b) (b NULL for a unary mode), computed in fp32. ReLU's backward (CUDNN_POINTWISE_RELU_BWD) takes
 // the forward's input as x and the gradient as b, and gives the input's gradient as y.
-cudnnBackendDescriptor_t bk_pointwise(CudnnMade *m, CudnnTrail *t, const char *what, cudnnPointwiseMode_t mode,
-                                      cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t b,
-                                      cudnnBackendDescriptor_t y);
+cudnnBackendDescriptor_t bk_pointwise(CudnnMade *m, CudnnTrail *t, const char *what,
+                                      cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
+                                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y);
 
 // The three directions of a 1x1 stride-1 convolution (fp32 accumulation, alpha 1, beta 0) and their operands
 // (a, b, out): forward (x, w, y); backward data (dy, w, dx); backward filter (x, dy, dw).
@@ -65,11 +66,17 @@ cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir
 // sum, sqsum (1, c, 1, 1) fp32 = per-channel sum and sum of squares of y.
 cudnnBackendDescriptor_t bk_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t y,
                                      cudnnBackendDescriptor_t sum, cudnnBackendDescriptor_t sqsum);
+// ops[0..1]: y = conv(in, w) (a 1x1 forward) and y's per-channel sum and sum of squares; the tensors w (k, c, 1, 1)
+// and y (n, k, h, w) in io, sum and sqsum (1, k, 1, 1) fp32 get uids[0..3]. in: (n, c, h, w), in memory or virtual.
+void bk_conv_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t in, cudnnDataType_t io, int64_t n,
+                      int64_t c, int64_t h, int64_t w, int64_t k, const int64_t uids[4],
+                      cudnnBackendDescriptor_t ops[2]);
 // The batch norm's weight gradients and dx coefficients from x, g (its output's gradient), mean, invstd and
 // gamma: out[0..4] = dscale, dbias, eq_dy, eq_x, eq_bias (1, c, 1, 1) fp32.
 cudnnBackendDescriptor_t bk_bn_backward_weights(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x,
                                                 cudnnBackendDescriptor_t g, cudnnBackendDescriptor_t mean,
-                                                cudnnBackendDescriptor_t invstd, cudnnBackendDescriptor_t gamma,
+                                                cudnnBackendDescriptor_t invstd,
+                                                cudnnBackendDescriptor_t gamma,
                                                 const cudnnBackendDescriptor_t out[5]);
 // The operation graph of ops (not finalized: cudnn_graph_plans does that first).
 cudnnBackendDescriptor_t bk_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,

@@ -353,8 +353,8 @@ static void conv_bn_fwd(const Pass *p, const ConvLayer *l, const ModelBnLayer *b
     }
     ConvShape s = at_batch(l, p->n);
     const BnArgs args = bn_args(p->m, p->act, bn, y_conv);
-    p->be->conv_bn_forward_train(p->be, &s, p->m->act_dt, x, weight_of(p->m, l->weight), &args, residual, relu,
-                                 BN_MOMENTUM, BN_EPS, y_conv, y);
+    p->be->conv_bn_forward_train(p->be, &s, p->m->act_dt, x, weight_of(p->m, l->weight), &args, residual,
+                                 relu, BN_MOMENTUM, BN_EPS, y_conv, y);
 }
 
 // A downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)), in one op in training where the backend has

@@ -732,8 +732,18 @@ START_TEST(test_conv_bn) {
     const int k = _i / N_DTS, residual = k & 1, fused = (k >> 1) & 1, shape = k >> 2;
     static const int shape_nhw[CONV_BN_SHAPES][3] = {{4, 14, 14}, {2, 7, 7}, {16, 28, 28}};
     static const int shape_c[CONV_BN_SHAPES][2] = {{64, 128}, {256, 1024}, {128, 256}};
-    ConvShape s = {shape_nhw[shape][0], shape_nhw[shape][1], shape_nhw[shape][2], shape_c[shape][0],
-                   shape_c[shape][1], 1, 1, 1, 0, 1, 0, 0};
+    ConvShape s = {shape_nhw[shape][0],
+                   shape_nhw[shape][1],
+                   shape_nhw[shape][2],
+                   shape_c[shape][0],
+                   shape_c[shape][1],
+                   1,
+                   1,
+                   1,
+                   0,
+                   1,
+                   0,
+                   0};
     conv_shape_finish(&s);
     const int rows = s.n * s.out_h * s.out_w, c = s.c_out;
     const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)rows * c, nw = (size_t)c * s.c_in;
@@ -761,8 +771,10 @@ START_TEST(test_conv_bn) {
     Twin rvar = twin_random(DTYPE_F32, c, case_seed(5, _i, 6), 0.5f, 1.5f);
     Twin smean = twin_output(DTYPE_F32, c), sinv = twin_output(DTYPE_F32, c);
     Twin y_conv = twin_output(dt, ny), y = twin_output(dt, ny);
-    const BnArgs bn_c = {y_conv.cpu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu, smean.cpu, sinv.cpu, NULL, NULL};
-    const BnArgs bn_g = {y_conv.gpu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, smean.gpu, sinv.gpu, NULL, NULL};
+    const BnArgs bn_c = {y_conv.cpu, gamma.cpu, beta.cpu, rmean.cpu, rvar.cpu,
+                         smean.cpu,  sinv.cpu,  NULL,     NULL};
+    const BnArgs bn_g = {y_conv.gpu, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu,
+                         smean.gpu,  sinv.gpu,  NULL,     NULL};
     cpu->conv_bn_forward_train(cpu, &s, dt, x.cpu, w.cpu, &bn_c, residual ? res.cpu : NULL, 1, momentum, eps,
                                y_conv.cpu, y.cpu);
     gpu->conv_bn_forward_train(gpu, &s, dt, x.gpu, w.gpu, &bn_g, residual ? res.gpu : NULL, 1, momentum, eps,
@@ -775,7 +787,7 @@ START_TEST(test_conv_bn) {
         const char *name;
         Twin t;
         double tol;
-    } outs[] = {{"y_conv", y_conv, tol_for(dt)},  {"y", y, tol_for(dt)},
+    } outs[] = {{"y_conv", y_conv, tol_for(dt)},   {"y", y, tol_for(dt)},
                 {"save_mean", smean, stat_tol},    {"save_invstd", sinv, stat_tol},
                 {"running_mean", rmean, stat_tol}, {"running_var", rvar, stat_tol}};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
@@ -788,10 +800,10 @@ START_TEST(test_conv_bn) {
     Twin dy = twin_random(dt, ny, case_seed(5, _i, 7), -1, 1);
     Twin dx = twin_output(dt, ny), dgamma = twin_output(dt, c), dbeta = twin_output(dt, c);
     Twin dres = twin_output(dt, ny);
-    cpu->bn_backward(cpu, rows, c, dt, y_conv.cpu, y.cpu, dy.cpu, 1, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu, 0,
-                     dgamma.cpu, dbeta.cpu, 0, residual ? dres.cpu : NULL);
-    gpu->bn_backward(gpu, rows, c, dt, y_conv.gpu, y.gpu, dy.gpu, 1, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu, 0,
-                     dgamma.gpu, dbeta.gpu, 0, residual ? dres.gpu : NULL);
+    cpu->bn_backward(cpu, rows, c, dt, y_conv.cpu, y.cpu, dy.cpu, 1, gamma.cpu, smean.cpu, sinv.cpu, dx.cpu,
+                     0, dgamma.cpu, dbeta.cpu, 0, residual ? dres.cpu : NULL);
+    gpu->bn_backward(gpu, rows, c, dt, y_conv.gpu, y.gpu, dy.gpu, 1, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu,
+                     0, dgamma.gpu, dbeta.gpu, 0, residual ? dres.gpu : NULL);
     const struct {
         const char *name;
         Twin t;
