@@ -20,6 +20,8 @@
 #   bf16      the b256 AMP loop in fp16 and in bf16, alternating $BF16_REPS times (default 2), PyTorch beside
 #   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm's statistics from the 1x1 convolutions (auto)
 #             and without (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up choices logged
+#   startup   start-up at b256 AMP: cold with cudnn.batch_norm auto and unfused, then warm (the kernel-choice cache)
+#   recompute the b256 AMP loop at model.recompute_bn_blocks $RECOMPUTE_BLOCKS (2 8 16), PyTorch beside
 #   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
 #   loop1     one repeat of loop's batch-256 AMP row (loop, --bench with its convolution picks logged, torch)
 #   loopfp32  the same in fp32 at batch 256, at the defaults (TF32 in convolutions, as PyTorch) and with
@@ -205,6 +207,17 @@ stage_convbn() {  # the AMP loop at batch $CONVBN_BATCH (default 256) with the b
         loop_run "$batch" 1; loop_run "$batch" 1 cudnn.batch_norm=unfused
         if [ "$rep" = 1 ]; then torch_bench 1 "$batch" 1; fi
     done
+}
+stage_startup() {  # start-up at b256 AMP: cold (cudnn.cache=off) with cudnn.batch_norm auto and unfused, then twice
+                  # on the kernel-choice cache (the first fills it); each run's summary line gives its start-up
+    loop_run 256 1 cudnn.cache=off; loop_run 256 1 cudnn.cache=off cudnn.batch_norm=unfused
+    loop_run 256 1; loop_run 256 1
+}
+stage_recompute() {  # the b256 AMP loop at model.recompute_bn_blocks $RECOMPUTE_BLOCKS (default "2 8 16"): memory
+                     # against speed, PyTorch beside
+    local blocks
+    for blocks in ${RECOMPUTE_BLOCKS:-2 8 16}; do loop_run 256 1 model.recompute_bn_blocks="$blocks"; done
+    torch_bench 1 256 1
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice
                      # beside torch twice and --bench (no torch.compile)

@@ -210,12 +210,12 @@ static void fused_choice_text(char *out, size_t cap, int index, const char *engi
     snprintf(out, cap, "fused %d: %s", index, engine);
 }
 
-// The graph's plans into ch->made; 0 when no engine takes it (AMPTRAIN_CONV_LOG says why).
-static int make_plans(CudaBackend *cb, ConvBnChoice *ch, CudnnPlans *plans) {
+// The graph's first `count` plans into ch->made; 0 when no engine takes it (AMPTRAIN_CONV_LOG says why).
+static int make_plans(CudaBackend *cb, ConvBnChoice *ch, int count, CudnnPlans *plans) {
     CudnnTrail t = {};
     cudnnBackendDescriptor_t graph = conv_bn_graph(&ch->made, &t, cb->cudnn, &ch->shape, ch->dt);
     if (t.status != CUDNN_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "conv_bn: %s", t.text);
-    cudnn_graph_plans(&ch->made, cb->cudnn, graph, CONV_BN_PLANS, 0, plans);
+    cudnn_graph_plans(&ch->made, cb->cudnn, graph, count, 0, plans);
     if (plans->count == 0 && cuda_pick_log_enabled())
         fprintf(stderr, "conv_bn: no engine: %s\n", plans->searched.text);
     return plans->count > 0;
@@ -288,17 +288,22 @@ void cuda_conv_bn_prepare(Backend *be, const ConvShape *s, DType dt, int residua
                     s->n, s->h, s->w, s->c_in, s->c_out, dtype_name(dt), residual, relu);
     // a forced choice (tests) is neither taken from nor written to the records
     const char *recorded = cb->conv_bn == 0 ? kernel_cache_find(cb->choices, key) : NULL;
-    if (recorded && strcmp(recorded, "unfused") == 0) {
-        kernel_cache_use(cb->choices, key);
-        return;
+    int recorded_plan = -1;
+    if (recorded && strcmp(recorded, "unfused") != 0 && sscanf(recorded, "fused %d:", &recorded_plan) != 1)
+        recorded_plan = -1;
+    if (recorded &&
+        (strcmp(recorded, "unfused") == 0 || (recorded_plan >= 0 && recorded_plan < CONV_BN_PLANS))) {
+        // a record's plan is made alone (the heuristics' plans before it too), then checked against it
+        CudnnPlans plans;
+        if (recorded_plan < 0 ||
+            (make_plans(cb, ch, recorded_plan + 1, &plans) && take_recorded(ch, &plans, recorded))) {
+            kernel_cache_use(cb->choices, key);
+            if (cuda_pick_log_enabled()) fprintf(stderr, "conv_bn: from the cache: %s\n", recorded);
+            return;
+        }
     }
     CudnnPlans plans;
-    const int any = make_plans(cb, ch, &plans);
-    if (recorded && any && take_recorded(ch, &plans, recorded)) {
-        kernel_cache_use(cb->choices, key);
-        if (cuda_pick_log_enabled()) fprintf(stderr, "conv_bn: from the cache: %s\n", recorded);
-        return;
-    }
+    const int any = make_plans(cb, ch, CONV_BN_PLANS, &plans);
     if (any)
         time_ways(be, ch, &plans, choice, sizeof choice);
     else
