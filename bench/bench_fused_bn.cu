@@ -367,18 +367,10 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
             bk_tensor(&p->made, &p->described, "tensor scale", UID_SCALE, fp16, 1, c, 1, 1, false);
         cudnnBackendDescriptor_t bias =
             bk_tensor(&p->made, &p->described, "tensor bias", UID_BIAS, fp16, 1, c, 1, 1, false);
-        cudnnBackendDescriptor_t scaled =
-            bk_tensor(&p->made, &p->described, "tensor x*scale", UID_SCALED, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t biased =
-            bk_tensor(&p->made, &p->described, "tensor x*scale+bias", UID_BIASED, mid, n, c, h, w, true);
-        cudnnBackendDescriptor_t relu =
-            bk_tensor(&p->made, &p->described, "tensor relu", UID_RELU, mid, n, c, h, w, true);
-        ops[count++] =
-            bk_pointwise(&p->made, &p->described, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
-        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise bias", CUDNN_POINTWISE_ADD, scaled,
-                                    bias, biased);
-        ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu", CUDNN_POINTWISE_RELU_FWD,
-                                    biased, NULL, relu);
+        const int64_t prologue_uids[3] = {UID_SCALED, UID_BIASED, UID_RELU};
+        cudnnBackendDescriptor_t relu = bk_scale_bias_relu(&p->made, &p->described, x, scale, bias, mid, n, c,
+                                                           h, w, prologue_uids, ops + count);
+        count += 3;
         if (kind == GRAPH_FORWARD) {  // y = conv(relu), and y's per-channel sums
             bk_conv_genstats(&p->made, &p->described, relu, fp16, n, c, h, w, k, genstats_uids, ops + count);
             count += 2;

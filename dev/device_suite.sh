@@ -214,9 +214,14 @@ stage_startup() {  # start-up at b256 AMP: cold (cudnn.cache=off) with cudnn.bat
     loop_run 256 1; loop_run 256 1
 }
 stage_recompute() {  # the b256 AMP loop at model.recompute_bn_blocks $RECOMPUTE_BLOCKS (default "2 8 16"): memory
-                     # against speed, PyTorch beside
+                     # against speed, PyTorch beside; each also with cudnn.batch_norm=unfused when RECOMPUTE_UNFUSED=1
     local blocks
-    for blocks in ${RECOMPUTE_BLOCKS:-2 8 16}; do loop_run 256 1 model.recompute_bn_blocks="$blocks"; done
+    for blocks in ${RECOMPUTE_BLOCKS:-2 8 16}; do
+        loop_run 256 1 model.recompute_bn_blocks="$blocks"
+        if [ "${RECOMPUTE_UNFUSED:-0}" = 1 ]; then
+            loop_run 256 1 model.recompute_bn_blocks="$blocks" cudnn.batch_norm=unfused
+        fi
+    done
     torch_bench 1 256 1
 }
 stage_loopshort() {  # loop's rows in one short call: b256 loop twice beside torch and --bench, b70 loop twice

@@ -166,3 +166,13 @@ void cpu_conv_bn_forward_train(Backend *be, const ConvShape *s, DType dt, const 
                          bn->beta, bn->running_mean, bn->running_var, momentum, eps, bn->save_mean,
                          bn->save_invstd, y);
 }
+
+// The reference writes bn_in's output into scratch and makes the calls it stands for.
+void cpu_bn_conv_bn_forward_train(Backend *be, const BnArgs *bn_in, void *scratch, const ConvShape *s,
+                                  DType dt, const void *w, const BnArgs *bn, const void *residual, int relu,
+                                  float momentum, float eps, void *y_conv, void *y) {
+    cpu_bn_forward_train(be, s->n * s->h * s->w, s->c_in, dt, bn_in->x, NULL, 1, bn_in->gamma, bn_in->beta,
+                         bn_in->running_mean, bn_in->running_var, momentum, eps, bn_in->save_mean,
+                         bn_in->save_invstd, scratch);
+    cpu_conv_bn_forward_train(be, s, dt, scratch, w, bn, residual, relu, momentum, eps, y_conv, y);
+}

@@ -635,6 +635,20 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
     return mask != NULL;
 }
 
+size_t bn_own_stats_scratch_bytes(const CudaBackend *cb, int rows, int c, DType dt, const void *x) {
+    return 2 * bn_stats_part_bytes(cb, rows, c, dt, x);
+}
+
+void bn_own_forward_train_stats(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *gamma,
+                                const float *beta, float *running_mean, float *running_var, float momentum,
+                                float eps, float *save_mean, float *save_invstd, void *scratch, float *scale,
+                                float *shift) {
+    const size_t part = bn_stats_part_bytes(cb, rows, c, dt, x);
+    float *part_s = (float *)scratch, *part_q = (float *)((char *)scratch + part);
+    bn_stats(cb, rows, c, dt, x, gamma, beta, running_mean, running_var, momentum, eps, save_mean,
+             save_invstd, part_s, part_q, scale, shift);
+}
+
 int bn_own_forward_train_sums(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *sums,
                               const float *sqsums, const void *residual, int relu, const float *gamma,
                               const float *beta, float *running_mean, float *running_var, float momentum,

@@ -31,6 +31,14 @@ int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void 
                          float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
                          void *y, uint8_t *mask);
 
+// The statistics alone of a training forward over x (one read): save_mean, save_invstd, the running statistics
+// and the affine map into scale and shift (c) fp32 (the caller's); scratch: bn_own_stats_scratch_bytes.
+size_t bn_own_stats_scratch_bytes(const CudaBackend *cb, int rows, int c, DType dt, const void *x);
+void bn_own_forward_train_stats(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *gamma,
+                                const float *beta, float *running_mean, float *running_var, float momentum,
+                                float eps, float *save_mean, float *save_invstd, void *scratch, float *scale,
+                                float *shift);
+
 // The same from the per-channel sum and sum of squares of x (sums, sqsums (c) fp32, not shifted: made by the
 // convolution that wrote x): the finalize (mean, invstd, running statistics, the affine map into scale and shift
 // (c) fp32, the caller's scratch) and the one pass over x. Returns 1 when it wrote the mask.

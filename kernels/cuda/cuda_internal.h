@@ -175,6 +175,12 @@ void cuda_bn_forward_train_sums(Backend *be, int rows, int c, DType dt, const vo
                                 float eps, float *save_mean, float *save_invstd, float *scale, float *shift,
                                 void *y);
 
+// bn_forward_train's statistics alone (ReLU, no residual; the output is never written) with its affine map into
+// scale, shift (c) fp32, the layer's entry as after our own forward; scratch: bn_own_stats_scratch_bytes.
+void cuda_bn_forward_train_stats(Backend *be, int rows, int c, DType dt, const void *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var, float momentum,
+                                 float eps, float *save_mean, float *save_invstd, void *scratch, float *scale,
+                                 float *shift);
 // Drops the layer entry of save_mean (a timing's scratch layer, whose buffer goes back to the allocator).
 void cuda_bn_layer_forget(Backend *be, const float *save_mean);
 // Fills n elements of dt with values spread over [lo, hi) from a hash of the index: timing data (no constant

@@ -422,6 +422,24 @@ void cuda_bn_forward_train_sums(Backend *be, int rows, int c, DType dt, const vo
     bn_layer_own_done(layer, rows, c, dt, has_residual, relu, eps, beta, wrote_mask, backward_cudnn, 0);
 }
 
+// A training forward with ReLU (no residual) whose output is never written: its statistics (our own pass) and
+// affine map into scale, shift (c) fp32, for a convolution's prologue to apply (cudnn_conv_bn.cu); the layer's
+// entry as after our own forward, so that its backward recomputes the ReLU mask from x. scratch:
+// bn_own_stats_scratch_bytes.
+void cuda_bn_forward_train_stats(Backend *be, int rows, int c, DType dt, const void *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var, float momentum,
+                                 float eps, float *save_mean, float *save_invstd, void *scratch, float *scale,
+                                 float *shift) {
+    AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
+    const int backward_cudnn = bn_pair_for(be, rows, c, dt, 0, 1).backward_cudnn &&
+                               bn_cudnn_backward_follows_own(be, rows, c, dt, 0, 1);
+    BnLayer *layer = bn_layer_get(be, save_mean);
+    bn_layer_own_start(be, layer, rows, c, dt, 0, 1);
+    bn_own_forward_train_stats(cuda_state(be), rows, c, dt, x, gamma, beta, running_mean, running_var,
+                               momentum, eps, save_mean, save_invstd, scratch, scale, shift);
+    bn_layer_own_done(layer, rows, c, dt, 0, 1, eps, beta, 0, backward_cudnn, 0);
+}
+
 // ---- bn_add_bn: a downsampling block's end in one op --------------------------------------------------
 
 // Under cudnn.batch_norm own and auto, bn_add_bn runs on our own fused kernels (two statistics passes, one

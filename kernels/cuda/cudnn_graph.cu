@@ -194,6 +194,19 @@ cudnnBackendDescriptor_t bk_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDe
     return op;
 }
 
+cudnnBackendDescriptor_t bk_scale_bias_relu(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x,
+                                            cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t bias,
+                                            cudnnDataType_t mid, int64_t n, int64_t c, int64_t h, int64_t w,
+                                            const int64_t uids[3], cudnnBackendDescriptor_t ops[3]) {
+    cudnnBackendDescriptor_t scaled = bk_tensor(m, t, "tensor x*scale", uids[0], mid, n, c, h, w, true);
+    cudnnBackendDescriptor_t biased = bk_tensor(m, t, "tensor x*scale+bias", uids[1], mid, n, c, h, w, true);
+    cudnnBackendDescriptor_t relu = bk_tensor(m, t, "tensor relu", uids[2], mid, n, c, h, w, true);
+    ops[0] = bk_pointwise(m, t, "pointwise scale", CUDNN_POINTWISE_MUL, x, scale, scaled);
+    ops[1] = bk_pointwise(m, t, "pointwise bias", CUDNN_POINTWISE_ADD, scaled, bias, biased);
+    ops[2] = bk_pointwise(m, t, "pointwise relu", CUDNN_POINTWISE_RELU_FWD, biased, NULL, relu);
+    return relu;
+}
+
 void bk_conv_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t in, cudnnDataType_t io, int64_t n,
                       int64_t c, int64_t h, int64_t w, int64_t k, const int64_t uids[4],
                       cudnnBackendDescriptor_t ops[2]) {

@@ -66,6 +66,13 @@ cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir
 // sum, sqsum (1, c, 1, 1) fp32 = per-channel sum and sum of squares of y.
 cudnnBackendDescriptor_t bk_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t y,
                                      cudnnBackendDescriptor_t sum, cudnnBackendDescriptor_t sqsum);
+// ops[0..2]: relu(x * scale + bias) per channel, the convolution's prologue (a batch norm's affine map and its
+// ReLU). scale, bias: (1, c, 1, 1) tensors; the three results (n, c, h, w) virtual in mid, with uids[0..2].
+// Returns the last (the ReLU's output).
+cudnnBackendDescriptor_t bk_scale_bias_relu(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x,
+                                            cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t bias,
+                                            cudnnDataType_t mid, int64_t n, int64_t c, int64_t h, int64_t w,
+                                            const int64_t uids[3], cudnnBackendDescriptor_t ops[3]);
 // ops[0..1]: y = conv(in, w) (a 1x1 forward) and y's per-channel sum and sum of squares; the tensors w (k, c, 1, 1)
 // and y (n, k, h, w) in io, sum and sqsum (1, k, 1, 1) fp32 get uids[0..3]. in: (n, c, h, w), in memory or virtual.
 void bk_conv_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t in, cudnnDataType_t io, int64_t n,

@@ -287,6 +287,10 @@ void model_prepare_ops(const Model *m, Backend *be, int n) {
         prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
         if (!b->has_down) prepare_conv_bn(m, be, &b->conv3, n, 1, 1);
+        if (!b->has_down && model_block_recomputes_bn(m, i) && be->bn_conv_bn_prepare) {
+            ConvShape s = at_batch(&b->conv3, n);
+            be->bn_conv_bn_prepare(be, &s, m->act_dt, 1, 1);
+        }
         if (!b->has_down) continue;
         prepare_conv(m, be, &b->down, n);
         // inside bn_add_bn the shortcut's bn has no training call of its own to prepare
@@ -357,6 +361,18 @@ static void conv_bn_fwd(const Pass *p, const ConvLayer *l, const ModelBnLayer *b
                                  relu, BN_MOMENTUM, BN_EPS, y_conv, y);
 }
 
+// Training: bn_in + ReLU over x into b_out, convolution l of it into y_conv, then y = relu?(bn(y_conv) +
+// residual?), in one bn_conv_bn_forward_train, which need not write b_out (its reader, l's backward, recomputes
+// it: only for a block that recomputes its bn outputs).
+static void bn_conv_bn_fwd(const Pass *p, const ModelBnLayer *bn_in, const void *x, void *b_out,
+                           const ConvLayer *l, const ModelBnLayer *bn, const void *residual, int relu,
+                           void *y_conv, void *y) {
+    ConvShape s = at_batch(l, p->n);
+    const BnArgs in_args = bn_args(p->m, p->act, bn_in, x), args = bn_args(p->m, p->act, bn, y_conv);
+    p->be->bn_conv_bn_forward_train(p->be, &in_args, b_out, &s, p->m->act_dt, weight_of(p->m, l->weight),
+                                    &args, residual, relu, BN_MOMENTUM, BN_EPS, y_conv, y);
+}
+
 // A downsampling block's end: y = relu(bn_a(x_a) + bn_b(x_b)), in one op in training where the backend has
 // it; else bn_b's output goes to b_out and is bn_a's residual.
 static void bn_add_bn_fwd(const Pass *p, const ModelBnLayer *bn_a, const ModelBnLayer *bn_b, int rows,
@@ -410,6 +426,10 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
         const void *in = block_input(act, i);
         conv_bn_fwd(&p, &bl->conv1, &bl->bn1, train, in, NULL, 1, ba->a1, ba->b1);
         conv_fwd(&p, &bl->conv2, ba->b1, ba->a2);
+        if (train && !bl->has_down && model_block_recomputes_bn(m, i)) {  // b2 need not be written
+            bn_conv_bn_fwd(&p, &bl->bn2, ba->a2, ba->b2, &bl->conv3, &bl->bn3, in, 1, ba->a3, ba->out);
+            continue;
+        }
         bn_fwd(&p, &bl->bn2, rows_of(&bl->conv2, n), train, ba->a2, NULL, 1, ba->b2);
         if (!bl->has_down) {
             conv_bn_fwd(&p, &bl->conv3, &bl->bn3, train, ba->b2, in, 1, ba->a3, ba->out);

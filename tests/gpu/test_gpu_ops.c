@@ -754,7 +754,7 @@ START_TEST(test_conv_bn) {
     cuda_backend_set_conv_bn(gpu, fused ? 1 : -1);
     gpu->conv_prepare(gpu, &s, dt);
     gpu->conv_bn_prepare(gpu, &s, dt, residual, 1);
-    const int ran_fused = cuda_backend_conv_bn_fused(gpu, &s, dt, residual, 1);
+    const int ran_fused = cuda_backend_conv_bn_fused(gpu, &s, dt, residual, 1, 0);
     printf("  %s %s: %s\n", label, dtype_name(dt), ran_fused == 1 ? "fused" : "two calls");
     if (dt == DTYPE_F16)
         ck_assert_msg((ran_fused == 1) == fused, "%s: fused %d, want %d", label, ran_fused, fused);
@@ -816,6 +816,119 @@ START_TEST(test_conv_bn) {
     twin_free(x), twin_free(w), twin_free(res), twin_free(gamma), twin_free(beta), twin_free(rmean);
     twin_free(rvar), twin_free(smean), twin_free(sinv), twin_free(y_conv), twin_free(y), twin_free(dy);
     twin_free(dx), twin_free(dgamma), twin_free(dbeta), twin_free(dres);
+}
+END_TEST
+
+// bn_conv_bn_forward_train (a batch norm + ReLU, the 1x1 convolution it feeds, that convolution's batch norm)
+// against the CPU's bn_forward_train, conv_forward and bn_forward_train, then the first batch norm's backward from
+// the GPU's forward: with the first batch norm in the convolution's prologue (fused: its output, scratch, must
+// stay unwritten, and its backward must take the ReLU mask from x) and as the calls (unfused). Loop index as
+// test_conv_bn's.
+START_TEST(test_bn_conv_bn) {
+    const DType dt = DTS[_i % N_DTS];
+    const int k = _i / N_DTS, residual = k & 1, fused = (k >> 1) & 1, shape = k >> 2;
+    static const int shape_nhw[CONV_BN_SHAPES][3] = {{4, 14, 14}, {2, 7, 7}, {16, 28, 28}};
+    static const int shape_c[CONV_BN_SHAPES][2] = {{64, 128}, {256, 1024}, {128, 256}};
+    ConvShape s = {shape_nhw[shape][0],
+                   shape_nhw[shape][1],
+                   shape_nhw[shape][2],
+                   shape_c[shape][0],
+                   shape_c[shape][1],
+                   1,
+                   1,
+                   1,
+                   0,
+                   1,
+                   0,
+                   0};
+    conv_shape_finish(&s);
+    const int rows = s.n * s.out_h * s.out_w, c = s.c_out, c_in = s.c_in;
+    const size_t nx = (size_t)rows * c_in, ny = (size_t)rows * c, nw = (size_t)c * c_in;
+    const float momentum = 0.1f, eps = 1e-5f;
+    char what[160], label[96];
+    snprintf(label, sizeof label, "bn_conv_bn %s %dx%dx%d %d->%d%s", fused ? "fused" : "unfused", s.n, s.h,
+             s.w, c_in, c, residual ? " +residual" : "");
+    cuda_backend_set_conv_bn(gpu, fused ? 1 : -1);
+    gpu->conv_prepare(gpu, &s, dt);
+    gpu->conv_bn_prepare(gpu, &s, dt, residual, 1);
+    gpu->bn_conv_bn_prepare(gpu, &s, dt, residual, 1);
+    const int ran_fused = cuda_backend_conv_bn_fused(gpu, &s, dt, residual, 1, 1);
+    printf("  %s %s: %s\n", label, dtype_name(dt), ran_fused == 1 ? "fused" : "the calls");
+    if (dt == DTYPE_F16)
+        ck_assert_msg((ran_fused == 1) == fused, "%s: fused %d, want %d", label, ran_fused, fused);
+    if (dt == DTYPE_F32) ck_assert_msg(ran_fused != 1, "%s: fp32 ran fused", label);
+
+    // x as a convolution's raw output (a mean away from 0)
+    Twin x = twin_random(dt, nx, case_seed(6, _i, 0), -1.0f, 2.0f);
+    const float wb = sqrtf(3.0f / (float)c_in);
+    Twin w = twin_random(dt, nw, case_seed(6, _i, 1), -0.5f * wb, 1.5f * wb);
+    Twin res = twin_random(dt, ny, case_seed(6, _i, 2), -1, 1);
+    enum { GAMMA, BETA, RMEAN, RVAR, SMEAN, SINV, PARTS };
+    static const char *part_names[PARTS] = {"gamma",       "beta",      "running_mean",
+                                            "running_var", "save_mean", "save_invstd"};
+    Twin t[2][PARTS];  // [0] the batch norm in front (c_in), [1] the one after (c)
+    for (int l = 0; l < 2; l++) {
+        const int ch = l ? c : c_in;
+        t[l][GAMMA] = twin_random(DTYPE_F32, ch, case_seed(6, _i, 10 + 10 * l), 0.5f, 1.5f);
+        t[l][BETA] = twin_random(DTYPE_F32, ch, case_seed(6, _i, 11 + 10 * l), -0.5f, 0.5f);
+        t[l][RMEAN] = twin_random(DTYPE_F32, ch, case_seed(6, _i, 12 + 10 * l), -0.1f, 0.1f);
+        t[l][RVAR] = twin_random(DTYPE_F32, ch, case_seed(6, _i, 13 + 10 * l), 0.5f, 1.5f);
+        t[l][SMEAN] = twin_output(DTYPE_F32, ch), t[l][SINV] = twin_output(DTYPE_F32, ch);
+    }
+    Twin scratch = twin_output(dt, nx), y_conv = twin_output(dt, ny), y = twin_output(dt, ny);
+    BnArgs args[2][2];  // [layer][0 CPU, 1 GPU]
+    for (int l = 0; l < 2; l++)
+        for (int side = 0; side < 2; side++) {
+            void *p[PARTS];
+            for (int q = 0; q < PARTS; q++) p[q] = side ? t[l][q].gpu : t[l][q].cpu;
+            const void *bx = l ? (side ? y_conv.gpu : y_conv.cpu) : (side ? x.gpu : x.cpu);
+            args[l][side] = (BnArgs){bx, p[GAMMA], p[BETA], p[RMEAN], p[RVAR], p[SMEAN], p[SINV], NULL, NULL};
+        }
+    cpu->bn_conv_bn_forward_train(cpu, &args[0][0], scratch.cpu, &s, dt, w.cpu, &args[1][0],
+                                  residual ? res.cpu : NULL, 1, momentum, eps, y_conv.cpu, y.cpu);
+    gpu->bn_conv_bn_forward_train(gpu, &args[0][1], scratch.gpu, &s, dt, w.gpu, &args[1][1],
+                                  residual ? res.gpu : NULL, 1, momentum, eps, y_conv.gpu, y.gpu);
+    snprintf(what, sizeof what, "%s forward y_conv", label);
+    expect_close(what, y_conv);
+    snprintf(what, sizeof what, "%s forward y", label);
+    expect_close(what, y);
+    // the batch norm after the convolution: its sums from the epilogue when fused (as test_conv_bn's), over
+    // inputs the prologue formed with scale and bias rounded to dt
+    const double stat_tol = ran_fused == 1 ? 2e-3 : TOL_F32;
+    for (int l = 0; l < 2; l++)
+        for (int q = RMEAN; q <= SINV; q++) {
+            snprintf(what, sizeof what, "%s forward %s %s", label, l ? "bn" : "bn_in", part_names[q]);
+            expect_close_tol(what, t[l][q], l ? stat_tol : TOL_F32);
+        }
+    if (ran_fused == 1) {
+        expect_untouched(label, "forward", scratch);
+    } else {
+        snprintf(what, sizeof what, "%s forward bn_in's output", label);
+        expect_close(what, scratch);
+    }
+
+    // bn_in's backward from the GPU's statistics: the GPU's y is scratch as the op left it (NaN when fused: the
+    // backward must not read it), the CPU's its own written output
+    twin_take_gpu(t[0][SMEAN]), twin_take_gpu(t[0][SINV]);
+    Twin dy = twin_random(dt, nx, case_seed(6, _i, 30), -1, 1);
+    Twin dx = twin_output(dt, nx), dgamma = twin_output(dt, c_in), dbeta = twin_output(dt, c_in);
+    cpu->bn_backward(cpu, rows, c_in, dt, x.cpu, scratch.cpu, dy.cpu, 1, t[0][GAMMA].cpu, t[0][SMEAN].cpu,
+                     t[0][SINV].cpu, dx.cpu, 0, dgamma.cpu, dbeta.cpu, 0, NULL);
+    gpu->bn_backward(gpu, rows, c_in, dt, x.gpu, scratch.gpu, dy.gpu, 1, t[0][GAMMA].gpu, t[0][SMEAN].gpu,
+                     t[0][SINV].gpu, dx.gpu, 0, dgamma.gpu, dbeta.gpu, 0, NULL);
+    const struct {
+        const char *name;
+        Twin t;
+    } grads[] = {{"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "%s bn_in backward %s", label, grads[i].name);
+        expect_close(what, grads[i].t);
+    }
+    cuda_backend_set_conv_bn(gpu, 0);
+    for (int l = 0; l < 2; l++)
+        for (int q = 0; q < PARTS; q++) twin_free(t[l][q]);
+    twin_free(x), twin_free(w), twin_free(res), twin_free(scratch), twin_free(y_conv), twin_free(y);
+    twin_free(dy), twin_free(dx), twin_free(dgamma), twin_free(dbeta);
 }
 END_TEST
 
@@ -1308,6 +1421,7 @@ static Suite *gpu_ops_suite(void) {
         {"batchnorm", test_batchnorm, N_DTS * 4 * BN_MODES * BN_SHAPES},
         {"bn_add_bn", test_bn_add_bn, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
         {"conv_bn", test_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
+        {"bn_conv_bn", test_bn_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 2 * N_DTS},
         {"linear", test_linear, 2 * N_DTS},
