@@ -727,38 +727,59 @@ END_TEST
 // eligible: it always runs the two calls. The fused fp16 case must really run fused.
 #define CONV_BN_SHAPES 3
 
-START_TEST(test_conv_bn) {
-    const DType dt = DTS[_i % N_DTS];
-    const int k = _i / N_DTS, residual = k & 1, fused = (k >> 1) & 1, shape = k >> 2;
+// One loop index's case of test_conv_bn and test_bn_conv_bn.
+typedef struct ConvBnCase {
+    DType dt;
+    int residual, fused;
+    ConvShape s;
+} ConvBnCase;
+
+static ConvBnCase conv_bn_case(int i) {
     static const int shape_nhw[CONV_BN_SHAPES][3] = {{4, 14, 14}, {2, 7, 7}, {16, 28, 28}};
     static const int shape_c[CONV_BN_SHAPES][2] = {{64, 128}, {256, 1024}, {128, 256}};
-    ConvShape s = {shape_nhw[shape][0],
-                   shape_nhw[shape][1],
-                   shape_nhw[shape][2],
-                   shape_c[shape][0],
-                   shape_c[shape][1],
-                   1,
-                   1,
-                   1,
-                   0,
-                   1,
-                   0,
-                   0};
-    conv_shape_finish(&s);
+    const int k = i / N_DTS, shape = k >> 2;
+    ConvBnCase cc = {.dt = DTS[i % N_DTS], .residual = k & 1, .fused = (k >> 1) & 1};
+    cc.s = (ConvShape){.n = shape_nhw[shape][0],
+                       .h = shape_nhw[shape][1],
+                       .w = shape_nhw[shape][2],
+                       .c_in = shape_c[shape][0],
+                       .c_out = shape_c[shape][1],
+                       .kh = 1,
+                       .kw = 1,
+                       .stride = 1,
+                       .groups = 1};
+    conv_shape_finish(&cc.s);
+    return cc;
+}
+
+// Prepares op's case (prologue: bn_conv_bn's) with the fused path forced on or off as the case says, names it in
+// label, and returns whether the GPU runs it fused: fp16 must follow the case, fp32 never fuses.
+static int conv_bn_case_prepare(const char *op, const ConvBnCase *cc, int prologue, char *label, size_t cap) {
+    const ConvShape *s = &cc->s;
+    snprintf(label, cap, "%s %s %dx%dx%d %d->%d%s", op, cc->fused ? "fused" : "unfused", s->n, s->h, s->w,
+             s->c_in, s->c_out, cc->residual ? " +residual" : "");
+    cuda_backend_set_conv_bn(gpu, cc->fused ? 1 : -1);
+    gpu->conv_prepare(gpu, s, cc->dt);
+    gpu->conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1);
+    if (prologue) gpu->bn_conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1);
+    const int ran_fused = cuda_backend_conv_bn_fused(gpu, s, cc->dt, cc->residual, 1, prologue);
+    printf("  %s %s: %s\n", label, dtype_name(cc->dt), ran_fused == 1 ? "fused" : "the calls");
+    if (cc->dt == DTYPE_F16)
+        ck_assert_msg((ran_fused == 1) == cc->fused, "%s: fused %d, want %d", label, ran_fused, cc->fused);
+    if (cc->dt == DTYPE_F32) ck_assert_msg(ran_fused != 1, "%s: fp32 ran fused", label);
+    return ran_fused == 1;
+}
+
+START_TEST(test_conv_bn) {
+    const ConvBnCase cc = conv_bn_case(_i);
+    const DType dt = cc.dt;
+    const int residual = cc.residual;
+    const ConvShape s = cc.s;
     const int rows = s.n * s.out_h * s.out_w, c = s.c_out;
     const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)rows * c, nw = (size_t)c * s.c_in;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[160], label[96];
-    snprintf(label, sizeof label, "conv_bn %s %dx%dx%d %d->%d%s", fused ? "fused" : "unfused", s.n, s.h, s.w,
-             s.c_in, c, residual ? " +residual" : "");
-    cuda_backend_set_conv_bn(gpu, fused ? 1 : -1);
-    gpu->conv_prepare(gpu, &s, dt);
-    gpu->conv_bn_prepare(gpu, &s, dt, residual, 1);
-    const int ran_fused = cuda_backend_conv_bn_fused(gpu, &s, dt, residual, 1, 0);
-    printf("  %s %s: %s\n", label, dtype_name(dt), ran_fused == 1 ? "fused" : "two calls");
-    if (dt == DTYPE_F16)
-        ck_assert_msg((ran_fused == 1) == fused, "%s: fused %d, want %d", label, ran_fused, fused);
-    if (dt == DTYPE_F32) ck_assert_msg(ran_fused != 1, "%s: fp32 ran fused", label);
+    const int ran_fused = conv_bn_case_prepare("conv_bn", &cc, 0, label, sizeof label);
 
     // x as a ReLU's output (with some negatives), w scaled to keep y near unit size: a mean away from 0
     Twin x = twin_random(dt, nx, case_seed(5, _i, 0), -0.5f, 2.0f);
@@ -782,7 +803,7 @@ START_TEST(test_conv_bn) {
     // The fused statistics sum the convolution's fp32 results, the CPU's the rounded y_conv: they differ by
     // about one rounding of dt over the square root of the rows (measured up to 2.5e-4 in fp16 over 98 rows,
     // 4e-5 over 784); a wrong formula is off by O(1).
-    const double stat_tol = ran_fused == 1 ? 1e-3 : TOL_F32;
+    const double stat_tol = ran_fused ? 1e-3 : TOL_F32;
     const struct {
         const char *name;
         Twin t;
@@ -825,38 +846,15 @@ END_TEST
 // stay unwritten, and its backward must take the ReLU mask from x) and as the calls (unfused). Loop index as
 // test_conv_bn's.
 START_TEST(test_bn_conv_bn) {
-    const DType dt = DTS[_i % N_DTS];
-    const int k = _i / N_DTS, residual = k & 1, fused = (k >> 1) & 1, shape = k >> 2;
-    static const int shape_nhw[CONV_BN_SHAPES][3] = {{4, 14, 14}, {2, 7, 7}, {16, 28, 28}};
-    static const int shape_c[CONV_BN_SHAPES][2] = {{64, 128}, {256, 1024}, {128, 256}};
-    ConvShape s = {shape_nhw[shape][0],
-                   shape_nhw[shape][1],
-                   shape_nhw[shape][2],
-                   shape_c[shape][0],
-                   shape_c[shape][1],
-                   1,
-                   1,
-                   1,
-                   0,
-                   1,
-                   0,
-                   0};
-    conv_shape_finish(&s);
+    const ConvBnCase cc = conv_bn_case(_i);
+    const DType dt = cc.dt;
+    const int residual = cc.residual;
+    const ConvShape s = cc.s;
     const int rows = s.n * s.out_h * s.out_w, c = s.c_out, c_in = s.c_in;
     const size_t nx = (size_t)rows * c_in, ny = (size_t)rows * c, nw = (size_t)c * c_in;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[160], label[96];
-    snprintf(label, sizeof label, "bn_conv_bn %s %dx%dx%d %d->%d%s", fused ? "fused" : "unfused", s.n, s.h,
-             s.w, c_in, c, residual ? " +residual" : "");
-    cuda_backend_set_conv_bn(gpu, fused ? 1 : -1);
-    gpu->conv_prepare(gpu, &s, dt);
-    gpu->conv_bn_prepare(gpu, &s, dt, residual, 1);
-    gpu->bn_conv_bn_prepare(gpu, &s, dt, residual, 1);
-    const int ran_fused = cuda_backend_conv_bn_fused(gpu, &s, dt, residual, 1, 1);
-    printf("  %s %s: %s\n", label, dtype_name(dt), ran_fused == 1 ? "fused" : "the calls");
-    if (dt == DTYPE_F16)
-        ck_assert_msg((ran_fused == 1) == fused, "%s: fused %d, want %d", label, ran_fused, fused);
-    if (dt == DTYPE_F32) ck_assert_msg(ran_fused != 1, "%s: fp32 ran fused", label);
+    const int ran_fused = conv_bn_case_prepare("bn_conv_bn", &cc, 1, label, sizeof label);
 
     // x as a convolution's raw output (a mean away from 0)
     Twin x = twin_random(dt, nx, case_seed(6, _i, 0), -1.0f, 2.0f);
@@ -894,13 +892,13 @@ START_TEST(test_bn_conv_bn) {
     expect_close(what, y);
     // the batch norm after the convolution: its sums from the epilogue when fused (as test_conv_bn's), over
     // inputs the prologue formed with scale and bias rounded to dt
-    const double stat_tol = ran_fused == 1 ? 2e-3 : TOL_F32;
+    const double stat_tol = ran_fused ? 2e-3 : TOL_F32;
     for (int l = 0; l < 2; l++)
         for (int q = RMEAN; q <= SINV; q++) {
             snprintf(what, sizeof what, "%s forward %s %s", label, l ? "bn" : "bn_in", part_names[q]);
             expect_close_tol(what, t[l][q], l ? stat_tol : TOL_F32);
         }
-    if (ran_fused == 1) {
+    if (ran_fused) {
         expect_untouched(label, "forward", scratch);
     } else {
         snprintf(what, sizeof what, "%s forward bn_in's output", label);
