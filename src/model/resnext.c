@@ -269,12 +269,20 @@ static void prepare_bn(const Model *m, Backend *be, const ConvLayer *l, const Mo
     if (be->bn_prepare) be->bn_prepare(be, rows_of(l, n), bn->c, m->act_dt, residual, relu);
 }
 
-// A convolution whose batch norm trains with it in one conv_bn_forward_train (conv_bn_fwd), after both are
-// prepared.
-static void prepare_conv_bn(const Model *m, Backend *be, const ConvLayer *l, int n, int residual, int relu) {
-    if (!be->conv_bn_prepare) return;
+// 1: block i trains bn2 + ReLU, conv3 and bn3 in one bn_conv_bn_forward_train, which need not write b2 (the
+// block recomputes it in backward; blocks with a downsample end in bn_add_bn instead).
+static int block_trains_bn2_into_conv3(const Model *m, int i) {
+    return !m->blocks[i].has_down && model_block_recomputes_bn(m, i);
+}
+
+// A convolution trained in one op with the batch norm after it (conv_bn_prepare) or with the batch norms around
+// it (bn_conv_bn_prepare), after the convolution and the batch norms are prepared.
+typedef void (*FusedPrepareFn)(Backend *be, const ConvShape *s, DType dt, int residual, int relu);
+static void prepare_fused(const Model *m, Backend *be, FusedPrepareFn prepare, const ConvLayer *l, int n,
+                          int residual, int relu) {
+    if (!prepare) return;
     ConvShape s = at_batch(l, n);
-    be->conv_bn_prepare(be, &s, m->act_dt, residual, relu);
+    prepare(be, &s, m->act_dt, residual, relu);
 }
 
 void model_prepare_ops(const Model *m, Backend *be, int n) {
@@ -283,14 +291,12 @@ void model_prepare_ops(const Model *m, Backend *be, int n) {
     for (int i = 0; i < m->n_blocks; i++) {
         const ModelBlock *b = &m->blocks[i];
         prepare_conv(m, be, &b->conv1, n), prepare_bn(m, be, &b->conv1, &b->bn1, n, 0, 1);
-        prepare_conv_bn(m, be, &b->conv1, n, 0, 1);
+        prepare_fused(m, be, be->conv_bn_prepare, &b->conv1, n, 0, 1);
         prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
-        if (!b->has_down) prepare_conv_bn(m, be, &b->conv3, n, 1, 1);
-        if (!b->has_down && model_block_recomputes_bn(m, i) && be->bn_conv_bn_prepare) {
-            ConvShape s = at_batch(&b->conv3, n);
-            be->bn_conv_bn_prepare(be, &s, m->act_dt, 1, 1);
-        }
+        if (!b->has_down) prepare_fused(m, be, be->conv_bn_prepare, &b->conv3, n, 1, 1);
+        if (block_trains_bn2_into_conv3(m, i))
+            prepare_fused(m, be, be->bn_conv_bn_prepare, &b->conv3, n, 1, 1);
         if (!b->has_down) continue;
         prepare_conv(m, be, &b->down, n);
         // inside bn_add_bn the shortcut's bn has no training call of its own to prepare
@@ -426,7 +432,7 @@ void model_forward(Model *m, Activations *act, Backend *be, const ModelBatch *b,
         const void *in = block_input(act, i);
         conv_bn_fwd(&p, &bl->conv1, &bl->bn1, train, in, NULL, 1, ba->a1, ba->b1);
         conv_fwd(&p, &bl->conv2, ba->b1, ba->a2);
-        if (train && !bl->has_down && model_block_recomputes_bn(m, i)) {  // b2 need not be written
+        if (train && block_trains_bn2_into_conv3(m, i)) {
             bn_conv_bn_fwd(&p, &bl->bn2, ba->a2, ba->b2, &bl->conv3, &bl->bn3, in, 1, ba->a3, ba->out);
             continue;
         }
