@@ -22,8 +22,15 @@
 
 #define BN_REDUCE_THREADS 256
 #define BN_REDUCE_MAX_PACKS 32     // channel packs per reduction block (threadIdx.x)
-#define BN_REDUCE_BLOCKS_PER_SM 4  // reduction grid: about this many blocks per SM
+#define BN_REDUCE_BLOCKS_PER_SM 4  // reduction grid: about this many blocks per SM, all resident at once
 #define BN_APPLY_BLOCKS_PER_SM 8   // elementwise grid: about this many blocks per SM (a few waves)
+// Resident blocks per SM the kernels are compiled for (__launch_bounds__: at most 65536 / (256 * n) registers
+// per thread). These passes are memory-bound: more resident rows in flight is what moves bytes. The reductions
+// keep their whole grid resident; the elementwise passes run two or three waves. Each value is the most that
+// ptxas -v fits at fp16 without spilling more than a few bytes (bn_add_bn's pass carries two layers).
+#define BN_REDUCE_MIN_BLOCKS BN_REDUCE_BLOCKS_PER_SM
+#define BN_APPLY_MIN_BLOCKS 4
+#define BN_DUAL_APPLY_MIN_BLOCKS 3
 #define BN_MERGE_CHANNELS 32       // merge kernels: channels per block (threadIdx.x) ...
 #define BN_MERGE_LANES 8           // ... and chunk lanes (threadIdx.y)
 #define BN_CHANNEL_THREADS 256     // the small per-channel kernels
@@ -38,12 +45,37 @@ static __device__ __forceinline__ float bn_round_trip(float v, T) {
     return to_f32(stored);
 }
 
-// The VEC per-channel fp32 values of one pack (ch = its first channel) into registers.
-template <int VEC>
-static __device__ __forceinline__ void bn_channel_load(const float *p, int ch, float *v) {
+// The per-channel fp32 coefficients of an elementwise pass (scale, shift, ...) for the channels of its block:
+// staged in shared memory once per block and read back at each use, so the registers go to rows in flight
+// (what a memory-bound pass needs) instead of holding up to six arrays of a pack's coefficients. The stage is
+// laid out [array][k][pack] with a fixed stride of BN_REDUCE_MAX_PACKS packs, so a thread reaches every value
+// from one base at constant offsets, and the lanes of a warp read consecutive words (or the same one).
+// BnCoefView is one array seen from one thread: view[k] is the value of channel k of the thread's pack, read
+// through a volatile pointer so the compiler cannot hoist the loads out of the row loop into registers again.
+struct BnCoefView {
+    const volatile float *at;  // this thread's first channel of the array; channel k at at[k * BN_REDUCE_MAX_PACKS]
+    __device__ __forceinline__ float operator[](int k) const { return at[k * BN_REDUCE_MAX_PACKS]; }
+};
+
+template <int N, int VEC>
+struct BnCoefStage {
+    float *smem;  // N * VEC * BN_REDUCE_MAX_PACKS floats
+
+    // Copies src[a] (c) fp32, array a indexed by channel, for the block's channels; then a barrier, so every
+    // thread of the block must call it before any returns.
+    __device__ __forceinline__ void stage(const float *const (&src)[N], int c) const {
+        const int px = blockDim.x, span = px * VEC, ch0 = blockIdx.x * span;
+        const int threads = px * blockDim.y, tid = threadIdx.y * px + threadIdx.x;
 #pragma unroll
-    for (int k = 0; k < VEC; k++) v[k] = p[ch + k];
-}
+        for (int a = 0; a < N; a++)
+            for (int i = tid; i < span; i += threads)
+                smem[(a * VEC + i % VEC) * BN_REDUCE_MAX_PACKS + i / VEC] = ch0 + i < c ? src[a][ch0 + i] : 0.0f;
+        __syncthreads();
+    }
+    __device__ __forceinline__ BnCoefView view(int a) const {
+        return BnCoefView{smem + a * VEC * BN_REDUCE_MAX_PACKS + threadIdx.x};
+    }
+};
 
 // Sums VEC values per thread over the blockDim.y row lanes of a (px, py) block in a fixed tree; every
 // lane gets the totals. buf: BN_REDUCE_THREADS * VEC floats of shared memory.
@@ -108,7 +140,7 @@ static __device__ __forceinline__ void bn_affine(float gamma, float beta, float 
 // grid (slices, chunks), block (px, py): block (bx, by) sums channel packs [bx*px, bx*px+px) over rows
 // [by*chunk_rows, ...), shifted by row 0. x (rows, c) T -> part_s, part_q (chunks, c) fp32
 template <typename T, int VEC>
-__global__ void bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_rows, float *part_s,
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS) bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_rows, float *part_s,
                                         float *part_q) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
     const int pack = blockIdx.x * blockDim.x + threadIdx.x;
@@ -196,16 +228,17 @@ __global__ void bn_saved_affine_kernel(int c, const float *gamma, const float *b
     if (ch < c) bn_affine(gamma[ch], beta[ch], save_mean[ch], save_invstd[ch], &scale[ch], &shift[ch]);
 }
 
-// y = act(scale[ch] * x + shift[ch] + residual) for one pack; the ReLU keeps NaN (as torch's). Returns
-// the pack's ReLU bits: bit k set when element k of y (as stored) is > 0.
-template <typename T, int VEC>
-static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *r, int relu, const float *sc,
-                                                         const float *sh) {
+// y = act(scale[ch] * x + shift[ch] + residual) for one pack (sc, sh: the pack's scale and shift, C a
+// BnCoefView or an array); the ReLU keeps NaN (as torch's). Returns the pack's ReLU bits: bit k set when element k
+// of y (as stored) is > 0.
+template <typename T, int VEC, typename C>
+static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *r, bool add, int relu, C sc,
+                                                         C sh) {
     unsigned bits = 0;
 #pragma unroll
     for (int k = 0; k < VEC; k++) {
         v[k] = __fmaf_rn(sc[k], v[k], sh[k]);
-        if (r) v[k] += r[k];
+        if (add) v[k] += r[k];
         if (relu && v[k] < 0.0f) v[k] = 0.0f;
         if (bn_round_trip(v[k], T()) > 0.0f) bits |= 1u << k;
     }
@@ -214,8 +247,8 @@ static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *
 
 // The residual of one pack as bn_apply_pack adds it: as loaded, or (AFFINE_RES) through its own batch norm's
 // affine map, rsc * r + rsh, unrounded.
-template <bool AFFINE_RES, int VEC>
-static __device__ __forceinline__ void bn_residual_pack(float *r, const float *rsc, const float *rsh) {
+template <bool AFFINE_RES, int VEC, typename C>
+static __device__ __forceinline__ void bn_residual_pack(float *r, C rsc, C rsh) {
     if (AFFINE_RES) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) r[k] = __fmaf_rn(rsc[k], r[k], rsh[k]);
@@ -227,19 +260,20 @@ static __device__ __forceinline__ void bn_residual_pack(float *r, const float *r
 // by rscale, rshift before the add.
 // x, residual (nullable), y (rows, c) T; scale, shift, rscale, rshift (c) fp32; mask (rows * c / VEC) u8
 template <typename T, int VEC, bool AFFINE_RES>
-__global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows,
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_APPLY_MIN_BLOCKS) bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows,
                                 int c, int chunk_rows, const float *scale, const float *shift,
                                 const float *rscale, const float *rshift, T *__restrict__ y,
                                 uint8_t *__restrict__ mask) {
-    const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
+    constexpr int N = AFFINE_RES ? 4 : 2;
+    __shared__ float smem[N * VEC * BN_REDUCE_MAX_PACKS];
+    const BnCoefStage<N, VEC> coefs{smem};
+    if constexpr (AFFINE_RES)
+        coefs.stage({scale, shift, rscale, rshift}, c);
+    else
+        coefs.stage({scale, shift}, c);
+    const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x;
     if (pack >= packs_per_row) return;
-    float sc[VEC], sh[VEC], rsc[VEC], rsh[VEC];
-    bn_channel_load<VEC>(scale, ch, sc);
-    bn_channel_load<VEC>(shift, ch, sh);
-    if (AFFINE_RES) {
-        bn_channel_load<VEC>(rscale, ch, rsc);
-        bn_channel_load<VEC>(rshift, ch, rsh);
-    }
+    const BnCoefView sc = coefs.view(0), sh = coefs.view(1), rsc = coefs.view(N - 2), rsh = coefs.view(N - 1);
     const int r1 = min(rows, (int)(blockIdx.y + 1) * chunk_rows), step = blockDim.y;
     int r = blockIdx.y * chunk_rows + threadIdx.y;
     for (; r + step < r1; r += 2 * step) {
@@ -254,7 +288,7 @@ __global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ r
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             bn_residual_pack<AFFINE_RES, VEC>(res[u], rsc, rsh);
-            const unsigned bits = bn_apply_pack<T, VEC>(v[u], residual ? res[u] : NULL, relu, sc, sh);
+            const unsigned bits = bn_apply_pack<T, VEC>(v[u], res[u], residual != NULL, relu, sc, sh);
             pack_store<T, VEC>(y + j[u] * VEC, v[u]);
             if (mask) mask[j[u]] = (uint8_t)bits;
         }
@@ -265,7 +299,7 @@ __global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ r
         pack_load<T, VEC>(x + j * VEC, v);
         if (residual) pack_load<T, VEC>(residual + j * VEC, res);
         bn_residual_pack<AFFINE_RES, VEC>(res, rsc, rsh);
-        const unsigned bits = bn_apply_pack<T, VEC>(v, residual ? res : NULL, relu, sc, sh);
+        const unsigned bits = bn_apply_pack<T, VEC>(v, res, residual != NULL, relu, sc, sh);
         pack_store<T, VEC>(y + j * VEC, v);
         if (mask) mask[j] = (uint8_t)bits;
     }
@@ -273,39 +307,26 @@ __global__ void bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ r
 
 // ---- backward ---------------------------------------------------------------------------------------
 
-// g = dy masked by the ReLU of the forward for one pack (source: BnMaskSource; a, b: the pack's channels'
+// g = dy masked by the ReLU of the forward for one pack (S: the BnMaskSource; a, b: the pack's channels'
 // values of the forward's affine map, for BN_MASK_FROM_X).
-template <typename T, int VEC>
-static __device__ __forceinline__ void bn_masked_grad(int source, const T *y, const uint8_t *mask, size_t j,
-                                                      const float *xv, const float *a, const float *b,
-                                                      float *g) {
-    if (source == BN_MASK_FROM_Y) {
+template <int S, typename T, int VEC, typename C>
+static __device__ __forceinline__ void bn_masked_grad(const T *y, const uint8_t *mask, size_t j,
+                                                      const float *xv, C a, C b, float *g) {
+    if (S == BN_MASK_FROM_Y) {
         float yv[VEC];
         pack_load<T, VEC>(y + j * VEC, yv);
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             if (!(yv[k] > 0.0f)) g[k] = 0.0f;
-    } else if (source == BN_MASK_BITS) {
+    } else if (S == BN_MASK_BITS) {
         const unsigned bits = mask[j];
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             if (!((bits >> k) & 1u)) g[k] = 0.0f;
-    } else if (source == BN_MASK_FROM_X) {
+    } else if (S == BN_MASK_FROM_X) {
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             if (!(bn_round_trip(__fmaf_rn(a[k], xv[k], b[k]), T()) > 0.0f)) g[k] = 0.0f;
-    }
-}
-
-// The forward's affine map of one pack, for a mask from x (zeros otherwise: unused).
-template <int VEC>
-static __device__ __forceinline__ void bn_mask_affine_load(int source, const float *a, const float *b, int ch,
-                                                           float *av, float *bv) {
-#pragma unroll
-    for (int k = 0; k < VEC; k++) av[k] = bv[k] = 0.0f;
-    if (source == BN_MASK_FROM_X) {
-        bn_channel_load<VEC>(a, ch, av);
-        bn_channel_load<VEC>(b, ch, bv);
     }
 }
 
@@ -326,24 +347,32 @@ static __device__ __forceinline__ void bn_load_two_rows(const T *x, const T *dy,
 // DUAL (bn_add_bn: g also flows into a second batch norm of input x2) of g * (x2 - mean2).
 // x, y, dy, x2 (rows, c) T; mask (packs) u8; save_mean, a, b, mean2 (c) fp32
 //   -> part_g, part_gx, part_gx2 (chunks, c) fp32
-template <typename T, int VEC, bool DUAL>
-__global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__restrict__ y,
-                                           const T *__restrict__ dy, int source,
-                                           const uint8_t *__restrict__ mask, const float *a, const float *b,
+template <typename T, int VEC, bool DUAL, int S>
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS) bn_backward_partial_kernel(const T *__restrict__ x, const T *__restrict__ y,
+                                           const T *__restrict__ dy, const uint8_t *__restrict__ mask, const float *a, const float *b,
                                            int rows, int c, int chunk_rows, const float *save_mean,
                                            float *part_g, float *part_gx, const T *__restrict__ x2,
                                            const float *mean2, float *part_gx2) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
+    // staged per-channel values: mean, then mean2 (DUAL) or the forward's affine map (a mask from x)
+    constexpr int N = DUAL ? 2 : S == BN_MASK_FROM_X ? 3 : 1;
+    __shared__ float smem[N * VEC * BN_REDUCE_MAX_PACKS];
+    const BnCoefStage<N, VEC> coefs{smem};
+    if constexpr (DUAL)
+        coefs.stage({save_mean, mean2}, c);
+    else if constexpr (S == BN_MASK_FROM_X)
+        coefs.stage({save_mean, a, b}, c);
+    else
+        coefs.stage({save_mean}, c);
+    const BnCoefView mean = coefs.view(0), m2 = coefs.view(N - 1);
+    const BnCoefView av = coefs.view(N == 3 ? 1 : 0), bv = coefs.view(N == 3 ? 2 : 0);  // a mask from x's
     const int pack = blockIdx.x * blockDim.x + threadIdx.x;
     const int packs_per_row = c / VEC, active = pack < packs_per_row, ch = pack * VEC;
     const int r0 = blockIdx.y * chunk_rows, r1 = min(rows, r0 + chunk_rows);
-    float mean[VEC], m2[VEC], av[VEC], bv[VEC], sg[VEC], sgx[VEC], sgx2[VEC];
+    float sg[VEC], sgx[VEC], sgx2[VEC];
 #pragma unroll
     for (int k = 0; k < VEC; k++) sg[k] = sgx[k] = sgx2[k] = 0.0f;
     if (active) {
-        bn_channel_load<VEC>(save_mean, ch, mean);
-        if (DUAL) bn_channel_load<VEC>(mean2, ch, m2);
-        bn_mask_affine_load<VEC>(source, a, b, ch, av, bv);
         const int step = blockDim.y;
         int r = r0 + threadIdx.y;
         for (; r + step < r1; r += 2 * step) {  // two rows of x and dy in flight per thread
@@ -356,7 +385,7 @@ __global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__r
             }
 #pragma unroll
             for (int u = 0; u < 2; u++) {
-                bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], av, bv, g[u]);
+                bn_masked_grad<S, T, VEC>(y, mask, j[u], xv[u], av, bv, g[u]);
 #pragma unroll
                 for (int k = 0; k < VEC; k++) {
                     sg[k] += g[u][k];
@@ -371,7 +400,7 @@ __global__ void bn_backward_partial_kernel(const T *__restrict__ x, const T *__r
             pack_load<T, VEC>(x + j * VEC, xv);
             pack_load<T, VEC>(dy + j * VEC, g);
             if (DUAL) pack_load<T, VEC>(x2 + j * VEC, x2v);
-            bn_masked_grad<T, VEC>(source, y, mask, j, xv, av, bv, g);
+            bn_masked_grad<S, T, VEC>(y, mask, j, xv, av, bv, g);
 #pragma unroll
             for (int k = 0; k < VEC; k++) {
                 sg[k] += g[k];
@@ -418,10 +447,10 @@ __global__ void bn_backward_merge_kernel(const float *part_g, const float *part_
     coef[2 * c + ch] = (float)(k_g * (sg / rows) - k_x * save_mean[ch]);
 }
 
-// dx (= or +=) k_g * g - (k_x * x + k_0) for one pack, from registers.
+// dx (= or +=) k_g * g - (k_x * x + k_0) for one pack (the coefficients of its channels as BnCoefViews).
 template <int VEC>
-static __device__ __forceinline__ void bn_backward_pack(const float *xv, const float *g, const float *k_g,
-                                                        const float *k_x, const float *k_0, int accumulate,
+static __device__ __forceinline__ void bn_backward_pack(const float *xv, const float *g, BnCoefView k_g,
+                                                        BnCoefView k_x, BnCoefView k_0, int accumulate,
                                                         float *d) {
 #pragma unroll
     for (int k = 0; k < VEC; k++) {
@@ -437,8 +466,8 @@ static __device__ __forceinline__ void bn_backward_pack(const float *xv, const f
 template <bool DUAL, typename T, int VEC>
 static __device__ __forceinline__ void bn_backward_store_second(T *d_residual, T *dx2, size_t j,
                                                                 const float *g, const float *x2v,
-                                                                const float *k_g2, const float *k_x2,
-                                                                const float *k_02) {
+                                                                BnCoefView k_g2, BnCoefView k_x2,
+                                                                BnCoefView k_02) {
     if (!DUAL) {
         if (d_residual) pack_store<T, VEC>(d_residual + j * VEC, g);
         return;
@@ -452,25 +481,28 @@ static __device__ __forceinline__ void bn_backward_store_second(T *d_residual, T
 // bn_stats_partial_kernel, two rows in flight per thread: dx (= or +=) as bn_backward_pack; d_residual (nullable)
 // = g, or with DUAL dx2 as bn_backward_store_second.
 // x, y, dy, dx, d_residual, x2, dx2 (rows, c) T; mask (rows * c / VEC) u8; a, b (c), coef, coef2 (3, c) fp32
-template <typename T, int VEC, bool DUAL>
-static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const T *y, const T *dy, int source,
+template <typename T, int VEC, bool DUAL, int S>
+static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const T *y, const T *dy,
                                                               const uint8_t *mask, const float *a,
                                                               const float *b, int rows, int c, int chunk_rows,
                                                               const float *coef, T *dx, int accumulate,
                                                               T *d_residual, const T *x2, const float *coef2,
                                                               T *dx2) {
-    const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x, ch = pack * VEC;
+    // staged coefficients: k_g, k_x, k_0, then the second's (DUAL) or the forward's affine map (a mask from x)
+    constexpr int N = DUAL ? 6 : S == BN_MASK_FROM_X ? 5 : 3;
+    __shared__ float smem[N * VEC * BN_REDUCE_MAX_PACKS];
+    const BnCoefStage<N, VEC> coefs{smem};
+    if constexpr (DUAL)
+        coefs.stage({coef, coef + c, coef + 2 * c, coef2, coef2 + c, coef2 + 2 * c}, c);
+    else if constexpr (S == BN_MASK_FROM_X)
+        coefs.stage({coef, coef + c, coef + 2 * c, a, b}, c);
+    else
+        coefs.stage({coef, coef + c, coef + 2 * c}, c);
+    const int packs_per_row = c / VEC, pack = blockIdx.x * blockDim.x + threadIdx.x;
     if (pack >= packs_per_row) return;
-    float k_g[VEC], k_x[VEC], k_0[VEC], av[VEC], bv[VEC], k_g2[VEC], k_x2[VEC], k_02[VEC];
-    bn_channel_load<VEC>(coef, ch, k_g);
-    bn_channel_load<VEC>(coef + c, ch, k_x);
-    bn_channel_load<VEC>(coef + 2 * c, ch, k_0);
-    if (DUAL) {
-        bn_channel_load<VEC>(coef2, ch, k_g2);
-        bn_channel_load<VEC>(coef2 + c, ch, k_x2);
-        bn_channel_load<VEC>(coef2 + 2 * c, ch, k_02);
-    }
-    bn_mask_affine_load<VEC>(source, a, b, ch, av, bv);
+    const BnCoefView k_g = coefs.view(0), k_x = coefs.view(1), k_0 = coefs.view(2);
+    const BnCoefView k_g2 = coefs.view(N - 3), k_x2 = coefs.view(N - 2), k_02 = coefs.view(N - 1);
+    const BnCoefView av = coefs.view(N == 5 ? 3 : 0), bv = coefs.view(N == 5 ? 4 : 0);  // a mask from x's
     const int r1 = min(rows, (int)(blockIdx.y + 1) * chunk_rows), step = blockDim.y;
     int r = blockIdx.y * chunk_rows + threadIdx.y;
     for (; r + step < r1; r += 2 * step) {
@@ -487,7 +519,7 @@ static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const 
         }
 #pragma unroll
         for (int u = 0; u < 2; u++) {
-            bn_masked_grad<T, VEC>(source, y, mask, j[u], xv[u], av, bv, g[u]);
+            bn_masked_grad<S, T, VEC>(y, mask, j[u], xv[u], av, bv, g[u]);
             bn_backward_pack<VEC>(xv[u], g[u], k_g, k_x, k_0, accumulate, d[u]);
             pack_store<T, VEC>(dx + j[u] * VEC, d[u]);
             bn_backward_store_second<DUAL, T, VEC>(d_residual, dx2, j[u], g[u], x2v[u], k_g2, k_x2, k_02);
@@ -500,7 +532,7 @@ static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const 
         pack_load<T, VEC>(dy + j * VEC, g);
         if (DUAL) pack_load<T, VEC>(x2 + j * VEC, x2v);
         if (accumulate) pack_load<T, VEC>(dx + j * VEC, d);
-        bn_masked_grad<T, VEC>(source, y, mask, j, xv, av, bv, g);
+        bn_masked_grad<S, T, VEC>(y, mask, j, xv, av, bv, g);
         bn_backward_pack<VEC>(xv, g, k_g, k_x, k_0, accumulate, d);
         pack_store<T, VEC>(dx + j * VEC, d);
         bn_backward_store_second<DUAL, T, VEC>(d_residual, dx2, j, g, x2v, k_g2, k_x2, k_02);
@@ -508,25 +540,24 @@ static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const 
 }
 
 // One layer's: no output aliases an input, so every pointer is __restrict__.
-template <typename T, int VEC>
-__global__ void bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y,
-                                         const T *__restrict__ dy, int source,
-                                         const uint8_t *__restrict__ mask, const float *a, const float *b,
+template <typename T, int VEC, int S>
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_APPLY_MIN_BLOCKS) bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y,
+                                         const T *__restrict__ dy, const uint8_t *__restrict__ mask, const float *a, const float *b,
                                          int rows, int c, int chunk_rows, const float *coef,
                                          T *__restrict__ dx, int accumulate, T *__restrict__ d_residual) {
-    bn_backward_apply_rows<T, VEC, false>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx,
+    bn_backward_apply_rows<T, VEC, false, S>(x, y, dy, mask, a, b, rows, c, chunk_rows, coef, dx,
                                           accumulate, d_residual, NULL, NULL, NULL);
 }
 
 // bn_add_bn's (x2, coef2, dx2: the shortcut's layer): dx2 may be dy (each element written after its read), so
 // neither is __restrict__.
-template <typename T, int VEC>
-__global__ void bn_add_bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy,
-                                                int source, const uint8_t *__restrict__ mask, const float *a,
+template <typename T, int VEC, int S>
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_DUAL_APPLY_MIN_BLOCKS) bn_add_bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy,
+                                                const uint8_t *__restrict__ mask, const float *a,
                                                 const float *b, int rows, int c, int chunk_rows,
                                                 const float *coef, T *__restrict__ dx, int accumulate,
                                                 const T *__restrict__ x2, const float *coef2, T *dx2) {
-    bn_backward_apply_rows<T, VEC, true>(x, y, dy, source, mask, a, b, rows, c, chunk_rows, coef, dx,
+    bn_backward_apply_rows<T, VEC, true, S>(x, y, dy, mask, a, b, rows, c, chunk_rows, coef, dx,
                                          accumulate, NULL, x2, coef2, dx2);
 }
 
@@ -572,6 +603,14 @@ static void with_flag(bool flag, F &&launch) {
         launch(std::true_type());
     else
         launch(std::false_type());
+}
+
+// Calls launch(std::integral_constant<int, S>()) for the S among SOURCES that equals source: a kernel's mask
+// source as a template argument, so each kernel carries only the registers and branches of its own source.
+template <int... SOURCES, typename F>
+static void with_mask_source(BnMaskSource source, F &&launch) {
+    const bool found = ((source == SOURCES ? (launch(std::integral_constant<int, SOURCES>()), true) : false) || ...);
+    if (!found) amp_fatal(__FILE__, __LINE__, "batch norm backward: no kernel for mask source %d", (int)source);
 }
 
 // y = act(scale * x + shift + residual) over (rows, c) dt, the residual mapped by rscale, rshift first when
@@ -730,13 +769,14 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
             c, gamma, beta, save_mean, save_invstd, a, b);
         CUDA_CHECK_LAUNCH();
     }
-    auto launch = [&](auto pk, auto dual) {
+    auto launch = [&](auto pk, auto dual, auto source) {
         typedef typename decltype(pk)::type T;
         constexpr int VEC = decltype(pk)::vec;
         constexpr bool DUAL = decltype(dual)::value;
+        constexpr int S = decltype(source)::value;
         const dim3 merge_grid(bn_merge_blocks(c)), merge_block(BN_MERGE_CHANNELS, BN_MERGE_LANES);
-        bn_backward_partial_kernel<T, VEC, DUAL><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
-            (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, cut.chunk_rows,
+        bn_backward_partial_kernel<T, VEC, DUAL, S><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
+            (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, cut.chunk_rows,
             save_mean, part_g, part_gx, (const T *)x2, DUAL ? second->save_mean : NULL, part_gx2);
         CUDA_CHECK_LAUNCH();
         bn_backward_merge_kernel<T><<<merge_grid, merge_block, 0, cb->stream>>>(
@@ -751,16 +791,23 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
         }
         const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
         if (DUAL)
-            bn_add_bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows,
+            bn_add_bn_backward_apply_kernel<T, VEC, S><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
+                (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, apply.chunk_rows,
                 coef, (T *)dx, accumulate, (const T *)x2, coef2, (T *)dx2);
         else
-            bn_backward_apply_kernel<T, VEC><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-                (const T *)x, (const T *)y, (const T *)dy, mask_source, mask, a, b, rows, c, apply.chunk_rows,
+            bn_backward_apply_kernel<T, VEC, S><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
+                (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, apply.chunk_rows,
                 coef, (T *)dx, accumulate, (T *)d_residual);
         CUDA_CHECK_LAUNCH();
     };
-    with_pack(dt, vec, [&](auto pk) { with_flag(second != NULL, [&](auto dual) { launch(pk, dual); }); });
+    with_pack(dt, vec, [&](auto pk) {
+        if (second)  // a residual: never a mask from x
+            with_mask_source<BN_MASK_NONE, BN_MASK_FROM_Y, BN_MASK_BITS>(
+                mask_source, [&](auto source) { launch(pk, std::true_type(), source); });
+        else
+            with_mask_source<BN_MASK_NONE, BN_MASK_FROM_Y, BN_MASK_BITS, BN_MASK_FROM_X>(
+                mask_source, [&](auto source) { launch(pk, std::false_type(), source); });
+    });
 }
 
 void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *y, const void *dy,
