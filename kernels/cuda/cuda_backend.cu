@@ -162,8 +162,8 @@ int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }
 // CUDA_CHOICES_REVISION: raised whenever the candidates a choice is made from, or amptrain's own timed
 // kernels, change, so that records timed before are not taken for the new set (2: bf16 batch norm offered
 // to cuDNN, whose records held only amptrain's own pair; 3: convolutions with few input channels may run
-// padded).
-#define CUDA_CHOICES_REVISION 3
+// padded; 4: amptrain's own batch-norm passes stage their coefficients in shared memory, faster).
+#define CUDA_CHOICES_REVISION 4
 static void cuda_choice_env(CudaBackend *cb) {
     cudaDeviceProp prop;
     int driver = 0, runtime = 0, cublas = 0;
