@@ -9,8 +9,9 @@
 //   comes from x, the bits or y), a small merge, one pass reading x and dy and writing dx (and
 //   d_residual = g).
 // Every kernel walks rows the same way: a block covers up to 32 packs of channels (256 16-bit channels) and
-// a chunk of rows, so a thread keeps one pack of channels for its whole life and holds that pack's
-// coefficients (scale, shift, mean, ...) in registers instead of loading them per element. Reductions:
+// a chunk of rows, so a thread keeps one pack of channels for its whole life; the block stages its channels'
+// coefficients (scale, shift, mean, ...) in shared memory once and each thread reads its own at each use, which
+// leaves the registers to rows in flight (these passes are memory-bound). Reductions:
 // each thread sums its rows in fp32 (values shifted by the channel's value in row 0, so the sum of squares
 // does not cancel), lanes merged in a fixed tree; chunks are merged per channel in fp64 in a fixed order.
 // Deterministic on one GPU model (the chunking follows the SM count), no atomics.
