@@ -32,9 +32,9 @@
 #define BN_REDUCE_MIN_BLOCKS BN_REDUCE_BLOCKS_PER_SM
 #define BN_APPLY_MIN_BLOCKS 4
 #define BN_DUAL_APPLY_MIN_BLOCKS 3
-#define BN_MERGE_CHANNELS 32       // merge kernels: channels per block (threadIdx.x) ...
-#define BN_MERGE_LANES 8           // ... and chunk lanes (threadIdx.y)
-#define BN_CHANNEL_THREADS 256     // the small per-channel kernels
+#define BN_MERGE_CHANNELS 32    // merge kernels: channels per block (threadIdx.x) ...
+#define BN_MERGE_LANES 8        // ... and chunk lanes (threadIdx.y)
+#define BN_CHANNEL_THREADS 256  // the small per-channel kernels
 
 // ---- device helpers ---------------------------------------------------------------------------------
 
@@ -54,7 +54,8 @@ static __device__ __forceinline__ float bn_round_trip(float v, T) {
 // BnCoefView is one array seen from one thread: view[k] is the value of channel k of the thread's pack, read
 // through a volatile pointer so the compiler cannot hoist the loads out of the row loop into registers again.
 struct BnCoefView {
-    const volatile float *at;  // this thread's first channel of the array; channel k at at[k * BN_REDUCE_MAX_PACKS]
+    // this thread's first channel of the array; channel k at at[k * BN_REDUCE_MAX_PACKS]
+    const volatile float *at;
     __device__ __forceinline__ float operator[](int k) const { return at[k * BN_REDUCE_MAX_PACKS]; }
 };
 
@@ -70,7 +71,8 @@ struct BnCoefStage {
 #pragma unroll
         for (int a = 0; a < N; a++)
             for (int i = tid; i < span; i += threads)
-                smem[(a * VEC + i % VEC) * BN_REDUCE_MAX_PACKS + i / VEC] = ch0 + i < c ? src[a][ch0 + i] : 0.0f;
+                smem[(a * VEC + i % VEC) * BN_REDUCE_MAX_PACKS + i / VEC] = ch0 + i < c ? src[a][ch0 + i]
+                                                                                        : 0.0f;
         __syncthreads();
     }
     __device__ __forceinline__ BnCoefView view(int a) const {
@@ -141,8 +143,8 @@ static __device__ __forceinline__ void bn_affine(float gamma, float beta, float 
 // grid (slices, chunks), block (px, py): block (bx, by) sums channel packs [bx*px, bx*px+px) over rows
 // [by*chunk_rows, ...), shifted by row 0. x (rows, c) T -> part_s, part_q (chunks, c) fp32
 template <typename T, int VEC>
-__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS) bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_rows, float *part_s,
-                                        float *part_q) {
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS)
+    bn_stats_partial_kernel(const T *x, int rows, int c, int chunk_rows, float *part_s, float *part_q) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
     const int pack = blockIdx.x * blockDim.x + threadIdx.x;
     const int active = pack < c / VEC;
@@ -261,10 +263,10 @@ static __device__ __forceinline__ void bn_residual_pack(float *r, C rsc, C rsh) 
 // by rscale, rshift before the add.
 // x, residual (nullable), y (rows, c) T; scale, shift, rscale, rshift (c) fp32; mask (rows * c / VEC) u8
 template <typename T, int VEC, bool AFFINE_RES>
-__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_APPLY_MIN_BLOCKS) bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows,
-                                int c, int chunk_rows, const float *scale, const float *shift,
-                                const float *rscale, const float *rshift, T *__restrict__ y,
-                                uint8_t *__restrict__ mask) {
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_APPLY_MIN_BLOCKS)
+    bn_apply_kernel(const T *__restrict__ x, const T *__restrict__ residual, int relu, int rows, int c,
+                    int chunk_rows, const float *scale, const float *shift, const float *rscale,
+                    const float *rshift, T *__restrict__ y, uint8_t *__restrict__ mask) {
     constexpr int N = AFFINE_RES ? 4 : 2;
     __shared__ float smem[N * VEC * BN_REDUCE_MAX_PACKS];
     const BnCoefStage<N, VEC> coefs{smem};
@@ -349,11 +351,11 @@ static __device__ __forceinline__ void bn_load_two_rows(const T *x, const T *dy,
 // x, y, dy, x2 (rows, c) T; mask (packs) u8; save_mean, a, b, mean2 (c) fp32
 //   -> part_g, part_gx, part_gx2 (chunks, c) fp32
 template <typename T, int VEC, bool DUAL, int S>
-__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS) bn_backward_partial_kernel(const T *__restrict__ x, const T *__restrict__ y,
-                                           const T *__restrict__ dy, const uint8_t *__restrict__ mask, const float *a, const float *b,
-                                           int rows, int c, int chunk_rows, const float *save_mean,
-                                           float *part_g, float *part_gx, const T *__restrict__ x2,
-                                           const float *mean2, float *part_gx2) {
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS)
+    bn_backward_partial_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
+                               const uint8_t *__restrict__ mask, const float *a, const float *b, int rows,
+                               int c, int chunk_rows, const float *save_mean, float *part_g, float *part_gx,
+                               const T *__restrict__ x2, const float *mean2, float *part_gx2) {
     __shared__ float buf[BN_REDUCE_THREADS * VEC];
     // staged per-channel values: mean, then mean2 (DUAL) or the forward's affine map (a mask from x)
     constexpr int N = DUAL ? 2 : S == BN_MASK_FROM_X ? 3 : 1;
@@ -542,24 +544,25 @@ static __device__ __forceinline__ void bn_backward_apply_rows(const T *x, const 
 
 // One layer's: no output aliases an input, so every pointer is __restrict__.
 template <typename T, int VEC, int S>
-__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_APPLY_MIN_BLOCKS) bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y,
-                                         const T *__restrict__ dy, const uint8_t *__restrict__ mask, const float *a, const float *b,
-                                         int rows, int c, int chunk_rows, const float *coef,
-                                         T *__restrict__ dx, int accumulate, T *__restrict__ d_residual) {
-    bn_backward_apply_rows<T, VEC, false, S>(x, y, dy, mask, a, b, rows, c, chunk_rows, coef, dx,
-                                          accumulate, d_residual, NULL, NULL, NULL);
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_APPLY_MIN_BLOCKS)
+    bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
+                             const uint8_t *__restrict__ mask, const float *a, const float *b, int rows,
+                             int c, int chunk_rows, const float *coef, T *__restrict__ dx, int accumulate,
+                             T *__restrict__ d_residual) {
+    bn_backward_apply_rows<T, VEC, false, S>(x, y, dy, mask, a, b, rows, c, chunk_rows, coef, dx, accumulate,
+                                             d_residual, NULL, NULL, NULL);
 }
 
 // bn_add_bn's (x2, coef2, dx2: the shortcut's layer): dx2 may be dy (each element written after its read), so
 // neither is __restrict__.
 template <typename T, int VEC, int S>
-__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_DUAL_APPLY_MIN_BLOCKS) bn_add_bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy,
-                                                const uint8_t *__restrict__ mask, const float *a,
-                                                const float *b, int rows, int c, int chunk_rows,
-                                                const float *coef, T *__restrict__ dx, int accumulate,
-                                                const T *__restrict__ x2, const float *coef2, T *dx2) {
-    bn_backward_apply_rows<T, VEC, true, S>(x, y, dy, mask, a, b, rows, c, chunk_rows, coef, dx,
-                                         accumulate, NULL, x2, coef2, dx2);
+__global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_DUAL_APPLY_MIN_BLOCKS)
+    bn_add_bn_backward_apply_kernel(const T *__restrict__ x, const T *__restrict__ y, const T *dy,
+                                    const uint8_t *__restrict__ mask, const float *a, const float *b,
+                                    int rows, int c, int chunk_rows, const float *coef, T *__restrict__ dx,
+                                    int accumulate, const T *__restrict__ x2, const float *coef2, T *dx2) {
+    bn_backward_apply_rows<T, VEC, true, S>(x, y, dy, mask, a, b, rows, c, chunk_rows, coef, dx, accumulate,
+                                            NULL, x2, coef2, dx2);
 }
 
 // ---- launch helpers -----------------------------------------------------------------------------------
@@ -610,8 +613,10 @@ static void with_flag(bool flag, F &&launch) {
 // source as a template argument, so each kernel carries only the registers and branches of its own source.
 template <int... SOURCES, typename F>
 static void with_mask_source(BnMaskSource source, F &&launch) {
-    const bool found = ((source == SOURCES ? (launch(std::integral_constant<int, SOURCES>()), true) : false) || ...);
-    if (!found) amp_fatal(__FILE__, __LINE__, "batch norm backward: no kernel for mask source %d", (int)source);
+    const bool found =
+        ((source == SOURCES ? (launch(std::integral_constant<int, SOURCES>()), true) : false) || ...);
+    if (!found)
+        amp_fatal(__FILE__, __LINE__, "batch norm backward: no kernel for mask source %d", (int)source);
 }
 
 // y = act(scale * x + shift + residual) over (rows, c) dt, the residual mapped by rscale, rshift first when
@@ -777,8 +782,8 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
         constexpr int S = decltype(source)::value;
         const dim3 merge_grid(bn_merge_blocks(c)), merge_block(BN_MERGE_CHANNELS, BN_MERGE_LANES);
         bn_backward_partial_kernel<T, VEC, DUAL, S><<<bn_grid(cut), bn_block(cut), 0, cb->stream>>>(
-            (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, cut.chunk_rows,
-            save_mean, part_g, part_gx, (const T *)x2, DUAL ? second->save_mean : NULL, part_gx2);
+            (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, cut.chunk_rows, save_mean, part_g,
+            part_gx, (const T *)x2, DUAL ? second->save_mean : NULL, part_gx2);
         CUDA_CHECK_LAUNCH();
         bn_backward_merge_kernel<T><<<merge_grid, merge_block, 0, cb->stream>>>(
             part_g, part_gx, cut.chunks, rows, c, gamma, save_mean, save_invstd, (T *)dgamma, (T *)dbeta,
@@ -793,12 +798,12 @@ static void bn_backward_run(CudaBackend *cb, int rows, int c, DType dt, const vo
         const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
         if (DUAL)
             bn_add_bn_backward_apply_kernel<T, VEC, S><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-                (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, apply.chunk_rows,
-                coef, (T *)dx, accumulate, (const T *)x2, coef2, (T *)dx2);
+                (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, apply.chunk_rows, coef,
+                (T *)dx, accumulate, (const T *)x2, coef2, (T *)dx2);
         else
             bn_backward_apply_kernel<T, VEC, S><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
-                (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, apply.chunk_rows,
-                coef, (T *)dx, accumulate, (T *)d_residual);
+                (const T *)x, (const T *)y, (const T *)dy, mask, a, b, rows, c, apply.chunk_rows, coef,
+                (T *)dx, accumulate, (T *)d_residual);
         CUDA_CHECK_LAUNCH();
     };
     with_pack(dt, vec, [&](auto pk) {

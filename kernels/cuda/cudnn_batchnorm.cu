@@ -356,19 +356,32 @@ static void bn_layer_own_done(BnLayer *layer, int rows, int c, DType dt, int res
     layer->beta = beta;
 }
 
+// One layer's forward on our own kernels, its entry kept around it: run(mask) runs the forward with room for the
+// ReLU bits (mask, NULL where none may be written) and returns whether it wrote them; the entry then says where
+// the backward finds the mask, and that cuDNN's backward follows where backward_cudnn asks for it and cuDNN's
+// can follow our own forward.
+template <typename Run>
+static void bn_own_forward_layer(Backend *be, int rows, int c, DType dt, int residual, int relu, float eps,
+                                 const float *beta, const float *save_mean, int backward_cudnn, Run &&run) {
+    backward_cudnn = backward_cudnn && bn_cudnn_backward_follows_own(be, rows, c, dt, residual, relu);
+    BnLayer *layer = bn_layer_get(be, save_mean);
+    uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, residual, relu);
+    const int wrote_mask = run(mask);
+    bn_layer_own_done(layer, rows, c, dt, residual, relu, eps, beta, wrote_mask, backward_cudnn, 0);
+}
+
 // Our own path, recording in the layer's entry where its backward finds the ReLU mask, and what cuDNN's
 // backward needs when it may follow (backward_cudnn).
 static void bn_forward_train_own(Backend *be, int rows, int c, DType dt, const void *x, const void *residual,
                                  int relu, const float *gamma, const float *beta, float *running_mean,
                                  float *running_var, float momentum, float eps, float *save_mean,
                                  float *save_invstd, void *y, int backward_cudnn) {
-    backward_cudnn = backward_cudnn && bn_cudnn_backward_follows_own(be, rows, c, dt, residual != NULL, relu);
-    BnLayer *layer = bn_layer_get(be, save_mean);
-    uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, residual != NULL, relu);
-    const int wrote_mask = bn_own_forward_train(cuda_state(be), rows, c, dt, x, residual, relu, gamma, beta,
-                                                running_mean, running_var, momentum, eps, save_mean,
-                                                save_invstd, y, mask);
-    bn_layer_own_done(layer, rows, c, dt, residual != NULL, relu, eps, beta, wrote_mask, backward_cudnn, 0);
+    bn_own_forward_layer(be, rows, c, dt, residual != NULL, relu, eps, beta, save_mean, backward_cudnn,
+                         [&](uint8_t *mask) {
+                             return bn_own_forward_train(cuda_state(be), rows, c, dt, x, residual, relu,
+                                                         gamma, beta, running_mean, running_var, momentum,
+                                                         eps, save_mean, save_invstd, y, mask);
+                         });
 }
 
 // The forward on the pair's forward path (our own where cuDNN declines), leaving in the layer's entry
@@ -412,14 +425,13 @@ void cuda_bn_forward_train_sums(Backend *be, int rows, int c, DType dt, const vo
                                 void *y) {
     AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
     const int has_residual = residual != NULL;
-    const int backward_cudnn = bn_pair_for(be, rows, c, dt, has_residual, relu).backward_cudnn &&
-                               bn_cudnn_backward_follows_own(be, rows, c, dt, has_residual, relu);
-    BnLayer *layer = bn_layer_get(be, save_mean);
-    uint8_t *mask = bn_layer_own_start(be, layer, rows, c, dt, has_residual, relu);
-    const int wrote_mask = bn_own_forward_train_sums(cuda_state(be), rows, c, dt, x, sums, sqsums, residual,
-                                                     relu, gamma, beta, running_mean, running_var, momentum,
-                                                     eps, save_mean, save_invstd, scale, shift, y, mask);
-    bn_layer_own_done(layer, rows, c, dt, has_residual, relu, eps, beta, wrote_mask, backward_cudnn, 0);
+    bn_own_forward_layer(be, rows, c, dt, has_residual, relu, eps, beta, save_mean,
+                         bn_pair_for(be, rows, c, dt, has_residual, relu).backward_cudnn, [&](uint8_t *mask) {
+                             return bn_own_forward_train_sums(cuda_state(be), rows, c, dt, x, sums, sqsums,
+                                                              residual, relu, gamma, beta, running_mean,
+                                                              running_var, momentum, eps, save_mean,
+                                                              save_invstd, scale, shift, y, mask);
+                         });
 }
 
 // A training forward with ReLU (no residual) whose output is never written: its statistics (our own pass) and
@@ -431,13 +443,13 @@ void cuda_bn_forward_train_stats(Backend *be, int rows, int c, DType dt, const v
                                  float eps, float *save_mean, float *save_invstd, void *scratch, float *scale,
                                  float *shift) {
     AMP_ASSERT(rows > 1, "batch norm in training needs more than 1 value per channel (rows=%d)", rows);
-    const int backward_cudnn = bn_pair_for(be, rows, c, dt, 0, 1).backward_cudnn &&
-                               bn_cudnn_backward_follows_own(be, rows, c, dt, 0, 1);
-    BnLayer *layer = bn_layer_get(be, save_mean);
-    bn_layer_own_start(be, layer, rows, c, dt, 0, 1);
-    bn_own_forward_train_stats(cuda_state(be), rows, c, dt, x, gamma, beta, running_mean, running_var,
-                               momentum, eps, save_mean, save_invstd, scratch, scale, shift);
-    bn_layer_own_done(layer, rows, c, dt, 0, 1, eps, beta, 0, backward_cudnn, 0);
+    bn_own_forward_layer(
+        be, rows, c, dt, 0, 1, eps, beta, save_mean, bn_pair_for(be, rows, c, dt, 0, 1).backward_cudnn,
+        [&](uint8_t *) {  // no output, so no bits: the backward takes the mask from x
+            bn_own_forward_train_stats(cuda_state(be), rows, c, dt, x, gamma, beta, running_mean, running_var,
+                                       momentum, eps, save_mean, save_invstd, scratch, scale, shift);
+            return 0;
+        });
 }
 
 // ---- bn_add_bn: a downsampling block's end in one op --------------------------------------------------
