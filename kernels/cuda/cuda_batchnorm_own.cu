@@ -231,12 +231,12 @@ __global__ void bn_saved_affine_kernel(int c, const float *gamma, const float *b
     if (ch < c) bn_affine(gamma[ch], beta[ch], save_mean[ch], save_invstd[ch], &scale[ch], &shift[ch]);
 }
 
-// y = act(scale[ch] * x + shift[ch] + residual) for one pack (sc, sh: the pack's scale and shift, C a
-// BnCoefView or an array); the ReLU keeps NaN (as torch's). Returns the pack's ReLU bits: bit k set when element k
-// of y (as stored) is > 0.
-template <typename T, int VEC, typename C>
-static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *r, bool add, int relu, C sc,
-                                                         C sh) {
+// y = act(scale[ch] * x + shift[ch] + residual) for one pack (sc, sh: the pack's scale and shift; r, the
+// residual, added when add says); the ReLU keeps NaN (as torch's). Returns the pack's ReLU bits: bit k set when
+// element k of y (as stored) is > 0.
+template <typename T, int VEC>
+static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *r, bool add, int relu,
+                                                         BnCoefView sc, BnCoefView sh) {
     unsigned bits = 0;
 #pragma unroll
     for (int k = 0; k < VEC; k++) {
@@ -250,8 +250,8 @@ static __device__ __forceinline__ unsigned bn_apply_pack(float *v, const float *
 
 // The residual of one pack as bn_apply_pack adds it: as loaded, or (AFFINE_RES) through its own batch norm's
 // affine map, rsc * r + rsh, unrounded.
-template <bool AFFINE_RES, int VEC, typename C>
-static __device__ __forceinline__ void bn_residual_pack(float *r, C rsc, C rsh) {
+template <bool AFFINE_RES, int VEC>
+static __device__ __forceinline__ void bn_residual_pack(float *r, BnCoefView rsc, BnCoefView rsh) {
     if (AFFINE_RES) {
 #pragma unroll
         for (int k = 0; k < VEC; k++) r[k] = __fmaf_rn(rsc[k], r[k], rsh[k]);
@@ -312,9 +312,9 @@ __global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_APPLY_MIN_BLOCKS)
 
 // g = dy masked by the ReLU of the forward for one pack (S: the BnMaskSource; a, b: the pack's channels'
 // values of the forward's affine map, for BN_MASK_FROM_X).
-template <int S, typename T, int VEC, typename C>
+template <int S, typename T, int VEC>
 static __device__ __forceinline__ void bn_masked_grad(const T *y, const uint8_t *mask, size_t j,
-                                                      const float *xv, C a, C b, float *g) {
+                                                      const float *xv, BnCoefView a, BnCoefView b, float *g) {
     if (S == BN_MASK_FROM_Y) {
         float yv[VEC];
         pack_load<T, VEC>(y + j * VEC, yv);
