@@ -17,6 +17,13 @@
 #             then torch.compile reduce-overhead at batch 70
 #   ab        the loop before and after a change (AMPTRAIN_BEFORE=the earlier binary), b256 and b70 AMP, twice
 #             each, alternating with PyTorch
+#   before    builds the earlier side of an A/B on this machine: a copy of this tree in /tmp/before with the files
+#             under $BEFORE_FILES (default .devbefore/tree, a folder mirroring the repository's paths, carried to
+#             the machine) put in place, then amptrain and bench_batchnorm; later stages of the same call see
+#             AMPTRAIN_BEFORE=/tmp/before/build/amptrain
+#   bnab      build/bench_batchnorm 256 of this tree and of the before stage's, alternating $BNAB_REPS times
+#             (default 1), each cut at $BNAB_TIMEOUT s (default 240; a whole run takes over 150 s, mostly filling
+#             buffers on the host): $OUT/bnab_{after,before}_N.txt
 #   bf16      the b256 AMP loop in fp16 and in bf16, alternating $BF16_REPS times (default 2), PyTorch beside
 #   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm's statistics from the 1x1 convolutions (auto)
 #             and without (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up choices logged
@@ -186,6 +193,27 @@ stage_ab() {  # the loop before and after a change, alternating with PyTorch, b2
             LOOP_BIN="$AMPTRAIN_BEFORE" LOOP_TAG="before " loop_run "$batch" 1
             LOOP_TAG="after " loop_run "$batch" 1
             torch_bench 1 "$batch" 1
+        done
+    done
+}
+stage_before() {  # the earlier side of an A/B: this tree with $BEFORE_FILES laid over it, built in /tmp/before
+    local files=${BEFORE_FILES:-.devbefore/tree}
+    [ -d "$files" ] || { echo "stage before: no folder $files (carry it)"; return 1; }
+    rm -rf /tmp/before && mkdir -p /tmp/before &&
+        tar cf - --exclude=./build --exclude=./.devbefore --exclude=./.git --exclude=./.fmnist . | tar xf - -C /tmp/before &&
+        cp -r "$files/." /tmp/before/ && (cd "$files" && find . -type f | sed 's|^\./|  before: |') &&
+        cmake -S /tmp/before -B /tmp/before/build -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/before_cmake.log" 2>&1 &&
+        cmake --build /tmp/before/build -j 32 --target amptrain bench_batchnorm >"$OUT/before_build.log" 2>&1 &&
+        export AMPTRAIN_BEFORE=/tmp/before/build/amptrain
+}
+stage_bnab() {  # bench_batchnorm of this tree and of the before stage's build, alternating
+    [ -x /tmp/before/build/bench_batchnorm ] || { echo "stage bnab: run stage before first"; return 1; }
+    local rep side bin
+    for rep in $(seq "${BNAB_REPS:-1}"); do
+        for side in after before; do
+            bin=build/bench_batchnorm; [ $side = before ] && bin=/tmp/before/build/bench_batchnorm
+            timeout "${BNAB_TIMEOUT:-240}" "$bin" 256 >"$OUT/bnab_${side}_$rep.txt" 2>&1
+            echo "$side $rep: $(grep -E "^one step's batch norm" "$OUT/bnab_${side}_$rep.txt" || echo "cut after $(($(wc -l <"$OUT/bnab_${side}_$rep.txt") - 2)) shapes")"
         done
     done
 }
