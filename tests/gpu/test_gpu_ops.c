@@ -478,8 +478,10 @@ END_TEST
 // shape: two of
 // ResNeXt's, one whose channels split into no 16-byte packs (one element at a time, cuDNN's fused forms
 // decline it), one large enough that every elementwise thread strides over several packs and every reduction
-// thread sums many rows, and one of 2048 channels (the reduction cut into several channel slices).
-#define BN_SHAPES 5
+// thread sums many rows, one of 2048 channels (the reduction cut into several channel slices), and one of 320
+// channels, whose last slice of 32 packs holds only 8 (fp16; fp32 16 of 32) so its other threads only help
+// stage the slice's per-channel coefficients.
+#define BN_SHAPES 6
 #define BN_MODES 5
 static const CudaBnMode BN_MODE[BN_MODES] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_OWN_CUDNN, CUDA_BN_CUDNN_OWN,
                                              CUDA_BN_AUTO};
@@ -515,8 +517,9 @@ START_TEST(test_batchnorm) {
     const DType dt = DTS[_i % N_DTS];
     const int k = _i / N_DTS, residual = k & 1, relu = (k >> 1) & 1, mode = (k >> 2) % BN_MODES,
               shape = (k >> 2) / BN_MODES;
-    static const int shape_rows[BN_SHAPES] = {4 * 14 * 14, 4 * 7 * 7, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
-    static const int shape_c[BN_SHAPES] = {128, 256, 6, 256, 2048};
+    static const int shape_rows[BN_SHAPES] = {4 * 14 * 14,  4 * 7 * 7, 3 * 9 * 9,
+                                              64 * 28 * 28, 3 * 7 * 7, 3 * 7 * 7};
+    static const int shape_c[BN_SHAPES] = {128, 256, 6, 256, 2048, 320};
     const int rows = shape_rows[shape], c = shape_c[shape];
     const size_t nx = (size_t)rows * c;
     const float momentum = 0.1f, eps = 1e-5f;
@@ -608,8 +611,8 @@ END_TEST
 // bit 0 dx_b written over dy; (k >> 1) % 3 the mode: cuDNN (the two calls on the GPU, bn_b's output in
 // scratch), own and auto (the fused kernels, which must leave scratch untouched); (k >> 1) / 3 the shape:
 // ResNeXt's, channels in no
-// 16-byte packs, many rows per thread, 2048 channels.
-#define BN_ADD_BN_SHAPES 4
+// 16-byte packs, many rows per thread, 2048 channels, 320 channels (a last channel slice partly idle).
+#define BN_ADD_BN_SHAPES 5
 
 // Every element of the GPU copy still NaN (as twin_poison left it): the op did not write it.
 static void expect_untouched(const char *label, const char *phase, Twin t) {
@@ -625,8 +628,9 @@ START_TEST(test_bn_add_bn) {
     const int k = _i / N_DTS, alias = k & 1, mode = (k >> 1) % 3, shape = (k >> 1) / 3;
     static const CudaBnMode modes[3] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_AUTO};
     static const char *mode_names[3] = {"cuDNN", "own", "auto"};
-    static const int shape_rows[BN_ADD_BN_SHAPES] = {4 * 14 * 14, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7};
-    static const int shape_c[BN_ADD_BN_SHAPES] = {256, 6, 256, 2048};
+    static const int shape_rows[BN_ADD_BN_SHAPES] = {4 * 14 * 14, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7,
+                                                     3 * 7 * 7};
+    static const int shape_c[BN_ADD_BN_SHAPES] = {256, 6, 256, 2048, 320};
     const int rows = shape_rows[shape], c = shape_c[shape], fused = modes[mode] != CUDA_BN_CUDNN;
     const size_t nx = (size_t)rows * c;
     const float momentum = 0.1f, eps = 1e-5f;
