@@ -31,7 +31,7 @@ void cuda_backend_set_conv_own(Backend *be, int mode);
 // with ReLU) runs cuDNN's fused graph (cudnn_conv_bn.cu): 1 or 0, -1 when not prepared.
 int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu,
                                int prologue);
-// How conv_bn_prepare and bn_conv_bn_prepare choose from here on: 0 the faster way, timed, under cudnn.batch_norm auto with
+// How conv_bn_prepare chooses from here on: 0 the faster way, timed, under cudnn.batch_norm auto with
 // cudnn.benchmark (the default; otherwise the two calls), -1 always the two calls, 1 the fused way wherever an
 // engine takes the shape, whatever the settings (its choices neither read nor write cudnn.cache).
 void cuda_backend_set_conv_bn(Backend *be, int mode);

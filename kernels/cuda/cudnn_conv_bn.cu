@@ -18,7 +18,7 @@
 // bias to dt.
 //
 // Eligible shapes: 1x1, stride 1, no padding, ungrouped, fp16 or bf16, channel counts multiples of 8 (16-byte
-// rows). Which way a shape runs is chosen by conv_bn_prepare (bn_conv_bn_prepare) under cudnn.batch_norm auto
+// rows). Which way a shape runs is chosen by conv_bn_prepare (prologue 1: bn_conv_bn's) under cudnn.batch_norm auto
 // with cudnn.benchmark: the calls the op stands for (on the routes conv_prepare and bn_prepare chose) and the
 // first CONV_BN_PLANS plans of cuDNN's heuristics for the graph are timed on buffers of their own, the fastest
 // kept; the choice is recorded in cudnn.cache ("unfused", or "fused <plan index>: <engine and knobs>", the plan
@@ -373,8 +373,9 @@ static void time_ways(Backend *be, ConvBnChoice *ch, const CudnnPlans *plans, ch
     fprintf(stderr, "\n");
 }
 
-// The choice of one way (prologue: bn_conv_bn_forward_train's) for shape s, from its record or timed.
-static void prepare_way(Backend *be, const ConvShape *s, DType dt, int residual, int relu, int prologue) {
+// The choice for shape s of conv_bn_forward_train (prologue 0) or bn_conv_bn_forward_train (1), from its record
+// or timed.
+void cuda_conv_bn_prepare(Backend *be, const ConvShape *s, DType dt, int residual, int relu, int prologue) {
     CudaBackend *cb = cuda_state(be);
     const int chosen_by_time = cb->bn_mode == CUDA_BN_AUTO && cb->cudnn_benchmark;
     if (cb->conv_bn < 0 || (cb->conv_bn == 0 && !chosen_by_time) || !conv_bn_eligible(s, dt)) return;
@@ -408,14 +409,6 @@ static void prepare_way(Backend *be, const ConvShape *s, DType dt, int residual,
     else
         snprintf(choice, sizeof choice, "unfused");
     if (cb->conv_bn == 0) kernel_cache_store(cb->choices, key, choice, clock_seconds() - start);
-}
-
-void cuda_conv_bn_prepare(Backend *be, const ConvShape *s, DType dt, int residual, int relu) {
-    prepare_way(be, s, dt, residual, relu, 0);
-}
-
-void cuda_bn_conv_bn_prepare(Backend *be, const ConvShape *s, DType dt, int residual, int relu) {
-    prepare_way(be, s, dt, residual, relu, 1);
 }
 
 extern "C" int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu,

@@ -275,14 +275,13 @@ static int block_trains_bn2_into_conv3(const Model *m, int i) {
     return !m->blocks[i].has_down && model_block_recomputes_bn(m, i);
 }
 
-// A convolution trained in one op with the batch norm after it (conv_bn_prepare) or with the batch norms around
-// it (bn_conv_bn_prepare), after the convolution and the batch norms are prepared.
-typedef void (*FusedPrepareFn)(Backend *be, const ConvShape *s, DType dt, int residual, int relu);
-static void prepare_fused(const Model *m, Backend *be, FusedPrepareFn prepare, const ConvLayer *l, int n,
-                          int residual, int relu) {
-    if (!prepare) return;
+// A convolution trained in one op with the batch norm after it (prologue 0: conv_bn_fwd) or with the batch norms
+// around it (1: bn_conv_bn_fwd), after the convolution and the batch norms are prepared.
+static void prepare_conv_bn(const Model *m, Backend *be, const ConvLayer *l, int n, int residual, int relu,
+                            int prologue) {
+    if (!be->conv_bn_prepare) return;
     ConvShape s = at_batch(l, n);
-    prepare(be, &s, m->act_dt, residual, relu);
+    be->conv_bn_prepare(be, &s, m->act_dt, residual, relu, prologue);
 }
 
 void model_prepare_ops(const Model *m, Backend *be, int n) {
@@ -291,12 +290,11 @@ void model_prepare_ops(const Model *m, Backend *be, int n) {
     for (int i = 0; i < m->n_blocks; i++) {
         const ModelBlock *b = &m->blocks[i];
         prepare_conv(m, be, &b->conv1, n), prepare_bn(m, be, &b->conv1, &b->bn1, n, 0, 1);
-        prepare_fused(m, be, be->conv_bn_prepare, &b->conv1, n, 0, 1);
+        prepare_conv_bn(m, be, &b->conv1, n, 0, 1, 0);
         prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
-        if (!b->has_down) prepare_fused(m, be, be->conv_bn_prepare, &b->conv3, n, 1, 1);
-        if (block_trains_bn2_into_conv3(m, i))
-            prepare_fused(m, be, be->bn_conv_bn_prepare, &b->conv3, n, 1, 1);
+        if (!b->has_down) prepare_conv_bn(m, be, &b->conv3, n, 1, 1, 0);
+        if (block_trains_bn2_into_conv3(m, i)) prepare_conv_bn(m, be, &b->conv3, n, 1, 1, 1);
         if (!b->has_down) continue;
         prepare_conv(m, be, &b->down, n);
         // inside bn_add_bn the shortcut's bn has no training call of its own to prepare

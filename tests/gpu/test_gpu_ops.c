@@ -764,8 +764,8 @@ static int conv_bn_case_prepare(const char *op, const ConvBnCase *cc, int prolog
              s->c_in, s->c_out, cc->residual ? " +residual" : "");
     cuda_backend_set_conv_bn(gpu, cc->fused ? 1 : -1);
     gpu->conv_prepare(gpu, s, cc->dt);
-    gpu->conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1);
-    if (prologue) gpu->bn_conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1);
+    gpu->conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1, 0);
+    if (prologue) gpu->conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1, 1);
     const int ran_fused = cuda_backend_conv_bn_fused(gpu, s, cc->dt, cc->residual, 1, prologue);
     printf("  %s %s: %s\n", label, dtype_name(cc->dt), ran_fused == 1 ? "fused" : "the calls");
     if (cc->dt == DTYPE_F16)
