@@ -250,8 +250,9 @@ typedef struct ConvBnTiming {
     Backend *be;
     ConvBnCall call;
     BnArgs bn, bn_in;
-    void *buffers[8];
-    cudnnBackendDescriptor_t plan;  // NULL: time the calls the op stands for
+    void *x, *w, *y_conv, *y, *residual, *scratch;  // scratch: bn_in's output (prologue only)
+    float *params, *params_in;                      // the two batch norms' (6, c) fp32 (params_in: prologue)
+    cudnnBackendDescriptor_t plan;                  // NULL: time the calls the op stands for
     size_t workspace;
 } ConvBnTiming;
 
@@ -275,29 +276,29 @@ static void timing_buffers(CudaBackend *cb, ConvBnTiming *t, const ConvBnChoice 
     const ConvShape *s = &ch->shape;
     const size_t rows = (size_t)s->n * s->out_h * s->out_w, c = (size_t)s->c_out, c_in = (size_t)s->c_in;
     const size_t es = dtype_size(ch->dt);
-    void **b = t->buffers;
-    b[0] = cuda_scratch_get(cb, rows * c_in * es), b[1] = cuda_scratch_get(cb, c * c_in * es);
-    b[2] = cuda_scratch_get(cb, rows * c * es), b[3] = cuda_scratch_get(cb, rows * c * es);
-    b[4] = ch->residual ? cuda_scratch_get(cb, rows * c * es) : NULL;
-    b[5] = cuda_scratch_get(cb, 6 * c * sizeof(float));
-    b[6] = ch->prologue ? cuda_scratch_get(cb, rows * c_in * es) : NULL;
-    b[7] = ch->prologue ? cuda_scratch_get(cb, 6 * c_in * sizeof(float)) : NULL;
+    t->x = cuda_scratch_get(cb, rows * c_in * es), t->w = cuda_scratch_get(cb, c * c_in * es);
+    t->y_conv = cuda_scratch_get(cb, rows * c * es), t->y = cuda_scratch_get(cb, rows * c * es);
+    t->residual = ch->residual ? cuda_scratch_get(cb, rows * c * es) : NULL;
+    t->params = (float *)cuda_scratch_get(cb, 6 * c * sizeof(float));
+    t->scratch = ch->prologue ? cuda_scratch_get(cb, rows * c_in * es) : NULL;
+    t->params_in = ch->prologue ? (float *)cuda_scratch_get(cb, 6 * c_in * sizeof(float)) : NULL;
     // x: a ReLU's output, or the raw output of the convolution before a batch norm
-    cuda_fill_spread(cb, b[0], rows * c_in, ch->dt, ch->prologue ? -2.0f : 0.0f, 2.0f);
-    cuda_fill_spread(cb, b[1], c * c_in, ch->dt, -0.1f, 0.1f);
-    if (b[4]) cuda_fill_spread(cb, b[4], rows * c, ch->dt, -1.0f, 1.0f);
-    t->bn = timing_bn(cb, b[2], (float *)b[5], c);
-    if (ch->prologue) t->bn_in = timing_bn(cb, b[0], (float *)b[7], c_in);
-    t->call = (ConvBnCall){
-        s,    ch->dt, ch->prologue ? &t->bn_in : NULL, b[6], b[0], b[1], &t->bn, b[4], ch->relu, 0.1f, 1e-5f,
-        b[2], b[3]};
+    cuda_fill_spread(cb, t->x, rows * c_in, ch->dt, ch->prologue ? -2.0f : 0.0f, 2.0f);
+    cuda_fill_spread(cb, t->w, c * c_in, ch->dt, -0.1f, 0.1f);
+    if (t->residual) cuda_fill_spread(cb, t->residual, rows * c, ch->dt, -1.0f, 1.0f);
+    t->bn = timing_bn(cb, t->y_conv, t->params, c);
+    if (ch->prologue) t->bn_in = timing_bn(cb, t->x, t->params_in, c_in);
+    const BnArgs *bn_in = ch->prologue ? &t->bn_in : NULL;
+    t->call = (ConvBnCall){s,           ch->dt,   bn_in, t->scratch, t->x,      t->w, &t->bn,
+                           t->residual, ch->relu, 0.1f,  1e-5f,      t->y_conv, t->y};
 }
 
 static void timing_buffers_free(Backend *be, ConvBnTiming *t) {
     CudaBackend *cb = cuda_state(be);
     cuda_bn_layer_forget(be, t->bn.save_mean);
     if (t->call.bn_in) cuda_bn_layer_forget(be, t->bn_in.save_mean);
-    for (int i = 0; i < 8; i++) cuda_scratch_put(cb, t->buffers[i]);
+    void *all[] = {t->x, t->w, t->y_conv, t->y, t->residual, t->scratch, t->params, t->params_in};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cuda_scratch_put(cb, all[i]);
 }
 
 // The record's choice for a plan: "fused <index>: <engine>".
