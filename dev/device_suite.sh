@@ -2,6 +2,10 @@
 # device_suite.sh STAGES... - build on the GPU machine and run the named stages; logs go to $OUT.
 #   build     cmake + build for sm_90 (needs the build dependencies under .devdeps/)
 #   gputests  the gpu ctest label with AMPTRAIN_REQUIRE_GPU=1 (a missing GPU fails instead of skipping)
+#   gpuall    the same tests in less time: test_gpu_ops' cases (tests/gpu/test_gpu_ops.c's table) as $GPUALL_JOBS
+#             (default 6) processes at once, the longest case (batchnorm) first, beside ctest running the gpu
+#             label's other suites; a log per case ($OUT/gpuall_CASE.log) and a line each. The cases spend most
+#             of their time in the CPU reference on the host, so they overlap well on one GPU
 #   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
 #   diag      per-step loss/scale/skips of a short ResNeXt-50 AMP run, 1 and 2 ranks
 #   dp2       test_data_parallel on the CUDA backend under mpirun -np 2 (NCCL), including its model cut
@@ -93,6 +97,21 @@ stage_gputests() {
     AMPTRAIN_REQUIRE_GPU=1 ctest --test-dir build -L gpu -V >"$OUT/gputests.log" 2>&1
     local rc=$?
     grep -E "Checks:|parity|loss cpu|relative difference|tests passed|Failed|skipped" "$OUT/gputests.log" | tail -30
+    return $rc
+}
+stage_gpuall() {
+    local cases rc=0
+    cases=$(sed -n 's/^ *{"\([a-z0-9_]*\)", test_[a-z0-9_]*, .*},$/\1/p' tests/gpu/test_gpu_ops.c)
+    case " $(echo $cases) " in *" batchnorm "*) ;; *) echo "stage gpuall: no batchnorm case in the table"; return 1 ;; esac
+    AMPTRAIN_REQUIRE_GPU=1 ctest --test-dir build -L gpu -E '^test_gpu_ops$' >"$OUT/gpuall_ctest.log" 2>&1 &
+    local ctest_pid=$!
+    # shellcheck disable=SC2016 # expanded by the inner sh
+    { echo batchnorm; echo "$cases" | grep -vx batchnorm; } |
+        xargs -P "${GPUALL_JOBS:-6}" -I{} sh -c 'CK_FORK=no CK_RUN_CASE=$1 AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops \
+            >"$2/gpuall_$1.log" 2>&1; r=$?; echo "$1: rc $r, $(grep -E "Checks:" "$2/gpuall_$1.log")"
+            grep -E ":F:|:E:" "$2/gpuall_$1.log" | head -3; exit $r' sh {} "$OUT" || rc=1
+    wait "$ctest_pid" || rc=1
+    grep -E "tests passed|tests failed|\*\*\*|Skipped|Failed" "$OUT/gpuall_ctest.log" | tail -12
     return $rc
 }
 stage_parity() {
