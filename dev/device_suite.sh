@@ -99,17 +99,15 @@ stage_gputests() {
     grep -E "Checks:|parity|loss cpu|relative difference|tests passed|Failed|skipped" "$OUT/gputests.log" | tail -30
     return $rc
 }
-stage_gpuall() {
+stage_gpuall() {  # (op_cases, below, runs each case; exported so that xargs' shells can call it)
     local cases rc=0
     cases=$(sed -n 's/^ *{"\([a-z0-9_]*\)", test_[a-z0-9_]*, .*},$/\1/p' tests/gpu/test_gpu_ops.c)
-    case " $(echo $cases) " in *" batchnorm "*) ;; *) echo "stage gpuall: no batchnorm case in the table"; return 1 ;; esac
+    grep -qx batchnorm <<<"$cases" || { echo "stage gpuall: no batchnorm case in test_gpu_ops.c's table"; return 1; }
     AMPTRAIN_REQUIRE_GPU=1 ctest --test-dir build -L gpu -E '^test_gpu_ops$' >"$OUT/gpuall_ctest.log" 2>&1 &
     local ctest_pid=$!
-    # shellcheck disable=SC2016 # expanded by the inner sh
-    { echo batchnorm; echo "$cases" | grep -vx batchnorm; } |
-        xargs -P "${GPUALL_JOBS:-6}" -I{} sh -c 'CK_FORK=no CK_RUN_CASE=$1 AMPTRAIN_REQUIRE_GPU=1 build/test_gpu_ops \
-            >"$2/gpuall_$1.log" 2>&1; r=$?; echo "$1: rc $r, $(grep -E "Checks:" "$2/gpuall_$1.log")"
-            grep -E ":F:|:E:" "$2/gpuall_$1.log" | head -3; exit $r' sh {} "$OUT" || rc=1
+    export OUT; export -f op_cases
+    { echo batchnorm; grep -vx batchnorm <<<"$cases"; } |
+        xargs -P "${GPUALL_JOBS:-6}" -I{} bash -c 'op_cases gpuall "$1"' _ {} || rc=1
     wait "$ctest_pid" || rc=1
     grep -E "tests passed|tests failed|\*\*\*|Skipped|Failed" "$OUT/gpuall_ctest.log" | tail -12
     return $rc
