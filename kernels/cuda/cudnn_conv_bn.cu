@@ -18,8 +18,8 @@
 // bias to dt.
 //
 // Eligible shapes: 1x1, stride 1, no padding, ungrouped, fp16 or bf16, channel counts multiples of 8 (16-byte
-// rows). Which way a shape runs is chosen by conv_bn_prepare (prologue 1: bn_conv_bn's) under cudnn.batch_norm auto
-// with cudnn.benchmark: the calls the op stands for (on the routes conv_prepare and bn_prepare chose) and the
+// rows). Which way a shape runs is chosen by conv_bn_prepare (with prologue 1: bn_conv_bn's) under
+// cudnn.batch_norm auto with cudnn.benchmark: the calls the op stands for (on the routes conv_prepare and bn_prepare chose) and the
 // first CONV_BN_PLANS plans of cuDNN's heuristics for the graph are timed on buffers of their own, the fastest
 // kept; the choice is recorded in cudnn.cache ("unfused", or "fused <plan index>: <engine and knobs>", the plan
 // re-made and its engine checked before a record is taken). Under any other setting, for a shape not prepared
@@ -374,8 +374,8 @@ static void time_ways(Backend *be, ConvBnChoice *ch, const CudnnPlans *plans, ch
     fprintf(stderr, "\n");
 }
 
-// The choice for shape s of conv_bn_forward_train (prologue 0) or bn_conv_bn_forward_train (1), from its record
-// or timed.
+// The choice for shape s of conv_bn_forward_train (prologue 0) or bn_conv_bn_forward_train (1), from its
+// record or timed.
 void cuda_conv_bn_prepare(Backend *be, const ConvShape *s, DType dt, int residual, int relu, int prologue) {
     CudaBackend *cb = cuda_state(be);
     const int chosen_by_time = cb->bn_mode == CUDA_BN_AUTO && cb->cudnn_benchmark;

@@ -475,9 +475,8 @@ END_TEST
 
 // Loop index: DTS[_i % N_DTS] the dtype; of k = _i / N_DTS, bits 0 residual, 1 relu; (k >> 2) % BN_MODES
 // whose kernels train (cudnn.batch_norm, and the two mixed pairs auto may pick); (k >> 2) / BN_MODES the
-// shape: two of
-// ResNeXt's, one whose channels split into no 16-byte packs (one element at a time, cuDNN's fused forms
-// decline it), one of 2048 channels (the reduction cut into several channel slices), one of 320 channels,
+// shape: two of ResNeXt's, one whose channels split into no 16-byte packs (one element at a time, cuDNN's
+// fused forms decline it), one of 2048 channels (the reduction cut into several channel slices), one of 320 channels,
 // whose last slice of 32 packs holds only 8 (fp16; fp32 16 of 32) so its other threads only help stage the
 // slice's per-channel coefficients, and last (it takes most of the case's minutes, mostly in the CPU
 // reference) one large enough that every elementwise thread strides over several packs and every reduction
@@ -611,8 +610,8 @@ END_TEST
 // two bn_forward_train and two bn_backward calls. Loop index: DTS[_i % N_DTS] the dtype; of k = _i / N_DTS,
 // bit 0 dx_b written over dy; (k >> 1) % 3 the mode: cuDNN (the two calls on the GPU, bn_b's output in
 // scratch), own and auto (the fused kernels, which must leave scratch untouched); (k >> 1) / 3 the shape:
-// ResNeXt's, channels in no
-// 16-byte packs, many rows per thread, 2048 channels, 320 channels (a last channel slice partly idle).
+// ResNeXt's, channels in no 16-byte packs, 2048 channels, 320 channels (a last channel slice partly idle),
+// and last (the slowest, as in test_batchnorm) many rows per thread.
 #define BN_ADD_BN_SHAPES 5
 
 // Every element of the GPU copy still NaN (as twin_poison left it): the op did not write it.
@@ -629,9 +628,9 @@ START_TEST(test_bn_add_bn) {
     const int k = _i / N_DTS, alias = k & 1, mode = (k >> 1) % 3, shape = (k >> 1) / 3;
     static const CudaBnMode modes[3] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_AUTO};
     static const char *mode_names[3] = {"cuDNN", "own", "auto"};
-    static const int shape_rows[BN_ADD_BN_SHAPES] = {4 * 14 * 14, 3 * 9 * 9, 64 * 28 * 28, 3 * 7 * 7,
-                                                     3 * 7 * 7};
-    static const int shape_c[BN_ADD_BN_SHAPES] = {256, 6, 256, 2048, 320};
+    static const int shape_rows[BN_ADD_BN_SHAPES] = {4 * 14 * 14, 3 * 9 * 9, 3 * 7 * 7, 3 * 7 * 7,
+                                                     64 * 28 * 28};
+    static const int shape_c[BN_ADD_BN_SHAPES] = {256, 6, 2048, 320, 256};
     const int rows = shape_rows[shape], c = shape_c[shape], fused = modes[mode] != CUDA_BN_CUDNN;
     const size_t nx = (size_t)rows * c;
     const float momentum = 0.1f, eps = 1e-5f;
