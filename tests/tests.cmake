@@ -30,6 +30,8 @@ function(amptrain_add_check_test label src)
     add_dependencies(${name} stall_read)
   endif()
   target_link_libraries(${name} PRIVATE amptrain_lib PkgConfig::CHECK)
+  # The GPU suites compare large fp16 buffers with the CPU reference element by element on the host.
+  target_compile_options(${name} PRIVATE ${AMPTRAIN_F16C_OPTION})
   set(workdir ${CMAKE_BINARY_DIR}/test-scratch/${name})
   target_compile_definitions(${name} PRIVATE
     AMPTRAIN_BIN="$<TARGET_FILE:amptrain>"
