@@ -518,6 +518,8 @@ static void time_ways(Backend *be, ConvBnChoice *ch, const CudnnPlans *plans, ch
     CudaBackend *cb = cuda_state(be);
     ConvBnTiming t = {};
     t.be = be;
+    // the backward's buffers run a batch-norm forward, which may grow the workspace
+    const size_t held = cb->workspace_bytes;
     timing_buffers(&t, ch);
     const float unfused_ms = cuda_time_ms(cb, CONV_BN_TIMED_RUNS, conv_bn_time_one, &t);
     float plan_ms[CUDNN_PLAN_MAX];
@@ -530,6 +532,7 @@ static void time_ways(Backend *be, ConvBnChoice *ch, const CudnnPlans *plans, ch
         if (best < 0 || plan_ms[i] < plan_ms[best]) best = i;
     }
     timing_buffers_free(&t);
+    cuda_workspace_give_back(cb, held);
     const int fused = best >= 0 && (cb->conv_bn > 0 || plan_ms[best] < unfused_ms);
     if (fused) {
         take_plan(ch, plans, best);
