@@ -389,40 +389,11 @@ static cudnnBackendDescriptor_t fused_graph(FusedPlan *p, GraphKind kind, cudnnH
             coef[i] = bk_tensor(&p->made, &p->described, COEF_NAME[i], COEF_UID[i], fp32, 1, c, 1, 1, false);
         if (kind == GRAPH_DGRAD_DRELU_DBN) {
             // da = dgrad(dy, w); g = da where bn(x) = ((x - mean) * invstd) * gamma + beta > 0; the weights.
-            cudnnBackendDescriptor_t dy =
-                bk_tensor(&p->made, &p->described, "tensor dy", UID_DY, fp16, n, k, h, w, false);
-            cudnnBackendDescriptor_t wt =
-                bk_tensor(&p->made, &p->described, "tensor w", UID_W, fp16, k, c, 1, 1, false);
-            cudnnBackendDescriptor_t mean =
-                bk_tensor(&p->made, &p->described, "tensor mean", UID_MEAN, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t invstd =
-                bk_tensor(&p->made, &p->described, "tensor invstd", UID_INVSTD, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t gamma =
-                bk_tensor(&p->made, &p->described, "tensor gamma", UID_GAMMA, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t beta =
-                bk_tensor(&p->made, &p->described, "tensor beta", UID_BETA, fp32, 1, c, 1, 1, false);
-            cudnnBackendDescriptor_t da =
-                bk_tensor(&p->made, &p->described, "tensor da", UID_DGRAD, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t centred =
-                bk_tensor(&p->made, &p->described, "tensor x-mean", UID_CENTRED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t normed =
-                bk_tensor(&p->made, &p->described, "tensor xhat", UID_NORMED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t gammaed =
-                bk_tensor(&p->made, &p->described, "tensor xhat*gamma", UID_GAMMAED, mid, n, c, h, w, true);
-            cudnnBackendDescriptor_t bn =
-                bk_tensor(&p->made, &p->described, "tensor bn", UID_BN, mid, n, c, h, w, true);
-            ops[count++] = bk_conv(&p->made, &p->described, CUDNN_GRAPH_CONV_DGRAD, dy, wt, da);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise x-mean", CUDNN_POINTWISE_SUB, x,
-                                        mean, centred);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *invstd", CUDNN_POINTWISE_MUL,
-                                        centred, invstd, normed);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise *gamma", CUDNN_POINTWISE_MUL,
-                                        normed, gamma, gammaed);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise +beta", CUDNN_POINTWISE_ADD,
-                                        gammaed, beta, bn);
-            ops[count++] = bk_pointwise(&p->made, &p->described, "pointwise relu backward",
-                                        CUDNN_POINTWISE_RELU_BWD, bn, da, g);
-            ops[count++] = bk_bn_backward_weights(&p->made, &p->described, x, g, mean, invstd, gamma, coef);
+            const int64_t uids[11] = {UID_DY,    UID_W,       UID_MEAN,   UID_INVSTD,  UID_GAMMA, UID_BETA,
+                                      UID_DGRAD, UID_CENTRED, UID_NORMED, UID_GAMMAED, UID_BN};
+            bk_dgrad_drelu_dbn(&p->made, &p->described, x, g, fp16, mid, n, c, h, w, k, uids, coef,
+                               ops + count);
+            count += 7;
         } else {
             // dx = (g * eq_dy + x * eq_x) + eq_bias
             cudnnBackendDescriptor_t gs =

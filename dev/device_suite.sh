@@ -29,8 +29,11 @@
 #             (default 1), each cut at $BNAB_TIMEOUT s (default 240; a whole run takes over 150 s, mostly filling
 #             buffers on the host): $OUT/bnab_{after,before}_N.txt
 #   bf16      the b256 AMP loop in fp16 and in bf16, alternating $BF16_REPS times (default 2), PyTorch beside
-#   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm's statistics from the 1x1 convolutions (auto)
-#             and without (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up choices logged
+#   bnconv    test_gpu_ops' conv_bn, bn_conv_bn and bn_conv_backward_data cases (batch norm inside the 1x1
+#             convolutions, forward and backward)
+#   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm fused into the 1x1 convolutions where timed
+#             faster (auto) and never (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up
+#             choices logged
 #   startup   start-up at b256 AMP: cold with cudnn.batch_norm auto and unfused, then warm (the kernel-choice cache)
 #   recompute the b256 AMP loop at model.recompute_bn_blocks $RECOMPUTE_BLOCKS (2 8 16), PyTorch beside
 #   loopshort loop's rows in one short call: b256 twice, b70 twice (torch eager beside), no torch.compile
@@ -241,13 +244,13 @@ stage_bf16() {  # the b256 AMP loop in fp16 and bf16 alternating, twice, PyTorch
         if [ "$rep" = 1 ]; then torch_bench 1 256 1; fi
     done
 }
-stage_convbn() {  # the AMP loop at batch $CONVBN_BATCH (default 256) with the batch norm's statistics from the 1x1
-                 # convolutions' epilogue where timed faster (cudnn.batch_norm auto) and never (unfused), alternating
+stage_convbn() {  # the AMP loop at batch $CONVBN_BATCH (default 256) with batch norm fused into the 1x1 convolutions
+                 # (forward and backward) where timed faster (cudnn.batch_norm auto) and never (unfused), alternating
                  # $CONVBN_REPS times (default 2), PyTorch beside; first --bench with the start-up choices logged to
                  # $OUT/convlog_convbn_b<batch>.txt
     local batch=${CONVBN_BATCH:-256}
     (export AMPTRAIN_CONV_LOG=1; amp_bench 1 "$batch" 1 2>"$OUT/convlog_convbn_b$batch.txt")
-    grep -E "^conv_bn" "$OUT/convlog_convbn_b$batch.txt" | head -40
+    grep -E "^(conv_bn|bn_conv_bn|bn_conv_bwd)" "$OUT/convlog_convbn_b$batch.txt" | head -60
     for rep in $(seq "${CONVBN_REPS:-2}"); do
         loop_run "$batch" 1; loop_run "$batch" 1 cudnn.batch_norm=unfused
         if [ "$rep" = 1 ]; then torch_bench 1 "$batch" 1; fi
@@ -427,6 +430,9 @@ stage_ends() {
 }
 stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
     op_cases bntests batchnorm bn_add_bn
+}
+stage_bnconv() {  # test_gpu_ops' cases of batch norm fused into the 1x1 convolutions, forward and backward
+    op_cases bnconv conv_bn bn_conv_bn bn_conv_backward_data
 }
 stage_stem() {  # the stem's padded channels: test_gpu_ops' conv and conv_padded cases, then which route each
                 # direction of the stem took in fp16 and bf16 (a short --bench with AMPTRAIN_CONV_LOG=1)

@@ -176,3 +176,13 @@ void cpu_bn_conv_bn_forward_train(Backend *be, const BnArgs *bn_in, void *scratc
                          bn_in->save_invstd, scratch);
     cpu_conv_bn_forward_train(be, s, dt, scratch, w, bn, residual, relu, momentum, eps, y_conv, y);
 }
+
+// The reference makes the two calls: the data gradient into scratch, then the batch norm's backward with the
+// ReLU's mask from y.
+void cpu_bn_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const void *dy, const void *w,
+                               const BnArgs *bn, const void *y, void *scratch, void *dx,
+                               int accumulate_params) {
+    cpu_conv_backward_data(be, s, dt, dy, w, scratch, 0);
+    cpu_bn_backward(be, s->n * s->h * s->w, s->c_in, dt, bn->x, y, scratch, 1, bn->gamma, bn->save_mean,
+                    bn->save_invstd, dx, 0, bn->dgamma, bn->dbeta, accumulate_params, NULL);
+}

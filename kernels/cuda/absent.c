@@ -46,8 +46,8 @@ int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, in
 void cuda_backend_set_conv_own(Backend *be, int mode) { (void)be, (void)mode; }
 
 int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu,
-                               int prologue) {
-    (void)be, (void)s, (void)dt, (void)residual, (void)relu, (void)prologue;
+                               int fusion) {
+    (void)be, (void)s, (void)dt, (void)residual, (void)relu, (void)fusion;
     return -1;
 }
 

@@ -145,12 +145,15 @@ float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx)
     CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
-    if (cb->workspace_bytes > held) {
-        cuda_alloc_put(cuda_backend_state(cb)->alloc, cb->workspace);
-        cb->workspace = NULL;
-        cb->workspace_bytes = 0;
-    }
+    cuda_workspace_give_back(cb, held);
     return ms / (float)runs;
+}
+
+void cuda_workspace_give_back(CudaBackend *cb, size_t held) {
+    if (cb->workspace_bytes <= held) return;
+    cuda_alloc_put(cuda_backend_state(cb)->alloc, cb->workspace);
+    cb->workspace = NULL;
+    cb->workspace_bytes = 0;
 }
 
 int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }

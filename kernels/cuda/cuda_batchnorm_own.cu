@@ -425,12 +425,28 @@ __global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS)
     }
 }
 
-// grid and block as bn_stats_merge_kernel: dbeta = sum g, dgamma = invstd * sum g (x - mean), stored in
-// dt (+= with accumulate_params), and the coefficients of
+// Channel ch's end of the backward from sg = sum g and sgx = sum g (x - mean): dbeta = sg, dgamma = invstd * sgx,
+// stored in dt (+= with accumulate_params), and the coefficients of
 //   dx = gamma * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean)))
 //      = k_g * g - (k_x * x + k_0)
 // (k_0 formed in fp64, so folding the mean into it costs no more than an fp32 rounding of each term).
-// part_* (chunks, c) fp32 -> dgamma, dbeta (c) T; coef (3, c) fp32: k_g, k_x, k_0
+// dgamma, dbeta (c) T; coef (3, c) fp32: k_g, k_x, k_0
+template <typename T>
+static __device__ __forceinline__ void bn_backward_finish(int ch, double sg, double sgx, int rows, int c,
+                                                          const float *gamma, const float *save_mean,
+                                                          const float *save_invstd, T *dgamma, T *dbeta,
+                                                          int accumulate_params, float *coef) {
+    const float invstd = save_invstd[ch];
+    const float db = (float)sg, dg = (float)sgx * invstd;
+    from_f32(&dbeta[ch], db + (accumulate_params ? to_f32(dbeta[ch]) : 0.0f));
+    from_f32(&dgamma[ch], dg + (accumulate_params ? to_f32(dgamma[ch]) : 0.0f));
+    const double k_g = (double)gamma[ch] * invstd, k_x = k_g * (sgx / rows) * invstd * invstd;
+    coef[ch] = (float)k_g;
+    coef[c + ch] = (float)k_x;
+    coef[2 * c + ch] = (float)(k_g * (sg / rows) - k_x * save_mean[ch]);
+}
+
+// grid and block as bn_stats_merge_kernel: the sums from part_* (chunks, c) fp32, then bn_backward_finish.
 template <typename T>
 __global__ void bn_backward_merge_kernel(const float *part_g, const float *part_gx, int chunks, int rows,
                                          int c, const float *gamma, const float *save_mean,
@@ -440,14 +456,21 @@ __global__ void bn_backward_merge_kernel(const float *part_g, const float *part_
     double sg, sgx;
     bn_merge_chunks(part_g, part_gx, chunks, c, ch, &sg, &sgx);
     if (threadIdx.y != 0 || ch >= c) return;
-    const float invstd = save_invstd[ch];
-    const float db = (float)sg, dg = (float)sgx * invstd;
-    from_f32(&dbeta[ch], db + (accumulate_params ? to_f32(dbeta[ch]) : 0.0f));
-    from_f32(&dgamma[ch], dg + (accumulate_params ? to_f32(dgamma[ch]) : 0.0f));
-    const double k_g = (double)gamma[ch] * invstd, k_x = k_g * (sgx / rows) * invstd * invstd;
-    coef[ch] = (float)k_g;
-    coef[c + ch] = (float)k_x;
-    coef[2 * c + ch] = (float)(k_g * (sg / rows) - k_x * save_mean[ch]);
+    bn_backward_finish(ch, sg, sgx, rows, c, gamma, save_mean, save_invstd, dgamma, dbeta, accumulate_params,
+                       coef);
+}
+
+// The same from sums made elsewhere (a convolution's epilogue): sum_g = sum g, sum_gxhat = sum g * xhat
+// (c) fp32, with g the gradient at the batch norm's output (after the ReLU's mask); sum g * (x - mean) is
+// sum_gxhat / invstd. One thread per channel.
+template <typename T>
+__global__ void bn_backward_sums_kernel(const float *sum_g, const float *sum_gxhat, int rows, int c,
+                                        const float *gamma, const float *save_mean, const float *save_invstd,
+                                        T *dgamma, T *dbeta, int accumulate_params, float *coef) {
+    const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c) return;
+    bn_backward_finish(ch, (double)sum_g[ch], (double)sum_gxhat[ch] / save_invstd[ch], rows, c, gamma,
+                       save_mean, save_invstd, dgamma, dbeta, accumulate_params, coef);
 }
 
 // dx (= or +=) k_g * g - (k_x * x + k_0) for one pack (the coefficients of its channels as BnCoefViews).
@@ -829,4 +852,24 @@ void bn_own_add_bn_backward(CudaBackend *cb, int rows, int c, DType dt, const Bn
                             void *dx_a, void *dx_b, int accumulate_params) {
     bn_backward_run(cb, rows, c, dt, a->x, y, dy, mask_source, a->beta, mask, a->gamma, a->save_mean,
                     a->save_invstd, dx_a, 0, a->dgamma, a->dbeta, accumulate_params, NULL, b, dx_b);
+}
+
+void bn_own_backward_from_sums(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *g,
+                               const float *sum_g, const float *sum_gxhat, const float *gamma,
+                               const float *save_mean, const float *save_invstd, void *dx, void *dgamma,
+                               void *dbeta, int accumulate_params, float *coef) {
+    const int vec = pack_width(dt, c, {x, g, dx});
+    with_pack(dt, vec, [&](auto pk) {
+        typedef typename decltype(pk)::type T;
+        constexpr int VEC = decltype(pk)::vec;
+        bn_backward_sums_kernel<T><<<bn_channel_blocks(c), BN_CHANNEL_THREADS, 0, cb->stream>>>(
+            sum_g, sum_gxhat, rows, c, gamma, save_mean, save_invstd, (T *)dgamma, (T *)dbeta,
+            accumulate_params, coef);
+        CUDA_CHECK_LAUNCH();
+        const BnRowCut apply = bn_row_cut(cb, rows, c, VEC, BN_APPLY_BLOCKS_PER_SM);
+        bn_backward_apply_kernel<T, VEC, BN_MASK_NONE><<<bn_grid(apply), bn_block(apply), 0, cb->stream>>>(
+            (const T *)x, NULL, (const T *)g, NULL, NULL, NULL, rows, c, apply.chunk_rows, coef, (T *)dx, 0,
+            NULL);
+        CUDA_CHECK_LAUNCH();
+    });
 }

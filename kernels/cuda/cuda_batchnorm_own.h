@@ -70,6 +70,15 @@ void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
                      const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
                      void *dbeta, int accumulate_params, void *d_residual);
 
+// The backward's second pass and the layer's parameter gradients from sums made elsewhere (the epilogue of the
+// data gradient that produced g): sum_g = sum g, sum_gxhat = sum g * (x - mean) * invstd (c) fp32, g (rows, c) dt
+// the gradient at the output with any ReLU's mask already applied. dx (overwritten) in one pass over x and g;
+// dgamma, dbeta (c) dt (+= with accumulate_params); coef: (3, c) fp32 of the caller's scratch.
+void bn_own_backward_from_sums(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *g,
+                               const float *sum_g, const float *sum_gxhat, const float *gamma,
+                               const float *save_mean, const float *save_invstd, void *dx, void *dgamma,
+                               void *dbeta, int accumulate_params, float *coef);
+
 // bn_add_bn's backward: one read of x_a, x_b and dy (and the mask source) for both layers' sums, then one
 // pass writing dx_a and dx_b (which may be dy). mask_source: BN_MASK_BITS (with mask) or BN_MASK_FROM_Y.
 void bn_own_add_bn_backward(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,

@@ -99,6 +99,9 @@ void cuda_scratch_put(CudaBackend *cb, void *ptr);
 // The mean time in ms of `runs` calls of run(ctx) on the compute stream, after one untimed call (start-up
 // choices: the convolutions' routes, the batch-norm pairs). A workspace the calls grew is given back.
 float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx);
+// Gives the shared workspace back when it has grown past `held` bytes (to regrow to what the chosen routes ask):
+// what cuda_time_ms does after its runs, for work a timing runs outside it.
+void cuda_workspace_give_back(CudaBackend *cb, size_t held);
 // A record's key for cb->choices (core/kernel_cache.h): cb->choice_env, " | ", then fmt's text naming the op,
 // its shape and every setting its choice depends on. Fails the job when cap is too small.
 void cuda_choice_key(const CudaBackend *cb, char *key, size_t cap, const char *fmt, ...)

@@ -219,6 +219,31 @@ void bk_conv_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t in, 
     ops[1] = bk_genstats(m, t, y, sum, sqsum);
 }
 
+void bk_dgrad_drelu_dbn(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t g,
+                        cudnnDataType_t io, cudnnDataType_t mid, int64_t n, int64_t c, int64_t h, int64_t w,
+                        int64_t k, const int64_t uids[11], const cudnnBackendDescriptor_t coef[5],
+                        cudnnBackendDescriptor_t ops[7]) {
+    const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
+    cudnnBackendDescriptor_t dy = bk_tensor(m, t, "tensor dy", uids[0], io, n, k, h, w, false);
+    cudnnBackendDescriptor_t wt = bk_tensor(m, t, "tensor w", uids[1], io, k, c, 1, 1, false);
+    cudnnBackendDescriptor_t mean = bk_tensor(m, t, "tensor mean", uids[2], fp32, 1, c, 1, 1, false);
+    cudnnBackendDescriptor_t invstd = bk_tensor(m, t, "tensor invstd", uids[3], fp32, 1, c, 1, 1, false);
+    cudnnBackendDescriptor_t gamma = bk_tensor(m, t, "tensor gamma", uids[4], fp32, 1, c, 1, 1, false);
+    cudnnBackendDescriptor_t beta = bk_tensor(m, t, "tensor beta", uids[5], fp32, 1, c, 1, 1, false);
+    cudnnBackendDescriptor_t da = bk_tensor(m, t, "tensor da", uids[6], mid, n, c, h, w, true);
+    cudnnBackendDescriptor_t centred = bk_tensor(m, t, "tensor x-mean", uids[7], mid, n, c, h, w, true);
+    cudnnBackendDescriptor_t normed = bk_tensor(m, t, "tensor xhat", uids[8], mid, n, c, h, w, true);
+    cudnnBackendDescriptor_t gammaed = bk_tensor(m, t, "tensor xhat*gamma", uids[9], mid, n, c, h, w, true);
+    cudnnBackendDescriptor_t bn = bk_tensor(m, t, "tensor bn", uids[10], mid, n, c, h, w, true);
+    ops[0] = bk_conv(m, t, CUDNN_GRAPH_CONV_DGRAD, dy, wt, da);
+    ops[1] = bk_pointwise(m, t, "pointwise x-mean", CUDNN_POINTWISE_SUB, x, mean, centred);
+    ops[2] = bk_pointwise(m, t, "pointwise *invstd", CUDNN_POINTWISE_MUL, centred, invstd, normed);
+    ops[3] = bk_pointwise(m, t, "pointwise *gamma", CUDNN_POINTWISE_MUL, normed, gamma, gammaed);
+    ops[4] = bk_pointwise(m, t, "pointwise +beta", CUDNN_POINTWISE_ADD, gammaed, beta, bn);
+    ops[5] = bk_pointwise(m, t, "pointwise relu backward", CUDNN_POINTWISE_RELU_BWD, bn, da, g);
+    ops[6] = bk_bn_backward_weights(m, t, x, g, mean, invstd, gamma, coef);
+}
+
 cudnnBackendDescriptor_t bk_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,
                                   const cudnnBackendDescriptor_t *ops, int count) {
     const char *what = "operation graph";

@@ -1,7 +1,8 @@
 // cudnn_graph.h - cuDNN's backend (graph) API in small steps, for the fused batch-norm graphs: descriptors made
 // and set with the first failure of a sequence kept (CudnnTrail) and destroyed together (CudnnMade); NHWC
 // tensors; pointwise operations; a 1x1 stride-1 convolution's three directions; genstats (the per-channel sum
-// and sum of squares of a tensor); the batch norm's backward weights; and the engine search that turns a graph
+// and sum of squares of a tensor); the batch norm's backward weights (and dgrad_drelu_dbn around them); and the
+// engine search that turns a graph
 // into execution plans. Used by cudnn_conv_bn.cu (the trainer) and bench/bench_fused_bn.cu (the prototype of the
 // other fused graphs).
 //
@@ -85,6 +86,15 @@ cudnnBackendDescriptor_t bk_bn_backward_weights(CudnnMade *m, CudnnTrail *t, cud
                                                 cudnnBackendDescriptor_t invstd,
                                                 cudnnBackendDescriptor_t gamma,
                                                 const cudnnBackendDescriptor_t out[5]);
+// ops[0..6]: da = dgrad(dy, w) of a 1x1 stride-1 convolution, g = da where the batch norm of x, ((x - mean) * invstd)
+// * gamma + beta (recomputed in mid), is positive (the ReLU's backward), and the batch norm's backward weights of x
+// and g into coef[0..4] (bk_bn_backward_weights): NVIDIA's dgrad_drelu_dbn. x and g (n, c, h, w) and dy (n, k, h, w)
+// and w (k, c, 1, 1) in io; mean, invstd, gamma, beta (1, c, 1, 1) fp32. uids[0..5]: dy, w, mean, invstd, gamma,
+// beta; uids[6..10]: the virtual da, x - mean, xhat, xhat * gamma and the batch norm's output.
+void bk_dgrad_drelu_dbn(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t g,
+                        cudnnDataType_t io, cudnnDataType_t mid, int64_t n, int64_t c, int64_t h, int64_t w,
+                        int64_t k, const int64_t uids[11], const cudnnBackendDescriptor_t coef[5],
+                        cudnnBackendDescriptor_t ops[7]);
 // The operation graph of ops (not finalized: cudnn_graph_plans does that first).
 cudnnBackendDescriptor_t bk_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,
                                   const cudnnBackendDescriptor_t *ops, int count);

@@ -101,15 +101,23 @@ typedef struct EmaControl {
 #define BACKEND_UPLOAD_SLOTS 4  // staging buffers of upload_async, reused round-robin
 #define BACKEND_INPUT_SLOTS 3   // device input slots of the copy stream (input_upload / input_acquire)
 
-// One batch norm of the two that bn_add_bn_* take: its input and parameters. x (rows, c) dt; gamma, beta,
-// running_*, save_* (c) fp32; dgamma, dbeta (c) dt. The forward reads x, gamma, beta and writes the running
-// and saved statistics; the backward reads x, gamma and the saved statistics and writes dgamma, dbeta.
+// One batch norm of a fused op (bn_add_bn_*, conv_bn_*, bn_conv_*): its input and parameters. x (rows, c) dt;
+// gamma, beta, running_*, save_* (c) fp32; dgamma, dbeta (c) dt. The forward reads x, gamma, beta and writes the
+// running and saved statistics; the backward reads x, gamma (and beta, for a ReLU's mask) and the saved
+// statistics and writes dgamma, dbeta.
 typedef struct BnArgs {
     const void *x;
     const float *gamma, *beta;
     float *running_mean, *running_var, *save_mean, *save_invstd;
     void *dgamma, *dbeta;
 } BnArgs;
+
+// The op of backend_ops.def whose way conv_bn_prepare chooses.
+typedef enum ConvBnFusion {
+    FUSE_CONV_BN = 0,           // conv_bn_forward_train
+    FUSE_BN_CONV_BN = 1,        // bn_conv_bn_forward_train
+    FUSE_BN_CONV_BACKWARD = 2,  // bn_conv_backward_data
+} ConvBnFusion;
 
 // The parameters of an op of backend_ops.def as the rest of a parameter list after `Backend *be`:
 // `, type name` for (V, type, name), `, const type *name` for (S, type, name). The walk alternates two

@@ -275,13 +275,14 @@ static int block_trains_bn2_into_conv3(const Model *m, int i) {
     return !m->blocks[i].has_down && model_block_recomputes_bn(m, i);
 }
 
-// A convolution trained in one op with the batch norm after it (prologue 0: conv_bn_fwd) or with the batch norms
-// around it (1: bn_conv_bn_fwd), after the convolution and the batch norms are prepared.
+// A convolution trained in one op with the batch norm after it (FUSE_CONV_BN: conv_bn_fwd), with the batch norms
+// around it (FUSE_BN_CONV_BN: bn_conv_bn_fwd) or, in backward, with the batch norm in front (FUSE_BN_CONV_BACKWARD:
+// bn_conv_bwd), after the convolution and the batch norms are prepared.
 static void prepare_conv_bn(const Model *m, Backend *be, const ConvLayer *l, int n, int residual, int relu,
-                            int prologue) {
+                            ConvBnFusion fusion) {
     if (!be->conv_bn_prepare) return;
     ConvShape s = at_batch(l, n);
-    be->conv_bn_prepare(be, &s, m->act_dt, residual, relu, prologue);
+    be->conv_bn_prepare(be, &s, m->act_dt, residual, relu, fusion);
 }
 
 void model_prepare_ops(const Model *m, Backend *be, int n) {
@@ -290,11 +291,12 @@ void model_prepare_ops(const Model *m, Backend *be, int n) {
     for (int i = 0; i < m->n_blocks; i++) {
         const ModelBlock *b = &m->blocks[i];
         prepare_conv(m, be, &b->conv1, n), prepare_bn(m, be, &b->conv1, &b->bn1, n, 0, 1);
-        prepare_conv_bn(m, be, &b->conv1, n, 0, 1, 0);
+        prepare_conv_bn(m, be, &b->conv1, n, 0, 1, FUSE_CONV_BN);
         prepare_conv(m, be, &b->conv2, n), prepare_bn(m, be, &b->conv2, &b->bn2, n, 0, 1);
         prepare_conv(m, be, &b->conv3, n), prepare_bn(m, be, &b->conv3, &b->bn3, n, 1, 1);
-        if (!b->has_down) prepare_conv_bn(m, be, &b->conv3, n, 1, 1, 0);
-        if (block_trains_bn2_into_conv3(m, i)) prepare_conv_bn(m, be, &b->conv3, n, 1, 1, 1);
+        if (!b->has_down) prepare_conv_bn(m, be, &b->conv3, n, 1, 1, FUSE_CONV_BN);
+        if (block_trains_bn2_into_conv3(m, i)) prepare_conv_bn(m, be, &b->conv3, n, 1, 1, FUSE_BN_CONV_BN);
+        prepare_conv_bn(m, be, &b->conv3, n, 0, 1, FUSE_BN_CONV_BACKWARD);
         if (!b->has_down) continue;
         prepare_conv(m, be, &b->down, n);
         // inside bn_add_bn the shortcut's bn has no training call of its own to prepare
@@ -510,6 +512,21 @@ static void bn_add_bn_bwd(BackwardCtx *c, const ModelBnLayer *bn_a, const ModelB
     notify(c, bn_b->gamma), notify(c, bn_b->beta);
 }
 
+// Backward of bn + ReLU (over bn_x into y) and the 1x1 convolution l that reads y: l's filter gradient, then the
+// data gradient through l and bn in one backend op: bn_x's gradient -> dx (which may be dy), scratch taking y's.
+static void bn_conv_bwd(BackwardCtx *c, const ModelBnLayer *bn, const ConvLayer *l, const void *bn_x,
+                        const void *y, const void *dy, void *scratch, void *dx) {
+    conv_bwd(c, l, y, dy, NULL, 0);
+    Model *m = c->p.m;
+    Backend *be = c->p.be;
+    ConvShape s = at_batch(l, c->p.n);
+    const BnArgs a = bn_args(m, c->p.act, bn, bn_x);
+    be->bn_conv_backward_data(be, &s, m->act_dt, dy, weight_of(m, l->weight), &a, y, scratch, dx,
+                              c->accumulate);
+    notify(c, bn->gamma);
+    notify(c, bn->beta);
+}
+
 // bn's forward output (bn + ReLU, no residual) again into y, from the statistics its forward saved.
 static void bn_recompute(BackwardCtx *c, const ModelBnLayer *bn, int rows, const void *x, void *y) {
     Model *m = c->p.m;
@@ -536,8 +553,7 @@ static void block_backward(BackwardCtx *c, const ModelBlock *b, const BlockActs 
         bn_bwd(c, &b->bn3, rows_out, ba->a3, ba->out, dout, 1, t, d_in);  // d_a3 -> t; the residual's -> d_in
     }
     if (recompute) bn_recompute(c, &b->bn2, rows_of(&b->conv2, n), ba->a2, ba->b2);
-    conv_bwd(c, &b->conv3, ba->b2, t, dout, 0);                                   // d_b2 -> dout
-    bn_bwd(c, &b->bn2, rows_of(&b->conv2, n), ba->a2, ba->b2, dout, 1, t, NULL);  // d_a2 -> t
+    bn_conv_bwd(c, &b->bn2, &b->conv3, ba->a2, ba->b2, t, dout, t);  // d_b2 -> dout, d_a2 -> t
     if (recompute) bn_recompute(c, &b->bn1, rows_of(&b->conv1, n), ba->a1, ba->b1);
     conv_bwd(c, &b->conv2, ba->b1, t, dout, 0);                                   // d_b1 -> dout
     bn_bwd(c, &b->bn1, rows_of(&b->conv1, n), ba->a1, ba->b1, dout, 1, t, NULL);  // d_a1 -> t

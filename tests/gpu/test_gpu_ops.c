@@ -756,17 +756,20 @@ static ConvBnCase conv_bn_case(int i) {
     return cc;
 }
 
-// Prepares op's case (prologue: bn_conv_bn's) with the fused path forced on or off as the case says, names it in
-// label, and returns whether the GPU runs it fused: fp16 must follow the case, fp32 never fuses.
-static int conv_bn_case_prepare(const char *op, const ConvBnCase *cc, int prologue, char *label, size_t cap) {
+// Prepares the case of the op `fusion` names with the fused path forced on or off as the case says, names it in
+// label, and returns whether the GPU runs it fused: fp16 must follow the case, fp32 never fuses. The case's
+// residual bit is the backward's accumulate_params (its batch norm has no residual).
+static int conv_bn_case_prepare(const ConvBnCase *cc, ConvBnFusion fusion, char *label, size_t cap) {
+    static const char *op[3] = {"conv_bn", "bn_conv_bn", "bn_conv_backward_data"};
     const ConvShape *s = &cc->s;
-    snprintf(label, cap, "%s %s %dx%dx%d %d->%d%s", op, cc->fused ? "fused" : "unfused", s->n, s->h, s->w,
-             s->c_in, s->c_out, cc->residual ? " +residual" : "");
+    const int backward = fusion == FUSE_BN_CONV_BACKWARD, residual = backward ? 0 : cc->residual;
+    snprintf(label, cap, "%s %s %dx%dx%d %d->%d%s", op[fusion], cc->fused ? "fused" : "unfused", s->n, s->h,
+             s->w, s->c_in, s->c_out, cc->residual ? (backward ? " +accumulate" : " +residual") : "");
     cuda_backend_set_conv_bn(gpu, cc->fused ? 1 : -1);
     gpu->conv_prepare(gpu, s, cc->dt);
-    gpu->conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1, 0);
-    if (prologue) gpu->conv_bn_prepare(gpu, s, cc->dt, cc->residual, 1, 1);
-    const int ran_fused = cuda_backend_conv_bn_fused(gpu, s, cc->dt, cc->residual, 1, prologue);
+    if (!backward) gpu->conv_bn_prepare(gpu, s, cc->dt, residual, 1, FUSE_CONV_BN);
+    if (fusion != FUSE_CONV_BN) gpu->conv_bn_prepare(gpu, s, cc->dt, residual, 1, fusion);
+    const int ran_fused = cuda_backend_conv_bn_fused(gpu, s, cc->dt, residual, 1, fusion);
     printf("  %s %s: %s\n", label, dtype_name(cc->dt), ran_fused == 1 ? "fused" : "the calls");
     if (cc->dt == DTYPE_F16)
         ck_assert_msg((ran_fused == 1) == cc->fused, "%s: fused %d, want %d", label, ran_fused, cc->fused);
@@ -783,7 +786,7 @@ START_TEST(test_conv_bn) {
     const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)rows * c, nw = (size_t)c * s.c_in;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[160], label[96];
-    const int ran_fused = conv_bn_case_prepare("conv_bn", &cc, 0, label, sizeof label);
+    const int ran_fused = conv_bn_case_prepare(&cc, FUSE_CONV_BN, label, sizeof label);
 
     // x as a ReLU's output (with some negatives), w scaled to keep y near unit size: a mean away from 0
     Twin x = twin_random(dt, nx, case_seed(5, _i, 0), -0.5f, 2.0f);
@@ -858,7 +861,7 @@ START_TEST(test_bn_conv_bn) {
     const size_t nx = (size_t)rows * c_in, ny = (size_t)rows * c, nw = (size_t)c * c_in;
     const float momentum = 0.1f, eps = 1e-5f;
     char what[160], label[96];
-    const int ran_fused = conv_bn_case_prepare("bn_conv_bn", &cc, 1, label, sizeof label);
+    const int ran_fused = conv_bn_case_prepare(&cc, FUSE_BN_CONV_BN, label, sizeof label);
 
     // x as a convolution's raw output (a mean away from 0)
     Twin x = twin_random(dt, nx, case_seed(6, _i, 0), -1.0f, 2.0f);
@@ -934,6 +937,60 @@ START_TEST(test_bn_conv_bn) {
         for (int q = 0; q < PARTS; q++) twin_free(t[l][q]);
     twin_free(x), twin_free(w), twin_free(res), twin_free(scratch), twin_free(y_conv), twin_free(y);
     twin_free(dy), twin_free(dx), twin_free(dgamma), twin_free(dbeta);
+}
+END_TEST
+
+// bn_conv_backward_data (the data gradient through a 1x1 convolution and the batch norm + ReLU in front of it)
+// against the CPU's conv_backward_data and bn_backward, from the GPU's forward of that batch norm (its output and
+// statistics given to the CPU, so that both sides mask the same elements): the ReLU's mask and the batch norm's sums
+// from the data gradient's epilogue (fused, cudnn_conv_bn.cu) and the two calls (unfused). Loop index as
+// test_conv_bn's, the residual bit standing for accumulate_params (dgamma and dbeta start from random values).
+START_TEST(test_bn_conv_backward_data) {
+    const ConvBnCase cc = conv_bn_case(_i);
+    const DType dt = cc.dt;
+    const int accumulate = cc.residual;
+    const ConvShape s = cc.s;
+    const int rows = s.n * s.h * s.w, c_in = s.c_in;
+    const size_t nx = (size_t)rows * c_in, ny = (size_t)rows * s.c_out, nw = (size_t)s.c_out * c_in;
+    char what[160], label[96];
+    gpu->bn_prepare(gpu, rows, c_in, dt, 0, 1);
+    conv_bn_case_prepare(&cc, FUSE_BN_CONV_BACKWARD, label, sizeof label);
+
+    // the batch norm's forward on the GPU, over x as a convolution's raw output (a mean away from 0)
+    Twin x = twin_random(dt, nx, case_seed(12, _i, 0), -1.0f, 2.0f);
+    Twin gamma = twin_random(DTYPE_F32, c_in, case_seed(12, _i, 1), 0.5f, 1.5f);
+    Twin beta = twin_random(DTYPE_F32, c_in, case_seed(12, _i, 2), -0.5f, 0.5f);
+    Twin rmean = twin_random(DTYPE_F32, c_in, case_seed(12, _i, 3), -0.1f, 0.1f);
+    Twin rvar = twin_random(DTYPE_F32, c_in, case_seed(12, _i, 4), 0.5f, 1.5f);
+    Twin smean = twin_output(DTYPE_F32, c_in), sinv = twin_output(DTYPE_F32, c_in), y = twin_output(dt, nx);
+    gpu->bn_forward_train(gpu, rows, c_in, dt, x.gpu, NULL, 1, gamma.gpu, beta.gpu, rmean.gpu, rvar.gpu, 0.1f,
+                          1e-5f, smean.gpu, sinv.gpu, y.gpu);
+    twin_take_gpu(y), twin_take_gpu(smean), twin_take_gpu(sinv);
+
+    const float wb = sqrtf(3.0f / (float)s.c_out);
+    Twin w = twin_random(dt, nw, case_seed(12, _i, 5), -wb, wb);
+    Twin dy = twin_random(dt, ny, case_seed(12, _i, 6), -1, 1);
+    Twin dgamma = accumulate ? twin_random(dt, c_in, case_seed(12, _i, 7), -1, 1) : twin_output(dt, c_in);
+    Twin dbeta = accumulate ? twin_random(dt, c_in, case_seed(12, _i, 8), -1, 1) : twin_output(dt, c_in);
+    Twin dx = twin_output(dt, nx), scratch = twin_output(dt, nx);
+    const BnArgs bn_c = {x.cpu,     gamma.cpu, beta.cpu,   rmean.cpu, rvar.cpu,
+                         smean.cpu, sinv.cpu,  dgamma.cpu, dbeta.cpu};
+    const BnArgs bn_g = {x.gpu,     gamma.gpu, beta.gpu,   rmean.gpu, rvar.gpu,
+                         smean.gpu, sinv.gpu,  dgamma.gpu, dbeta.gpu};
+    cpu->bn_conv_backward_data(cpu, &s, dt, dy.cpu, w.cpu, &bn_c, y.cpu, scratch.cpu, dx.cpu, accumulate);
+    gpu->bn_conv_backward_data(gpu, &s, dt, dy.gpu, w.gpu, &bn_g, y.gpu, scratch.gpu, dx.gpu, accumulate);
+    const struct {
+        const char *name;
+        Twin t;
+    } grads[] = {{"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "%s %s", label, grads[i].name);
+        expect_close(what, grads[i].t);
+    }
+    cuda_backend_set_conv_bn(gpu, 0);
+    twin_free(x), twin_free(gamma), twin_free(beta), twin_free(rmean), twin_free(rvar), twin_free(smean);
+    twin_free(sinv), twin_free(y), twin_free(w), twin_free(dy), twin_free(dgamma), twin_free(dbeta);
+    twin_free(dx), twin_free(scratch);
 }
 END_TEST
 
@@ -1427,6 +1484,7 @@ static Suite *gpu_ops_suite(void) {
         {"bn_add_bn", test_bn_add_bn, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
         {"conv_bn", test_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
         {"bn_conv_bn", test_bn_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
+        {"bn_conv_backward_data", test_bn_conv_backward_data, N_DTS * 4 * CONV_BN_SHAPES},
         {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
         {"avgpool", test_avgpool, 2 * N_DTS},
         {"linear", test_linear, 2 * N_DTS},

@@ -289,6 +289,82 @@ START_TEST(test_bn_backward_matches_finite_differences) {
 }
 END_TEST
 
+// bn_conv_backward_data: the data gradient through conv(relu(bn(x)), w), a 1x1 convolution after a training
+// batch norm + ReLU, against finite differences of <r, conv(relu(bn(x)))> in x, gamma and beta; dgamma and
+// dbeta accumulate on request; dx may be dy itself (c_in == c_out), bitwise the same.
+typedef struct BnConvCtx {
+    ConvShape s;
+    float *x, *gamma, *beta, *w, *bn_y, *conv_y, *r;
+    float *base_bn_y;  // bn's output at the unperturbed point, for kink detection
+} BnConvCtx;
+
+static double bn_conv_objective(void *ctx) {
+    BnConvCtx *b = ctx;
+    const int rows = b->s.n * b->s.h * b->s.w, c = b->s.c_in;
+    float rm[8] = {0}, rv[8] = {0}, mean[8], invstd[8];
+    be->bn_forward_train(be, rows, c, DTYPE_F32, b->x, NULL, 1, b->gamma, b->beta, rm, rv, BN_MOMENTUM,
+                         BN_EPS, mean, invstd, b->bn_y);
+    for (int i = 0; i < rows * c; i++)
+        if ((b->bn_y[i] > 0) != (b->base_bn_y[i] > 0)) fd_crossed_kink = 1;
+    be->conv_forward(be, &b->s, DTYPE_F32, b->bn_y, b->w, b->conv_y);
+    return dot_r(b->conv_y, b->r, conv_y_count(&b->s));
+}
+
+START_TEST(test_bn_conv_backward_data_matches_finite_differences) {
+    static const int c_in_out[2][2] = {{5, 7}, {6, 6}};
+    for (int k = 0; k < 2; k++) {
+        BnConvCtx b = {.s = {.n = 2,
+                             .h = 3,
+                             .w = 4,
+                             .c_in = c_in_out[k][0],
+                             .c_out = c_in_out[k][1],
+                             .kh = 1,
+                             .kw = 1,
+                             .stride = 1,
+                             .groups = 1}};
+        conv_shape_finish(&b.s);
+        const int rows = b.s.n * b.s.h * b.s.w, c = b.s.c_in;
+        const size_t nx = conv_x_count(&b.s), ny = conv_y_count(&b.s);
+        b.x = random_floats(nx, 900 + k, -2, 3);
+        b.gamma = random_floats(c, 910 + k, 0.5f, 1.5f);
+        b.beta = random_floats(c, 920 + k, -0.5f, 0.5f);
+        b.w = random_floats(conv_w_count(&b.s), 930 + k, -1, 1);
+        b.r = random_floats(ny, 940 + k, -1, 1);
+        b.bn_y = floats(nx), b.conv_y = floats(ny), b.base_bn_y = floats(nx);
+        float rm[8] = {0}, rv[8] = {0}, mean[8], invstd[8], dgamma[8], dbeta[8];
+        be->bn_forward_train(be, rows, c, DTYPE_F32, b.x, NULL, 1, b.gamma, b.beta, rm, rv, BN_MOMENTUM,
+                             BN_EPS, mean, invstd, b.base_bn_y);
+        const BnArgs bn = {b.x, b.gamma, b.beta, rm, rv, mean, invstd, dgamma, dbeta};
+        float *dx = floats(nx), *scratch = floats(nx);
+        be->bn_conv_backward_data(be, &b.s, DTYPE_F32, b.r, b.w, &bn, b.base_bn_y, scratch, dx, 0);
+        assert_fd_close_eps("bn_conv dx", bn_conv_objective, &b, b.x, nx, FD_EPS_RELU, dx);
+        assert_fd_close_eps("bn_conv dgamma", bn_conv_objective, &b, b.gamma, c, FD_EPS_RELU, dgamma);
+        assert_fd_close_eps("bn_conv dbeta", bn_conv_objective, &b, b.beta, c, FD_EPS_RELU, dbeta);
+
+        // accumulate_params adds onto what dgamma and dbeta held; dx is overwritten, and may be dy
+        float acc_gamma[8], acc_beta[8];
+        for (int ch = 0; ch < c; ch++) acc_gamma[ch] = acc_beta[ch] = 0.25f * ch;
+        const BnArgs bn_acc = {b.x, b.gamma, b.beta, rm, rv, mean, invstd, acc_gamma, acc_beta};
+        float *dx2 = random_floats(nx, 950 + k, -1, 1);
+        be->bn_conv_backward_data(be, &b.s, DTYPE_F32, b.r, b.w, &bn_acc, b.base_bn_y, scratch, dx2, 1);
+        ck_assert_mem_eq(dx2, dx, nx * sizeof(float));
+        for (int ch = 0; ch < c; ch++) {
+            ck_assert_float_eq_tol(acc_gamma[ch], 0.25f * ch + dgamma[ch], 1e-5);
+            ck_assert_float_eq_tol(acc_beta[ch], 0.25f * ch + dbeta[ch], 1e-5);
+        }
+        if (nx == ny) {
+            float *dy_then_dx = copy_floats(b.r, ny);
+            be->bn_conv_backward_data(be, &b.s, DTYPE_F32, dy_then_dx, b.w, &bn, b.base_bn_y, scratch,
+                                      dy_then_dx, 0);
+            ck_assert_mem_eq(dy_then_dx, dx, nx * sizeof(float));
+            free(dy_then_dx);
+        }
+        free(b.x), free(b.gamma), free(b.beta), free(b.w), free(b.r), free(b.bn_y), free(b.conv_y);
+        free(b.base_bn_y), free(dx), free(scratch), free(dx2);
+    }
+}
+END_TEST
+
 START_TEST(test_bn_forward_matches_direct_formulas) {
     const int rows = 30, c = 4;
     const size_t count = (size_t)rows * c;
@@ -1252,6 +1328,7 @@ static Suite *cpu_ops_suite(void) {
     tcase_add_test(tc, test_conv_forward_matches_textbook_nchw);
     tcase_add_test(tc, test_conv_backward_matches_finite_differences);
     tcase_add_test(tc, test_bn_backward_matches_finite_differences);
+    tcase_add_test(tc, test_bn_conv_backward_data_matches_finite_differences);
     tcase_add_test(tc, test_bn_forward_matches_direct_formulas);
     tcase_add_test(tc, test_maxpool_backward_matches_finite_differences);
     tcase_add_test(tc, test_maxpool_padding_and_tie_rule);
