@@ -29,6 +29,8 @@
 #             (default 1), each cut at $BNAB_TIMEOUT s (default 240; a whole run takes over 150 s, mostly filling
 #             buffers on the host): $OUT/bnab_{after,before}_N.txt
 #   bf16      the b256 AMP loop in fp16 and in bf16, alternating $BF16_REPS times (default 2), PyTorch beside
+#   bwdstreams bench_bwd_streams at batch 70 and 256: the convolutions' weight gradients beside their data
+#             gradients on a second stream against the two in turn (a prototype's measurement)
 #   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm's statistics from the 1x1 convolutions (auto)
 #             and without (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up choices logged
 #   startup   start-up at b256 AMP: cold with cudnn.batch_norm auto and unfused, then warm (the kernel-choice cache)
@@ -424,6 +426,13 @@ op_cases() {  # prefix case...: test_gpu_ops' cases one at a time (log $OUT/pref
 stage_ends() {
     op_cases ends bn_add_bn; local rc=$?
     build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
+}
+stage_bwdstreams() {  # bench_bwd_streams at batch 70 and 256: each convolution's weight gradient beside its
+                     # data gradient on a second stream, against the two in turn
+    local rc=0
+    build/bench_bwd_streams 70 | tee "$OUT/bwdstreams_b70.txt" || rc=1
+    build/bench_bwd_streams 256 | tee "$OUT/bwdstreams_b256.txt" || rc=1
+    return $rc
 }
 stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
     op_cases bntests batchnorm bn_add_bn
