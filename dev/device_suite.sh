@@ -31,6 +31,8 @@
 #   bf16      the b256 AMP loop in fp16 and in bf16, alternating $BF16_REPS times (default 2), PyTorch beside
 #   bnconv    test_gpu_ops' conv_bn, bn_conv_bn and bn_conv_backward_data cases (batch norm inside the 1x1
 #             convolutions, forward and backward)
+#   bwdstreams bench_bwd_streams at batch 70 and 256: the convolutions' weight gradients beside their data
+#             gradients on a second stream against the two in turn (a prototype's measurement)
 #   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm fused into the 1x1 convolutions where timed
 #             faster (auto) and never (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up
 #             choices logged
@@ -427,6 +429,13 @@ op_cases() {  # prefix case...: test_gpu_ops' cases one at a time (log $OUT/pref
 stage_ends() {
     op_cases ends bn_add_bn; local rc=$?
     build/bench_batchnorm 256 ends | tee "$OUT/bnbench_ends.txt"; [ "${PIPESTATUS[0]}" = 0 ] && return $rc
+}
+stage_bwdstreams() {  # bench_bwd_streams at batch 70 and 256: each convolution's weight gradient beside its
+                     # data gradient on a second stream, against the two in turn
+    local rc=0
+    build/bench_bwd_streams 70 | tee "$OUT/bwdstreams_b70.txt" || rc=1
+    build/bench_bwd_streams 256 | tee "$OUT/bwdstreams_b256.txt" || rc=1
+    return $rc
 }
 stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
     op_cases bntests batchnorm bn_add_bn
