@@ -391,12 +391,17 @@ stage_jpegs() {  # --bench-data with the decode on the host's threads and on the
         grep '"step":40' "$OUT/jpeg_loop_$decode.jsonl"
     done
 }
-ncu_step() {  # name amptrain-overrides...: one b256 step's kernels under ncu -> $OUT/ncu_NAME.csv
+ncu_step() {  # name amptrain-overrides...: one b256 step's kernels under ncu -> $OUT/ncu_NAME.csv; a run without
+              # ncu first fills the kernel-choice cache, so that the profiled run takes the choices a run makes
+              # (timed under ncu, each launch's overhead would decide them)
     local name=$1; shift
-    ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-warmup 1 --bench-steps 1 \
+        data.batch_size=256 train.cuda_graph=off "$@" >/dev/null 2>"$OUT/ncu_${name}_choices.err"
+    AMPTRAIN_CONV_LOG=1 ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
         --print-units base build/amptrain configs/resnext50_32x4d_imagenet.yaml --bench --bench-profile \
         --bench-warmup 3 --bench-steps 1 data.batch_size=256 train.cuda_graph=off "$@" \
         >"$OUT/ncu_$name.csv" 2>"$OUT/ncu_$name.err"
+    grep -c "from the cache" "$OUT/ncu_$name.err" | sed 's/^/choices taken from the cache under ncu: /'
 }
 profile_pair() {  # name amptrain-overrides... -- torch-flags...
     local name=$1; shift
