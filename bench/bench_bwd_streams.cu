@@ -1,21 +1,22 @@
-// bench_bwd_streams.cu - a measured prototype, not wired into the trainer: does a convolution's weight gradient
-// running beside its data gradient, on a second stream, shorten ResNeXt-50 32x4d's backward?
+// bench_bwd_streams.cu - a measured prototype, not wired into the trainer: does a convolution's weight
+// gradient running beside its data gradient, on a second stream, shorten ResNeXt-50 32x4d's backward?
 //
 //   build/bench_bwd_streams [n]     n: the batch (default 70)
 //
 // In backward every convolution but the stem computes two gradients from the same dy: the data gradient
-// (conv_backward_data: dy, w -> dx) and the weight gradient (conv_backward_filter: x, dy -> dw). Neither reads
-// the other's output, and the trainer runs them one after the other on one stream. At small batches a layer's
-// GEMM or cuDNN kernel leaves much of the GPU idle, so the two could overlap. Per distinct convolution shape of
-// the model (fp16 NHWC, the algorithms conv_prepare times under cudnn.benchmark), this times
+// (conv_backward_data: dy, w -> dx) and the weight gradient (conv_backward_filter: x, dy -> dw). Neither
+// reads the other's output, and the trainer runs them one after the other on one stream. At small batches a
+// layer's GEMM or cuDNN kernel leaves much of the GPU idle, so the two could overlap. Per distinct
+// convolution shape of the model (fp16 NHWC, the algorithms conv_prepare times under cudnn.benchmark), this
+// times
 //   serial      both gradients on one backend's stream, data then weight, as the trainer runs them;
 //   beside      the data gradient on backend A's stream, the weight gradient on backend B's (its own stream,
 //               cuDNN and cuBLAS handles and workspace), B starting when A reaches the start event and A
 //               waiting at the end for B's event: what a fork and join inside the captured step would do.
-// Times: median of TIMED_RUNS after WARMUP_RUNS, between events on A's stream, ms. The last lines weight each
-// shape by its count in the model: one step's convolution backward each way. Before timing, beside's dx and dw
-// must equal serial's (relative L2 error under 1e-2: the two backends may time different algorithms), else
-// FAIL and exit 1.
+// Times: median of TIMED_RUNS after WARMUP_RUNS, between events on A's stream, ms. The last lines weight
+// each shape by its count in the model: one step's convolution backward each way. Before timing, beside's
+// dx and dw must equal serial's (relative L2 error under 1e-2: the two backends may time different
+// algorithms), else FAIL and exit 1. On an H200 (bench/RESULTS.md) beside saved nothing at batch 70 or 256.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,8 +53,8 @@ static const ConvCase CASES[] = {
 };
 #define CASE_COUNT ((int)(sizeof CASES / sizeof CASES[0]))
 
-// One shape's buffers, all from backend A: x (n,h,w,c_in), w (c_out,k,k,c_in/g), dy (n,out_h,out_w,c_out) fp16;
-// dx, dw each way.
+// One shape's buffers, all from backend A: x (n,h,w,c_in), w (c_out,k,k,c_in/g), dy (n,out_h,out_w,c_out)
+// fp16; dx, dw each way.
 typedef struct Buffers {
     void *x, *w, *dy, *dx[2], *dw[2];
 } Buffers;
