@@ -425,8 +425,8 @@ __global__ void __launch_bounds__(BN_REDUCE_THREADS, BN_REDUCE_MIN_BLOCKS)
     }
 }
 
-// Channel ch's end of the backward from sg = sum g and sgx = sum g (x - mean): dbeta = sg, dgamma = invstd * sgx,
-// stored in dt (+= with accumulate_params), and the coefficients of
+// Channel ch's end of the backward from sg = sum g and sgx = sum g (x - mean): dbeta = sg,
+// dgamma = invstd * sgx, stored in dt (+= with accumulate_params), and the coefficients of
 //   dx = gamma * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean)))
 //      = k_g * g - (k_x * x + k_0)
 // (k_0 formed in fp64, so folding the mean into it costs no more than an fp32 rounding of each term).

@@ -1,37 +1,39 @@
 // cudnn_conv_bn.cu - conv_bn_forward_train, bn_conv_bn_forward_train and bn_conv_backward_data
-// (core/backend_ops.def): a 1x1 convolution and the batch norm after it in training (with, for the second, a batch
-// norm + ReLU in front of the convolution), with the batch norm's statistics from the convolution's epilogue where
-// that is faster; and the data gradient through a 1x1 convolution and the batch norm + ReLU in front of it, with
-// the ReLU's mask and the batch norm's sums in the data gradient's epilogue where that is faster.
+// (core/backend_ops.def): a 1x1 convolution and the batch norm after it in training (with, for the second, a
+// batch norm + ReLU in front of the convolution), with the batch norm's statistics from the convolution's
+// epilogue where that is faster; and the data gradient through a 1x1 convolution and the batch norm + ReLU in
+// front of it, with the ReLU's mask and the batch norm's sums in the data gradient's epilogue where that is
+// faster.
 //
-// The fused way: cuDNN's operation graph conv_genstats, y_conv = conv(x, w) with the per-channel sum and sum of
-// squares of y_conv (fp32, before rounding to dt) from the same kernel (the ConvBNfprop engine of NVIDIA's
+// The fused way: cuDNN's operation graph conv_genstats, y_conv = conv(x, w) with the per-channel sum and sum
+// of squares of y_conv (fp32, before rounding to dt) from the same kernel (the ConvBNfprop engine of NVIDIA's
 // MLPerf ResNet-50; cudnn_graph.h builds the graph), then our own finalize and apply from those sums
-// (cuda_bn_forward_train_sums: mean, invstd, the running statistics, y = act(bn + residual) in one pass). Against
-// conv_forward + bn_forward_train it saves the statistics' read of y_conv, and cuDNN's kernel is often faster
-// than the GEMM alone (bench/RESULTS.md). The variance comes from sum and sum of squares (q/n - mean^2, in fp64
-// from fp32 sums): exact enough while a channel's mean is not hundreds of its standard deviations, which a
-// convolution's output in training never approaches.
+// (cuda_bn_forward_train_sums: mean, invstd, the running statistics, y = act(bn + residual) in one pass).
+// Against conv_forward + bn_forward_train it saves the statistics' read of y_conv, and cuDNN's kernel is
+// often faster than the GEMM alone (bench/RESULTS.md). The variance comes from sum and sum of squares (q/n -
+// mean^2, in fp64 from fp32 sums): exact enough while a channel's mean is not hundreds of its standard
+// deviations, which a convolution's output in training never approaches.
 //
 // With a batch norm in front (bn_conv_bn_forward_train: a block's bn2 + ReLU before conv3), the graph's
 // prologue applies it: relu(x * scale + bias) per input channel, scale and bias in dt from that batch norm's
 // statistics (our own pass: cuda_bn_forward_train_stats), so its output is never written. The convolution's
-// input then differs from that output, as written and as a backward recomputes it, by the rounding of scale and
-// bias to dt.
+// input then differs from that output, as written and as a backward recomputes it, by the rounding of scale
+// and bias to dt.
 //
-// Backward (bn_conv_backward_data: a block's conv3 back into bn2 + ReLU): cuDNN's dgrad_drelu_dbn graph (NVIDIA's
-// DgradDreluBNBwdWeight), da = dgrad(dy, w), g = da where bn(x) > 0 with bn(x) recomputed in fp32 from x and the
-// saved statistics, g written, and the per-channel sum g and sum g * xhat from the same kernel; then our own
-// pass dx = k_g * g - (k_x * x + k_0) from those sums (bn_own_backward_from_sums). Against conv_backward_data +
-// bn_backward it saves the backward's first read of x and the data gradient (and of y, for the mask).
+// Backward (bn_conv_backward_data: a block's conv3 back into bn2 + ReLU): cuDNN's dgrad_drelu_dbn graph
+// (NVIDIA's DgradDreluBNBwdWeight), da = dgrad(dy, w), g = da where bn(x) > 0 with bn(x) recomputed in fp32
+// from x and the saved statistics, g written, and the per-channel sum g and sum g * xhat from the same
+// kernel; then our own pass dx = k_g * g - (k_x * x + k_0) from those sums (bn_own_backward_from_sums).
+// Against conv_backward_data + bn_backward it saves the backward's first read of x and the data gradient (and
+// of y, for the mask).
 //
 // Eligible shapes: 1x1, stride 1, no padding, ungrouped, fp16 or bf16, channel counts multiples of 8 (16-byte
 // rows). Which way a shape runs is chosen by conv_bn_prepare (ConvBnFusion: which op) under cudnn.batch_norm
-// auto with cudnn.benchmark: the calls the op stands for (on the routes conv_prepare and bn_prepare chose) and
-// the first CONV_BN_PLANS plans of cuDNN's heuristics for the graph are timed on buffers of their own, the
-// fastest kept; the choice is recorded in cudnn.cache ("unfused", or "fused <plan index>: <engine and knobs>",
-// the plan re-made and its engine checked before a record is taken). Under any other setting, for a shape not
-// prepared (another batch size) and for buffers not 16-byte aligned, the op makes the calls.
+// auto with cudnn.benchmark: the calls the op stands for (on the routes conv_prepare and bn_prepare chose)
+// and the first CONV_BN_PLANS plans of cuDNN's heuristics for the graph are timed on buffers of their own,
+// the fastest kept; the choice is recorded in cudnn.cache ("unfused", or "fused <plan index>: <engine and
+// knobs>", the plan re-made and its engine checked before a record is taken). Under any other setting, for a
+// shape not prepared (another batch size) and for buffers not 16-byte aligned, the op makes the calls.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +43,8 @@
 #include "kernels/cuda/cuda_internal.h"
 #include "kernels/cuda/cudnn_graph.h"
 
-// Plans of the heuristics' list timed per shape (the first is usually the fastest; none compiles at run time).
+// Plans of the heuristics' list timed per shape (the first is usually the fastest; none compiles at run
+// time).
 #define CONV_BN_PLANS 4
 // Timed runs of each way in the prepare, after one untimed run.
 #define CONV_BN_TIMED_RUNS 5
@@ -178,8 +181,9 @@ void cuda_conv_bn_cache_destroy(CudaBackend *cb) {
 
 // ---- the graph and one fused call -----------------------------------------------------------------------
 
-// dgrad_drelu_dbn for shape s (bk_dgrad_drelu_dbn): dy (n,h,w,c_out), w (c_out,1,1,c_in), x and g (n,h,w,c_in) dt,
-// the batch norm's mean, invstd, gamma, beta and the five vectors (c_in) fp32; intermediates in mid.
+// dgrad_drelu_dbn for shape s (bk_dgrad_drelu_dbn): dy (n,h,w,c_out), w (c_out,1,1,c_in), x and g
+// (n,h,w,c_in) dt, the batch norm's mean, invstd, gamma, beta and the five vectors (c_in) fp32; intermediates
+// in mid.
 static cudnnBackendDescriptor_t backward_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,
                                                const ConvShape *s, DType dt, cudnnDataType_t mid) {
     const cudnnDataType_t io = cudnn_dtype(dt);
@@ -196,8 +200,8 @@ static cudnnBackendDescriptor_t backward_graph(CudnnMade *m, CudnnTrail *t, cudn
     return bk_graph(m, t, handle, ops, 7);
 }
 
-// conv_genstats for shape s: y = conv(x', w) (x (n,h,w,c_in), w (c_out,1,1,c_in), y (n,h,w,c_out) dt) with
-// x' = x, or relu(x * scale + bias) (scale, bias (c_in) dt) with the prologue; sum and sqsum (c_out) fp32 of y.
+// conv_genstats for shape s: y = conv(x', w) (x (n,h,w,c_in), w (c_out,1,1,c_in), y (n,h,w,c_out) dt) with x'
+// = x, or relu(x * scale + bias) (scale, bias (c_in) dt) with the prologue; sum and sqsum (c_out) fp32 of y.
 // Not finalized (cudnn_graph_plans does it).
 static cudnnBackendDescriptor_t conv_bn_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,
                                               const ConvShape *s, DType dt, int prologue) {
@@ -322,8 +326,8 @@ void cuda_bn_conv_bn_forward_train(Backend *be, const BnArgs *bn_in, void *scrat
 
 // ---- the backward ---------------------------------------------------------------------------------------
 
-// One call of the backward's plan (needing `workspace` bytes). The shared workspace holds the plan's, then the
-// graph's five vectors and our own pass's coefficients (3, c_in) fp32.
+// One call of the backward's plan (needing `workspace` bytes). The shared workspace holds the plan's, then
+// the graph's five vectors and our own pass's coefficients (3, c_in) fp32.
 static void run_backward_fused(Backend *be, cudnnBackendDescriptor_t plan, size_t workspace,
                                const BnConvBackwardCall *k) {
     CudaBackend *cb = cuda_state(be);
@@ -373,10 +377,10 @@ void cuda_bn_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const
 // ---- the timed choice ---------------------------------------------------------------------------------
 
 // One shape's buffers for timing. Forward: x (rows, c_in), w (c_out, c_in), y_conv, y and the residual (rows,
-// c_out) dt, the batch norm's gamma, beta, running and saved statistics (6, c_out) fp32; with the prologue, the
-// scratch (rows, c_in) dt and the batch norm in front's statistics (6, c_in) fp32. Backward: x, w, dy (rows,
-// c_out), the batch norm in front's output y_in, scratch and dx (rows, c_in) dt, that batch norm's statistics
-// (6, c_in) fp32 and gradients (2, c_in) dt.
+// c_out) dt, the batch norm's gamma, beta, running and saved statistics (6, c_out) fp32; with the prologue,
+// the scratch (rows, c_in) dt and the batch norm in front's statistics (6, c_in) fp32. Backward: x, w, dy
+// (rows, c_out), the batch norm in front's output y_in, scratch and dx (rows, c_in) dt, that batch norm's
+// statistics (6, c_in) fp32 and gradients (2, c_in) dt.
 typedef struct ConvBnTiming {
     Backend *be;
     ConvBnFusion fusion;
