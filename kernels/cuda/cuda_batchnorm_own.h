@@ -23,16 +23,17 @@ typedef enum BnMaskSource {
 #define BN_MASK_PACK 8
 size_t bn_own_mask_bytes(int rows, int c);
 
-// Training forward: statistics in one read of x, then y = act(gamma * xhat + beta + residual) in one
-// pass; mask (nullable, bn_own_mask_bytes) receives the ReLU bits. Buffers as backend_ops.def's bn_forward_train.
+// Training forward: statistics in one read of x, then y = act(gamma * xhat + beta + residual) in one pass;
+// mask (nullable, bn_own_mask_bytes) receives the ReLU bits. Buffers as backend_ops.def's bn_forward_train.
 // Returns 1 when it wrote the mask.
 int bn_own_forward_train(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *residual,
                          int relu, const float *gamma, const float *beta, float *running_mean,
                          float *running_var, float momentum, float eps, float *save_mean, float *save_invstd,
                          void *y, uint8_t *mask);
 
-// The statistics alone of a training forward over x (one read): save_mean, save_invstd, the running statistics
-// and the affine map into scale and shift (c) fp32 (the caller's); scratch: bn_own_stats_scratch_bytes.
+// The statistics alone of a training forward over x (one read): save_mean, save_invstd, the running
+// statistics and the affine map into scale and shift (c) fp32 (the caller's); scratch:
+// bn_own_stats_scratch_bytes.
 size_t bn_own_stats_scratch_bytes(const CudaBackend *cb, int rows, int c, DType dt, const void *x);
 void bn_own_forward_train_stats(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *gamma,
                                 const float *beta, float *running_mean, float *running_var, float momentum,
@@ -40,17 +41,17 @@ void bn_own_forward_train_stats(CudaBackend *cb, int rows, int c, DType dt, cons
                                 float *shift);
 
 // The same from the per-channel sum and sum of squares of x (sums, sqsums (c) fp32, not shifted: made by the
-// convolution that wrote x): the finalize (mean, invstd, running statistics, the affine map into scale and shift
-// (c) fp32, the caller's scratch) and the one pass over x. Returns 1 when it wrote the mask.
+// convolution that wrote x): the finalize (mean, invstd, running statistics, the affine map into scale and
+// shift (c) fp32, the caller's scratch) and the one pass over x. Returns 1 when it wrote the mask.
 int bn_own_forward_train_sums(CudaBackend *cb, int rows, int c, DType dt, const void *x, const float *sums,
                               const float *sqsums, const void *residual, int relu, const float *gamma,
                               const float *beta, float *running_mean, float *running_var, float momentum,
                               float eps, float *save_mean, float *save_invstd, float *scale, float *shift,
                               void *y, uint8_t *mask);
 
-// bn_add_bn's training forward (backend_ops.def): y = act(bn_a(x_a) + bn_b(x_b)); each layer's statistics in one
-// read of its x, then one pass reading both and writing y (bn_b's output is never rounded nor written); mask
-// as above. Returns 1 when it wrote the mask.
+// bn_add_bn's training forward (backend_ops.def): y = act(bn_a(x_a) + bn_b(x_b)); each layer's statistics in
+// one read of its x, then one pass reading both and writing y (bn_b's output is never rounded nor written);
+// mask as above. Returns 1 when it wrote the mask.
 int bn_own_add_bn_forward_train(CudaBackend *cb, int rows, int c, DType dt, const BnArgs *a, const BnArgs *b,
                                 int relu, float momentum, float eps, void *y, uint8_t *mask);
 
@@ -70,10 +71,10 @@ void bn_own_backward(CudaBackend *cb, int rows, int c, DType dt, const void *x, 
                      const float *save_mean, const float *save_invstd, void *dx, int accumulate, void *dgamma,
                      void *dbeta, int accumulate_params, void *d_residual);
 
-// The backward's second pass and the layer's parameter gradients from sums made elsewhere (the epilogue of the
-// data gradient that produced g): sum_g = sum g, sum_gxhat = sum g * (x - mean) * invstd (c) fp32, g (rows, c) dt
-// the gradient at the output with any ReLU's mask already applied. dx (overwritten) in one pass over x and g;
-// dgamma, dbeta (c) dt (+= with accumulate_params); coef: (3, c) fp32 of the caller's scratch.
+// The backward's second pass and the layer's parameter gradients from sums made elsewhere (the epilogue of
+// the data gradient that produced g): sum_g = sum g, sum_gxhat = sum g * (x - mean) * invstd (c) fp32, g
+// (rows, c) dt the gradient at the output with any ReLU's mask already applied. dx (overwritten) in one pass
+// over x and g; dgamma, dbeta (c) dt (+= with accumulate_params); coef: (3, c) fp32 of the caller's scratch.
 void bn_own_backward_from_sums(CudaBackend *cb, int rows, int c, DType dt, const void *x, const void *g,
                                const float *sum_g, const float *sum_gxhat, const float *gamma,
                                const float *save_mean, const float *save_invstd, void *dx, void *dgamma,

@@ -27,12 +27,12 @@ int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, in
 // How directions chosen from here on treat shapes those kernels take: 0 on them where the timed search finds
 // them fastest (the default), -1 never, 1 always.
 void cuda_backend_set_conv_own(Backend *be, int mode);
-// Whether the op `fusion` (ConvBnFusion, core/backend.h) of shape s in dt (with a residual, with ReLU) runs cuDNN's
-// fused graph (cudnn_conv_bn.cu): 1 or 0, -1 when not prepared.
+// Whether the op `fusion` (ConvBnFusion, core/backend.h) of shape s in dt (with a residual, with ReLU) runs
+// cuDNN's fused graph (cudnn_conv_bn.cu): 1 or 0, -1 when not prepared.
 int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu, int fusion);
 // How conv_bn_prepare chooses from here on: 0 the faster way, timed, under cudnn.batch_norm auto with
-// cudnn.benchmark (the default; otherwise the two calls), -1 always the two calls, 1 the fused way wherever an
-// engine takes the shape, whatever the settings (its choices neither read nor write cudnn.cache).
+// cudnn.benchmark (the default; otherwise the two calls), -1 always the two calls, 1 the fused way wherever
+// an engine takes the shape, whatever the settings (its choices neither read nor write cudnn.cache).
 void cuda_backend_set_conv_bn(Backend *be, int mode);
 // The paths of the last training forward of the batch-norm layer whose save_mean buffer is save_mean (1
 // cuDNN, 0 our own), and the path its backward takes when dx is overwritten; 0 when no forward of that layer

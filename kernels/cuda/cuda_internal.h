@@ -99,8 +99,8 @@ void cuda_scratch_put(CudaBackend *cb, void *ptr);
 // The mean time in ms of `runs` calls of run(ctx) on the compute stream, after one untimed call (start-up
 // choices: the convolutions' routes, the batch-norm pairs). A workspace the calls grew is given back.
 float cuda_time_ms(CudaBackend *cb, int runs, void (*run)(void *ctx), void *ctx);
-// Gives the shared workspace back when it has grown past `held` bytes (to regrow to what the chosen routes ask):
-// what cuda_time_ms does after its runs, for work a timing runs outside it.
+// Gives the shared workspace back when it has grown past `held` bytes (to regrow to what the chosen routes
+// ask): what cuda_time_ms does after its runs, for work a timing runs outside it.
 void cuda_workspace_give_back(CudaBackend *cb, size_t held);
 // A record's key for cb->choices (core/kernel_cache.h): cb->choice_env, " | ", then fmt's text naming the op,
 // its shape and every setting its choice depends on. Fails the job when cap is too small.
@@ -114,8 +114,8 @@ int cuda_pick_log_enabled(void);
 
 // ---- the ops core/backend_ops.def marks LIST (or NVJPEG) for CUDA: cuda_<op> ----------------------------
 // cudnn_conv.cu (the convolutions, conv_prepare), cudnn_batchnorm.cu (the batch norms, bn_prepare),
-// cuda_pool.cu, cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu (nonfinite_check, grad_norm,
-// sgd_step, scaler_update, ema_update, cast), cuda_input.cu (the input slots, input_normalize) and nvjpeg_decode.cu
+// cuda_pool.cu, cuda_linear.cu (cuBLAS), cuda_loss.cu, cuda_optim.cu (nonfinite_check, grad_norm, sgd_step,
+// scaler_update, ema_update, cast), cuda_input.cu (the input slots, input_normalize) and nvjpeg_decode.cu
 // (input_decode; built only when CMake finds nvJPEG: AMPTRAIN_HAVE_NVJPEG).
 #define CUDA_DECLARE_LIST(ret, op, params) ret cuda_##op(Backend *be BACKEND_PARAMS(params));
 #define CUDA_DECLARE_NVJPEG CUDA_DECLARE_LIST
@@ -178,8 +178,9 @@ void cuda_bn_forward_train_sums(Backend *be, int rows, int c, DType dt, const vo
                                 float eps, float *save_mean, float *save_invstd, float *scale, float *shift,
                                 void *y);
 
-// bn_forward_train's statistics alone (ReLU, no residual; the output is never written) with its affine map into
-// scale, shift (c) fp32, the layer's entry as after our own forward; scratch: bn_own_stats_scratch_bytes.
+// bn_forward_train's statistics alone (ReLU, no residual; the output is never written) with its affine map
+// into scale, shift (c) fp32, the layer's entry as after our own forward; scratch:
+// bn_own_stats_scratch_bytes.
 void cuda_bn_forward_train_stats(Backend *be, int rows, int c, DType dt, const void *x, const float *gamma,
                                  const float *beta, float *running_mean, float *running_var, float momentum,
                                  float eps, float *save_mean, float *save_invstd, void *scratch, float *scale,

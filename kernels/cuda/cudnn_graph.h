@@ -1,14 +1,13 @@
-// cudnn_graph.h - cuDNN's backend (graph) API in small steps, for the fused batch-norm graphs: descriptors made
-// and set with the first failure of a sequence kept (CudnnTrail) and destroyed together (CudnnMade); NHWC
-// tensors; pointwise operations; a 1x1 stride-1 convolution's three directions; genstats (the per-channel sum
-// and sum of squares of a tensor); the batch norm's backward weights (and dgrad_drelu_dbn around them); and the
-// engine search that turns a graph
-// into execution plans. Used by cudnn_conv_bn.cu (the trainer) and bench/bench_fused_bn.cu (the prototype of the
-// other fused graphs).
+// cudnn_graph.h - cuDNN's backend (graph) API in small steps, for the fused batch-norm graphs: descriptors
+// made and set with the first failure of a sequence kept (CudnnTrail) and destroyed together (CudnnMade);
+// NHWC tensors; pointwise operations; a 1x1 stride-1 convolution's three directions; genstats (the
+// per-channel sum and sum of squares of a tensor); the batch norm's backward weights (and dgrad_drelu_dbn
+// around them); and the engine search that turns a graph into execution plans. Used by cudnn_conv_bn.cu (the
+// trainer) and bench/bench_fused_bn.cu (the prototype of the other fused graphs).
 //
 // Every builder takes the CudnnMade that owns what it creates and the CudnnTrail of the sequence: after a
-// failure the trail keeps the first one ("call(descriptor, attribute): status: cuDNN's message") and every later
-// step does nothing, so a graph is described in straight-line code and checked once at the end.
+// failure the trail keeps the first one ("call(descriptor, attribute): status: cuDNN's message") and every
+// later step does nothing, so a graph is described in straight-line code and checked once at the end.
 #ifndef AMPTRAIN_CUDNN_GRAPH_H
 #define AMPTRAIN_CUDNN_GRAPH_H
 
@@ -53,8 +52,8 @@ void bk_finalize(CudnnTrail *t, cudnnBackendDescriptor_t d, const char *what);
 cudnnBackendDescriptor_t bk_tensor(CudnnMade *m, CudnnTrail *t, const char *what, int64_t uid,
                                    cudnnDataType_t dt, int64_t n, int64_t c, int64_t h, int64_t w,
                                    bool is_virtual);
-// y = mode(x, b) (b NULL for a unary mode), computed in fp32. ReLU's backward (CUDNN_POINTWISE_RELU_BWD) takes
-// the forward's input as x and the gradient as b, and gives the input's gradient as y.
+// y = mode(x, b) (b NULL for a unary mode), computed in fp32. ReLU's backward (CUDNN_POINTWISE_RELU_BWD)
+// takes the forward's input as x and the gradient as b, and gives the input's gradient as y.
 cudnnBackendDescriptor_t bk_pointwise(CudnnMade *m, CudnnTrail *t, const char *what,
                                       cudnnPointwiseMode_t mode, cudnnBackendDescriptor_t x,
                                       cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t y);
@@ -67,15 +66,16 @@ cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir
 // sum, sqsum (1, c, 1, 1) fp32 = per-channel sum and sum of squares of y.
 cudnnBackendDescriptor_t bk_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t y,
                                      cudnnBackendDescriptor_t sum, cudnnBackendDescriptor_t sqsum);
-// ops[0..2]: relu(x * scale + bias) per channel, the convolution's prologue (a batch norm's affine map and its
-// ReLU). scale, bias: (1, c, 1, 1) tensors; the three results (n, c, h, w) virtual in mid, with uids[0..2].
-// Returns the last (the ReLU's output).
+// ops[0..2]: relu(x * scale + bias) per channel, the convolution's prologue (a batch norm's affine map and
+// its ReLU). scale, bias: (1, c, 1, 1) tensors; the three results (n, c, h, w) virtual in mid, with
+// uids[0..2]. Returns the last (the ReLU's output).
 cudnnBackendDescriptor_t bk_scale_bias_relu(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x,
                                             cudnnBackendDescriptor_t scale, cudnnBackendDescriptor_t bias,
                                             cudnnDataType_t mid, int64_t n, int64_t c, int64_t h, int64_t w,
                                             const int64_t uids[3], cudnnBackendDescriptor_t ops[3]);
-// ops[0..1]: y = conv(in, w) (a 1x1 forward) and y's per-channel sum and sum of squares; the tensors w (k, c, 1, 1)
-// and y (n, k, h, w) in io, sum and sqsum (1, k, 1, 1) fp32 get uids[0..3]. in: (n, c, h, w), in memory or virtual.
+// ops[0..1]: y = conv(in, w) (a 1x1 forward) and y's per-channel sum and sum of squares; the tensors
+// w (k, c, 1, 1) and y (n, k, h, w) in io, sum and sqsum (1, k, 1, 1) fp32 get uids[0..3]. in: (n, c, h, w),
+// in memory or virtual.
 void bk_conv_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t in, cudnnDataType_t io, int64_t n,
                       int64_t c, int64_t h, int64_t w, int64_t k, const int64_t uids[4],
                       cudnnBackendDescriptor_t ops[2]);
@@ -86,11 +86,12 @@ cudnnBackendDescriptor_t bk_bn_backward_weights(CudnnMade *m, CudnnTrail *t, cud
                                                 cudnnBackendDescriptor_t invstd,
                                                 cudnnBackendDescriptor_t gamma,
                                                 const cudnnBackendDescriptor_t out[5]);
-// ops[0..6]: da = dgrad(dy, w) of a 1x1 stride-1 convolution, g = da where the batch norm of x, ((x - mean) * invstd)
-// * gamma + beta (recomputed in mid), is positive (the ReLU's backward), and the batch norm's backward weights of x
-// and g into coef[0..4] (bk_bn_backward_weights): NVIDIA's dgrad_drelu_dbn. x and g (n, c, h, w) and dy (n, k, h, w)
-// and w (k, c, 1, 1) in io; mean, invstd, gamma, beta (1, c, 1, 1) fp32. uids[0..5]: dy, w, mean, invstd, gamma,
-// beta; uids[6..10]: the virtual da, x - mean, xhat, xhat * gamma and the batch norm's output.
+// ops[0..6]: da = dgrad(dy, w) of a 1x1 stride-1 convolution, g = da where the batch norm of x,
+// ((x - mean) * invstd) * gamma + beta (recomputed in mid), is positive (the ReLU's backward), and the batch
+// norm's backward weights of x and g into coef[0..4] (bk_bn_backward_weights): NVIDIA's dgrad_drelu_dbn.
+// x and g (n, c, h, w), dy (n, k, h, w) and w (k, c, 1, 1) in io; mean, invstd, gamma, beta (1, c, 1, 1)
+// fp32. uids[0..5]: dy, w, mean, invstd, gamma, beta; uids[6..10]: the virtual da, x - mean, xhat,
+// xhat * gamma and the batch norm's output.
 void bk_dgrad_drelu_dbn(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t g,
                         cudnnDataType_t io, cudnnDataType_t mid, int64_t n, int64_t c, int64_t h, int64_t w,
                         int64_t k, const int64_t uids[11], const cudnnBackendDescriptor_t coef[5],
@@ -113,8 +114,8 @@ typedef struct CudnnPlans {
 } CudnnPlans;
 
 // Finalizes graph and makes the execution plans of the engine configs heuristics mode A offers (else
-// FALLBACK's, when A offers none that finalizes), at most max_plans (<= CUDNN_PLAN_MAX), of them only the first
-// runtime_tries that compile at run time (seconds each).
+// FALLBACK's, when A offers none that finalizes), at most max_plans (<= CUDNN_PLAN_MAX), of them only the
+// first runtime_tries that compile at run time (seconds each).
 void cudnn_graph_plans(CudnnMade *m, cudnnHandle_t handle, cudnnBackendDescriptor_t graph, int max_plans,
                        int runtime_tries, CudnnPlans *out);
 // The workspace bytes a plan needs (0 after a failure, which t keeps).

@@ -76,10 +76,11 @@ typedef struct SgdParams {
     float max_norm;  // clip_grad_norm_'s max_norm, applied when sgd_step is given a norm
 } SgdParams;
 
-// One micro-batch's MixUp or CutMix (data.mixup_alpha, data.cutmix_alpha; torchvision.transforms.v2 semantics)
-// as batch_mix and softmax_xent read it from backend memory: the host draws it and writes it there before
-// the step, so a replayed graph follows the draws. Sample i is mixed with sample i-1 of the same batch, sample
-// 0 with sample n-1 (torch's batch.roll(1, 0)); its target is lam x onehot(label_i) + rest x onehot(label_i-1).
+// One micro-batch's MixUp or CutMix (data.mixup_alpha, data.cutmix_alpha; torchvision.transforms.v2
+// semantics) as batch_mix and softmax_xent read it from backend memory: the host draws it and writes it there
+// before the step, so a replayed graph follows the draws. Sample i is mixed with sample i-1 of the same
+// batch, sample 0 with sample n-1 (torch's batch.roll(1, 0)); its target is lam x onehot(label_i) + rest x
+// onehot(label_i-1).
 typedef struct BatchMix {
     float lam;   // weight of the sample's own label (and image, MixUp): (float) of the double drawn
     float rest;  // weight of the rolled sample's: (float)(1 - lam) with 1 - lam in double, as torch's scalar
@@ -102,8 +103,8 @@ typedef struct EmaControl {
 #define BACKEND_INPUT_SLOTS 3   // device input slots of the copy stream (input_upload / input_acquire)
 
 // One batch norm of a fused op (bn_add_bn_*, conv_bn_*, bn_conv_*): its input and parameters. x (rows, c) dt;
-// gamma, beta, running_*, save_* (c) fp32; dgamma, dbeta (c) dt. The forward reads x, gamma, beta and writes the
-// running and saved statistics; the backward reads x, gamma (and beta, for a ReLU's mask) and the saved
+// gamma, beta, running_*, save_* (c) fp32; dgamma, dbeta (c) dt. The forward reads x, gamma, beta and writes
+// the running and saved statistics; the backward reads x, gamma (and beta, for a ReLU's mask) and the saved
 // statistics and writes dgamma, dbeta.
 typedef struct BnArgs {
     const void *x;

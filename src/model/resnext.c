@@ -275,9 +275,9 @@ static int block_trains_bn2_into_conv3(const Model *m, int i) {
     return !m->blocks[i].has_down && model_block_recomputes_bn(m, i);
 }
 
-// A convolution trained in one op with the batch norm after it (FUSE_CONV_BN: conv_bn_fwd), with the batch norms
-// around it (FUSE_BN_CONV_BN: bn_conv_bn_fwd) or, in backward, with the batch norm in front (FUSE_BN_CONV_BACKWARD:
-// bn_conv_bwd), after the convolution and the batch norms are prepared.
+// A convolution trained in one op with the batch norm after it (FUSE_CONV_BN: conv_bn_fwd), with the batch
+// norms around it (FUSE_BN_CONV_BN: bn_conv_bn_fwd) or, in backward, with the batch norm in front
+// (FUSE_BN_CONV_BACKWARD: bn_conv_bwd), after the convolution and the batch norms are prepared.
 static void prepare_conv_bn(const Model *m, Backend *be, const ConvLayer *l, int n, int residual, int relu,
                             ConvBnFusion fusion) {
     if (!be->conv_bn_prepare) return;
@@ -337,8 +337,8 @@ static void bn_fwd(const Pass *p, const ModelBnLayer *bn, int rows, int train, c
     }
 }
 
-// The tensors of bn's layer for bn_add_bn_* and conv_bn_forward_train: input x, its parameters, statistics and
-// gradients.
+// The tensors of bn's layer for bn_add_bn_* and conv_bn_forward_train: input x, its parameters, statistics
+// and gradients.
 static BnArgs bn_args(Model *m, const Activations *act, const ModelBnLayer *bn, const void *x) {
     float *rm = m->running + bn->stats_offset, *sm = act->saved + bn->stats_offset;
     return (BnArgs){.x = x,
@@ -368,8 +368,8 @@ static void conv_bn_fwd(const Pass *p, const ConvLayer *l, const ModelBnLayer *b
 }
 
 // Training: bn_in + ReLU over x into b_out, convolution l of it into y_conv, then y = relu?(bn(y_conv) +
-// residual?), in one bn_conv_bn_forward_train, which need not write b_out (its reader, l's backward, recomputes
-// it: only for a block that recomputes its bn outputs).
+// residual?), in one bn_conv_bn_forward_train, which need not write b_out (its reader, l's backward,
+// recomputes it: only for a block that recomputes its bn outputs).
 static void bn_conv_bn_fwd(const Pass *p, const ModelBnLayer *bn_in, const void *x, void *b_out,
                            const ConvLayer *l, const ModelBnLayer *bn, const void *residual, int relu,
                            void *y_conv, void *y) {
@@ -512,8 +512,9 @@ static void bn_add_bn_bwd(BackwardCtx *c, const ModelBnLayer *bn_a, const ModelB
     notify(c, bn_b->gamma), notify(c, bn_b->beta);
 }
 
-// Backward of bn + ReLU (over bn_x into y) and the 1x1 convolution l that reads y: l's filter gradient, then the
-// data gradient through l and bn in one backend op: bn_x's gradient -> dx (which may be dy), scratch taking y's.
+// Backward of bn + ReLU (over bn_x into y) and the 1x1 convolution l that reads y: l's filter gradient, then
+// the data gradient through l and bn in one backend op: bn_x's gradient -> dx (which may be dy), scratch
+// taking y's.
 static void bn_conv_bwd(BackwardCtx *c, const ModelBnLayer *bn, const ConvLayer *l, const void *bn_x,
                         const void *y, const void *dy, void *scratch, void *dx) {
     conv_bwd(c, l, y, dy, NULL, 0);

@@ -476,11 +476,11 @@ END_TEST
 // Loop index: DTS[_i % N_DTS] the dtype; of k = _i / N_DTS, bits 0 residual, 1 relu; (k >> 2) % BN_MODES
 // whose kernels train (cudnn.batch_norm, and the two mixed pairs auto may pick); (k >> 2) / BN_MODES the
 // shape: two of ResNeXt's, one whose channels split into no 16-byte packs (one element at a time, cuDNN's
-// fused forms decline it), one of 2048 channels (the reduction cut into several channel slices), one of 320 channels,
-// whose last slice of 32 packs holds only 8 (fp16; fp32 16 of 32) so its other threads only help stage the
-// slice's per-channel coefficients, and last (it takes most of the case's minutes, mostly in the CPU
-// reference) one large enough that every elementwise thread strides over several packs and every reduction
-// thread sums many rows.
+// fused forms decline it), one of 2048 channels (the reduction cut into several channel slices), one of 320
+// channels, whose last slice of 32 packs holds only 8 (fp16; fp32 16 of 32) so its other threads only help
+// stage the slice's per-channel coefficients, and last (it takes most of the case's minutes, mostly in the
+// CPU reference) one large enough that every elementwise thread strides over several packs and every
+// reduction thread sums many rows.
 #define BN_SHAPES 6
 #define BN_MODES 5
 static const CudaBnMode BN_MODE[BN_MODES] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_OWN_CUDNN, CUDA_BN_CUDNN_OWN,
@@ -564,7 +564,8 @@ START_TEST(test_batchnorm) {
     snprintf(what, sizeof what, "%s eval y", label);
     expect_close(what, y_eval);
 
-    // Backward from the GPU's forward results, so it is tested on identical inputs with the mask the GPU kept.
+    // Backward from the GPU's forward results, so it is tested on identical inputs with the mask the GPU
+    // kept.
     twin_take_gpu(y), twin_take_gpu(smean), twin_take_gpu(sinv);
     // The output again from the saved statistics (a backward that recomputes it; no residual there)
     Twin y_saved = twin_output(dt, nx);
@@ -756,9 +757,9 @@ static ConvBnCase conv_bn_case(int i) {
     return cc;
 }
 
-// Prepares the case of the op `fusion` names with the fused path forced on or off as the case says, names it in
-// label, and returns whether the GPU runs it fused: fp16 must follow the case, fp32 never fuses. The case's
-// residual bit is the backward's accumulate_params (its batch norm has no residual).
+// Prepares the case of the op `fusion` names with the fused path forced on or off as the case says, names it
+// in label, and returns whether the GPU runs it fused: fp16 must follow the case, fp32 never fuses. The
+// case's residual bit is the backward's accumulate_params (its batch norm has no residual).
 static int conv_bn_case_prepare(const ConvBnCase *cc, ConvBnFusion fusion, char *label, size_t cap) {
     static const char *op[3] = {"conv_bn", "bn_conv_bn", "bn_conv_backward_data"};
     const ConvShape *s = &cc->s;
@@ -848,10 +849,10 @@ START_TEST(test_conv_bn) {
 END_TEST
 
 // bn_conv_bn_forward_train (a batch norm + ReLU, the 1x1 convolution it feeds, that convolution's batch norm)
-// against the CPU's bn_forward_train, conv_forward and bn_forward_train, then the first batch norm's backward from
-// the GPU's forward: with the first batch norm in the convolution's prologue (fused: its output, scratch, must
-// stay unwritten, and its backward must take the ReLU mask from x) and as the calls (unfused). Loop index as
-// test_conv_bn's.
+// against the CPU's bn_forward_train, conv_forward and bn_forward_train, then the first batch norm's backward
+// from the GPU's forward: with the first batch norm in the convolution's prologue (fused: its output,
+// scratch, must stay unwritten, and its backward must take the ReLU mask from x) and as the calls (unfused).
+// Loop index as test_conv_bn's.
 START_TEST(test_bn_conv_bn) {
     const ConvBnCase cc = conv_bn_case(_i);
     const DType dt = cc.dt;
@@ -912,10 +913,10 @@ START_TEST(test_bn_conv_bn) {
         expect_close(what, scratch);
     }
 
-    // bn_in's backward from the GPU's statistics: the GPU's y is scratch as the op left it (NaN when fused: the
-    // backward must not read it). The CPU's mask is the GPU's y where the GPU wrote it (one element on the other
-    // side of 0 from a last-bit difference would move dx by ~1e-3 of its norm at this size, past fp32's tolerance),
-    // else the CPU's own output.
+    // bn_in's backward from the GPU's statistics: the GPU's y is scratch as the op left it (NaN when fused:
+    // the backward must not read it). The CPU's mask is the GPU's y where the GPU wrote it (one element on
+    // the other side of 0 from a last-bit difference would move dx by ~1e-3 of its norm at this size, past
+    // fp32's tolerance), else the CPU's own output.
     twin_take_gpu(t[0][SMEAN]), twin_take_gpu(t[0][SINV]);
     if (!ran_fused) twin_take_gpu(scratch);
     Twin dy = twin_random(dt, nx, case_seed(6, _i, 30), -1, 1);
@@ -940,11 +941,12 @@ START_TEST(test_bn_conv_bn) {
 }
 END_TEST
 
-// bn_conv_backward_data (the data gradient through a 1x1 convolution and the batch norm + ReLU in front of it)
-// against the CPU's conv_backward_data and bn_backward, from the GPU's forward of that batch norm (its output and
-// statistics given to the CPU, so that both sides mask the same elements): the ReLU's mask and the batch norm's sums
-// from the data gradient's epilogue (fused, cudnn_conv_bn.cu) and the two calls (unfused). Loop index as
-// test_conv_bn's, the residual bit standing for accumulate_params (dgamma and dbeta start from random values).
+// bn_conv_backward_data (the data gradient through a 1x1 convolution and the batch norm + ReLU in front of
+// it) against the CPU's conv_backward_data and bn_backward, from the GPU's forward of that batch norm (its
+// output and statistics given to the CPU, so that both sides mask the same elements): the ReLU's mask and the
+// batch norm's sums from the data gradient's epilogue (fused, cudnn_conv_bn.cu) and the two calls (unfused).
+// Loop index as test_conv_bn's, the residual bit standing for accumulate_params (dgamma and dbeta start from
+// random values).
 START_TEST(test_bn_conv_backward_data) {
     const ConvBnCase cc = conv_bn_case(_i);
     const DType dt = cc.dt;
