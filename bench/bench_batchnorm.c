@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_timing.h"
 #include "core/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_diag.h"
@@ -105,14 +106,7 @@ static void backward(Backend *be, const BnShape *s, int rows, Buffers *b) {
                     b->smean, b->sinv, b->dx, 0, b->dgamma, b->dbeta, 0, s->residual ? b->dres : NULL);
 }
 
-static int compare_floats(const void *a, const void *b) {
-    const float fa = *(const float *)a, fb = *(const float *)b;
-    return (fa > fb) - (fa < fb);
-}
-
-// What time_phase times: run(ctx, 0) a forward, run(ctx, 1) a backward (after a forward).
-typedef void (*PhaseRun)(void *ctx, int phase);
-
+// What time_phase times of one layer shape: phase 0 a forward, phase 1 a backward (after a forward).
 typedef struct ShapeRun {
     Backend *be;
     const BnShape *s;
@@ -128,19 +122,15 @@ static void shape_run(void *ctx, int phase) {
         backward(r->be, r->s, r->rows, r->b);
 }
 
-// Median ms of forward (phase 0) or backward (phase 1) on the path chosen.
-static float time_phase(Backend *be, PhaseRun run, void *ctx, int phase) {
-    float ms[TIMED_RUNS];
-    for (int r = 0; r < WARMUP_RUNS + TIMED_RUNS; r++) {
-        if (phase == 1) run(ctx, 0);
-        be->mark_record(be, 0);
-        run(ctx, phase);
-        be->mark_record(be, 1);
-        const float t = be->mark_elapsed_ms(be, 0, 1);
-        if (r >= WARMUP_RUNS) ms[r - WARMUP_RUNS] = t;
-    }
-    qsort(ms, TIMED_RUNS, sizeof ms[0], compare_floats);
-    return ms[TIMED_RUNS / 2];
+static void shape_forward(void *ctx, int phase) {
+    (void)phase;
+    shape_run(ctx, 0);
+}
+
+// Median ms of forward (phase 0) or backward (phase 1) on the path chosen; a backward's forward runs before
+// it, untimed (its mask and saved statistics come from there).
+static float time_phase(Backend *be, BenchCall run, BenchCall forward, void *ctx, int phase) {
+    return bench_time(be, WARMUP_RUNS, TIMED_RUNS, phase == 1 ? forward : NULL, run, ctx, phase).median;
 }
 
 static float *download_halves(Backend *be, const void *src, size_t n) {
@@ -238,6 +228,11 @@ static void end_run(void *ctx, int phase) {
     }
 }
 
+static void end_forward(void *ctx, int phase) {
+    (void)phase;
+    end_run(ctx, 0);
+}
+
 // Times both ways per block end and checks that they agree on y, dx_a and dx_b; returns 1 on a disagreement.
 static int time_block_ends(Backend *gpu, int n) {
     printf(
@@ -264,7 +259,8 @@ static int time_block_ends(Backend *gpu, int n) {
             out[fused][0] = download_halves(gpu, a.y, elems);
             out[fused][1] = download_halves(gpu, a.dx, elems);
             out[fused][2] = download_halves(gpu, b.dx, elems);
-            for (int phase = 0; phase <= 1; phase++) ms[fused][phase] = time_phase(gpu, end_run, &run, phase);
+            for (int phase = 0; phase <= 1; phase++)
+                ms[fused][phase] = time_phase(gpu, end_run, end_forward, &run, phase);
             step[fused] += ms[fused][0] + ms[fused][1];
         }
         double worst = 0;
@@ -315,7 +311,7 @@ int main(int argc, char **argv) {
             cuda_backend_set_batch_norm(gpu, MODE[m]);
             for (int phase = 0; phase <= 1; phase++) {
                 ShapeRun run = {gpu, s, rows, &b};
-                ms[m][phase] = time_phase(gpu, shape_run, &run, phase);
+                ms[m][phase] = time_phase(gpu, shape_run, shape_forward, &run, phase);
                 step[m][phase] += s->count * ms[m][phase];
             }
         }

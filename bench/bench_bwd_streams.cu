@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench/bench_timing.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_internal.h"
 
@@ -82,28 +83,11 @@ static void run_once(const Run *r, int side) {
     }
 }
 
-static int compare_ms(const void *p, const void *q) {
-    const float x = *(const float *)p, y = *(const float *)q;
-    return (x > y) - (x < y);
-}
+static void run_call(void *ctx, int side) { run_once((const Run *)ctx, side); }
 
+// Each call between events on A's stream.
 static float median_ms(const Run *r, int side) {
-    cudaStream_t stream = cuda_state(r->a)->stream;
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    float ms[TIMED_RUNS];
-    for (int i = 0; i < WARMUP_RUNS + TIMED_RUNS; i++) {
-        CUDA_CHECK(cudaEventRecord(start, stream));
-        run_once(r, side);
-        CUDA_CHECK(cudaEventRecord(stop, stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        if (i >= WARMUP_RUNS) CUDA_CHECK(cudaEventElapsedTime(&ms[i - WARMUP_RUNS], start, stop));
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    qsort(ms, TIMED_RUNS, sizeof ms[0], compare_ms);
-    return ms[TIMED_RUNS / 2];
+    return bench_time(r->a, WARMUP_RUNS, TIMED_RUNS, NULL, run_call, (void *)r, side).median;
 }
 
 // ||got - want|| / ||want|| over n fp16 elements on the device (copied to the host).

@@ -51,6 +51,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench_timing.h"
 #include "kernels/cuda/cuda_batchnorm_own.h"
 #include "kernels/cuda/cuda_diag.h"
 #include "kernels/cuda/cudnn_graph.h"
@@ -696,29 +697,11 @@ static void case_run(const CaseRun *r, RunKind kind) {
     }
 }
 
-static int compare_ms(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
+static void case_call(void *ctx, int kind) { case_run((const CaseRun *)ctx, (RunKind)kind); }
 
 // The median ms of TIMED_RUNS calls after WARMUP_RUNS, each between two events on the compute stream.
 static float median_ms(const CaseRun *r, RunKind kind) {
-    CudaBackend *cb = cuda_state(r->be);
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    float ms[TIMED_RUNS];
-    for (int i = 0; i < WARMUP_RUNS + TIMED_RUNS; i++) {
-        CUDA_CHECK(cudaEventRecord(start, cb->stream));
-        case_run(r, kind);
-        CUDA_CHECK(cudaEventRecord(stop, cb->stream));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        if (i >= WARMUP_RUNS) CUDA_CHECK(cudaEventElapsedTime(&ms[i - WARMUP_RUNS], start, stop));
-    }
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
-    qsort(ms, TIMED_RUNS, sizeof ms[0], compare_ms);
-    return ms[TIMED_RUNS / 2];
+    return bench_time(r->be, WARMUP_RUNS, TIMED_RUNS, NULL, case_call, (void *)r, kind).median;
 }
 
 // The errors of graph `kind`'s outputs after a call: err[0] its tensor's (y, g or dx), err[1] the worst of

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_timing.h"
 #include "core/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 
@@ -78,9 +79,24 @@ static int check_against_cpu(Backend *gpu, Backend *cpu, PoolShape s) {
     return y_differ != 0 || dx_differ != 0;
 }
 
-static int compare_floats(const void *a, const void *b) {
-    const float fa = *(const float *)a, fb = *(const float *)b;
-    return (fa > fb) - (fa < fb);
+typedef struct PoolRun {
+    Backend *gpu;
+    const PoolShape *s;
+    void *x, *y, *dy, *dx;
+} PoolRun;
+
+// pass 0: the forward (before each timed backward, untimed); pass 1: the backward.
+static void pool_call(void *ctx, int pass) {
+    const PoolRun *r = ctx;
+    if (pass == 0)
+        r->gpu->maxpool_forward(r->gpu, r->s, DTYPE_F16, r->x, r->y);
+    else
+        r->gpu->maxpool_backward(r->gpu, r->s, DTYPE_F16, r->x, r->y, r->dy, r->dx);
+}
+
+static void pool_forward(void *ctx, int pass) {
+    (void)pass;
+    pool_call(ctx, 0);
 }
 
 static void time_backward(Backend *gpu, PoolShape s) {
@@ -93,21 +109,13 @@ static void time_backward(Backend *gpu, PoolShape s) {
     free(host);
     void *y = gpu->alloc(gpu, ny * 2), *dx = gpu->alloc(gpu, nx * 2);
 
-    float ms[TIMED_RUNS];
-    for (int r = 0; r < WARMUP_RUNS + TIMED_RUNS; r++) {
-        gpu->maxpool_forward(gpu, &s, DTYPE_F16, x, y);
-        gpu->mark_record(gpu, 0);
-        gpu->maxpool_backward(gpu, &s, DTYPE_F16, x, y, dy, dx);
-        gpu->mark_record(gpu, 1);
-        const float t = gpu->mark_elapsed_ms(gpu, 0, 1);
-        if (r >= WARMUP_RUNS) ms[r - WARMUP_RUNS] = t;
-    }
-    qsort(ms, TIMED_RUNS, sizeof ms[0], compare_floats);
-    const float median = ms[TIMED_RUNS / 2];
+    PoolRun run = {gpu, &s, x, y, dy, dx};
+    const BenchMs ms = bench_time(gpu, WARMUP_RUNS, TIMED_RUNS, pool_forward, pool_call, &run, 1);
+    const float median = ms.median;
     const double bytes = 2.0 * (2.0 * nx + 2.0 * ny);
     printf(
         "maxpool_backward %dx%dx%dx%d fp16 k3 s2 p1: median %.4f ms (min %.4f, max %.4f) over %d runs, %.0f GB/s\n",
-        s.n, s.h, s.w, s.c, median, ms[0], ms[TIMED_RUNS - 1], TIMED_RUNS, bytes / (median * 1e-3) / 1e9);
+        s.n, s.h, s.w, s.c, median, ms.min, ms.max, TIMED_RUNS, bytes / (median * 1e-3) / 1e9);
     gpu->free(gpu, x), gpu->free(gpu, dy), gpu->free(gpu, y), gpu->free(gpu, dx);
 }
 
