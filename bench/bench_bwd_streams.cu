@@ -21,7 +21,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "bench/bench_f16_error.h"
 #include "bench/bench_timing.h"
+#include "bench/resnext50_convs.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_internal.h"
 
@@ -29,30 +31,6 @@
 #define TIMED_RUNS 20
 #define TOLERANCE 1e-2
 
-typedef struct ConvCase {
-    const char *name;
-    int side;  // input h = w
-    int c_in, c_out, k, stride, groups;
-    int count;  // convolutions of this shape in ResNeXt-50 32x4d (the stem's has no data gradient)
-} ConvCase;
-
-// ResNeXt-50 32x4d's convolutions with a data gradient: a stage's stride is on its first block's conv2 and
-// downsample; conv2 is grouped (32 groups).
-static const ConvCase CASES[] = {
-    {"layer1.0 conv1", 56, 64, 128, 1, 1, 1, 1},         {"layer1 conv1", 56, 256, 128, 1, 1, 1, 2},
-    {"layer1 conv2", 56, 128, 128, 3, 1, 32, 3},         {"layer1 conv3", 56, 128, 256, 1, 1, 1, 3},
-    {"layer1.0 downsample", 56, 64, 256, 1, 1, 1, 1},    {"layer2.0 conv1", 56, 256, 256, 1, 1, 1, 1},
-    {"layer2 conv1", 28, 512, 256, 1, 1, 1, 3},          {"layer2.0 conv2", 56, 256, 256, 3, 2, 32, 1},
-    {"layer2 conv2", 28, 256, 256, 3, 1, 32, 3},         {"layer2 conv3", 28, 256, 512, 1, 1, 1, 4},
-    {"layer2.0 downsample", 56, 256, 512, 1, 2, 1, 1},   {"layer3.0 conv1", 28, 512, 512, 1, 1, 1, 1},
-    {"layer3 conv1", 14, 1024, 512, 1, 1, 1, 5},         {"layer3.0 conv2", 28, 512, 512, 3, 2, 32, 1},
-    {"layer3 conv2", 14, 512, 512, 3, 1, 32, 5},         {"layer3 conv3", 14, 512, 1024, 1, 1, 1, 6},
-    {"layer3.0 downsample", 28, 512, 1024, 1, 2, 1, 1},  {"layer4.0 conv1", 14, 1024, 1024, 1, 1, 1, 1},
-    {"layer4 conv1", 7, 2048, 1024, 1, 1, 1, 2},         {"layer4.0 conv2", 14, 1024, 1024, 3, 2, 32, 1},
-    {"layer4 conv2", 7, 1024, 1024, 3, 1, 32, 2},        {"layer4 conv3", 7, 1024, 2048, 1, 1, 1, 3},
-    {"layer4.0 downsample", 14, 1024, 2048, 1, 2, 1, 1},
-};
-#define CASE_COUNT ((int)(sizeof CASES / sizeof CASES[0]))
 
 // One shape's buffers, all from backend A: x (n,h,w,c_in), w (c_out,k,k,c_in/g), dy (n,out_h,out_w,c_out)
 // fp16; dx, dw each way.
@@ -90,24 +68,8 @@ static float median_ms(const Run *r, int side) {
     return bench_time(r->a, WARMUP_RUNS, TIMED_RUNS, NULL, run_call, (void *)r, side).median;
 }
 
-// ||got - want|| / ||want|| over n fp16 elements on the device (copied to the host).
-static double rel_error(Backend *be, const void *got, const void *want, size_t n) {
-    __half *g = (__half *)malloc(n * sizeof(__half)), *w = (__half *)malloc(n * sizeof(__half));
-    be->to_host(be, g, got, n * sizeof(__half));
-    be->to_host(be, w, want, n * sizeof(__half));
-    double diff = 0.0, norm = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        const double a = __half2float(g[i]), b = __half2float(w[i]);
-        diff += (a - b) * (a - b);
-        norm += b * b;
-    }
-    free(g);
-    free(w);
-    return norm > 0.0 ? sqrt(diff / norm) : (diff > 0.0 ? INFINITY : 0.0);
-}
-
 // One shape: checks beside against serial, then times both. Returns 0 on a FAIL.
-static int run_case(Backend *a, Backend *b, const ConvCase *k, int n, double step_ms[2]) {
+static int run_case(Backend *a, Backend *b, const Resnext50Conv *k, int n, double step_ms[2]) {
     ConvShape s = {n, k->side, k->side, k->c_in, k->c_out, k->k, k->k, k->stride, k->k / 2, k->groups, 0, 0};
     conv_shape_finish(&s);
     const size_t nx = (size_t)n * s.h * s.w * s.c_in, ny = (size_t)n * s.out_h * s.out_w * s.c_out,
@@ -126,7 +88,7 @@ static int run_case(Backend *a, Backend *b, const ConvCase *k, int n, double ste
     run_once(&r, 0);
     run_once(&r, 1);
     a->sync(a);
-    const double dx_err = rel_error(a, u.dx[1], u.dx[0], nx), dw_err = rel_error(a, u.dw[1], u.dw[0], nw);
+    const double dx_err = bench_f16_rel_error(a, u.dx[1], u.dx[0], nx), dw_err = bench_f16_rel_error(a, u.dw[1], u.dw[0], nw);
     const int ok = dx_err < TOLERANCE && dw_err < TOLERANCE;
     float ms[2] = {0.0f, 0.0f};
     if (ok)
@@ -164,7 +126,7 @@ int main(int argc, char **argv) {
         n, TIMED_RUNS);
     double step_ms[2] = {0.0, 0.0};
     int failed = 0;
-    for (int i = 0; i < CASE_COUNT; i++) failed += !run_case(a, b, &CASES[i], n, step_ms);
+    for (int i = 0; i < RESNEXT50_CONV_COUNT; i++) failed += !run_case(a, b, &RESNEXT50_CONVS[i], n, step_ms);
     printf("one step's convolution backward (each shape times its count): serial %.3f ms, beside %.3f ms, "
            "%.3f ms saved\n",
            step_ms[0], step_ms[1], step_ms[0] - step_ms[1]);

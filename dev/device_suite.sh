@@ -33,6 +33,8 @@
 #             convolutions, forward and backward)
 #   bwdstreams bench_bwd_streams at batch 70 and 256: the convolutions' weight gradients beside their data
 #             gradients on a second stream against the two in turn (a prototype's measurement)
+#   groupedconv bench_grouped_conv at batch 256 and 70: the grouped 3x3 convolutions on every engine cuDNN's backend
+#             API offers against the trainer's route (cuDNN's legacy API)
 #   convbn    the AMP loop at batch $CONVBN_BATCH (256) with batch norm fused into the 1x1 convolutions where timed
 #             faster (auto) and never (unfused), alternating $CONVBN_REPS times, PyTorch beside; the start-up
 #             choices logged
@@ -440,6 +442,12 @@ stage_bwdstreams() {  # bench_bwd_streams at batch 70 and 256: each convolution'
     local rc=0
     build/bench_bwd_streams 70 | tee "$OUT/bwdstreams_b70.txt" || rc=1
     build/bench_bwd_streams 256 | tee "$OUT/bwdstreams_b256.txt" || rc=1
+    return $rc
+}
+stage_groupedconv() {  # bench_grouped_conv at batch 256 and 70
+    local rc=0
+    build/bench_grouped_conv 256 | tee "$OUT/groupedconv_b256.txt"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    build/bench_grouped_conv 70 | tee "$OUT/groupedconv_b70.txt"; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     return $rc
 }
 stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)

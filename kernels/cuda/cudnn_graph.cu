@@ -103,20 +103,20 @@ cudnnBackendDescriptor_t bk_pointwise(CudnnMade *m, CudnnTrail *t, const char *w
     return op;
 }
 
-// A 1x1 convolution: stride 1, no padding, fp32 accumulation.
-static cudnnBackendDescriptor_t bk_convolution(CudnnMade *m, CudnnTrail *t) {
+// A 2-d convolution (cross-correlation) with the same stride and padding in both dimensions, fp32 accumulation.
+static cudnnBackendDescriptor_t bk_convolution(CudnnMade *m, CudnnTrail *t, int64_t stride, int64_t pad) {
     const char *what = "convolution";
     const cudnnDataType_t fp32 = CUDNN_DATA_FLOAT;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
-    const int64_t dims = 2, ones[2] = {1, 1}, zeros[2] = {0, 0};
+    const int64_t dims = 2, ones[2] = {1, 1}, strides[2] = {stride, stride}, pads[2] = {pad, pad};
     cudnnBackendDescriptor_t conv = bk_make(m, t, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, what);
     BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &fp32);
     BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
     BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims);
     BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, ones);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, ones);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, zeros);
-    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, zeros);
+    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, strides);
+    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads);
+    BK_SET(t, conv, what, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads);
     bk_finalize(t, conv, what);
     return conv;
 }
@@ -140,11 +140,12 @@ static const struct {
      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW},
 };
 
-cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir, cudnnBackendDescriptor_t a,
-                                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
+cudnnBackendDescriptor_t bk_conv_spatial(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir, cudnnBackendDescriptor_t a,
+                                         cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out, int64_t stride,
+                                         int64_t pad) {
     const char *what = CONV_OPS[dir].what;
     const float alpha = 1.0f, beta = 0.0f;
-    cudnnBackendDescriptor_t conv = bk_convolution(m, t);
+    cudnnBackendDescriptor_t conv = bk_convolution(m, t, stride, pad);
     cudnnBackendDescriptor_t op = bk_make(m, t, CONV_OPS[dir].type, what);
     BK_SET(t, op, what, CONV_OPS[dir].alpha, CUDNN_TYPE_FLOAT, 1, &alpha);
     BK_SET(t, op, what, CONV_OPS[dir].beta, CUDNN_TYPE_FLOAT, 1, &beta);
@@ -154,6 +155,11 @@ cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir
     BK_LINK(t, op, what, CONV_OPS[dir].out, out);
     bk_finalize(t, op, what);
     return op;
+}
+
+cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir, cudnnBackendDescriptor_t a,
+                                 cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out) {
+    return bk_conv_spatial(m, t, dir, a, b, out, 1, 0);
 }
 
 cudnnBackendDescriptor_t bk_bn_backward_weights(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t x,

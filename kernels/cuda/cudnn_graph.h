@@ -1,6 +1,6 @@
 // cudnn_graph.h - cuDNN's backend (graph) API in small steps, for the fused batch-norm graphs: descriptors
 // made and set with the first failure of a sequence kept (CudnnTrail) and destroyed together (CudnnMade);
-// NHWC tensors; pointwise operations; a 1x1 stride-1 convolution's three directions; genstats (the
+// NHWC tensors; pointwise operations; a convolution's three directions (1x1 stride 1, or any); genstats (the
 // per-channel sum and sum of squares of a tensor); the batch norm's backward weights (and dgrad_drelu_dbn
 // around them); and the engine search that turns a graph into execution plans. Used by cudnn_conv_bn.cu (the
 // trainer) and bench/bench_fused_bn.cu (the prototype of the other fused graphs).
@@ -63,6 +63,11 @@ cudnnBackendDescriptor_t bk_pointwise(CudnnMade *m, CudnnTrail *t, const char *w
 typedef enum { CUDNN_GRAPH_CONV_FORWARD, CUDNN_GRAPH_CONV_DGRAD, CUDNN_GRAPH_CONV_WGRAD } CudnnGraphConv;
 cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir, cudnnBackendDescriptor_t a,
                                  cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out);
+// The same for any kernel size and grouping (the tensors' shapes say them: w (k, c / groups, kh, kw)), with
+// `stride` and `pad` in both dimensions.
+cudnnBackendDescriptor_t bk_conv_spatial(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir, cudnnBackendDescriptor_t a,
+                                         cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out, int64_t stride,
+                                         int64_t pad);
 // sum, sqsum (1, c, 1, 1) fp32 = per-channel sum and sum of squares of y.
 cudnnBackendDescriptor_t bk_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t y,
                                      cudnnBackendDescriptor_t sum, cudnnBackendDescriptor_t sqsum);

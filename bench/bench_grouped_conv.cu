@@ -1,0 +1,205 @@
+// bench_grouped_conv.cu - a measured prototype, not wired into the trainer: ResNeXt-50 32x4d's grouped 3x3
+// convolutions (every block's conv2, 32 groups) on the engines cuDNN's backend (graph) API offers, against
+// the route the trainer runs (cuDNN's legacy API under cudnn.benchmark, conv_prepare's timed pick).
+//
+//   build/bench_grouped_conv [n [plans]]   n: the batch (default 256); plans: engine configs tried per
+//                                          direction, at most 16 (default 16)
+//
+// Per grouped shape of the model and direction (forward x, w -> y; data gradient dy, w -> dx; weight
+// gradient x, dy -> dw; fp16 NHWC, fp32 accumulation): the trainer's route, then each execution plan of the
+// engine configs heuristics mode A offers for the one-operation graph (cudnn_graph_plans; at most one
+// compiled at run time). A plan's output must match the route's (relative L2 error under 1e-2), else it
+// is not timed and the line says FAIL (exit 1). Printed per direction: the route's time, the heuristics'
+// first plan and the fastest, with their engines. Times: bench_time's median of TIMED_RUNS calls after
+// WARMUP_RUNS. The last lines weight each shape by its count in the model: one step's grouped convolutions
+// on the route and on the fastest plans.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench/bench_f16_error.h"
+#include "bench/bench_timing.h"
+#include "bench/resnext50_convs.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_diag.h"
+#include "kernels/cuda/cuda_internal.h"
+#include "kernels/cuda/cudnn_graph.h"
+
+#define WARMUP_RUNS 3
+#define TIMED_RUNS 20
+#define TOLERANCE 1e-2
+#define PLAN_WORKSPACE_MAX ((int64_t)1 << 30)  // a plan asking more is skipped
+
+enum { UID_A = 1, UID_B = 2, UID_OUT = 3 };
+static const char *DIRECTION[3] = {"forward", "data gradient", "weight gradient"};
+
+// One shape's buffers (fp16): x (n,h,w,c_in), w (c_out,k,k,c_in/g), dy (n,out_h,out_w,c_out); per direction
+// the route's output and a plan's.
+typedef struct Buffers {
+    void *x, *w, *dy, *route[3], *plan[3];
+    size_t elems[3];  // per direction: its output's elements (y, dx, dw)
+} Buffers;
+
+typedef struct Call {
+    Backend *be;
+    const ConvShape *s;
+    const Buffers *b;
+    cudnnBackendDescriptor_t plan, pack;
+} Call;
+
+// The trainer's route for direction d.
+static void route_call(void *ctx, int d) {
+    const Call *c = (const Call *)ctx;
+    const Buffers *b = c->b;
+    if (d == CUDNN_GRAPH_CONV_FORWARD)
+        c->be->conv_forward(c->be, c->s, DTYPE_F16, b->x, b->w, b->route[d]);
+    else if (d == CUDNN_GRAPH_CONV_DGRAD)
+        c->be->conv_backward_data(c->be, c->s, DTYPE_F16, b->dy, b->w, b->route[d], 0);
+    else
+        c->be->conv_backward_filter(c->be, c->s, DTYPE_F16, b->x, b->dy, b->route[d], 0);
+}
+
+static void plan_call(void *ctx, int d) {
+    (void)d;
+    const Call *c = (const Call *)ctx;
+    CUDNN_CHECK(cudnnBackendExecute(cuda_state(c->be)->cudnn, c->plan, c->pack));
+}
+
+// The graph of direction d: its operands as bk_conv_spatial takes them (a, b, out).
+static cudnnBackendDescriptor_t direction_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t h, const ConvShape *s,
+                                                int d) {
+    const cudnnDataType_t dt = CUDNN_DATA_HALF;
+    cudnnBackendDescriptor_t x = bk_tensor(m, t, "tensor x", d == CUDNN_GRAPH_CONV_DGRAD ? UID_OUT : UID_A, dt,
+                                           s->n, s->c_in, s->h, s->w, false);
+    cudnnBackendDescriptor_t w = bk_tensor(m, t, "tensor w", d == CUDNN_GRAPH_CONV_WGRAD ? UID_OUT : UID_B, dt,
+                                           s->c_out, s->c_in / s->groups, s->kh, s->kw, false);
+    const int64_t y_uid = d == CUDNN_GRAPH_CONV_FORWARD ? UID_OUT : d == CUDNN_GRAPH_CONV_DGRAD ? UID_A : UID_B;
+    cudnnBackendDescriptor_t y = bk_tensor(m, t, "tensor y", y_uid, dt, s->n, s->c_out, s->out_h, s->out_w, false);
+    cudnnBackendDescriptor_t op;
+    if (d == CUDNN_GRAPH_CONV_FORWARD)
+        op = bk_conv_spatial(m, t, CUDNN_GRAPH_CONV_FORWARD, x, w, y, s->stride, s->pad);
+    else if (d == CUDNN_GRAPH_CONV_DGRAD)
+        op = bk_conv_spatial(m, t, CUDNN_GRAPH_CONV_DGRAD, y, w, x, s->stride, s->pad);
+    else
+        op = bk_conv_spatial(m, t, CUDNN_GRAPH_CONV_WGRAD, x, y, w, s->stride, s->pad);
+    return bk_graph(m, t, h, &op, 1);
+}
+
+// Direction d of one shape: the route, then every plan. Adds the route's and the fastest plan's ms (times
+// the shape's count) to step[0], step[1]. Returns 0 on a FAIL.
+static int run_direction(Backend *be, const ConvShape *s, Buffers *b, int d, int max_plans, int count,
+                         double step[2]) {
+    CudaBackend *cb = cuda_state(be);
+    Call route = {be, s, b, NULL, NULL};
+    route_call(&route, d);
+    const float route_ms = bench_time(be, WARMUP_RUNS, TIMED_RUNS, NULL, route_call, &route, d).median;
+    CudnnMade made = {};
+    CudnnTrail t = {};
+    cudnnBackendDescriptor_t graph = direction_graph(&made, &t, cb->cudnn, s, d);
+    CudnnPlans plans = {};
+    if (t.status == CUDNN_STATUS_SUCCESS) cudnn_graph_plans(&made, cb->cudnn, graph, max_plans, 1, &plans);
+    printf("  %-15s route %8.4f ms | ", DIRECTION[d], (double)route_ms);
+    if (t.status != CUDNN_STATUS_SUCCESS || plans.count == 0) {
+        printf("no plan: %s\n", t.status != CUDNN_STATUS_SUCCESS ? t.text : plans.searched.text);
+        cudnn_made_free(&made);
+        step[0] += (double)route_ms * count, step[1] += (double)route_ms * count;
+        return 1;
+    }
+    float first = -1.0f, fastest = -1.0f;
+    int fastest_at = -1, failed = 0, skipped = 0;
+    double worst = 0.0;
+    for (int i = 0; i < plans.count; i++) {
+        CudnnTrail pt = {};
+        const int64_t ws = cudnn_plan_workspace(&pt, plans.plans[i]);
+        if (pt.status != CUDNN_STATUS_SUCCESS || ws > PLAN_WORKSPACE_MAX) {
+            skipped++;
+            continue;
+        }
+        void *workspace = ws > 0 ? cuda_workspace(cb, (size_t)ws) : NULL;
+        void *ptrs[3];
+        ptrs[UID_A - 1] = d == CUDNN_GRAPH_CONV_DGRAD ? b->dy : b->x;
+        ptrs[UID_B - 1] = d == CUDNN_GRAPH_CONV_FORWARD ? b->w : d == CUDNN_GRAPH_CONV_DGRAD ? b->w : b->dy;
+        ptrs[UID_OUT - 1] = b->plan[d];
+        const int64_t uids[3] = {UID_A, UID_B, UID_OUT};
+        Call call = {be, s, b, plans.plans[i], cudnn_variant_pack(&made, &pt, 3, uids, ptrs, workspace)};
+        if (pt.status != CUDNN_STATUS_SUCCESS ||
+            cudnnBackendExecute(cb->cudnn, call.plan, call.pack) != CUDNN_STATUS_SUCCESS) {
+            skipped++;
+            continue;
+        }
+        be->sync(be);
+        const double err = bench_f16_rel_error(be, b->plan[d], b->route[d], b->elems[d]);
+        if (!(err < TOLERANCE)) {
+            printf("FAIL: plan %d (%s) differs from the route by %.2e\n  %-15s                      | ", i,
+                   plans.engines[i], err, "");
+            failed = 1;
+            continue;
+        }
+        if (err > worst) worst = err;
+        const float ms = bench_time(be, WARMUP_RUNS, TIMED_RUNS, NULL, plan_call, &call, d).median;
+        if (first < 0.0f) first = ms;
+        if (fastest < 0.0f || ms < fastest) fastest = ms, fastest_at = i;
+    }
+    if (fastest_at < 0) {
+        printf("no plan ran (%d skipped)\n", skipped);
+        fastest = route_ms;
+    } else {
+        printf("first %8.4f | fastest %8.4f (%.2fx the route) %s; %d plans (mode %s), %d skipped, error <= %.1e\n",
+               (double)first, (double)fastest, (double)(route_ms / fastest), plans.engines[fastest_at],
+               plans.count, plans.mode, skipped, worst);
+    }
+    step[0] += (double)route_ms * count;
+    step[1] += (double)(fastest < route_ms ? fastest : route_ms) * count;
+    cudnn_made_free(&made);
+    return !failed;
+}
+
+// One grouped shape: buffers, the route's choices (conv_prepare), then its three directions.
+static int run_case(Backend *be, const Resnext50Conv *k, int n, int max_plans, double step[3][2]) {
+    ConvShape s = {n, k->side, k->side, k->c_in, k->c_out, k->k, k->k, k->stride, k->k / 2, k->groups, 0, 0};
+    conv_shape_finish(&s);
+    const size_t nx = (size_t)n * s.h * s.w * s.c_in, ny = (size_t)n * s.out_h * s.out_w * s.c_out,
+                 nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups), es = sizeof(__half);
+    be->conv_prepare(be, &s, DTYPE_F16);
+    Buffers b = {be->alloc(be, nx * es), be->alloc(be, nw * es), be->alloc(be, ny * es)};
+    b.elems[CUDNN_GRAPH_CONV_FORWARD] = ny, b.elems[CUDNN_GRAPH_CONV_DGRAD] = nx, b.elems[CUDNN_GRAPH_CONV_WGRAD] = nw;
+    for (int d = 0; d < 3; d++) b.route[d] = be->alloc(be, b.elems[d] * es), b.plan[d] = be->alloc(be, b.elems[d] * es);
+    CudaBackend *cb = cuda_state(be);
+    cuda_fill_spread(cb, b.x, nx, DTYPE_F16, 0.0f, 2.0f);  // a ReLU's output
+    cuda_fill_spread(cb, b.w, nw, DTYPE_F16, -0.2f, 0.2f);
+    cuda_fill_spread(cb, b.dy, ny, DTYPE_F16, -0.01f, 0.01f);
+    printf("%-15s n %d %3dx%-3d %4d->%-4d k%d s%d g%d, x%d\n", k->name, n, s.h, s.w, s.c_in, s.c_out, s.kh,
+           s.stride, s.groups, k->count);
+    int ok = 1;
+    for (int d = 0; d < 3; d++) ok &= run_direction(be, &s, &b, d, max_plans, k->count, step[d]);
+    void *all[] = {b.x, b.w, b.dy, b.route[0], b.route[1], b.route[2], b.plan[0], b.plan[1], b.plan[2]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) be->free(be, all[i]);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    const int n = argc > 1 ? atoi(argv[1]) : 256, max_plans = argc > 2 ? atoi(argv[2]) : CUDNN_PLAN_MAX;
+    if (n < 1 || max_plans < 1 || max_plans > CUDNN_PLAN_MAX) {
+        fprintf(stderr, "usage: bench_grouped_conv [n [plans]]   (n: the batch, default 256; plans: 1..%d)\n",
+                CUDNN_PLAN_MAX);
+        return 2;
+    }
+    char why[256] = "";
+    CudaOptions opts = cuda_options_default();
+    opts.cudnn_benchmark = 1;
+    Backend *be = cuda_backend_create(0, &opts, why, sizeof why);
+    if (!be) {
+        fprintf(stderr, "bench_grouped_conv: %s\n", why);
+        return 1;
+    }
+    printf("grouped 3x3 convolutions, batch %d, fp16 NHWC: the trainer's route against cuDNN's backend engines; "
+           "median of %d calls, ms\n",
+           n, TIMED_RUNS);
+    double step[3][2] = {};
+    int failed = 0;
+    for (int i = 0; i < RESNEXT50_CONV_COUNT; i++)
+        if (RESNEXT50_CONVS[i].groups > 1) failed += !run_case(be, &RESNEXT50_CONVS[i], n, max_plans, step);
+    for (int d = 0; d < 3; d++)
+        printf("one step's %-15s route %7.3f ms, fastest plans %7.3f ms\n", DIRECTION[d], step[d][0], step[d][1]);
+    be->destroy(be);
+    return failed ? 1 : 0;
+}
