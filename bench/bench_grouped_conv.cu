@@ -1,16 +1,17 @@
-// bench_grouped_conv.cu - a measured prototype, not wired into the trainer: ResNeXt-50 32x4d's grouped 3x3
-// convolutions (every block's conv2, 32 groups) on the engines cuDNN's backend (graph) API offers, against
-// the route the trainer runs (cuDNN's legacy API under cudnn.benchmark, conv_prepare's timed pick).
+// bench_grouped_conv.cu - ResNeXt-50 32x4d's grouped 3x3 convolutions (every block's conv2, 32 groups) on
+// every engine cuDNN's backend (graph) API offers, against the legacy API's route (conv_prepare's timed pick
+// under cudnn.benchmark with the graph route refused). The trainer times the first few of these plans beside
+// that pick (cudnn_conv_graph.cu); this shows how far down the heuristics' list the fastest is.
 //
 //   build/bench_grouped_conv [n [plans]]   n: the batch (default 256); plans: engine configs tried per
 //                                          direction, at most 16 (default 16)
 //
 // Per grouped shape of the model and direction (forward x, w -> y; data gradient dy, w -> dx; weight
-// gradient x, dy -> dw; fp16 NHWC, fp32 accumulation): the trainer's route, then each execution plan of the
-// engine configs heuristics mode A offers for the one-operation graph (cudnn_graph_plans; at most one
-// compiled at run time). A plan's output must match the route's (relative L2 error under 1e-2), else it
-// is not timed and the line says FAIL (exit 1). Printed per direction: the route's time, the heuristics'
-// first plan and the fastest, with their engines. Times: bench_time's median of TIMED_RUNS calls after
+// gradient x, dy -> dw; fp16 NHWC, fp32 accumulation): the legacy route, then each execution plan of the
+// engine configs heuristics mode A offers for the one-operation graph (conv_graph_make; here at most one
+// compiled at run time). A plan's output must match the route's (relative L2 error under 1e-2), else it is
+// not timed and the line says FAIL (exit 1). Printed per direction: the route's time, the heuristics' first
+// plan and the fastest, with their engines. Times: bench_time's median of TIMED_RUNS calls after
 // WARMUP_RUNS. The last lines weight each shape by its count in the model: one step's grouped convolutions
 // on the route and on the fastest plans.
 #include <stdio.h>
@@ -27,9 +28,8 @@
 #define WARMUP_RUNS 3
 #define TIMED_RUNS 20
 #define TOLERANCE 1e-2
-#define PLAN_WORKSPACE_MAX ((int64_t)1 << 30)  // a plan asking more is skipped
+#define PLAN_WORKSPACE_MAX ((size_t)1 << 30)  // a plan asking more is skipped
 
-enum { UID_A = 1, UID_B = 2, UID_OUT = 3 };
 static const char *DIRECTION[3] = {"forward", "data gradient", "weight gradient"};
 
 // One shape's buffers (fp16): x (n,h,w,c_in), w (c_out,k,k,c_in/g), dy (n,out_h,out_w,c_out); per direction
@@ -43,7 +43,8 @@ typedef struct Call {
     Backend *be;
     const ConvShape *s;
     const Buffers *b;
-    cudnnBackendDescriptor_t plan, pack;
+    const ConvGraph *graph;  // plan_call: the graph and its plan
+    int plan;
 } Call;
 
 // The trainer's route for direction d.
@@ -58,30 +59,13 @@ static void route_call(void *ctx, int d) {
         c->be->conv_backward_filter(c->be, c->s, DTYPE_F16, b->x, b->dy, b->route[d], 0);
 }
 
+// Plan c->plan of the graph, operands as conv_graph_run takes them.
 static void plan_call(void *ctx, int d) {
-    (void)d;
     const Call *c = (const Call *)ctx;
-    CUDNN_CHECK(cudnnBackendExecute(cuda_state(c->be)->cudnn, c->plan, c->pack));
-}
-
-// The graph of direction d: its operands as bk_conv_spatial takes them (a, b, out).
-static cudnnBackendDescriptor_t direction_graph(CudnnMade *m, CudnnTrail *t, cudnnHandle_t h, const ConvShape *s,
-                                                int d) {
-    const cudnnDataType_t dt = CUDNN_DATA_HALF;
-    cudnnBackendDescriptor_t x = bk_tensor(m, t, "tensor x", d == CUDNN_GRAPH_CONV_DGRAD ? UID_OUT : UID_A, dt,
-                                           s->n, s->c_in, s->h, s->w, false);
-    cudnnBackendDescriptor_t w = bk_tensor(m, t, "tensor w", d == CUDNN_GRAPH_CONV_WGRAD ? UID_OUT : UID_B, dt,
-                                           s->c_out, s->c_in / s->groups, s->kh, s->kw, false);
-    const int64_t y_uid = d == CUDNN_GRAPH_CONV_FORWARD ? UID_OUT : d == CUDNN_GRAPH_CONV_DGRAD ? UID_A : UID_B;
-    cudnnBackendDescriptor_t y = bk_tensor(m, t, "tensor y", y_uid, dt, s->n, s->c_out, s->out_h, s->out_w, false);
-    cudnnBackendDescriptor_t op;
-    if (d == CUDNN_GRAPH_CONV_FORWARD)
-        op = bk_conv_spatial(m, t, CUDNN_GRAPH_CONV_FORWARD, x, w, y, s->stride, s->pad);
-    else if (d == CUDNN_GRAPH_CONV_DGRAD)
-        op = bk_conv_spatial(m, t, CUDNN_GRAPH_CONV_DGRAD, y, w, x, s->stride, s->pad);
-    else
-        op = bk_conv_spatial(m, t, CUDNN_GRAPH_CONV_WGRAD, x, y, w, s->stride, s->pad);
-    return bk_graph(m, t, h, &op, 1);
+    const Buffers *b = c->b;
+    const void *a = d == CUDNN_GRAPH_CONV_DGRAD ? b->dy : b->x;
+    const void *second = d == CUDNN_GRAPH_CONV_WGRAD ? b->dy : b->w;
+    conv_graph_run(cuda_state(c->be), c->graph, c->plan, a, second, b->plan[d]);
 }
 
 // Direction d of one shape: the route, then every plan. Adds the route's and the fastest plan's ms (times
@@ -89,48 +73,32 @@ static cudnnBackendDescriptor_t direction_graph(CudnnMade *m, CudnnTrail *t, cud
 static int run_direction(Backend *be, const ConvShape *s, Buffers *b, int d, int max_plans, int count,
                          double step[2]) {
     CudaBackend *cb = cuda_state(be);
-    Call route = {be, s, b, NULL, NULL};
+    Call route = {be, s, b, NULL, 0};
     route_call(&route, d);
     const float route_ms = bench_time(be, WARMUP_RUNS, TIMED_RUNS, NULL, route_call, &route, d).median;
-    CudnnMade made = {};
-    CudnnTrail t = {};
-    cudnnBackendDescriptor_t graph = direction_graph(&made, &t, cb->cudnn, s, d);
-    CudnnPlans plans = {};
-    if (t.status == CUDNN_STATUS_SUCCESS) cudnn_graph_plans(&made, cb->cudnn, graph, max_plans, 1, &plans);
+    char why[256] = "";
+    ConvGraph *graph = conv_graph_make(cb, s, DTYPE_F16, d, max_plans, 1, why, sizeof why);
     printf("  %-15s route %8.4f ms | ", DIRECTION[d], (double)route_ms);
-    if (t.status != CUDNN_STATUS_SUCCESS || plans.count == 0) {
-        printf("no plan: %s\n", t.status != CUDNN_STATUS_SUCCESS ? t.text : plans.searched.text);
-        cudnn_made_free(&made);
+    if (!graph) {
+        printf("no plan: %s\n", why);
         step[0] += (double)route_ms * count, step[1] += (double)route_ms * count;
         return 1;
     }
     float first = -1.0f, fastest = -1.0f;
     int fastest_at = -1, failed = 0, skipped = 0;
     double worst = 0.0;
-    for (int i = 0; i < plans.count; i++) {
-        CudnnTrail pt = {};
-        const int64_t ws = cudnn_plan_workspace(&pt, plans.plans[i]);
-        if (pt.status != CUDNN_STATUS_SUCCESS || ws > PLAN_WORKSPACE_MAX) {
+    for (int i = 0; i < conv_graph_plan_count(graph); i++) {
+        if (conv_graph_workspace(graph, i) > PLAN_WORKSPACE_MAX) {
             skipped++;
             continue;
         }
-        void *workspace = ws > 0 ? cuda_workspace(cb, (size_t)ws) : NULL;
-        void *ptrs[3];
-        ptrs[UID_A - 1] = d == CUDNN_GRAPH_CONV_DGRAD ? b->dy : b->x;
-        ptrs[UID_B - 1] = d == CUDNN_GRAPH_CONV_FORWARD ? b->w : d == CUDNN_GRAPH_CONV_DGRAD ? b->w : b->dy;
-        ptrs[UID_OUT - 1] = b->plan[d];
-        const int64_t uids[3] = {UID_A, UID_B, UID_OUT};
-        Call call = {be, s, b, plans.plans[i], cudnn_variant_pack(&made, &pt, 3, uids, ptrs, workspace)};
-        if (pt.status != CUDNN_STATUS_SUCCESS ||
-            cudnnBackendExecute(cb->cudnn, call.plan, call.pack) != CUDNN_STATUS_SUCCESS) {
-            skipped++;
-            continue;
-        }
+        Call call = {be, s, b, graph, i};
+        plan_call(&call, d);
         be->sync(be);
         const double err = bench_f16_rel_error(be, b->plan[d], b->route[d], b->elems[d]);
         if (!(err < TOLERANCE)) {
             printf("FAIL: plan %d (%s) differs from the route by %.2e\n  %-15s                      | ", i,
-                   plans.engines[i], err, "");
+                   conv_graph_engine(graph, i), err, "");
             failed = 1;
             continue;
         }
@@ -143,13 +111,14 @@ static int run_direction(Backend *be, const ConvShape *s, Buffers *b, int d, int
         printf("no plan ran (%d skipped)\n", skipped);
         fastest = route_ms;
     } else {
-        printf("first %8.4f | fastest %8.4f (%.2fx the route) %s; %d plans (mode %s), %d skipped, error <= %.1e\n",
-               (double)first, (double)fastest, (double)(route_ms / fastest), plans.engines[fastest_at],
-               plans.count, plans.mode, skipped, worst);
+        printf(
+            "first %8.4f | fastest %8.4f (%.2fx the route) plan %d: %s; %d plans, %d skipped, error <= %.1e\n",
+            (double)first, (double)fastest, (double)(route_ms / fastest), fastest_at,
+            conv_graph_engine(graph, fastest_at), conv_graph_plan_count(graph), skipped, worst);
     }
     step[0] += (double)route_ms * count;
     step[1] += (double)(fastest < route_ms ? fastest : route_ms) * count;
-    cudnn_made_free(&made);
+    conv_graph_free(graph);
     return !failed;
 }
 
@@ -161,8 +130,10 @@ static int run_case(Backend *be, const Resnext50Conv *k, int n, int max_plans, d
                  nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups), es = sizeof(__half);
     be->conv_prepare(be, &s, DTYPE_F16);
     Buffers b = {be->alloc(be, nx * es), be->alloc(be, nw * es), be->alloc(be, ny * es)};
-    b.elems[CUDNN_GRAPH_CONV_FORWARD] = ny, b.elems[CUDNN_GRAPH_CONV_DGRAD] = nx, b.elems[CUDNN_GRAPH_CONV_WGRAD] = nw;
-    for (int d = 0; d < 3; d++) b.route[d] = be->alloc(be, b.elems[d] * es), b.plan[d] = be->alloc(be, b.elems[d] * es);
+    b.elems[CUDNN_GRAPH_CONV_FORWARD] = ny, b.elems[CUDNN_GRAPH_CONV_DGRAD] = nx,
+    b.elems[CUDNN_GRAPH_CONV_WGRAD] = nw;
+    for (int d = 0; d < 3; d++)
+        b.route[d] = be->alloc(be, b.elems[d] * es), b.plan[d] = be->alloc(be, b.elems[d] * es);
     CudaBackend *cb = cuda_state(be);
     cuda_fill_spread(cb, b.x, nx, DTYPE_F16, 0.0f, 2.0f);  // a ReLU's output
     cuda_fill_spread(cb, b.w, nw, DTYPE_F16, -0.2f, 0.2f);
@@ -191,15 +162,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_grouped_conv: %s\n", why);
         return 1;
     }
-    printf("grouped 3x3 convolutions, batch %d, fp16 NHWC: the trainer's route against cuDNN's backend engines; "
-           "median of %d calls, ms\n",
-           n, TIMED_RUNS);
+    cuda_backend_set_conv_graph(be, -1);  // the route: the legacy API's pick
+    printf(
+        "grouped 3x3 convolutions, batch %d, fp16 NHWC: the trainer's route against cuDNN's backend engines; "
+        "median of %d calls, ms\n",
+        n, TIMED_RUNS);
     double step[3][2] = {};
     int failed = 0;
     for (int i = 0; i < RESNEXT50_CONV_COUNT; i++)
         if (RESNEXT50_CONVS[i].groups > 1) failed += !run_case(be, &RESNEXT50_CONVS[i], n, max_plans, step);
     for (int d = 0; d < 3; d++)
-        printf("one step's %-15s route %7.3f ms, fastest plans %7.3f ms\n", DIRECTION[d], step[d][0], step[d][1]);
+        printf("one step's %-15s route %7.3f ms, fastest plans %7.3f ms\n", DIRECTION[d], step[d][0],
+               step[d][1]);
     be->destroy(be);
     return failed ? 1 : 0;
 }

@@ -61,6 +61,8 @@ typedef struct CudaBackend {
                                 // never, 4 or 8 always to that many (cuda_diag.h; cudnn_conv.cu)
     int conv_own;               // stem-like convolutions on amptrain's kernels (cuda_conv_stem.cu): 0 where
                                 // timed faster, -1 never, 1 always where eligible (cuda_diag.h)
+    int conv_graph;   // grouped convolutions on cuDNN's backend plans (cudnn_conv_graph.cu): 0 where
+                      // timed faster, -1 never, 1 always where a plan fits (cuda_diag.h)
     int bn_mode;      // CudaBnMode (cuda_backend.h): whose kernels train batch norm (cudnn.batch_norm)
     int sm_count;     // multiprocessors: how finely reductions are cut
     int cc_major;     // compute capability, major (which of our kernels the device can run)
@@ -146,6 +148,24 @@ void conv_stem_forward(CudaBackend *cb, const ConvShape *s, DType dt, const void
 // shared workspace.
 void conv_stem_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, const void *x, const void *dy,
                                void *dw, int accumulate);
+
+// ---- cudnn_conv_graph.cu: a convolution direction on cuDNN's backend (graph) API ------------------------
+typedef struct ConvGraph ConvGraph;
+// 1 when shape s in dt may take the graph route: grouped, fp16 or bf16.
+int conv_graph_eligible(const ConvShape *s, DType dt);
+// Direction `direction` (0 forward, 1 backward data, 2 backward filter) of s in dt as a graph with the plans of
+// the first max_plans engine configs heuristics mode A offers (of them at most runtime_tries compiled at run
+// time); NULL, with cuDNN's reason in why, when there is none.
+ConvGraph *conv_graph_make(CudaBackend *cb, const ConvShape *s, DType dt, int direction, int max_plans,
+                           int runtime_tries, char *why, size_t why_len);
+int conv_graph_plan_count(const ConvGraph *g);
+// Plan i's engine and knobs, as cudnn_graph_plans describes them; its workspace in bytes.
+const char *conv_graph_engine(const ConvGraph *g, int plan);
+size_t conv_graph_workspace(const ConvGraph *g, int plan);
+// One call of plan `plan` on the shared workspace, overwriting out: forward a = x, b = w, out = y; backward
+// data a = dy, b = w, out = dx; backward filter a = x, b = dy, out = dw.
+void conv_graph_run(CudaBackend *cb, const ConvGraph *g, int plan, const void *a, const void *b, void *out);
+void conv_graph_free(ConvGraph *g);
 
 // C (m,n) = op(A) op(B) + beta C on the backend's cuBLAS handle and stream, all column-major in dt
 // (fp16, bf16 or fp32), alpha 1 and beta in fp32, under the caller's compute type (fp32 accumulation always;

@@ -223,17 +223,6 @@ static cudnnBackendDescriptor_t conv_bn_graph(CudnnMade *m, CudnnTrail *t, cudnn
 
 static size_t align256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
-// Runs plan on the tensors uids[i] at ptrs[i] with the workspace ws.
-static void execute_plan(CudaBackend *cb, cudnnBackendDescriptor_t plan, int tensors, const int64_t *uids,
-                         void *const *ptrs, void *ws) {
-    CudnnMade made = {};
-    CudnnTrail t = {};
-    cudnnBackendDescriptor_t pack = cudnn_variant_pack(&made, &t, tensors, uids, ptrs, ws);
-    if (t.status != CUDNN_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "conv_bn: %s", t.text);
-    CUDNN_CHECK(cudnnBackendExecute(cb->cudnn, plan, pack));
-    cudnn_made_free(&made);
-}
-
 // One call of plan (needing `workspace` bytes). The shared workspace holds the plan's, then sum, sqsum, scale
 // and shift (c_out) fp32 for the batch norm after the convolution; with bn_in, then that batch norm's
 // statistics scratch, its scale and shift (c_in) fp32 and the same in dt for the graph.
@@ -267,7 +256,7 @@ static void run_fused(Backend *be, cudnnBackendDescriptor_t plan, size_t workspa
         uids[tensors] = UID_BIAS, ptrs[tensors++] = bias_io;
     }
     CUDA_CHECK(cudaMemsetAsync(sum, 0, 2 * cvec, cb->stream));  // genstats adds into them
-    execute_plan(cb, plan, tensors, uids, ptrs, ws);
+    cudnn_plan_execute(cb->cudnn, plan, tensors, uids, ptrs, ws);
     const BnArgs *bn = k->bn;
     cuda_bn_forward_train_sums(be, rows, c, k->dt, k->y_conv, sum, sqsum, k->residual, k->relu, bn->gamma,
                                bn->beta, bn->running_mean, bn->running_var, k->momentum, k->eps,
@@ -344,7 +333,7 @@ static void run_backward_fused(Backend *be, cudnnBackendDescriptor_t plan, size_
     for (int i = 0; i < BWD_VECTORS; i++)
         uids[tensors] = BWD_VECTOR_UID[i], ptrs[tensors++] = vectors + i * cvec;
     CUDA_CHECK(cudaMemsetAsync(vectors, 0, BWD_VECTORS * cvec, cb->stream));  // the sums add into them
-    execute_plan(cb, plan, tensors, uids, ptrs, ws);
+    cudnn_plan_execute(cb->cudnn, plan, tensors, uids, ptrs, ws);
     const float *sum_gxhat = (const float *)vectors, *sum_g = (const float *)(vectors + cvec);
     bn_own_backward_from_sums(cb, rows, c, k->dt, bn->x, k->scratch, sum_g, sum_gxhat, bn->gamma,
                               bn->save_mean, bn->save_invstd, k->dx, bn->dgamma, bn->dbeta,

@@ -140,9 +140,9 @@ static const struct {
      CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW},
 };
 
-cudnnBackendDescriptor_t bk_conv_spatial(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir, cudnnBackendDescriptor_t a,
-                                         cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out, int64_t stride,
-                                         int64_t pad) {
+cudnnBackendDescriptor_t bk_conv_spatial(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir,
+                                         cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                                         cudnnBackendDescriptor_t out, int64_t stride, int64_t pad) {
     const char *what = CONV_OPS[dir].what;
     const float alpha = 1.0f, beta = 0.0f;
     cudnnBackendDescriptor_t conv = bk_convolution(m, t, stride, pad);
@@ -382,4 +382,14 @@ cudnnBackendDescriptor_t cudnn_variant_pack(CudnnMade *m, CudnnTrail *t, int cou
     BK_SET(t, pack, what, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
     bk_finalize(t, pack, what);
     return pack;
+}
+
+void cudnn_plan_execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, int tensors, const int64_t *uids,
+                        void *const *ptrs, void *workspace) {
+    CudnnMade made = {};
+    CudnnTrail t = {};
+    cudnnBackendDescriptor_t pack = cudnn_variant_pack(&made, &t, tensors, uids, ptrs, workspace);
+    if (t.status != CUDNN_STATUS_SUCCESS) amp_fatal(__FILE__, __LINE__, "cudnn_graph: %s", t.text);
+    CUDNN_CHECK(cudnnBackendExecute(handle, plan, pack));
+    cudnn_made_free(&made);
 }

@@ -65,9 +65,9 @@ cudnnBackendDescriptor_t bk_conv(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir
                                  cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out);
 // The same for any kernel size and grouping (the tensors' shapes say them: w (k, c / groups, kh, kw)), with
 // `stride` and `pad` in both dimensions.
-cudnnBackendDescriptor_t bk_conv_spatial(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir, cudnnBackendDescriptor_t a,
-                                         cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t out, int64_t stride,
-                                         int64_t pad);
+cudnnBackendDescriptor_t bk_conv_spatial(CudnnMade *m, CudnnTrail *t, CudnnGraphConv dir,
+                                         cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                                         cudnnBackendDescriptor_t out, int64_t stride, int64_t pad);
 // sum, sqsum (1, c, 1, 1) fp32 = per-channel sum and sum of squares of y.
 cudnnBackendDescriptor_t bk_genstats(CudnnMade *m, CudnnTrail *t, cudnnBackendDescriptor_t y,
                                      cudnnBackendDescriptor_t sum, cudnnBackendDescriptor_t sqsum);
@@ -128,5 +128,9 @@ int64_t cudnn_plan_workspace(CudnnTrail *t, cudnnBackendDescriptor_t plan);
 // A finalized variant pack: the tensors uids[i] at ptrs[i], and the workspace.
 cudnnBackendDescriptor_t cudnn_variant_pack(CudnnMade *m, CudnnTrail *t, int count, const int64_t *uids,
                                             void *const *ptrs, void *workspace);
+// One call of plan on the tensors uids[i] at ptrs[i] with `workspace` (its variant pack made and freed around
+// it); a failure fails the job.
+void cudnn_plan_execute(cudnnHandle_t handle, cudnnBackendDescriptor_t plan, int tensors, const int64_t *uids,
+                        void *const *ptrs, void *workspace);
 
 #endif

@@ -360,70 +360,77 @@ static const ConvCase conv_cases[] = {
 };
 #define CONV_CASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 
+// Forward, data gradient and weight gradient (= then +=) of shape s in dt on both backends from the same
+// random inputs (seeds from case_seed(test, loop, ...)), each compared with the CPU's; label names the case.
+static void expect_every_direction(const char *label, const ConvShape *s, DType dt, int test, int loop) {
+    const size_t nx = (size_t)s->n * s->h * s->w * s->c_in,
+                 ny = (size_t)s->n * s->out_h * s->out_w * s->c_out;
+    const size_t nw = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups);
+    char what[192];
+
+    Twin x = twin_random(dt, nx, case_seed(test, loop, 0), -1, 1);
+    Twin w = twin_random(dt, nw, case_seed(test, loop, 1), -1, 1);
+    Twin dy = twin_random(dt, ny, case_seed(test, loop, 2), -1, 1);
+    Twin y = twin_output(dt, ny), dx = twin_output(dt, nx), dw = twin_output(dt, nw);
+
+    cpu->conv_forward(cpu, s, dt, x.cpu, w.cpu, y.cpu);
+    gpu->conv_forward(gpu, s, dt, x.gpu, w.gpu, y.gpu);
+    snprintf(what, sizeof what, "%s %s forward", label, dtype_name(dt));
+    expect_close(what, y);
+
+    for (int acc = 0; acc <= 1; acc++) {
+        if (acc) {
+            twin_refill_like(dx, case_seed(test, loop, 3));
+            twin_refill_like(dw, case_seed(test, loop, 4));
+        }
+        cpu->conv_backward_data(cpu, s, dt, dy.cpu, w.cpu, dx.cpu, acc);
+        gpu->conv_backward_data(gpu, s, dt, dy.gpu, w.gpu, dx.gpu, acc);
+        snprintf(what, sizeof what, "%s %s backward data%s", label, dtype_name(dt), acc ? " accumulate" : "");
+        expect_close(what, dx);
+        cpu->conv_backward_filter(cpu, s, dt, x.cpu, dy.cpu, dw.cpu, acc);
+        gpu->conv_backward_filter(gpu, s, dt, x.gpu, dy.gpu, dw.gpu, acc);
+        snprintf(what, sizeof what, "%s %s backward filter%s", label, dtype_name(dt),
+                 acc ? " accumulate" : "");
+        expect_close(what, dw);
+    }
+    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dx), twin_free(dw);
+}
+
 START_TEST(test_conv) {
     const ConvCase *cc = &conv_cases[_i / N_DTS];
     const DType dt = DTS[_i % N_DTS];
     ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
                    cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
     conv_shape_finish(&s);
-    const size_t nx = (size_t)s.n * s.h * s.w * s.c_in, ny = (size_t)s.n * s.out_h * s.out_w * s.c_out;
-    const size_t nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups);
-    char what[128];
-
-    Twin x = twin_random(dt, nx, case_seed(2, _i, 0), -1, 1);
-    Twin w = twin_random(dt, nw, case_seed(2, _i, 1), -1, 1);
-    Twin dy = twin_random(dt, ny, case_seed(2, _i, 2), -1, 1);
-    Twin y = twin_output(dt, ny), dx = twin_output(dt, nx), dw = twin_output(dt, nw);
-
-    cpu->conv_forward(cpu, &s, dt, x.cpu, w.cpu, y.cpu);
-    gpu->conv_forward(gpu, &s, dt, x.gpu, w.gpu, y.gpu);
-    snprintf(what, sizeof what, "%s forward", cc->label);
-    expect_close(what, y);
-
-    for (int acc = 0; acc <= 1; acc++) {
-        if (acc) {
-            twin_refill_like(dx, case_seed(2, _i, 3));
-            twin_refill_like(dw, case_seed(2, _i, 4));
-        }
-        cpu->conv_backward_data(cpu, &s, dt, dy.cpu, w.cpu, dx.cpu, acc);
-        gpu->conv_backward_data(gpu, &s, dt, dy.gpu, w.gpu, dx.gpu, acc);
-        snprintf(what, sizeof what, "%s backward data%s", cc->label, acc ? " accumulate" : "");
-        expect_close(what, dx);
-        cpu->conv_backward_filter(cpu, &s, dt, x.cpu, dy.cpu, dw.cpu, acc);
-        gpu->conv_backward_filter(gpu, &s, dt, x.gpu, dy.gpu, dw.gpu, acc);
-        snprintf(what, sizeof what, "%s backward filter%s", cc->label, acc ? " accumulate" : "");
-        expect_close(what, dw);
-    }
-    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dx), twin_free(dw);
+    expect_every_direction(cc->label, &s, dt, 2, _i);
 }
 END_TEST
 
-// Forward and weight gradient (= then +=) of shape s in dt on both backends from the same random inputs
-// (seeds from case_seed(test, loop, ...)), each compared with the CPU's; what names the case in the messages.
-static void expect_forward_and_weight_gradient(const char *what, const ConvShape *s, DType dt, int test,
-                                               int loop) {
-    const size_t nx = (size_t)s->n * s->h * s->w * s->c_in,
-                 ny = (size_t)s->n * s->out_h * s->out_w * s->c_out;
-    const size_t nw = (size_t)s->c_out * s->kh * s->kw * (s->c_in / s->groups);
-    char label[192];
-    Twin x = twin_random(dt, nx, case_seed(test, loop, 0), -1, 1);
-    Twin w = twin_random(dt, nw, case_seed(test, loop, 1), -1, 1);
-    Twin dy = twin_random(dt, ny, case_seed(test, loop, 2), -1, 1);
-    Twin y = twin_output(dt, ny), dw = twin_output(dt, nw);
-    cpu->conv_forward(cpu, s, dt, x.cpu, w.cpu, y.cpu);
-    gpu->conv_forward(gpu, s, dt, x.gpu, w.gpu, y.gpu);
-    snprintf(label, sizeof label, "%s %s forward", what, dtype_name(dt));
-    expect_close(label, y);
-    for (int acc = 0; acc <= 1; acc++) {
-        if (acc) twin_refill_like(dw, case_seed(test, loop, 3));
-        cpu->conv_backward_filter(cpu, s, dt, x.cpu, dy.cpu, dw.cpu, acc);
-        gpu->conv_backward_filter(gpu, s, dt, x.gpu, dy.gpu, dw.gpu, acc);
-        snprintf(label, sizeof label, "%s %s backward filter%s", what, dtype_name(dt),
-                 acc ? " accumulate" : "");
-        expect_close(label, dw);
-    }
-    twin_free(x), twin_free(w), twin_free(dy), twin_free(y), twin_free(dw);
+// Grouped convolutions on a plan of cuDNN's backend API (cudnn_conv_graph.cu), forced, every direction
+// against the CPU (an accumulating call runs the legacy pick beside it), the route asserted. Loop index:
+// fp16 / bf16 by _i % 2, the shape by _i / 2: ResNeXt's grouped 3x3 with 4, 8 (stride 2) and 32 channels a
+// group, shapes no other case uses, so that their plans are chosen here.
+static const ConvCase conv_graph_cases[] = {
+    {"graph 3x3 groups 32 of 4", 2, 12, 12, 128, 128, 3, 1, 1, 32},
+    {"graph 3x3/2 groups 32 of 8", 2, 14, 14, 256, 256, 3, 2, 1, 32},
+    {"graph 3x3 groups 32 of 32", 2, 7, 7, 1024, 1024, 3, 1, 1, 32},
+};
+#define CONV_GRAPH_CASES (int)(sizeof conv_graph_cases / sizeof conv_graph_cases[0])
+
+START_TEST(test_conv_graph) {
+    const ConvCase *cc = &conv_graph_cases[_i / 2];
+    const DType dt = (_i % 2) ? DTYPE_BF16 : DTYPE_F16;
+    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
+                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
+    conv_shape_finish(&s);
+    cuda_backend_set_conv_graph(gpu, 1);
+    expect_every_direction(cc->label, &s, dt, 17, _i);
+    cuda_backend_set_conv_graph(gpu, 0);
+    for (int d = 0; d < 3; d++)
+        ck_assert_msg(cuda_backend_conv_graph_plan(gpu, &s, dt, d) == 0, "%s %s direction %d: plan %d, not 0",
+                      cc->label, dtype_name(dt), d, cuda_backend_conv_graph_plan(gpu, &s, dt, d));
 }
+END_TEST
 
 // The stem's 7x7 convolution of 3 channels on its input and weights padded with zero channels to 4 or 8
 // (cudnn_conv.cu), the route asserted. Loop index: bit 0 fp16 / bf16, bit 1 4 / 8 channels; each case its
@@ -436,7 +443,7 @@ START_TEST(test_conv_padded) {
     char what[64];
     snprintf(what, sizeof what, "stem conv padded to %d", pc);
     cuda_backend_set_conv_padding(gpu, pc);
-    expect_forward_and_weight_gradient(what, &s, dt, 15, _i);
+    expect_every_direction(what, &s, dt, 15, _i);
     cuda_backend_set_conv_padding(gpu, 0);
     ck_assert_int_eq(cuda_backend_conv_padded_channels(gpu, &s, dt, 0), pc);
     ck_assert_int_eq(cuda_backend_conv_padded_channels(gpu, &s, dt, 2), pc);
@@ -464,7 +471,7 @@ START_TEST(test_conv_own) {
     char what[96];
     snprintf(what, sizeof what, "own %s", cc->label);
     cuda_backend_set_conv_own(gpu, 1);
-    expect_forward_and_weight_gradient(what, &s, dt, 16, _i);
+    expect_every_direction(what, &s, dt, 16, _i);
     cuda_backend_set_conv_own(gpu, 0);
     ck_assert_int_eq(cuda_backend_conv_route_is_own(gpu, &s, dt, 0), 1);
     ck_assert_int_eq(cuda_backend_conv_route_is_own(gpu, &s, dt, 2), 1);
@@ -1482,6 +1489,7 @@ static Suite *gpu_ops_suite(void) {
         {"conv", test_conv, N_DTS * CONV_CASES},
         {"conv_padded", test_conv_padded, 4},
         {"conv_own", test_conv_own, 2 * CONV_OWN_CASES},
+        {"conv_graph", test_conv_graph, 2 * CONV_GRAPH_CASES},
         {"batchnorm", test_batchnorm, N_DTS * 4 * BN_MODES * BN_SHAPES},
         {"bn_add_bn", test_bn_add_bn, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
         {"conv_bn", test_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
