@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "bench/bench_f16_error.h"
+#include "bench/bench_error.h"
 #include "bench/bench_timing.h"
 #include "bench/resnext50_convs.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -30,7 +30,6 @@
 #define WARMUP_RUNS 3
 #define TIMED_RUNS 20
 #define TOLERANCE 1e-2
-
 
 // One shape's buffers, all from backend A: x (n,h,w,c_in), w (c_out,k,k,c_in/g), dy (n,out_h,out_w,c_out)
 // fp16; dx, dw each way.
@@ -88,7 +87,8 @@ static int run_case(Backend *a, Backend *b, const Resnext50Conv *k, int n, doubl
     run_once(&r, 0);
     run_once(&r, 1);
     a->sync(a);
-    const double dx_err = bench_f16_rel_error(a, u.dx[1], u.dx[0], nx), dw_err = bench_f16_rel_error(a, u.dw[1], u.dw[0], nw);
+    const double dx_err = bench_rel_error(a, DTYPE_F16, u.dx[1], u.dx[0], nx),
+                 dw_err = bench_rel_error(a, DTYPE_F16, u.dw[1], u.dw[0], nw);
     const int ok = dx_err < TOLERANCE && dw_err < TOLERANCE;
     float ms[2] = {0.0f, 0.0f};
     if (ok)

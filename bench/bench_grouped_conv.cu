@@ -3,11 +3,12 @@
 // under cudnn.benchmark with the graph route refused). The trainer times the first few of these plans beside
 // that pick (cudnn_conv_graph.cu); this shows how far down the heuristics' list the fastest is.
 //
-//   build/bench_grouped_conv [n [plans]]   n: the batch (default 256); plans: engine configs tried per
-//                                          direction, at most 16 (default 16)
+//   build/bench_grouped_conv [n [plans [dtype]]]   n: the batch (default 256); plans: engine configs tried
+//                                                  per direction, at most 16 (default 16); dtype: float16
+//                                                  (default), bfloat16 or float32 (TF32 allowed)
 //
 // Per grouped shape of the model and direction (forward x, w -> y; data gradient dy, w -> dx; weight
-// gradient x, dy -> dw; fp16 NHWC, fp32 accumulation): the legacy route, then each execution plan of the
+// gradient x, dy -> dw; NHWC, fp32 accumulation): the legacy route, then each execution plan of the
 // engine configs heuristics mode A offers for the one-operation graph (conv_graph_make; here at most one
 // compiled at run time). A plan's output must match the route's (relative L2 error under 1e-2), else it is
 // not timed and the line says FAIL (exit 1). Printed per direction: the route's time, the heuristics' first
@@ -16,8 +17,9 @@
 // on the route and on the fastest plans.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "bench/bench_f16_error.h"
+#include "bench/bench_error.h"
 #include "bench/bench_timing.h"
 #include "bench/resnext50_convs.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -35,6 +37,7 @@ static const char *DIRECTION[3] = {"forward", "data gradient", "weight gradient"
 // One shape's buffers (fp16): x (n,h,w,c_in), w (c_out,k,k,c_in/g), dy (n,out_h,out_w,c_out); per direction
 // the route's output and a plan's.
 typedef struct Buffers {
+    DType dt;
     void *x, *w, *dy, *route[3], *plan[3];
     size_t elems[3];  // per direction: its output's elements (y, dx, dw)
 } Buffers;
@@ -52,11 +55,11 @@ static void route_call(void *ctx, int d) {
     const Call *c = (const Call *)ctx;
     const Buffers *b = c->b;
     if (d == CUDNN_GRAPH_CONV_FORWARD)
-        c->be->conv_forward(c->be, c->s, DTYPE_F16, b->x, b->w, b->route[d]);
+        c->be->conv_forward(c->be, c->s, b->dt, b->x, b->w, b->route[d]);
     else if (d == CUDNN_GRAPH_CONV_DGRAD)
-        c->be->conv_backward_data(c->be, c->s, DTYPE_F16, b->dy, b->w, b->route[d], 0);
+        c->be->conv_backward_data(c->be, c->s, b->dt, b->dy, b->w, b->route[d], 0);
     else
-        c->be->conv_backward_filter(c->be, c->s, DTYPE_F16, b->x, b->dy, b->route[d], 0);
+        c->be->conv_backward_filter(c->be, c->s, b->dt, b->x, b->dy, b->route[d], 0);
 }
 
 // Plan c->plan of the graph, operands as conv_graph_run takes them.
@@ -77,7 +80,7 @@ static int run_direction(Backend *be, const ConvShape *s, Buffers *b, int d, int
     route_call(&route, d);
     const float route_ms = bench_time(be, WARMUP_RUNS, TIMED_RUNS, NULL, route_call, &route, d).median;
     char why[256] = "";
-    ConvGraph *graph = conv_graph_make(cb, s, DTYPE_F16, d, max_plans, 1, why, sizeof why);
+    ConvGraph *graph = conv_graph_make(cb, s, b->dt, d, max_plans, 1, why, sizeof why);
     printf("  %-15s route %8.4f ms | ", DIRECTION[d], (double)route_ms);
     if (!graph) {
         printf("no plan: %s\n", why);
@@ -95,7 +98,7 @@ static int run_direction(Backend *be, const ConvShape *s, Buffers *b, int d, int
         Call call = {be, s, b, graph, i};
         plan_call(&call, d);
         be->sync(be);
-        const double err = bench_f16_rel_error(be, b->plan[d], b->route[d], b->elems[d]);
+        const double err = bench_rel_error(be, b->dt, b->plan[d], b->route[d], b->elems[d]);
         if (!(err < TOLERANCE)) {
             printf("FAIL: plan %d (%s) differs from the route by %.2e\n  %-15s                      | ", i,
                    conv_graph_engine(graph, i), err, "");
@@ -123,21 +126,21 @@ static int run_direction(Backend *be, const ConvShape *s, Buffers *b, int d, int
 }
 
 // One grouped shape: buffers, the route's choices (conv_prepare), then its three directions.
-static int run_case(Backend *be, const Resnext50Conv *k, int n, int max_plans, double step[3][2]) {
+static int run_case(Backend *be, const Resnext50Conv *k, int n, DType dt, int max_plans, double step[3][2]) {
     ConvShape s = {n, k->side, k->side, k->c_in, k->c_out, k->k, k->k, k->stride, k->k / 2, k->groups, 0, 0};
     conv_shape_finish(&s);
     const size_t nx = (size_t)n * s.h * s.w * s.c_in, ny = (size_t)n * s.out_h * s.out_w * s.c_out,
-                 nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups), es = sizeof(__half);
-    be->conv_prepare(be, &s, DTYPE_F16);
-    Buffers b = {be->alloc(be, nx * es), be->alloc(be, nw * es), be->alloc(be, ny * es)};
+                 nw = (size_t)s.c_out * s.kh * s.kw * (s.c_in / s.groups), es = dtype_size(dt);
+    be->conv_prepare(be, &s, dt);
+    Buffers b = {dt, be->alloc(be, nx * es), be->alloc(be, nw * es), be->alloc(be, ny * es)};
     b.elems[CUDNN_GRAPH_CONV_FORWARD] = ny, b.elems[CUDNN_GRAPH_CONV_DGRAD] = nx,
     b.elems[CUDNN_GRAPH_CONV_WGRAD] = nw;
     for (int d = 0; d < 3; d++)
         b.route[d] = be->alloc(be, b.elems[d] * es), b.plan[d] = be->alloc(be, b.elems[d] * es);
     CudaBackend *cb = cuda_state(be);
-    cuda_fill_spread(cb, b.x, nx, DTYPE_F16, 0.0f, 2.0f);  // a ReLU's output
-    cuda_fill_spread(cb, b.w, nw, DTYPE_F16, -0.2f, 0.2f);
-    cuda_fill_spread(cb, b.dy, ny, DTYPE_F16, -0.01f, 0.01f);
+    cuda_fill_spread(cb, b.x, nx, dt, 0.0f, 2.0f);  // a ReLU's output
+    cuda_fill_spread(cb, b.w, nw, dt, -0.2f, 0.2f);
+    cuda_fill_spread(cb, b.dy, ny, dt, -0.01f, 0.01f);
     printf("%-15s n %d %3dx%-3d %4d->%-4d k%d s%d g%d, x%d\n", k->name, n, s.h, s.w, s.c_in, s.c_out, s.kh,
            s.stride, s.groups, k->count);
     int ok = 1;
@@ -149,14 +152,23 @@ static int run_case(Backend *be, const Resnext50Conv *k, int n, int max_plans, d
 
 int main(int argc, char **argv) {
     const int n = argc > 1 ? atoi(argv[1]) : 256, max_plans = argc > 2 ? atoi(argv[2]) : CUDNN_PLAN_MAX;
-    if (n < 1 || max_plans < 1 || max_plans > CUDNN_PLAN_MAX) {
-        fprintf(stderr, "usage: bench_grouped_conv [n [plans]]   (n: the batch, default 256; plans: 1..%d)\n",
-                CUDNN_PLAN_MAX);
+    const char *dt_name = argc > 3 ? argv[3] : "float16";
+    const DType dt = !strcmp(dt_name, "float16")    ? DTYPE_F16
+                     : !strcmp(dt_name, "bfloat16") ? DTYPE_BF16
+                     : !strcmp(dt_name, "float32")  ? DTYPE_F32
+                                                    : DTYPE_U8;
+    if (n < 1 || max_plans < 1 || max_plans > CUDNN_PLAN_MAX || dt == DTYPE_U8) {
+        fprintf(
+            stderr,
+            "usage: bench_grouped_conv [n [plans [dtype]]]   (n: the batch, default 256; plans: 1..%d; dtype: "
+            "float16 (default), bfloat16 or float32, TF32 allowed)\n",
+            CUDNN_PLAN_MAX);
         return 2;
     }
     char why[256] = "";
     CudaOptions opts = cuda_options_default();
     opts.cudnn_benchmark = 1;
+    opts.conv_tf32 = 1;  // fp32 as cudnn.tf32's default
     Backend *be = cuda_backend_create(0, &opts, why, sizeof why);
     if (!be) {
         fprintf(stderr, "bench_grouped_conv: %s\n", why);
@@ -170,7 +182,8 @@ int main(int argc, char **argv) {
     double step[3][2] = {};
     int failed = 0;
     for (int i = 0; i < RESNEXT50_CONV_COUNT; i++)
-        if (RESNEXT50_CONVS[i].groups > 1) failed += !run_case(be, &RESNEXT50_CONVS[i], n, max_plans, step);
+        if (RESNEXT50_CONVS[i].groups > 1)
+            failed += !run_case(be, &RESNEXT50_CONVS[i], n, dt, max_plans, step);
     for (int d = 0; d < 3; d++)
         printf("one step's %-15s route %7.3f ms, fastest plans %7.3f ms\n", DIRECTION[d], step[d][0],
                step[d][1]);
