@@ -360,6 +360,14 @@ static const ConvCase conv_cases[] = {
 };
 #define CONV_CASES (int)(sizeof conv_cases / sizeof conv_cases[0])
 
+// A case's shape, its output size worked out.
+static ConvShape conv_case_shape(const ConvCase *cc) {
+    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
+                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
+    conv_shape_finish(&s);
+    return s;
+}
+
 // Forward, data gradient and weight gradient (= then +=) of shape s in dt on both backends from the same
 // random inputs (seeds from case_seed(test, loop, ...)), each compared with the CPU's; label names the case.
 static void expect_every_direction(const char *label, const ConvShape *s, DType dt, int test, int loop) {
@@ -399,9 +407,7 @@ static void expect_every_direction(const char *label, const ConvShape *s, DType 
 START_TEST(test_conv) {
     const ConvCase *cc = &conv_cases[_i / N_DTS];
     const DType dt = DTS[_i % N_DTS];
-    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
-                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
-    conv_shape_finish(&s);
+    ConvShape s = conv_case_shape(cc);
     expect_every_direction(cc->label, &s, dt, 2, _i);
 }
 END_TEST
@@ -420,9 +426,7 @@ static const ConvCase conv_graph_cases[] = {
 START_TEST(test_conv_graph) {
     const ConvCase *cc = &conv_graph_cases[_i / 2];
     const DType dt = (_i % 2) ? DTYPE_BF16 : DTYPE_F16;
-    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
-                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
-    conv_shape_finish(&s);
+    ConvShape s = conv_case_shape(cc);
     cuda_backend_set_conv_graph(gpu, 1);
     expect_every_direction(cc->label, &s, dt, 17, _i);
     cuda_backend_set_conv_graph(gpu, 0);
@@ -465,9 +469,7 @@ static const ConvCase conv_own_cases[] = {
 START_TEST(test_conv_own) {
     const ConvCase *cc = &conv_own_cases[_i / 2];
     const DType dt = (_i % 2) ? DTYPE_BF16 : DTYPE_F16;
-    ConvShape s = {cc->n, cc->h,      cc->w,   cc->c_in,   cc->c_out, cc->k,
-                   cc->k, cc->stride, cc->pad, cc->groups, 0,         0};
-    conv_shape_finish(&s);
+    ConvShape s = conv_case_shape(cc);
     char what[96];
     snprintf(what, sizeof what, "own %s", cc->label);
     cuda_backend_set_conv_own(gpu, 1);
