@@ -52,6 +52,8 @@ int cuda_backend_conv_graph_plan(Backend *be, const ConvShape *s, DType dt, int 
 
 void cuda_backend_set_conv_graph(Backend *be, int mode) { (void)be, (void)mode; }
 
+void cuda_backend_set_conv_tf32(Backend *be, int allowed) { (void)be, (void)allowed; }
+
 int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu,
                                int fusion) {
     (void)be, (void)s, (void)dt, (void)residual, (void)relu, (void)fusion;

@@ -151,8 +151,8 @@ void conv_stem_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, co
 
 // ---- cudnn_conv_graph.cu: a convolution direction on cuDNN's backend (graph) API ------------------------
 typedef struct ConvGraph ConvGraph;
-// 1 when shape s in dt may take the graph route: grouped, fp16 or bf16.
-int conv_graph_eligible(const ConvShape *s, DType dt);
+// 1 when shape s in dt may take the graph route: grouped; fp16, bf16, or fp32 with TF32 allowed.
+int conv_graph_eligible(const CudaBackend *cb, const ConvShape *s, DType dt);
 // Direction `direction` (0 forward, 1 backward data, 2 backward filter) of s in dt as a graph with the plans of
 // the first max_plans engine configs heuristics mode A offers (of them at most runtime_tries compiled at run
 // time); NULL, with cuDNN's reason in why, when there is none.

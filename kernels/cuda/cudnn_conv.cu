@@ -598,7 +598,7 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
 static void conv_graph_decide(CudaBackend *cb, ConvPlan *p, ConvDirection d, const void *a, const void *b,
                               void *out) {
     p->graph_plan[d] = -1;
-    if (!conv_graph_eligible(&p->shape, p->dt) || cb->conv_graph < 0 ||
+    if (!conv_graph_eligible(cb, &p->shape, p->dt) || cb->conv_graph < 0 ||
         (cb->conv_graph == 0 && !cb->cudnn_benchmark))
         return;
     if (!p->graph[d]) {
@@ -660,7 +660,7 @@ static void conv_choice_key(const CudaBackend *cb, const ConvPlan *p, ConvDirect
                     "workspace_cap=%zu%s",
                     conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh, s->kw, s->stride,
                     s->pad, s->groups, dtype_name(p->dt), cb->allow_tf32, cb->conv_workspace_cap,
-                    cb->conv_graph < 0 && conv_graph_eligible(s, p->dt) ? " grouped_conv=legacy" : "");
+                    cb->conv_graph < 0 && conv_graph_eligible(cb, s, p->dt) ? " grouped_conv=legacy" : "");
 }
 
 // The backend plan a record names (c->graph), when it still holds: a grouped shape whose heuristics' plan of
@@ -668,7 +668,7 @@ static void conv_choice_key(const CudaBackend *cb, const ConvPlan *p, ConvDirect
 static int conv_graph_take(CudaBackend *cb, ConvPlan *p, ConvDirection d, const ConvChoice *c) {
     p->graph_plan[d] = -1;
     if (!c->graph) return 1;
-    if (!conv_graph_eligible(&p->shape, p->dt) || c->graph_plan >= CONV_GRAPH_PLANS) return 0;
+    if (!conv_graph_eligible(cb, &p->shape, p->dt) || c->graph_plan >= CONV_GRAPH_PLANS) return 0;
     if (!p->graph[d]) p->graph[d] = conv_graph_make(cb, &p->shape, p->dt, d, c->graph_plan + 1, 0, NULL, 0);
     const ConvGraph *g = p->graph[d];
     if (!g || c->graph_plan >= conv_graph_plan_count(g) ||
@@ -687,7 +687,7 @@ static int conv_graph_take(CudaBackend *cb, ConvPlan *p, ConvDirection d, const 
 static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
     if ((cb->conv_pad != 0 && conv_pad_eligible(p, d)) ||
         (cb->conv_own != 0 && conv_own_eligible(cb, p, d)) ||
-        (cb->conv_graph > 0 && conv_graph_eligible(&p->shape, p->dt)))
+        (cb->conv_graph > 0 && conv_graph_eligible(cb, &p->shape, p->dt)))
         return 0;  // a forced or refused alternative route is chosen afresh (cudnn.grouped_conv legacy has
                    // records of its own: conv_choice_key)
     char key[CUDA_CHOICE_KEY_MAX];
@@ -773,7 +773,7 @@ static void conv_choice_store(CudaBackend *cb, ConvPlan *p, ConvDirection d, dou
 // record kept pending until conv_alternatives_decide takes that padding (a padding not taken leaves none).
 // A grouped shape forced onto a backend plan (tests) records nothing.
 static void conv_choice_record(CudaBackend *cb, ConvPlan *p, ConvDirection d, double start) {
-    if (!cb->cudnn_benchmark || (cb->conv_graph > 0 && conv_graph_eligible(&p->shape, p->dt))) return;
+    if (!cb->cudnn_benchmark || (cb->conv_graph > 0 && conv_graph_eligible(cb, &p->shape, p->dt))) return;
     if (!p->pad_target) return conv_choice_store(cb, p, d, clock_seconds() - start);
     p->record_pending[d] = 1;
     p->record_seconds[d] = clock_seconds() - start;
@@ -936,6 +936,10 @@ extern "C" int cuda_backend_conv_graph_plan(Backend *be, const ConvShape *s, DTy
 extern "C" void cuda_backend_set_conv_graph(Backend *be, int mode) {
     AMP_ASSERT(mode >= -1 && mode <= 1, "conv backend plans: mode %d (-1, 0 or 1)", mode);
     cuda_state(be)->conv_graph = mode;
+}
+
+extern "C" void cuda_backend_set_conv_tf32(Backend *be, int allowed) {
+    cuda_state(be)->allow_tf32 = allowed != 0;
 }
 
 extern "C" void cuda_backend_set_conv_own(Backend *be, int mode) {

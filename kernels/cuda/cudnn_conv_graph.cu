@@ -26,7 +26,11 @@ struct ConvGraph {
     size_t workspace[CUDNN_PLAN_MAX];  // bytes each plan needs
 };
 
-int conv_graph_eligible(const ConvShape *s, DType dt) { return s->groups > 1 && dtype_is_16bit(dt); }
+// fp32 only where TF32 is allowed: the backend's fp32 engines may convert their inputs to TF32 (a plan's
+// numerical notes would have to be read to keep it out).
+int conv_graph_eligible(const CudaBackend *cb, const ConvShape *s, DType dt) {
+    return s->groups > 1 && (dtype_is_16bit(dt) || (dt == DTYPE_F32 && cb->allow_tf32));
+}
 
 // The graph of direction d: x, w and y as the direction names them (a, b, out).
 static cudnnBackendDescriptor_t conv_graph_describe(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,
