@@ -1,7 +1,6 @@
 // bench_grouped_conv.cu - ResNeXt-50 32x4d's grouped 3x3 convolutions (every block's conv2, 32 groups) on
-// every engine cuDNN's backend (graph) API offers, against the legacy API's route (conv_prepare's timed pick
-// under cudnn.benchmark with the graph route refused). The trainer times the first few of these plans beside
-// that pick (cudnn_conv_graph.cu); this shows how far down the heuristics' list the fastest is.
+// every engine cuDNN's backend (graph) API offers (cudnn_conv_graph.cu), against the route the trainer runs
+// (cuDNN's legacy API, conv_prepare's timed pick under cudnn.benchmark).
 //
 //   build/bench_grouped_conv [n [plans [dtype]]]   n: the batch (default 256); plans: engine configs tried
 //                                                  per direction, at most 16 (default 16); dtype: float16
@@ -183,7 +182,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_grouped_conv: %s\n", why);
         return 1;
     }
-    cuda_backend_set_conv_graph(be, -1);  // the route: the legacy API's pick
     printf(
         "grouped 3x3 convolutions, batch %d, fp16 NHWC: the trainer's route against cuDNN's backend engines; "
         "median of %d calls, ms\n",

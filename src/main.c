@@ -298,7 +298,6 @@ static CudaOptions cuda_options_from_config(const Config *cfg) {
     const int timed = (!strcmp(bn, "auto") || !strcmp(bn, "unfused")) && cfg->cudnn.benchmark;
     o.batch_norm = !strcmp(bn, "own") ? CUDA_BN_OWN : timed ? CUDA_BN_AUTO : CUDA_BN_CUDNN;
     o.batch_norm_unfused = !strcmp(bn, "unfused");
-    o.grouped_conv_legacy = !strcmp(cfg->cudnn.grouped_conv, "legacy");
     o.device_max_connections = !strcmp(cfg->data.decode, "device") ? 32 : 0;
     return o;
 }

@@ -45,15 +45,6 @@ int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, in
 
 void cuda_backend_set_conv_own(Backend *be, int mode) { (void)be, (void)mode; }
 
-int cuda_backend_conv_graph_plan(Backend *be, const ConvShape *s, DType dt, int direction) {
-    (void)be, (void)s, (void)dt, (void)direction;
-    return -2;
-}
-
-void cuda_backend_set_conv_graph(Backend *be, int mode) { (void)be, (void)mode; }
-
-void cuda_backend_set_conv_tf32(Backend *be, int allowed) { (void)be, (void)allowed; }
-
 int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu,
                                int fusion) {
     (void)be, (void)s, (void)dt, (void)residual, (void)relu, (void)fusion;

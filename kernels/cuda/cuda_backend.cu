@@ -165,9 +165,8 @@ int cuda_pick_log_enabled(void) { return log_env_flag("AMPTRAIN_CONV_LOG"); }
 // CUDA_CHOICES_REVISION: raised whenever the candidates a choice is made from, or amptrain's own timed
 // kernels, change, so that records timed before are not taken for the new set (2: bf16 batch norm offered
 // to cuDNN, whose records held only amptrain's own pair; 3: convolutions with few input channels may run
-// padded; 4: amptrain's own batch-norm passes stage their coefficients in shared memory, faster; 5: grouped
-// convolutions may run on cuDNN's backend engines, cudnn_conv_graph.cu).
-#define CUDA_CHOICES_REVISION 5
+// padded; 4: amptrain's own batch-norm passes stage their coefficients in shared memory, faster).
+#define CUDA_CHOICES_REVISION 4
 static void cuda_choice_env(CudaBackend *cb) {
     cudaDeviceProp prop;
     int driver = 0, runtime = 0, cublas = 0;
@@ -370,7 +369,6 @@ extern "C" Backend *cuda_backend_create(int device, const CudaOptions *opts, cha
     cb->conv_workspace_cap = o.conv_workspace_cap;
     cb->bn_mode = o.batch_norm;
     cb->conv_bn = o.batch_norm_unfused ? -1 : 0;
-    cb->conv_graph = o.grouped_conv_legacy ? -1 : 0;
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->sm_count, cudaDevAttrMultiProcessorCount, device));
     CUDA_CHECK(cudaDeviceGetAttribute(&cb->cc_major, cudaDevAttrComputeCapabilityMajor, device));

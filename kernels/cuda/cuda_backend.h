@@ -42,14 +42,12 @@ typedef struct CudaOptions {
                                  // (cudnn.cache off, and every rank but 0)
     int batch_norm_unfused;      // 1: a convolution's batch norm never takes its statistics from the
                                  // convolution's epilogue (cudnn.batch_norm unfused; cudnn_conv_bn.cu)
-    int grouped_conv_legacy;     // 1: grouped convolutions never run on cuDNN's backend plans
-                                 // (cudnn.grouped_conv legacy; cudnn_conv_graph.cu)
 } CudaOptions;
 
 // cudnn.benchmark and TF32 off, a 512 MiB workspace cap (cudnn.workspace_mb's AMP default), cuDNN's batch
 // norm, CUDA's own number of hardware queues, no kernel-choice file.
 static inline CudaOptions cuda_options_default(void) {
-    const CudaOptions o = {0, 0, 0, (size_t)512 << 20, CUDA_BN_CUDNN, 0, NULL, 0, 0};
+    const CudaOptions o = {0, 0, 0, (size_t)512 << 20, CUDA_BN_CUDNN, 0, NULL, 0};
     return o;
 }
 

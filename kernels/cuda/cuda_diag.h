@@ -27,14 +27,6 @@ int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, DType dt, in
 // How directions chosen from here on treat shapes those kernels take: 0 on them where the timed search finds
 // them fastest (the default), -1 never, 1 always.
 void cuda_backend_set_conv_own(Backend *be, int mode);
-// The plan of cuDNN's backend heuristics a convolution direction of shape s in dt runs on (grouped fp16 or
-// bf16 shapes, cudnn_conv_graph.cu): its index, -1 on the legacy API's routes, -2 when not chosen yet.
-int cuda_backend_conv_graph_plan(Backend *be, const ConvShape *s, DType dt, int direction);
-// How directions chosen from here on treat such shapes: 0 on a backend plan where the timed search finds one
-// fastest (the default), -1 never, 1 always (the heuristics' first plan that fits the workspace cap).
-void cuda_backend_set_conv_graph(Backend *be, int mode);
-// Whether fp32 convolutions chosen from here on may use TF32 (CudaOptions.conv_tf32 at creation).
-void cuda_backend_set_conv_tf32(Backend *be, int allowed);
 // Whether the op `fusion` (ConvBnFusion, core/backend.h) of shape s in dt (with a residual, with ReLU) runs
 // cuDNN's fused graph (cudnn_conv_bn.cu): 1 or 0, -1 when not prepared.
 int cuda_backend_conv_bn_fused(Backend *be, const ConvShape *s, DType dt, int residual, int relu, int fusion);

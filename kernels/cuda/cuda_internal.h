@@ -61,8 +61,6 @@ typedef struct CudaBackend {
                                 // never, 4 or 8 always to that many (cuda_diag.h; cudnn_conv.cu)
     int conv_own;               // stem-like convolutions on amptrain's kernels (cuda_conv_stem.cu): 0 where
                                 // timed faster, -1 never, 1 always where eligible (cuda_diag.h)
-    int conv_graph;   // grouped convolutions on cuDNN's backend plans (cudnn_conv_graph.cu): 0 where
-                      // timed faster, -1 never, 1 always where a plan fits (cuda_diag.h)
     int bn_mode;      // CudaBnMode (cuda_backend.h): whose kernels train batch norm (cudnn.batch_norm)
     int sm_count;     // multiprocessors: how finely reductions are cut
     int cc_major;     // compute capability, major (which of our kernels the device can run)
@@ -151,8 +149,6 @@ void conv_stem_backward_filter(CudaBackend *cb, const ConvShape *s, DType dt, co
 
 // ---- cudnn_conv_graph.cu: a convolution direction on cuDNN's backend (graph) API ------------------------
 typedef struct ConvGraph ConvGraph;
-// 1 when shape s in dt may take the graph route: grouped; fp16, bf16, or fp32 with TF32 allowed.
-int conv_graph_eligible(const CudaBackend *cb, const ConvShape *s, DType dt);
 // Direction `direction` (0 forward, 1 backward data, 2 backward filter) of s in dt as a graph with the plans of
 // the first max_plans engine configs heuristics mode A offers (of them at most runtime_tries compiled at run
 // time); NULL, with cuDNN's reason in why, when there is none.

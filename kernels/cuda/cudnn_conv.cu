@@ -43,12 +43,6 @@
 // amptrain's own kernels (cuda_conv_stem.cu) are a third route for such a convolution's forward and weight
 // gradient (fp16 or bf16, stride 2, 64 output channels, at most 4 input channels): the timed search times
 // them beside the others and takes them when fastest.
-//
-// A grouped fp16 or bf16 convolution may run each direction on a plan of cuDNN's backend (graph) API instead
-// (cudnn_conv_graph.cu: its engines beat the legacy API's algorithms on ResNeXt's grouped 3x3 shapes): the
-// timed search times the heuristics' first CONV_GRAPH_PLANS plans beside its pick and takes the fastest (the
-// record names the plan and its engine). A plan overwrites its output, so an accumulating call of that
-// direction runs the legacy pick, which stays chosen beside it.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +50,6 @@
 #include "core/conv_choice.h"
 #include "kernels/cuda/cuda_diag.h"
 #include "kernels/cuda/cuda_internal.h"
-#include "kernels/cuda/cudnn_graph.h"
 
 // How many candidates to ask cuDNN for in one heuristic query or timed search.
 #define CONV_ALGO_CANDIDATES 16
@@ -89,8 +82,6 @@ typedef struct ConvPlan {
                               // and backward filter only; the padded shape's plan runs it)
     int pad_target;           // 1: the plan of a padded shape, which never pads again
     int own[3];               // per ConvDirection: 1 runs on amptrain's stem kernels (cuda_conv_stem.cu)
-    ConvGraph *graph[3];      // per ConvDirection: the backend graph whose plans were timed, or NULL
-    int graph_plan[3];        // per ConvDirection: -1, or the plan of graph[d] an overwriting call runs on
     // a padded shape's plan: its timed choice per ConvDirection, recorded only once its padding is taken
     int record_pending[3];
     double record_seconds[3];
@@ -124,7 +115,6 @@ static void conv_plan_init(CudaBackend *cb, ConvPlan *p, const ConvShape *s, DTy
     memset(p, 0, sizeof *p);
     p->shape = *s;
     p->dt = dt;
-    for (int d = 0; d < 3; d++) p->graph_plan[d] = -1;
     cudnnDataType_t t = cudnn_dtype(dt);
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&p->x_desc));
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(p->x_desc, CUDNN_TENSOR_NHWC, t, s->n, s->c_in, s->h, s->w));
@@ -153,7 +143,6 @@ static void conv_plan_destroy(ConvPlan *p) {
     CUDNN_CHECK(cudnnDestroyTensorDescriptor(p->y_desc));
     CUDNN_CHECK(cudnnDestroyFilterDescriptor(p->w_desc));
     CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(p->conv_desc));
-    for (int d = 0; d < 3; d++) conv_graph_free(p->graph[d]);
 }
 
 // The cached plan of (s, dt), or NULL.
@@ -373,7 +362,7 @@ static void conv_gemm_run(CudaBackend *cb, const ConvPlan *p, ConvDirection d, c
 
 // The routes a search times for one direction: the GEMM route, the pick made so far (unpadded: cuDNN's
 // algorithm or the GEMM route), the input padded to q's channels, amptrain's stem kernels.
-typedef enum { TIMED_GEMM, TIMED_PICK, TIMED_PADDED, TIMED_OWN, TIMED_GRAPH } ConvTimedRoute;
+typedef enum { TIMED_GEMM, TIMED_PICK, TIMED_PADDED, TIMED_OWN } ConvTimedRoute;
 
 // One overwriting call of direction d on a route, for cuda_time_ms; buffers as conv_gemm_run's.
 typedef struct ConvRouteRun {
@@ -381,7 +370,6 @@ typedef struct ConvRouteRun {
     ConvPlan *p;
     ConvPlan *q;  // TIMED_PADDED: the padded shape's plan
     ConvTimedRoute route;
-    int graph_plan;  // TIMED_GRAPH: which plan of p->graph[d]
     ConvDirection d;
     const void *a, *b;
     void *out;
@@ -399,7 +387,7 @@ static float conv_route_time(ConvRouteRun *run) {
 static float conv_gemm_time(CudaBackend *cb, ConvPlan *p, ConvDirection d, const void *a, const void *b,
                             void *out) {
     if (!conv_gemm_eligible(&p->shape)) return -1.0f;
-    ConvRouteRun run = {cb, p, NULL, TIMED_GEMM, 0, d, a, b, out};
+    ConvRouteRun run = {cb, p, NULL, TIMED_GEMM, d, a, b, out};
     return conv_route_time(&run);
 }
 
@@ -513,7 +501,6 @@ static void conv_route_run_once(void *ctx) {
     case TIMED_PICK: return conv_run_unpadded(r->cb, r->p, r->d, r->a, r->b, r->out, 0, NULL);
     case TIMED_PADDED: return conv_run_padded(r->cb, r->p, r->q, r->d, r->a, r->b, r->out, 0);
     case TIMED_OWN: return conv_run_own(r->cb, r->p, r->d, r->a, r->b, r->out, 0);
-    case TIMED_GRAPH: return conv_graph_run(r->cb, r->p->graph[r->d], r->graph_plan, r->a, r->b, r->out);
     }
 }
 
@@ -558,7 +545,7 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
     }
     const int forced = pad_ok && cb->conv_pad > 0;
     if ((!pad_ok && !own_ok) || (!forced && !cb->cudnn_benchmark)) return;
-    ConvRouteRun run = {cb, p, NULL, TIMED_PICK, 0, d, a, b, out};
+    ConvRouteRun run = {cb, p, NULL, TIMED_PICK, d, a, b, out};
     float best_ms = forced ? INFINITY : conv_route_time(&run);
     const float unpadded_ms = best_ms;
     for (int i = 0; pad_ok && i < CONV_PAD_WIDTHS; i++) {
@@ -583,47 +570,6 @@ static void conv_alternatives_decide(CudaBackend *cb, ConvPlan *p, ConvDirection
     if (p->padded[d]) {  // the padding taken: its plan's choice is recorded now
         ConvPlan *q = conv_pad_plan(cb, p, p->padded[d]);
         if (q->record_pending[d]) conv_choice_store(cb, q, d, q->record_seconds[d]);
-    }
-}
-
-// Plans of the backend heuristics' list a grouped direction times: the first was the fastest, or within a
-// few percent of it, on every ResNeXt-50 shape (build/bench_grouped_conv). None compiles at run time.
-#define CONV_GRAPH_PLANS 4
-
-// Whether direction d of p, its other routes chosen, runs on a plan of cuDNN's backend graph for it
-// (p->graph_plan[d], cudnn_conv_graph.cu): under the timed search each of the first CONV_GRAPH_PLANS plans
-// that fits the workspace cap is timed on a, b and out (as conv_alternatives_decide's) beside the route
-// chosen so far, and the fastest is taken. cb->conv_graph > 0 takes the first plan that fits untimed, < 0
-// none (tests).
-static void conv_graph_decide(CudaBackend *cb, ConvPlan *p, ConvDirection d, const void *a, const void *b,
-                              void *out) {
-    p->graph_plan[d] = -1;
-    if (!conv_graph_eligible(cb, &p->shape, p->dt) || cb->conv_graph < 0 ||
-        (cb->conv_graph == 0 && !cb->cudnn_benchmark))
-        return;
-    if (!p->graph[d]) {
-        char why[CUDNN_ENGINE_TEXT + 64] = "";
-        p->graph[d] = conv_graph_make(cb, &p->shape, p->dt, d, CONV_GRAPH_PLANS, 0, why, sizeof why);
-        if (!p->graph[d]) {
-            if (cuda_pick_log_enabled())
-                fprintf(stderr, "conv:   %s on a backend plan: none (%s)\n", conv_direction_name(d), why);
-            return;
-        }
-    }
-    const int forced = cb->conv_graph > 0;
-    ConvRouteRun run = {cb, p, NULL, TIMED_PICK, 0, d, a, b, out};
-    float best_ms = forced ? INFINITY : conv_route_time(&run);
-    const float pick_ms = best_ms;
-    for (int i = 0; i < conv_graph_plan_count(p->graph[d]); i++) {
-        if (conv_graph_workspace(p->graph[d], i) > cb->conv_workspace_cap) continue;
-        run.route = TIMED_GRAPH, run.graph_plan = i;
-        const float ms = forced ? 0.0f : conv_route_time(&run);
-        if (cuda_pick_log_enabled())
-            fprintf(stderr, "conv:   %s on backend plan %d (%s): %.3f ms (legacy pick %.3f ms)\n",
-                    conv_direction_name(d), i, conv_graph_engine(p->graph[d], i), (double)ms,
-                    (double)pick_ms);
-        if (ms < best_ms) best_ms = ms, p->graph_plan[d] = i;
-        if (forced) break;
     }
 }
 
@@ -657,26 +603,9 @@ static void conv_choice_key(const CudaBackend *cb, const ConvPlan *p, ConvDirect
     const ConvShape *s = &p->shape;
     cuda_choice_key(cb, key, cap,
                     "conv %s n=%d h=%d w=%d c_in=%d c_out=%d k=%dx%d stride=%d pad=%d groups=%d %s tf32=%d "
-                    "workspace_cap=%zu%s",
+                    "workspace_cap=%zu",
                     conv_direction_name(d), s->n, s->h, s->w, s->c_in, s->c_out, s->kh, s->kw, s->stride,
-                    s->pad, s->groups, dtype_name(p->dt), cb->allow_tf32, cb->conv_workspace_cap,
-                    cb->conv_graph < 0 && conv_graph_eligible(cb, s, p->dt) ? " grouped_conv=legacy" : "");
-}
-
-// The backend plan a record names (c->graph), when it still holds: a grouped shape whose heuristics' plan of
-// that index has the recorded engine and knobs and fits the workspace cap. 1 when taken (or none recorded).
-static int conv_graph_take(CudaBackend *cb, ConvPlan *p, ConvDirection d, const ConvChoice *c) {
-    p->graph_plan[d] = -1;
-    if (!c->graph) return 1;
-    if (!conv_graph_eligible(cb, &p->shape, p->dt) || c->graph_plan >= CONV_GRAPH_PLANS) return 0;
-    if (!p->graph[d]) p->graph[d] = conv_graph_make(cb, &p->shape, p->dt, d, c->graph_plan + 1, 0, NULL, 0);
-    const ConvGraph *g = p->graph[d];
-    if (!g || c->graph_plan >= conv_graph_plan_count(g) ||
-        strcmp(conv_graph_engine(g, c->graph_plan), c->engine) != 0 ||
-        conv_graph_workspace(g, c->graph_plan) > cb->conv_workspace_cap)
-        return 0;
-    p->graph_plan[d] = c->graph_plan;
-    return 1;
+                    s->pad, s->groups, dtype_name(p->dt), cb->allow_tf32, cb->conv_workspace_cap);
 }
 
 // Direction d chosen from its record, when there is one and it still holds here: the GEMM route on a shape
@@ -685,11 +614,8 @@ static int conv_graph_take(CudaBackend *cb, ConvPlan *p, ConvDirection d, const 
 // workspace cap; a padding only where the shape may be padded that much and the padded shape's record holds
 // too. 1 when chosen; 0: the direction is searched (its record is then replaced).
 static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
-    if ((cb->conv_pad != 0 && conv_pad_eligible(p, d)) ||
-        (cb->conv_own != 0 && conv_own_eligible(cb, p, d)) ||
-        (cb->conv_graph > 0 && conv_graph_eligible(cb, &p->shape, p->dt)))
-        return 0;  // a forced or refused alternative route is chosen afresh (cudnn.grouped_conv legacy has
-                   // records of its own: conv_choice_key)
+    if ((cb->conv_pad != 0 && conv_pad_eligible(p, d)) || (cb->conv_own != 0 && conv_own_eligible(cb, p, d)))
+        return 0;  // a forced or refused alternative route is chosen afresh
     char key[CUDA_CHOICE_KEY_MAX];
     conv_choice_key(cb, p, d, key, sizeof key);
     const char *recorded_choice = kernel_cache_find(cb->choices, key);
@@ -729,7 +655,6 @@ static int conv_choice_take(CudaBackend *cb, ConvPlan *p, ConvDirection d) {
         p->workspace[d] = bytes;
         p->gemm[d] = 0;
     }
-    if (!conv_graph_take(cb, p, d, &c)) return 0;
     p->chosen[d] = 1;
     kernel_cache_use(cb->choices, key);
     if (cuda_pick_log_enabled()) {
@@ -761,19 +686,13 @@ static void conv_choice_store(CudaBackend *cb, ConvPlan *p, ConvDirection d, dou
     snprintf(c.math, sizeof c.math, "%s", conv_math_name(p->math[d]));
     c.workspace = p->workspace[d];
     c.padded = p->padded[d];
-    if (p->graph_plan[d] >= 0) {
-        c.graph = 1;
-        c.graph_plan = p->graph_plan[d];
-        snprintf(c.engine, sizeof c.engine, "%s", conv_graph_engine(p->graph[d], p->graph_plan[d]));
-    }
     kernel_cache_store(cb->choices, key, conv_choice_format(&c, text), seconds);
 }
 
 // After a timed choice (started at `start`, clock_seconds): its record, or for a padded shape's plan the
 // record kept pending until conv_alternatives_decide takes that padding (a padding not taken leaves none).
-// A grouped shape forced onto a backend plan (tests) records nothing.
 static void conv_choice_record(CudaBackend *cb, ConvPlan *p, ConvDirection d, double start) {
-    if (!cb->cudnn_benchmark || (cb->conv_graph > 0 && conv_graph_eligible(cb, &p->shape, p->dt))) return;
+    if (!cb->cudnn_benchmark) return;
     if (!p->pad_target) return conv_choice_store(cb, p, d, clock_seconds() - start);
     p->record_pending[d] = 1;
     p->record_seconds[d] = clock_seconds() - start;
@@ -807,7 +726,6 @@ static void conv_choose_forward(CudaBackend *cb, ConvPlan *p, const void *x, con
                                                               &picked_ms);
     conv_choice_done(cb, p, CONV_FWD, gemm_ms, picked_ms);
     conv_alternatives_decide(cb, p, CONV_FWD, x, w, y);
-    conv_graph_decide(cb, p, CONV_FWD, x, w, y);
     conv_choice_record(cb, p, CONV_FWD, start);
 }
 
@@ -824,24 +742,23 @@ static void conv_choose_backward_data(CudaBackend *cb, ConvPlan *p, const void *
     CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(cb->cudnn, p->w_desc, p->y_desc, p->conv_desc,
                                                             p->x_desc, CONV_ALGO_CANDIDATES, &n, perf));
     CONV_CANDIDATES_FROM(&cands, perf, n, 0);
-    void *out = dx;  // what the search and the route timings write
     if (cb->cudnn_benchmark) {
         const ConvShape *s = &p->shape;
         size_t ws_bytes = conv_search_workspace(cb, p, CONV_BWD_DATA);
         void *ws = conv_search_scratch_get(cb, ws_bytes);
-        if (accumulate) out = cuda_scratch_get(cb, (size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt));
+        void *out =
+            accumulate ? cuda_scratch_get(cb, (size_t)s->n * s->h * s->w * s->c_in * dtype_size(p->dt)) : dx;
         CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
             cb->cudnn, p->w_desc, w, p->y_desc, dy, p->conv_desc, p->x_desc, out, CONV_ALGO_CANDIDATES, &n,
             perf, ws, ws_bytes));
         gemm_ms = conv_gemm_time(cb, p, CONV_BWD_DATA, dy, w, out);
+        if (accumulate) cuda_scratch_put(cb, out);
         conv_search_scratch_put(cb, ws);
         CONV_CANDIDATES_FROM(&cands, perf, n, 1);
     }
     p->bwd_data_algo = (cudnnConvolutionBwdDataAlgo_t)conv_pick_or_die(cb, p, CONV_BWD_DATA, &cands,
                                                                        !cb->cudnn_benchmark, &picked_ms);
     conv_choice_done(cb, p, CONV_BWD_DATA, gemm_ms, picked_ms);
-    conv_graph_decide(cb, p, CONV_BWD_DATA, dy, w, out);
-    if (out != dx) cuda_scratch_put(cb, out);
     conv_choice_record(cb, p, CONV_BWD_DATA, start);
 }
 
@@ -876,7 +793,6 @@ static void conv_choose_backward_filter(CudaBackend *cb, ConvPlan *p, const void
                                                                            !cb->cudnn_benchmark, &picked_ms);
     conv_choice_done(cb, p, CONV_BWD_FILTER, gemm_ms, picked_ms);
     conv_alternatives_decide(cb, p, CONV_BWD_FILTER, x, dy, out);
-    conv_graph_decide(cb, p, CONV_BWD_FILTER, x, dy, out);
     if (out != dw) cuda_scratch_put(cb, out);
     conv_choice_record(cb, p, CONV_BWD_FILTER, start);
 }
@@ -927,21 +843,6 @@ extern "C" int cuda_backend_conv_route_is_own(Backend *be, const ConvShape *s, D
     return p && p->chosen[direction] ? p->own[direction] : -1;
 }
 
-extern "C" int cuda_backend_conv_graph_plan(Backend *be, const ConvShape *s, DType dt, int direction) {
-    AMP_ASSERT(direction >= CONV_FWD && direction <= CONV_BWD_FILTER, "conv route: direction %d", direction);
-    const ConvPlan *p = conv_plan_find(cuda_state(be), s, dt);
-    return p && p->chosen[direction] ? p->graph_plan[direction] : -2;
-}
-
-extern "C" void cuda_backend_set_conv_graph(Backend *be, int mode) {
-    AMP_ASSERT(mode >= -1 && mode <= 1, "conv backend plans: mode %d (-1, 0 or 1)", mode);
-    cuda_state(be)->conv_graph = mode;
-}
-
-extern "C" void cuda_backend_set_conv_tf32(Backend *be, int allowed) {
-    cuda_state(be)->allow_tf32 = allowed != 0;
-}
-
 extern "C" void cuda_backend_set_conv_own(Backend *be, int mode) {
     AMP_ASSERT(mode >= -1 && mode <= 1, "conv own kernels: mode %d (-1, 0 or 1)", mode);
     cuda_state(be)->conv_own = mode;
@@ -958,8 +859,6 @@ void cuda_conv_forward(Backend *be, const ConvShape *s, DType dt, const void *x,
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_FWD]) conv_choose_forward(cb, p, x, w, y);
-    if (p->graph_plan[CONV_FWD] >= 0)
-        return conv_graph_run(cb, p->graph[CONV_FWD], p->graph_plan[CONV_FWD], x, w, y);
     if (p->own[CONV_FWD]) return conv_run_own(cb, p, CONV_FWD, x, w, y, 0);
     if (p->padded[CONV_FWD])
         return conv_run_padded(cb, p, conv_pad_plan(cb, p, p->padded[CONV_FWD]), CONV_FWD, x, w, y, 0);
@@ -972,8 +871,6 @@ void cuda_conv_backward_data(Backend *be, const ConvShape *s, DType dt, const vo
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_DATA]) conv_choose_backward_data(cb, p, dy, w, dx, accumulate);
-    if (p->graph_plan[CONV_BWD_DATA] >= 0 && !accumulate)
-        return conv_graph_run(cb, p->graph[CONV_BWD_DATA], p->graph_plan[CONV_BWD_DATA], dy, w, dx);
     conv_run_unpadded(cb, p, CONV_BWD_DATA, dy, w, dx, accumulate, NULL);
 }
 
@@ -983,8 +880,6 @@ void cuda_conv_backward_filter(Backend *be, const ConvShape *s, DType dt, const 
     CudaBackend *cb = cuda_state(be);
     ConvPlan *p = conv_plan_lookup(cb, s, dt);
     if (!p->chosen[CONV_BWD_FILTER]) conv_choose_backward_filter(cb, p, x, dy, dw, accumulate);
-    if (p->graph_plan[CONV_BWD_FILTER] >= 0 && !accumulate)
-        return conv_graph_run(cb, p->graph[CONV_BWD_FILTER], p->graph_plan[CONV_BWD_FILTER], x, dy, dw);
     if (p->own[CONV_BWD_FILTER]) return conv_run_own(cb, p, CONV_BWD_FILTER, x, dy, dw, accumulate);
     if (p->padded[CONV_BWD_FILTER])
         return conv_run_padded(cb, p, conv_pad_plan(cb, p, p->padded[CONV_BWD_FILTER]), CONV_BWD_FILTER, x,

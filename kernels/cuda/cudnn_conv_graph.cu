@@ -1,16 +1,14 @@
 // cudnn_conv_graph.cu - one direction of a convolution as a one-operation graph of cuDNN's backend API, run
 // on an execution plan of an engine config heuristics mode A offers (cudnn_graph.h builds it).
 //
-// Why: for ResNeXt's grouped 3x3 convolutions the legacy API's algorithms (cudnn_conv.cu) run older kernels
-// than the engines the backend offers. On an H200 at batch 256 the backend's fastest took one step's grouped
-// convolutions from 10.7 to 8.4 ms, at batch 70 from 5.3 to 3.0 ms (build/bench_grouped_conv,
-// bench/RESULTS.md); the heuristics' first plan was the fastest or close to it on every shape. cudnn_conv.cu
-// times these plans beside the legacy pick for a grouped shape and takes the fastest (the graph route).
+// build/bench_grouped_conv times these plans against the legacy API's route (cudnn_conv.cu) on ResNeXt's
+// grouped 3x3 convolutions. With calls queued back to back (as in a CUDA-graph step) the legacy pick ran the
+// same engines as fast as the heuristics' first plan on the large shapes (bench/RESULTS.md), so the trainer
+// stays on the legacy API.
 //
-// A plan overwrites its output (alpha 1, beta 0): an accumulating call of that direction stays on the legacy
-// pick. Operands as cudnn_conv.cu's: forward a = x, b = w, out = y; backward data a = dy, b = w, out = dx;
-// backward filter a = x, b = dy, out = dw. x (n,h,w,c_in), y (n,out_h,out_w,c_out) NHWC and w
-// (c_out,kh,kw,c_in/g) OHWI in dt, fp32 accumulation.
+// A plan overwrites its output (alpha 1, beta 0). Operands: forward a = x, b = w, out = y; backward data a =
+// dy, b = w, out = dx; backward filter a = x, b = dy, out = dw. x (n,h,w,c_in), y (n,out_h,out_w,c_out) NHWC
+// and w (c_out,kh,kw,c_in/g) OHWI in dt, fp32 accumulation.
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,12 +23,6 @@ struct ConvGraph {
     CudnnPlans plans;
     size_t workspace[CUDNN_PLAN_MAX];  // bytes each plan needs
 };
-
-// fp32 only where TF32 is allowed: the backend's fp32 engines may convert their inputs to TF32 (a plan's
-// numerical notes would have to be read to keep it out).
-int conv_graph_eligible(const CudaBackend *cb, const ConvShape *s, DType dt) {
-    return s->groups > 1 && (dtype_is_16bit(dt) || (dt == DTYPE_F32 && cb->allow_tf32));
-}
 
 // The graph of direction d: x, w and y as the direction names them (a, b, out).
 static cudnnBackendDescriptor_t conv_graph_describe(CudnnMade *m, CudnnTrail *t, cudnnHandle_t handle,

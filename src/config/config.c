@@ -130,7 +130,6 @@ void config_defaults(Config *cfg) {
     cfg->cudnn.tf32 = 1;            // PyTorch's defaults: TF32 in cuDNN convolutions, not in matmuls
     cfg->cudnn.matmul_tf32 = 0;
     copy_text(cfg->cudnn.batch_norm, sizeof cfg->cudnn.batch_norm, "auto");
-    copy_text(cfg->cudnn.grouped_conv, sizeof cfg->cudnn.grouped_conv, "auto");
     copy_text(cfg->cudnn.cache, sizeof cfg->cudnn.cache, "auto");
     cfg->debug.inject_step = -1;
     cfg->debug.inject_rank = -1;

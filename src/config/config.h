@@ -122,7 +122,6 @@ typedef struct CudnnConfig {
     int matmul_tf32;   // the fp32 classifier matmul may use TF32 (torch.backends.cuda.matmul.allow_tf32, off)
     int workspace_mb;  // largest convolution workspace an algorithm may use
     char batch_norm[8];           // auto | unfused | cudnn | own: whose kernels train batch norm on CUDA
-    char grouped_conv[8];         // auto | legacy: grouped convolutions may run on cuDNN's backend plans
     char cache[CONFIG_PATH_MAX];  // the file of timed kernel choices: a path, auto (the XDG cache folder's),
                                   // off or "" (none); core/kernel_cache.h
 } CudnnConfig;

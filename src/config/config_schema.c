@@ -578,15 +578,6 @@ const ConfigKey config_keys[] = {
      "the convolution (unfused), on cuDNN's fused NHWC kernels where cuDNN takes the call, or on amptrain's own "
      "(inference and recomputation always run amptrain's own)"},
     {"cudnn",
-     "grouped_conv",
-     CK_ENUM,
-     AT_STR(cudnn.grouped_conv),
-     NONE,
-     {"auto", "legacy"},
-     "a grouped convolution's directions (ResNeXt's 3x3) on a plan of cuDNN's backend API where timed faster "
-     "than the legacy API's pick (auto; with cudnn.benchmark, else legacy), or on the legacy API's algorithms "
-     "only (legacy)"},
-    {"cudnn",
      "cache",
      CK_STRING,
      AT_STR(cudnn.cache),

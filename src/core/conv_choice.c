@@ -10,14 +10,6 @@
 
 static const char *const ROUTE_TEXT[] = {"cudnn", "gemm", "own"};
 
-// A graph plan's engine text: not empty, printable ASCII, shorter than CONV_CHOICE_ENGINE_MAX.
-static int engine_text_ok(const char *e) {
-    size_t n = 0;
-    for (; e[n] && n < CONV_CHOICE_ENGINE_MAX; n++)
-        if (e[n] < 0x20 || e[n] > 0x7e) return 0;
-    return n > 0 && n < CONV_CHOICE_ENGINE_MAX;
-}
-
 const char *conv_choice_format(const ConvChoice *c, char out[CONV_CHOICE_TEXT_MAX]) {
     AMP_ASSERT(c->route >= CONV_ROUTE_CUDNN && c->route <= CONV_ROUTE_OWN && c->padded >= 0 &&
                    !(c->route == CONV_ROUTE_OWN && c->padded),
@@ -30,12 +22,6 @@ const char *conv_choice_format(const ConvChoice *c, char out[CONV_CHOICE_TEXT_MA
         len = snprintf(out, CONV_CHOICE_TEXT_MAX, "%s", ROUTE_TEXT[c->route]);
     if (c->padded && len >= 0 && len < CONV_CHOICE_TEXT_MAX)
         len += snprintf(out + len, (size_t)(CONV_CHOICE_TEXT_MAX - len), " padded=%d", c->padded);
-    if (c->graph && len >= 0 && len < CONV_CHOICE_TEXT_MAX) {
-        AMP_ASSERT(c->route == CONV_ROUTE_CUDNN && c->graph_plan >= 0 && engine_text_ok(c->engine),
-                   "conv choice: graph plan %d on route %d", c->graph_plan, (int)c->route);
-        len += snprintf(out + len, (size_t)(CONV_CHOICE_TEXT_MAX - len), " graph=%d: %s", c->graph_plan,
-                        c->engine);
-    }
     AMP_ASSERT(len > 0 && len < CONV_CHOICE_TEXT_MAX, "conv choice: record text too long");
     return out;
 }
@@ -93,14 +79,6 @@ int conv_choice_parse(const char *text, ConvChoice *c) {
     if (take_word(&p, " padded=")) {
         if (c->route == CONV_ROUTE_OWN || !take_number(&p, INT_MAX, &v) || v == 0) return -1;
         c->padded = (int)v;
-    }
-    if (take_word(&p, " graph=")) {
-        if (c->route != CONV_ROUTE_CUDNN || !take_number(&p, INT_MAX, &v) || !take_word(&p, ": ")) return -1;
-        if (!engine_text_ok(p)) return -1;
-        c->graph = 1;
-        c->graph_plan = (int)v;
-        snprintf(c->engine, sizeof c->engine, "%s", p);
-        return 0;
     }
     return *p == '\0' ? 0 : -1;
 }

@@ -7,12 +7,7 @@
 //     own                                        amptrain's stem kernels (never padded)
 //     cudnn algo=A math=M workspace=W            cuDNN's algorithm A under math type M (lowercase letters
 //                                                and '-'), needing W bytes of workspace
-// each but own optionally followed by " padded=N" (N > 0); cudnn's optionally followed, last, by
-//     " graph=P: E"                              the direction runs on the plan of index P (decimal digits) of
-//                                                cuDNN's backend heuristics for its graph, whose engine and
-//                                                knobs E describes (printable ASCII to the end, not empty);
-//                                                the algorithm A stays the route of an accumulating call
-// A and W are decimal digits only.
+// each but own optionally followed by " padded=N" (N > 0). A and W are decimal digits only.
 #ifndef AMPTRAIN_CONV_CHOICE_H
 #define AMPTRAIN_CONV_CHOICE_H
 
@@ -24,19 +19,15 @@ extern "C" {
 
 typedef enum { CONV_ROUTE_CUDNN = 0, CONV_ROUTE_GEMM, CONV_ROUTE_OWN } ConvRoute;
 
-#define CONV_CHOICE_MATH_MAX 32     // bytes of a math type's name, its NUL included
-#define CONV_CHOICE_ENGINE_MAX 192  // bytes of a graph plan's engine text, its NUL included
-#define CONV_CHOICE_TEXT_MAX 320    // bytes of a record's text, its NUL included
+#define CONV_CHOICE_MATH_MAX 32   // bytes of a math type's name, its NUL included
+#define CONV_CHOICE_TEXT_MAX 128  // bytes of a record's text, its NUL included
 
 typedef struct ConvChoice {
     ConvRoute route;
-    int algo;                             // CONV_ROUTE_CUDNN: cuDNN's algorithm
-    char math[CONV_CHOICE_MATH_MAX];      // CONV_ROUTE_CUDNN: its math type's name
-    size_t workspace;                     // CONV_ROUTE_CUDNN: its workspace in bytes
-    int padded;                           // 0, or the input channels the direction runs padded to
-    int graph;                            // CONV_ROUTE_CUDNN: 1 runs on a backend plan (graph_plan, engine)
-    int graph_plan;                       // its index in the heuristics' list
-    char engine[CONV_CHOICE_ENGINE_MAX];  // its engine and knobs
+    int algo;                         // CONV_ROUTE_CUDNN: cuDNN's algorithm
+    char math[CONV_CHOICE_MATH_MAX];  // CONV_ROUTE_CUDNN: its math type's name
+    size_t workspace;                 // CONV_ROUTE_CUDNN: its workspace in bytes
+    int padded;                       // 0, or the input channels the direction runs padded to
 } ConvChoice;
 
 // c as its record's text, into out (CONV_CHOICE_TEXT_MAX bytes); returns out.
