@@ -183,9 +183,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf(
-        "grouped 3x3 convolutions, batch %d, fp16 NHWC: the trainer's route against cuDNN's backend engines; "
-        "median of %d calls, ms\n",
-        n, TIMED_RUNS);
+        "grouped 3x3 convolutions, batch %d, %s NHWC: the trainer's route against cuDNN's backend engines; ms a "
+        "call, median of %d timings of %d queued calls\n",
+        n, dtype_name(dt), TIMED_RUNS, CALLS_PER_TIMING);
     double step[3][2] = {};
     int failed = 0;
     for (int i = 0; i < RESNEXT50_CONV_COUNT; i++)
