@@ -2,8 +2,9 @@
 // made and set with the first failure of a sequence kept (CudnnTrail) and destroyed together (CudnnMade);
 // NHWC tensors; pointwise operations; a convolution's three directions (1x1 stride 1, or any); genstats (the
 // per-channel sum and sum of squares of a tensor); the batch norm's backward weights (and dgrad_drelu_dbn
-// around them); and the engine search that turns a graph into execution plans. Used by cudnn_conv_bn.cu (the
-// trainer) and bench/bench_fused_bn.cu (the prototype of the other fused graphs).
+// around them); the engine search that turns a graph into execution plans, and one call of a plan. Used by
+// cudnn_conv_bn.cu (the trainer), bench/bench_fused_bn.cu (the prototype of the other fused graphs) and
+// cudnn_conv_graph.cu (a plain convolution's graph, which bench/bench_grouped_conv.cu measures).
 //
 // Every builder takes the CudnnMade that owns what it creates and the CudnnTrail of the sequence: after a
 // failure the trail keeps the first one ("call(descriptor, attribute): status: cuDNN's message") and every
