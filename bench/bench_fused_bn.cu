@@ -280,42 +280,6 @@ static double vector_error(CudaBackend *cb, const float *got_dev, const double *
 
 // ---- the fused plan, through cuDNN's backend API --------------------------------------------------------
 
-// Tensor ids of the graphs (CUDNN_ATTR_TENSOR_UNIQUE_ID; the variant pack's keys).
-enum {
-    // in memory
-    UID_X = 1,
-    UID_W,
-    UID_SCALE,
-    UID_BIAS,
-    UID_Y,
-    UID_SUM,
-    UID_SQSUM,
-    UID_DY,
-    UID_MEAN,
-    UID_INVSTD,
-    UID_GAMMA,
-    UID_BETA,
-    UID_G,
-    UID_DSCALE,
-    UID_DBIAS,
-    UID_EQ_DY,
-    UID_EQ_X,
-    UID_EQ_BIAS,
-    UID_DX,
-    UID_DW,
-    // virtual: the graphs' intermediates
-    UID_SCALED,
-    UID_BIASED,
-    UID_RELU,
-    UID_DGRAD,
-    UID_CENTRED,
-    UID_NORMED,
-    UID_GAMMAED,
-    UID_BN,
-    UID_G_SCALED,
-    UID_X_SCALED,
-    UID_SUMMED,
-};
 #define PACK_MAX 16  // tensors in memory of one graph, at most
 
 // The fused graphs.

@@ -49,37 +49,7 @@
 // Timed runs of each way in the prepare, after one untimed run.
 #define CONV_BN_TIMED_RUNS 5
 
-// The graphs' tensors (CUDNN_ATTR_TENSOR_UNIQUE_ID: the variant pack's keys): the forward's in memory, the
-// prologue's virtual ones, then the backward's in memory and its virtual ones.
-enum {
-    UID_X = 1,
-    UID_W,
-    UID_Y,
-    UID_SUM,
-    UID_SQSUM,
-    UID_SCALE,
-    UID_BIAS,
-    UID_SCALED,
-    UID_BIASED,
-    UID_RELU,
-    UID_DY,
-    UID_MEAN,
-    UID_INVSTD,
-    UID_GAMMA,
-    UID_BETA,
-    UID_G,
-    UID_DSCALE,
-    UID_DBIAS,
-    UID_EQ_DY,
-    UID_EQ_X,
-    UID_EQ_BIAS,
-    UID_DGRAD,
-    UID_CENTRED,
-    UID_NORMED,
-    UID_GAMMAED,
-    UID_BN,
-};
-#define PACK_MAX 13
+#define PACK_MAX 13  // tensors in memory of one graph, at most
 // The five per-channel outputs of dgrad_drelu_dbn: dscale = sum g * xhat, dbias = sum g, and the coefficients
 // of cuDNN's own dx (unused: our pass forms its own from the first two).
 #define BWD_VECTORS 5

@@ -16,6 +16,46 @@
 #include <stddef.h>
 #include <stdint.h>
 
+// The batch-norm graphs' tensor ids (CUDNN_ATTR_TENSOR_UNIQUE_ID: the variant pack's keys), one list for the
+// trainer's graphs (cudnn_conv_bn.cu: X to BN) and the prototype's (bench_fused_bn.cu: all). An id need only
+// be unique within its graph; the trainer's keep their values when the list grows at the end.
+enum {
+    // the forward: in memory, then the prologue's virtual results
+    UID_X = 1,
+    UID_W,
+    UID_Y,
+    UID_SUM,
+    UID_SQSUM,
+    UID_SCALE,
+    UID_BIAS,
+    UID_SCALED,
+    UID_BIASED,
+    UID_RELU,
+    // the backward: in memory, then virtual
+    UID_DY,
+    UID_MEAN,
+    UID_INVSTD,
+    UID_GAMMA,
+    UID_BETA,
+    UID_G,
+    UID_DSCALE,
+    UID_DBIAS,
+    UID_EQ_DY,
+    UID_EQ_X,
+    UID_EQ_BIAS,
+    UID_DGRAD,
+    UID_CENTRED,
+    UID_NORMED,
+    UID_GAMMAED,
+    UID_BN,
+    // the prototype's other graphs: dbn_apply and the weight gradient's prologue (in memory, then virtual)
+    UID_DX,
+    UID_DW,
+    UID_G_SCALED,
+    UID_X_SCALED,
+    UID_SUMMED,
+};
+
 // The first cuDNN failure of a sequence of calls.
 typedef struct CudnnTrail {
     cudnnStatus_t status;

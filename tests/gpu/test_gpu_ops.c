@@ -169,6 +169,20 @@ static void expect_close_tol(const char *what, Twin t, double tol) {
 // Held to the tolerance of the twin's own dtype.
 static void expect_close(const char *what, Twin t) { expect_close_tol(what, t, tol_for(t.dt)); }
 
+// A batch norm's backward outputs, each named "<prefix> <gradient>": dx, dgamma, dbeta, and d_residual when
+// dres is given.
+static void expect_bn_gradients(const char *prefix, Twin dx, Twin dgamma, Twin dbeta, const Twin *dres) {
+    const struct {
+        const char *name;
+        const Twin *t;
+    } grads[] = {{"dx", &dx}, {"dgamma", &dgamma}, {"dbeta", &dbeta}, {"d_residual", dres}};
+    char what[192];
+    for (size_t i = 0; i < 4 && grads[i].t; i++) {
+        snprintf(what, sizeof what, "%s %s", prefix, grads[i].name);
+        expect_close(what, *grads[i].t);
+    }
+}
+
 // ---- memory -------------------------------------------------------------------------------------------
 
 START_TEST(test_memory_ops) {
@@ -575,16 +589,8 @@ START_TEST(test_batchnorm) {
                          acc, dgamma.cpu, dbeta.cpu, acc, residual ? dres.cpu : NULL);
         gpu->bn_backward(gpu, rows, c, dt, x.gpu, y.gpu, dy.gpu, relu, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu,
                          acc, dgamma.gpu, dbeta.gpu, acc, residual ? dres.gpu : NULL);
-        snprintf(what, sizeof what, "%s backward dx%s", label, acc ? " accumulate" : "");
-        expect_close(what, dx);
-        snprintf(what, sizeof what, "%s backward dgamma%s", label, acc ? " accumulate" : "");
-        expect_close(what, dgamma);
-        snprintf(what, sizeof what, "%s backward dbeta%s", label, acc ? " accumulate" : "");
-        expect_close(what, dbeta);
-        if (residual) {
-            snprintf(what, sizeof what, "%s backward d_residual", label);
-            expect_close(what, dres);
-        }
+        snprintf(what, sizeof what, "%s backward%s", label, acc ? " accumulate" : "");
+        expect_bn_gradients(what, dx, dgamma, dbeta, residual ? &dres : NULL);
     }
     twin_free(x), twin_free(res), twin_free(gamma), twin_free(beta), twin_free(rmean), twin_free(rvar);
     twin_free(smean), twin_free(sinv), twin_free(y), twin_free(y_eval), twin_free(dy), twin_free(dx);
@@ -818,14 +824,8 @@ START_TEST(test_conv_bn) {
                      0, dgamma.cpu, dbeta.cpu, 0, residual ? dres.cpu : NULL);
     gpu->bn_backward(gpu, rows, c, dt, y_conv.gpu, y.gpu, dy.gpu, 1, gamma.gpu, smean.gpu, sinv.gpu, dx.gpu,
                      0, dgamma.gpu, dbeta.gpu, 0, residual ? dres.gpu : NULL);
-    const struct {
-        const char *name;
-        Twin t;
-    } grads[] = {{"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}, {"d_residual", dres}};
-    for (size_t i = 0; i < (residual ? 4u : 3u); i++) {
-        snprintf(what, sizeof what, "%s backward %s", label, grads[i].name);
-        expect_close(what, grads[i].t);
-    }
+    snprintf(what, sizeof what, "%s backward", label);
+    expect_bn_gradients(what, dx, dgamma, dbeta, residual ? &dres : NULL);
     cuda_backend_set_conv_bn(gpu, 0);
     twin_free(x), twin_free(w), twin_free(res), twin_free(gamma), twin_free(beta), twin_free(rmean);
     twin_free(rvar), twin_free(smean), twin_free(sinv), twin_free(y_conv), twin_free(y), twin_free(dy);
@@ -910,14 +910,8 @@ START_TEST(test_bn_conv_bn) {
                      t[0][SINV].cpu, dx.cpu, 0, dgamma.cpu, dbeta.cpu, 0, NULL);
     gpu->bn_backward(gpu, rows, c_in, dt, x.gpu, scratch.gpu, dy.gpu, 1, t[0][GAMMA].gpu, t[0][SMEAN].gpu,
                      t[0][SINV].gpu, dx.gpu, 0, dgamma.gpu, dbeta.gpu, 0, NULL);
-    const struct {
-        const char *name;
-        Twin t;
-    } grads[] = {{"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}};
-    for (size_t i = 0; i < 3; i++) {
-        snprintf(what, sizeof what, "%s bn_in backward %s", label, grads[i].name);
-        expect_close(what, grads[i].t);
-    }
+    snprintf(what, sizeof what, "%s bn_in backward", label);
+    expect_bn_gradients(what, dx, dgamma, dbeta, NULL);
     cuda_backend_set_conv_bn(gpu, 0);
     for (int l = 0; l < 2; l++)
         for (int q = 0; q < PARTS; q++) twin_free(t[l][q]);
@@ -939,7 +933,7 @@ START_TEST(test_bn_conv_backward_data) {
     const ConvShape s = cc.s;
     const int rows = s.n * s.h * s.w, c_in = s.c_in;
     const size_t nx = (size_t)rows * c_in, ny = (size_t)rows * s.c_out, nw = (size_t)s.c_out * c_in;
-    char what[160], label[96];
+    char label[96];
     gpu->bn_prepare(gpu, rows, c_in, dt, 0, 1);
     conv_bn_case_prepare(&cc, FUSE_BN_CONV_BACKWARD, label, sizeof label);
 
@@ -966,14 +960,7 @@ START_TEST(test_bn_conv_backward_data) {
                          smean.gpu, sinv.gpu,  dgamma.gpu, dbeta.gpu};
     cpu->bn_conv_backward_data(cpu, &s, dt, dy.cpu, w.cpu, &bn_c, y.cpu, scratch.cpu, dx.cpu, accumulate);
     gpu->bn_conv_backward_data(gpu, &s, dt, dy.gpu, w.gpu, &bn_g, y.gpu, scratch.gpu, dx.gpu, accumulate);
-    const struct {
-        const char *name;
-        Twin t;
-    } grads[] = {{"dx", dx}, {"dgamma", dgamma}, {"dbeta", dbeta}};
-    for (size_t i = 0; i < 3; i++) {
-        snprintf(what, sizeof what, "%s %s", label, grads[i].name);
-        expect_close(what, grads[i].t);
-    }
+    expect_bn_gradients(label, dx, dgamma, dbeta, NULL);
     cuda_backend_set_conv_bn(gpu, 0);
     twin_free(x), twin_free(gamma), twin_free(beta), twin_free(rmean), twin_free(rvar), twin_free(smean);
     twin_free(sinv), twin_free(y), twin_free(w), twin_free(dy), twin_free(dgamma), twin_free(dbeta);
