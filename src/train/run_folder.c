@@ -195,9 +195,9 @@ int run_folder_check_fresh(const Config *cfg, char *err, size_t err_len) {
     if (metrics[0] && stat(metrics, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
         snprintf(
             err, err_len,
-            "log.metrics: '%s' holds %lld bytes of an earlier run's records: continue that run "
-            "with checkpoint.resume (auto: from the newest checkpoint in checkpoint.dir), or start over with "
-            "checkpoint.overwrite=true (the file is emptied)",
+            "log.metrics: '%s' holds %lld bytes of an earlier run's records: give this run a file of its "
+            "own with log.metrics=PATH, continue that run with checkpoint.resume (auto: from the newest "
+            "checkpoint in checkpoint.dir), or start over with checkpoint.overwrite=true (the file is emptied)",
             metrics, (long long)st.st_size);
         return 2;
     }

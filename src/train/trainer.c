@@ -233,7 +233,9 @@ int trainer_init(Trainer *t, const Config *cfg, Backend *be, Comm *comm, Comm *g
     if (cfg->checkpoint.resume[0]) {
         rc = checkpoint_load(t, cfg->checkpoint.resume, err, sizeof err) != 0 ? 2 : 0;
         if ((rc = agree_startup(comm, rc, err)) != 0 || (rc = checkpoint_agree_resumed(t)) != 0) return rc;
-        log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, t->epoch, t->step);
+        // The epoch as the progress lines count it (1-based, the one the checkpoint's step belonged to).
+        log_info("resumed from %s at epoch %d, step %ld", cfg->checkpoint.resume, trainer_last_epoch(t),
+                 t->step);
         if (cfg->model.init[0])
             log_info("model.init %s not read: the weights are the resumed checkpoint's", cfg->model.init);
         restart_fallen_scale(t);

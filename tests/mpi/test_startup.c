@@ -168,7 +168,7 @@ START_TEST(resume_auto_must_find_the_same_checkpoint) {
     int rc = run_pair(resume, resume);
     // 64 samples done, one step of 2 ranks x 32: the position maps exactly
     ck_assert_msg(
-        rc == 0 && strstr(out, "resumed from ck_run/last.safetensors at epoch 0, step 2") &&
+        rc == 0 && strstr(out, "resumed from ck_run/last.safetensors at epoch 1, step 2") &&
             strstr(out, "this run has 2 x 32 x 1: the sample order continues exactly, with 64 samples per "
                         "step instead of 32") &&
             strstr(out, "summary: 3 steps"),

@@ -138,7 +138,7 @@ START_TEST(unchanged_copy_resumes) {
     copy_changed("same.safetensors", &(BadCheckpoint){0});
     ck_assert_int_eq(tu_run_cli(QUICK " train.steps=5 checkpoint.resume=same.safetensors", out, sizeof out),
                      0);
-    ck_assert_msg(strstr(out, "resumed from same.safetensors at epoch 0, step 3"), "%s", out);
+    ck_assert_msg(strstr(out, "resumed from same.safetensors at epoch 1, step 3"), "%s", out);
     ck_assert_msg(strstr(out, "summary: 5 steps"), "%s", out);
     ck_assert_msg(strstr(out, "warning") == NULL, "%s", out);
 }

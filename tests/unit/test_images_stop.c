@@ -117,7 +117,7 @@ static void stop_while_stuck(const StopCase *c) {
     // Resumed (the read no longer stuck), the run trains the interrupted step's samples and goes on.
     snprintf(cmd, sizeof cmd, "%s %s train.steps=%d checkpoint.resume=auto 2>&1", RUN, args, c->step + 2);
     ck_assert_msg(tu_run_cli(cmd, out, sizeof out) == 0, "%s", out);
-    snprintf(line, sizeof line, "at epoch 0, step %d", c->step);
+    snprintf(line, sizeof line, "at epoch 1, step %d", c->step);
     ck_assert_msg(strstr(out, line), "no '%s' in:\n%s", line, out);
     snprintf(ref, sizeof ref, "%s/ref/last.safetensors", c->dir);
     ck_assert_msg(tu_checkpoints_equal(last, ref), "%s differs from %s", last, ref);

@@ -46,7 +46,7 @@ static char *slurp(const char *path) {
 // A fresh start into a folder with an earlier run's checkpoint, or onto a metrics file with records, is
 // refused, by the run and by --dry-run, and both files stay as they were.
 START_TEST(fresh_start_keeps_an_earlier_run) {
-    ck_assert_int_eq(system("rm -rf rf rf_m.jsonl"), 0);
+    ck_assert_int_eq(system("rm -rf rf rf_m.jsonl rf_new"), 0);
     run_expect(0, "train.steps=2 checkpoint.dir=rf log.metrics=rf/m.jsonl");
     char *metrics = slurp("rf/m.jsonl");
     for (int dry = 0; dry < 2; dry++) {
@@ -60,12 +60,20 @@ START_TEST(fresh_start_keeps_an_earlier_run) {
     char *again = slurp("rf/m.jsonl");
     ck_assert_str_eq(again, metrics);
     free(again);
-    free(metrics);
     // the metrics file alone
     tu_write_file("rf_m.jsonl", "{\"step\":1,\"epoch\":1,\"loss\":2.3}\n");
     run_expect(2, "train.steps=2 checkpoint.dir= log.metrics=rf_m.jsonl");
-    assert_said("log.metrics: 'rf_m.jsonl' holds 32 bytes of an earlier run's records");
+    assert_said("log.metrics: 'rf_m.jsonl' holds 32 bytes of an earlier run's records: give this run a file "
+                "of its own with log.metrics=PATH");
     ck_assert_int_eq(tu_count_lines("rf_m.jsonl", "{"), 1);
+    // a new checkpoint.dir beside the earlier run's metrics file (a config's log.metrics left as it was)
+    run_expect(2, "train.steps=2 checkpoint.dir=rf_new log.metrics=rf/m.jsonl");
+    assert_said("log.metrics: 'rf/m.jsonl' holds");
+    ck_assert_int_ne(access("rf_new", F_OK), 0);  // nothing made for the refused run
+    again = slurp("rf/m.jsonl");
+    ck_assert_str_eq(again, metrics);
+    free(again);
+    free(metrics);
 }
 END_TEST
 
@@ -77,7 +85,7 @@ START_TEST(resume_auto_continues_or_starts) {
     assert_said("checkpoint.resume auto: no checkpoint to resume in ra, so a fresh start");
     assert_said("summary: 2 steps");
     run_expect(0, "train.steps=4 checkpoint.dir=ra log.metrics=ra/m.jsonl checkpoint.resume=auto");
-    assert_said("resumed from ra/last.safetensors at epoch 0, step 2");
+    assert_said("resumed from ra/last.safetensors at epoch 1, step 2");
     assert_said("summary: 4 steps");
     ck_assert_int_eq(tu_count_lines("ra/m.jsonl", "{\"header\":true,"), 2);
     ck_assert_int_eq(tu_count_lines("ra/m.jsonl", "{\"summary\":true,"), 2);
@@ -88,7 +96,7 @@ START_TEST(resume_auto_continues_or_starts) {
     tu_write_file("ra/notes.safetensors", "not a checkpoint");
     run_expect(0, "train.steps=6 checkpoint.dir=ra log.metrics=ra/m.jsonl checkpoint.resume=auto");
     assert_said("checkpoint.resume auto passes over ra/last.safetensors: ");
-    assert_said("resumed from ra/step4.safetensors at epoch 0, step 4");
+    assert_said("resumed from ra/step4.safetensors at epoch 1, step 4");
     assert_said("summary: 6 steps");
     ck_assert_int_eq(tu_checkpoint_step("ra/last.safetensors"), 6);
 }
@@ -222,7 +230,7 @@ START_TEST(folder_keeps_the_merged_config) {
     ck_assert_msg(strstr(metrics, want) != NULL, "want %s in:\n%s", want, metrics);
     free(metrics);
     ck_assert_int_eq(tu_run_cli("cfg/config.yaml train.steps=3 checkpoint.resume=auto", out, sizeof out), 0);
-    assert_said("resumed from cfg/last.safetensors at epoch 0, step 2");
+    assert_said("resumed from cfg/last.safetensors at epoch 1, step 2");
     char *again = slurp("cfg/config.yaml");
     ck_assert_str_eq(again, kept);
     free(again);
