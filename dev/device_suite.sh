@@ -3,7 +3,7 @@
 #   build     cmake + build for sm_90 (needs the build dependencies under .devdeps/)
 #   gputests  the gpu ctest label with AMPTRAIN_REQUIRE_GPU=1 (a missing GPU fails instead of skipping)
 #   gpuall    the same tests in less time: test_gpu_ops' cases (tests/gpu/test_gpu_ops.c's table) as $GPUALL_JOBS
-#             (default 6) processes at once, the longest case (batchnorm) first, beside ctest running the gpu
+#             (default 6) processes at once, the longest cases (batchnorm*) first, beside ctest running the gpu
 #             label's other suites; a log per case ($OUT/gpuall_CASE.log) and a line each. The cases spend most
 #             of their time in the CPU reference on the host, so they overlap well on one GPU
 #   parity    torchvision export -> test_torch_parity -> torchvision loads amptrain's checkpoint
@@ -109,11 +109,11 @@ stage_gputests() {
 stage_gpuall() {  # (op_cases, below, runs each case; exported so that xargs' shells can call it)
     local cases rc=0
     cases=$(sed -n 's/^ *{"\([a-z0-9_]*\)", test_[a-z0-9_]*, .*},$/\1/p' tests/gpu/test_gpu_ops.c)
-    grep -qx batchnorm <<<"$cases" || { echo "stage gpuall: no batchnorm case in test_gpu_ops.c's table"; return 1; }
+    grep -qx batchnorm_large_auto <<<"$cases" || { echo "stage gpuall: no batchnorm_large_* cases in test_gpu_ops.c's table"; return 1; }
     AMPTRAIN_REQUIRE_GPU=1 ctest --test-dir build -L gpu -E '^test_gpu_ops$' >"$OUT/gpuall_ctest.log" 2>&1 &
     local ctest_pid=$!
     export OUT; export -f op_cases
-    { echo batchnorm; grep -vx batchnorm <<<"$cases"; } |
+    { grep '^batchnorm' <<<"$cases"; grep -v '^batchnorm' <<<"$cases"; } |
         xargs -P "${GPUALL_JOBS:-6}" -I{} bash -c 'op_cases gpuall "$1"' _ {} || rc=1
     wait "$ctest_pid" || rc=1
     grep -E "tests passed|tests failed|\*\*\*|Skipped|Failed" "$OUT/gpuall_ctest.log" | tail -12
@@ -451,7 +451,7 @@ stage_groupedconv() {  # bench_grouped_conv at batch 256 and 70
     return $rc
 }
 stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
-    op_cases bntests batchnorm bn_add_bn
+    op_cases bntests $(sed -n 's/^ *{"\(batchnorm[a-z0-9_]*\)", test_batchnorm, .*},$/\1/p' tests/gpu/test_gpu_ops.c) bn_add_bn
 }
 stage_bnconv() {  # test_gpu_ops' cases of batch norm fused into the 1x1 convolutions, forward and backward
     op_cases bnconv conv_bn bn_conv_bn bn_conv_backward_data

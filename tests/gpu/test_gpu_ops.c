@@ -477,11 +477,16 @@ END_TEST
 // shape: two of ResNeXt's, one whose channels split into no 16-byte packs (one element at a time, cuDNN's
 // fused forms decline it), one of 2048 channels (the reduction cut into several channel slices), one of 320
 // channels, whose last slice of 32 packs holds only 8 (fp16; fp32 16 of 32) so its other threads only help
-// stage the slice's per-channel coefficients, and last (it takes most of the case's minutes, mostly in the
-// CPU reference) one large enough that every elementwise thread strides over several packs and every
-// reduction thread sums many rows.
+// stage the slice's per-channel coefficients, and last one large enough that every elementwise thread strides
+// over several packs and every reduction thread sums many rows. That last shape takes most of the time (in
+// the CPU reference, on the host), so its loops are cases of their own, one per mode (batchnorm_large_*),
+// which dev/device_suite.sh's gpuall runs side by side; "batchnorm" holds the other shapes.
 #define BN_SHAPES 6
 #define BN_MODES 5
+#define BN_LOOPS_PER_MODE (N_DTS * 4)
+#define BN_LOOPS_PER_SHAPE (BN_LOOPS_PER_MODE * BN_MODES)
+// The loops of the large shape in mode m: [BN_LARGE_LOOP(m), BN_LARGE_LOOP(m + 1)).
+#define BN_LARGE_LOOP(m) (BN_LOOPS_PER_SHAPE * (BN_SHAPES - 1) + BN_LOOPS_PER_MODE * (m))
 static const CudaBnMode BN_MODE[BN_MODES] = {CUDA_BN_CUDNN, CUDA_BN_OWN, CUDA_BN_OWN_CUDNN, CUDA_BN_CUDNN_OWN,
                                              CUDA_BN_AUTO};
 static const char *BN_MODE_NAME[BN_MODES] = {"cuDNN", "own", "own+cuDNN", "cuDNN+own", "auto"};
@@ -1442,39 +1447,45 @@ END_TEST
 
 static Suite *gpu_ops_suite(void) {
     Suite *s = suite_create("gpu_ops");
+    // Each case runs its test with _i in [first, end); a test's loops may be cut into several cases.
     struct {
         const char *name;
         const TTest *test;
-        int loops;
+        int first, end;
     } cases[] = {
-        {"memory", test_memory_ops, 1},
-        {"cast", test_cast, 6},
-        {"input_normalize", test_input_normalize, 2 * N_DTS},
-        {"input_slots", test_input_slots_hand_over, 1},
-        {"conv", test_conv, N_DTS * CONV_CASES},
-        {"conv_padded", test_conv_padded, 4},
-        {"conv_own", test_conv_own, 2 * CONV_OWN_CASES},
-        {"batchnorm", test_batchnorm, N_DTS * 4 * BN_MODES * BN_SHAPES},
-        {"bn_add_bn", test_bn_add_bn, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
-        {"conv_bn", test_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
-        {"bn_conv_bn", test_bn_conv_bn, N_DTS * 4 * CONV_BN_SHAPES},
-        {"bn_conv_backward_data", test_bn_conv_backward_data, N_DTS * 4 * CONV_BN_SHAPES},
-        {"maxpool", test_maxpool, 2 * MAXPOOL_CASES},
-        {"avgpool", test_avgpool, 2 * N_DTS},
-        {"linear", test_linear, 2 * N_DTS},
-        {"softmax_xent", test_softmax_xent, 16 * N_DTS},
-        {"batch_mix", test_batch_mix, 4 * N_DTS},
-        {"nonfinite_check", test_nonfinite_check, N_DTS * NONFINITE_CASES},
-        {"sgd_step", test_sgd_step, 16 * N_DTS},
-        {"sgd_step_skipped", test_sgd_step_skipped, N_DTS},
-        {"grad_norm", test_grad_norm, 4 * N_DTS},
-        {"ema_update", test_ema_update, 6},
-        {"scaler_update", test_scaler_update, SCALER_CASES},
+        {"memory", test_memory_ops, 0, 1},
+        {"cast", test_cast, 0, 6},
+        {"input_normalize", test_input_normalize, 0, 2 * N_DTS},
+        {"input_slots", test_input_slots_hand_over, 0, 1},
+        {"conv", test_conv, 0, N_DTS * CONV_CASES},
+        {"conv_padded", test_conv_padded, 0, 4},
+        {"conv_own", test_conv_own, 0, 2 * CONV_OWN_CASES},
+        {"batchnorm", test_batchnorm, 0, BN_LARGE_LOOP(0)},
+        {"batchnorm_large_cudnn", test_batchnorm, BN_LARGE_LOOP(0), BN_LARGE_LOOP(1)},
+        {"batchnorm_large_own", test_batchnorm, BN_LARGE_LOOP(1), BN_LARGE_LOOP(2)},
+        {"batchnorm_large_own_cudnn", test_batchnorm, BN_LARGE_LOOP(2), BN_LARGE_LOOP(3)},
+        {"batchnorm_large_cudnn_own", test_batchnorm, BN_LARGE_LOOP(3), BN_LARGE_LOOP(4)},
+        {"batchnorm_large_auto", test_batchnorm, BN_LARGE_LOOP(4), BN_LARGE_LOOP(5)},
+        {"bn_add_bn", test_bn_add_bn, 0, N_DTS * 2 * 3 * BN_ADD_BN_SHAPES},
+        {"conv_bn", test_conv_bn, 0, N_DTS * 4 * CONV_BN_SHAPES},
+        {"bn_conv_bn", test_bn_conv_bn, 0, N_DTS * 4 * CONV_BN_SHAPES},
+        {"bn_conv_backward_data", test_bn_conv_backward_data, 0, N_DTS * 4 * CONV_BN_SHAPES},
+        {"maxpool", test_maxpool, 0, 2 * MAXPOOL_CASES},
+        {"avgpool", test_avgpool, 0, 2 * N_DTS},
+        {"linear", test_linear, 0, 2 * N_DTS},
+        {"softmax_xent", test_softmax_xent, 0, 16 * N_DTS},
+        {"batch_mix", test_batch_mix, 0, 4 * N_DTS},
+        {"nonfinite_check", test_nonfinite_check, 0, N_DTS * NONFINITE_CASES},
+        {"sgd_step", test_sgd_step, 0, 16 * N_DTS},
+        {"sgd_step_skipped", test_sgd_step_skipped, 0, N_DTS},
+        {"grad_norm", test_grad_norm, 0, 4 * N_DTS},
+        {"ema_update", test_ema_update, 0, 6},
+        {"scaler_update", test_scaler_update, 0, SCALER_CASES},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);
         tcase_set_timeout(tc, 300);
-        tcase_add_loop_test(tc, cases[i].test, 0, cases[i].loops);
+        tcase_add_loop_test(tc, cases[i].test, cases[i].first, cases[i].end);
         suite_add_tcase(s, tc);
     }
     return s;
