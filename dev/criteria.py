@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""criteria.py BENCH_JSONL - the training loop's targets ("bars"), checked on the rows one device call wrote
-(`bash dev/device_suite.sh criteria` appends them to $OUT/bench.jsonl and runs this on it).
+"""criteria.py [--bars loop|fused] BENCH_JSONL - the training loop's targets ("bars"), checked on the rows one
+device call wrote: `loop` (the default; `bash dev/device_suite.sh criteria` appends its rows to $OUT/bench.jsonl
+and runs this on it), or `fused`, batch norm inside the convolutions (stage criteriafused: b256 AMP >= 7,500
+img/s, b70 >= 5,800, fp32 >= 3,000, peak memory <= 0.75x PyTorch's, batch-norm kernels <= 25% of a b256 AMP
+step's kernel time, start-up <= 1.5 s on the kernel-choice cache and no slower than 7.9 s without it).
 criteria.py --seed-row METRICS_JSONL AMP(1|0) - prints amptrain's row for the seed bars from the metrics file
 of a configs/seed_resnext50.yaml run: the loop's seconds, the seconds after the model build (the seed's script
 starts its clock once its model exists) and the peak memory.
@@ -20,7 +23,10 @@ COMPILE70 = "torch w1 b70 amp1 cl1 compile reduce-overhead"
 FP32, TORCH_FP32 = "amptrain loop b256 amp0", "torch w1 b256 amp0 cl1"
 FP32_EXACT, TORCH_FP32_EXACT = "amptrain loop b256 amp0 cudnn.tf32=false", "torch w1 b256 amp0 cl1 tf32off"
 SEED, SEED_TORCH = "amptrain seed amp{}", "seed-torch amp{}"
+COLD256 = LOOP256 + " cudnn.cache=off"  # the b256 AMP loop timing every kernel choice
+PROFILE256 = "amptrain profile b256 amp"  # dev/kernel_profile.py --row: one b256 AMP step's kernels under ncu
 REPEATS_B70 = 3
+BAR_SETS = ("loop", "fused")
 
 
 class Missing(Exception):
@@ -61,6 +67,12 @@ def seed_row(metrics_path, amp):
 def main(argv):
     if len(argv) == 4 and argv[1] == "--seed-row" and argv[3] in ("0", "1"):
         return seed_row(argv[2], argv[3])
+    bar_set = "loop"
+    if len(argv) == 4 and argv[1] == "--bars":
+        if argv[2] not in BAR_SETS:
+            print(f"criteria: --bars {argv[2]}: expected one of {', '.join(BAR_SETS)}", file=sys.stderr)
+            return 2
+        bar_set, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) != 2 or argv[1] in ("-h", "--help"):
         print(__doc__.strip())
         return 0 if len(argv) == 2 else 2
@@ -79,7 +91,30 @@ def main(argv):
         key = "img_s_median" if tag.startswith("amptrain loop") else "img_s_total"
         return values(tag, key, at_least)
 
-    bars = [
+    def last(tag, key):  # the newest row's value: the b256 loops run cold, then fill the cache, then warm
+        return values(tag, key)[-1]
+
+    def bn_share():
+        share = values(PROFILE256, "share")[-1]
+        if "batch norm" not in share:
+            raise Missing(f'a "batch norm" share in the row tagged "{PROFILE256}"')
+        return share["batch norm"]
+
+    at_least = lambda a, b: a >= b
+    at_most = lambda a, b: a <= b
+    fused_bars = [
+        ("b256 AMP loop >= 7,500 img/s", lambda: (min(img_s(LOOP256)), 7500.0), at_least),
+        ("b70 AMP slowest loop repeat >= 5,800 img/s", lambda: (min(img_s(LOOP70, REPEATS_B70)), 5800.0), at_least),
+        ("b256 fp32 loop at the defaults >= 3,000 img/s", lambda: (min(img_s(FP32)), 3000.0), at_least),
+        ("b256 AMP peak memory <= 0.75x PyTorch eager's",
+         lambda: (max(values(LOOP256, "peak_mem_MiB")), 0.75 * min(values(TORCH256, "peak_mem_MiB"))), at_most),
+        ("b256 AMP step: batch-norm kernels <= 25% of kernel time", lambda: (bn_share(), 0.25), at_most),
+        ("b256 AMP start-up on the kernel-choice cache <= 1.5 s", lambda: (last(LOOP256, "startup_s"), 1.5),
+         at_most),
+        ("b256 AMP start-up timing every choice <= 7.9 s", lambda: (max(values(COLD256, "startup_s")), 7.9),
+         at_most),
+    ]
+    loop_bars = [
         ("b256 AMP loop >= 6,000 img/s", lambda: (min(img_s(LOOP256)), 6000.0), lambda a, b: a >= b),
         ("b256 AMP loop within 3% of --bench", lambda: (min(img_s(LOOP256)), 0.97 * img_s(BENCH256)[0]),
          lambda a, b: a >= b),
@@ -110,6 +145,7 @@ def main(argv):
          lambda: (max(values(SEED.format(0), "peak_mib")), min(values(SEED_TORCH.format(0), "peak_mib"))),
          lambda a, b: a < b),
     ]
+    bars = fused_bars if bar_set == "fused" else loop_bars
     failed = missing = 0
     for name, measure, holds in bars:
         try:

@@ -48,6 +48,9 @@
 #             b70 --bench, then loop and PyTorch alternating 3 times, torch.compile reduce-overhead; fp32 b256
 #             loop and PyTorch at the defaults and with TF32 off; the seed stage; then dev/criteria.py checks
 #             the targets on them
+#   criteriafused  batch norm inside the convolutions: the b256 AMP loop cold and on the kernel-choice cache, b70
+#             loop 3 times, fp32 b256 loop, each beside PyTorch, and one b256 AMP step under ncu; then
+#             dev/criteria.py --bars fused checks those targets
 #   seed      configs/seed_resnext50.yaml end to end (AMP, fp32) beside the seed's own PyTorch script
 #   fmnist    Fashion-MNIST (IDX files carried in .fmnist/) -> ImageFolder of JPEGs -> configs/fashion_mnist.yaml
 #   fmnistruns  the runs listed in $FMNIST_RUNS side by side on the GPU (Fashion-MNIST as in fmnist)
@@ -191,14 +194,17 @@ loop_run() {  # batch amp(1|0) extra-overrides... : one JSON line from the loop'
         amp.enabled="$([ "$amp" = 1 ] && echo true || echo false)" "$@" 2>&1 | grep -E "summary|error" >&2
     python3 - "$m" "$batch" "$amp" "${LOOP_TAG:-}$*" <<'PY' | tee -a "$BENCH"
 import json, statistics, sys
-recs = [r for r in map(json.loads, open(sys.argv[1])) if "step" in r and "images_per_s" in r]
+records = list(map(json.loads, open(sys.argv[1])))
+recs = [r for r in records if "step" in r and "images_per_s" in r]
 steady = [r for r in recs if r["step"] >= 40]
 ips = [r["images_per_s"] for r in steady]
+summary = [r for r in records if r.get("summary")]
 print(json.dumps({"tag": f"amptrain loop b{sys.argv[2]} amp{sys.argv[3]} {sys.argv[4]}".strip(), "impl": "amptrain-loop",
                   "img_s_median": round(statistics.median(ips), 1), "img_s_min": round(min(ips), 1),
                   "img_s_max": round(max(ips), 1),
                   "data_wait_ms": round(statistics.median(r["data_wait_ms"] for r in steady), 3),
-                  "peak_mem_MiB": steady[-1]["memory_mib"]}))
+                  "peak_mem_MiB": steady[-1]["memory_mib"],
+                  **({"startup_s": summary[-1]["startup_s"]} if summary else {})}))
 PY
 }
 stage_loop() {
@@ -293,10 +299,10 @@ stage_loopfp32() {
         data.batch_size=256 amp.enabled=false cudnn.tf32=false | grep '^{' | tee -a "$BENCH"
     torch_tf32off256
 }
+stamp() { echo "--- $* ($(date -u +%H:%M:%S))"; }  # a stage's part, timed (UTC) as it starts
 stage_criteria() {  # the training loop's performance targets in one call, each row timed (UTC) as it starts:
                     # b256 AMP loop / --bench / PyTorch; b70 --bench, then the loop and PyTorch alternating 3 times,
                     # torch.compile reduce-overhead; fp32 b256 loop and PyTorch at the defaults and TF32 off; the seed
-    stamp() { echo "--- $* ($(date -u +%H:%M:%S))"; }
     stamp b256 amp; loop_run 256 1; amp_bench 1 256 1; torch_bench 1 256 1
     stamp b70 amp; amp_bench 1 70 1
     for rep in 1 2 3; do loop_run 70 1; torch_bench 1 70 1; done
@@ -308,6 +314,19 @@ stage_criteria() {  # the training loop's performance targets in one call, each 
     stamp seed; stage_seed
     stamp end
     python3 dev/criteria.py "$BENCH"
+}
+stage_criteriafused() {  # batch norm inside the convolutions: its targets in one call (dev/criteria.py --bars fused),
+                        # each row timed (UTC) as it starts: the b256 AMP loop timing every kernel choice, then twice
+                        # on the kernel-choice cache (the first run fills it), PyTorch; b70 loop and PyTorch
+                        # alternating 3 times; the fp32 b256 loop and PyTorch at the defaults; one b256 AMP step's
+                        # kernels under ncu beside PyTorch's (the batch-norm share)
+    stamp b256 amp; loop_run 256 1 cudnn.cache=off; loop_run 256 1; loop_run 256 1; torch_bench 1 256 1
+    stamp b70 amp
+    for rep in 1 2 3; do loop_run 70 1; torch_bench 1 70 1; done
+    stamp b256 fp32; loop_run 256 0; torch_bench 1 256 0
+    stamp profile; stage_profileamp
+    stamp end
+    python3 dev/criteria.py --bars fused "$BENCH"
 }
 stage_seed() {  # rows to $BENCH: amptrain's (the loop's seconds, the seconds after the model build, which the
                 # seed's script's clock matches, and the peak) and the seed's script's
@@ -412,8 +431,10 @@ profile_pair() {  # name amptrain-overrides... -- torch-flags...
     ncu_step "$name" "${ours[@]}"
     python3 bench/torch_baseline.py --batch 256 --cl 1 --warmup 3 --steps 1 --profile "$OUT/profile_torch_$name.csv" \
         "${theirs[@]}" | grep '^{'
-    python3 dev/kernel_profile.py "$OUT/ncu_$name.csv" "$OUT/profile_amptrain_$name.csv" \
-        "$OUT/profile_torch_$name.csv"
+    local text  # the listing, and the step's row for dev/criteria.py ("amptrain profile b256 NAME") to $BENCH
+    text=$(python3 dev/kernel_profile.py --row "amptrain profile b256 $name" "$OUT/ncu_$name.csv" \
+        "$OUT/profile_amptrain_$name.csv" "$OUT/profile_torch_$name.csv") || { echo "$text"; return 1; }
+    grep -v '^{' <<<"$text"; grep '^{' <<<"$text" >>"$BENCH"
 }
 stage_bnbench() {
     build/bench_batchnorm 256 | tee "$OUT/bnbench.txt"; [ "${PIPESTATUS[0]}" = 0 ] || return 1

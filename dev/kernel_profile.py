@@ -1,4 +1,4 @@
-# kernel_profile.py NCU_CSV OUT_CSV [OTHER_CSV]: the GPU kernels of one profiled step, summed by name.
+# kernel_profile.py [--row TAG] NCU_CSV OUT_CSV [OTHER_CSV]: the GPU kernels of one profiled step, summed by name.
 #
 # NCU_CSV comes from
 #   ncu --profile-from-start off --metrics gpu__time_duration.sum --csv --page raw \
@@ -6,11 +6,16 @@
 # OUT_CSV gets one row per kernel name: kernel,calls,total_ms (the format torch_baseline.py --profile
 # writes). Printed: the step's kernel time, its shares by kernel family (batch norm, GEMM, convolution,
 # other; by name) and the 25 largest rows, and the same for OTHER_CSV (PyTorch's, or another run's).
-import csv, io, sys
+# With --row TAG, last, one JSON line of NCU_CSV's step for dev/criteria.py: {"tag": TAG, "kernels": N,
+# "kernel_ms": T, "share": {family: fraction of T}}.
+import csv, io, json, sys
 
 
 def read_ncu(path):
-    text = open(path, errors="replace").read()
+    try:
+        text = open(path, errors="replace").read()
+    except OSError as e:
+        sys.exit(f"{path}: {e.strerror}")
     start = text.find('"ID"')
     if start < 0:
         sys.exit(f"{path}: no ncu CSV header (\"ID\",...) in it; did ncu profile any kernel?")
@@ -52,12 +57,23 @@ def family_of(name):
     return "other"
 
 
-def show(title, kernels):
-    total = sum(ms for _, ms in kernels.values())
-    print(f"{title}: {sum(c for c, _ in kernels.values())} kernels, {total:.2f} ms of kernel time")
+def family_ms(kernels):
     families = {}
     for name, (_, ms) in kernels.items():
         families[family_of(name)] = families.get(family_of(name), 0.0) + ms
+    return families
+
+
+def row(tag, kernels):
+    total = sum(ms for _, ms in kernels.values())
+    return {"tag": tag, "kernels": sum(c for c, _ in kernels.values()), "kernel_ms": round(total, 4),
+            "share": {family: round(ms / total, 5) for family, ms in sorted(family_ms(kernels).items())}}
+
+
+def show(title, kernels):
+    total = sum(ms for _, ms in kernels.values())
+    print(f"{title}: {sum(c for c, _ in kernels.values())} kernels, {total:.2f} ms of kernel time")
+    families = family_ms(kernels)
     for family, ms in sorted(families.items(), key=lambda kv: -kv[1]):
         print(f"  {family:34s} {ms:8.3f} ms {100 * ms / total:5.1f}%")
     for name, (calls, ms) in sorted(kernels.items(), key=lambda kv: -kv[1][1])[:25]:
@@ -65,13 +81,22 @@ def show(title, kernels):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (3, 4):
-        sys.exit(__doc__ if __doc__ else "usage: kernel_profile.py NCU_CSV OUT_CSV [OTHER_CSV]")
-    ours = read_ncu(sys.argv[1])
-    with open(sys.argv[2], "w") as f:
+    args, tag = sys.argv[1:], None
+    if args[:1] == ["--row"]:
+        if len(args) < 2:
+            sys.exit("kernel_profile.py: --row needs a TAG")
+        tag, args = args[1], args[2:]
+    if len(args) not in (2, 3):
+        sys.exit("usage: kernel_profile.py [--row TAG] NCU_CSV OUT_CSV [OTHER_CSV]")
+    ours = read_ncu(args[0])
+    if not ours:
+        sys.exit(f"{args[0]}: no kernel rows with gpu__time_duration.sum")
+    with open(args[1], "w") as f:
         f.write("kernel,calls,total_ms\n")
         for name, (calls, ms) in sorted(ours.items(), key=lambda kv: -kv[1][1]):
             f.write('"%s",%d,%.4f\n' % (name.replace('"', "'"), calls, ms))
     show("amptrain", ours)
-    if len(sys.argv) == 4:
-        show("other", read_sums(sys.argv[3]))
+    if len(args) == 3:
+        show("other", read_sums(args[2]))
+    if tag is not None:
+        print(json.dumps(row(tag, ours)))

@@ -6,7 +6,8 @@
 #   test_compare_amp   launch/compare-amp configs/tiny.yaml (shortened): both rows, the CSV, the PNG
 #   test_plot_metrics  launch/plot-metrics over two runs, and its refusals
 #   test_criteria      dev/criteria.py (the device suite's check of the training loop's targets) on rows
-#                      that meet them, miss one, lack repeats or are not JSON; its seed row from a real run
+#                      that meet them, miss one, lack repeats or are not JSON; its seed row from a real run;
+#                      the fused bars; dev/kernel_profile.py's row of a profiled step
 #   test_sbatch        launch/amptrain.sbatch under stand-ins for srun, mpirun and scontrol: SIGUSR1 passed to
 #                      the step, requeue after a clean stop only, the srun/mpirun command lines, usage errors
 #   test_python        AMPTRAIN_PYTHON chooses the scripts' interpreter; a missing module names it; bad

@@ -2,7 +2,8 @@
 # test_criteria.sh AMPTRAIN - dev/criteria.py, which checks the training loop's targets (bars) on one device
 # call's rows: its seed row from a real (CPU, tiny) run's metrics file; every bar passing on rows that meet
 # them (exit 0); a bar whose numbers miss it (exit 1, that bar named FAIL, the others still PASS); too few
-# repeats, a line that is not JSON and a missing file (exit 2, saying which).
+# repeats, a line that is not JSON and a missing file (exit 2, saying which); the same for the fused bars
+# (--bars fused), and dev/kernel_profile.py's row of a profiled step (--row) from an ncu CSV.
 set -euo pipefail
 
 source "$(dirname "$0")/lib.sh"
@@ -83,4 +84,63 @@ run bad 2 "$out/bad.jsonl"
 grep -q "bad.jsonl:20: not JSON" "$out/bad.out" || fail "the bad line is not named by file and line"
 run absent 2 "$out/absent.jsonl"
 grep -q "absent.jsonl: No such file" "$out/absent.out" || fail "the missing file is not named"
+echo "== 6. the fused bars (--bars fused) on rows that meet them, one that misses, one without its profile row"
+fused_rows() {  # b256-img/s batch-norm-share [profile row: 1|0]
+    cat <<EOF
+{"tag": "amptrain loop b256 amp1 cudnn.cache=off", "img_s_median": $1, "peak_mem_MiB": 11500.0, "startup_s": 7.6}
+{"tag": "amptrain loop b256 amp1", "img_s_median": $1, "peak_mem_MiB": 11500.0, "startup_s": 7.7}
+{"tag": "amptrain loop b256 amp1", "img_s_median": $1, "peak_mem_MiB": 11500.0, "startup_s": 0.8}
+{"tag": "torch w1 b256 amp1 cl1", "img_s_total": 4485.1, "peak_mem_MiB": 15905}
+{"tag": "amptrain loop b256 amp0", "img_s_median": 3010.0, "peak_mem_MiB": 27152.5}
+{"tag": "torch w1 b256 amp0 cl1", "img_s_total": 2266.3, "peak_mem_MiB": 33115}
+EOF
+    for ((r = 0; r < 3; r++)); do
+        echo '{"tag": "amptrain loop b70 amp1", "img_s_median": 5850.0, "peak_mem_MiB": 4065.1}'
+        echo '{"tag": "torch w1 b70 amp1 cl1", "img_s_total": 2551.1, "peak_mem_MiB": 4648}'
+    done
+    if (($3)); then
+        echo "{\"tag\": \"amptrain profile b256 amp\", \"kernels\": 508, \"kernel_ms\": 34.0, \"share\": {\"batch norm\": $2}}"
+    fi
+}
+fused_rows 7600.0 0.24 1 >"$out/fused_pass.jsonl"
+run fused_pass 0 --bars fused "$out/fused_pass.jsonl"
+grep -q '^criteria: 7 of 7 bars pass$' "$out/fused_pass.out" || fail "no 7-of-7 line"
+# the warm start-up is the last b256 row's (0.8 s), not the cache-filling run's (7.7 s)
+grep -q '^PASS .*kernel-choice cache <= 1.5 s: 0.800 against 1.500$' "$out/fused_pass.out" || fail "warm start-up"
+fused_rows 7400.0 0.379 1 >"$out/fused_fail.jsonl"
+run fused_fail 1 --bars fused "$out/fused_fail.jsonl"
+grep -q '^FAIL .*>= 7,500 img/s: 7,400.000 against 7,500.000$' "$out/fused_fail.out" || fail "no b256 FAIL line"
+grep -q '^FAIL .*batch-norm kernels <= 25% of kernel time: 0.379 against 0.250$' "$out/fused_fail.out" ||
+    fail "no batch-norm FAIL line"
+grep -q '^criteria: 5 of 7 bars pass, 2 fail$' "$out/fused_fail.out" || fail "no 5-of-7 line"
+fused_rows 7600.0 0.24 0 >"$out/fused_short.jsonl"
+run fused_short 2 --bars fused "$out/fused_short.jsonl"
+grep -q '^MISSING .*batch-norm kernels.*"amptrain profile b256 amp"' "$out/fused_short.out" || fail "no MISSING profile"
+run fused_unknown 2 --bars nope "$out/fused_pass.jsonl"
+grep -q "expected one of loop, fused" "$out/fused_unknown.out" || fail "an unknown bar set is not refused"
+
+echo "== 7. kernel_profile.py --row: one step's kernels from ncu's CSV as a row for the fused bars"
+cat >"$out/ncu.csv" <<'EOF'
+==PROF== Connected to process
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","gpu__time_duration.sum"
+"","","","","","","","nsecond"
+"0","1","amptrain","h","bn_apply_kernel<__half, 8>","1","7","3000000"
+"1","1","amptrain","h","nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NNT","1","7","5000000"
+"2","1","amptrain","h","sm90_xmma_fprop_implicit_gemm_f16f16","1","7","1500000"
+"3","1","amptrain","h","bn_backward_apply<__half>","1","7","500000"
+EOF
+"$PYTHON" "$repo/dev/kernel_profile.py" --row "amptrain profile b256 amp" "$out/ncu.csv" "$out/sums.csv" \
+    >"$out/profile.out" || fail "kernel_profile.py exited with $?"
+grep '^{' "$out/profile.out" >"$out/profile_row.jsonl" || fail "no row printed"
+"$PYTHON" - "$out/profile_row.jsonl" "$out/sums.csv" <<'PY' || fail "the profile row or the sums are wrong"
+import csv, json, sys
+row = json.load(open(sys.argv[1]))
+assert row["tag"] == "amptrain profile b256 amp" and row["kernels"] == 4 and row["kernel_ms"] == 10.0, row
+assert row["share"] == {"batch norm": 0.35, "convolution (cuDNN)": 0.15, "gemm (1x1 convolutions, linear)": 0.5}, row
+sums = {r["kernel"]: (int(r["calls"]), float(r["total_ms"])) for r in csv.DictReader(open(sys.argv[2]))}
+assert sums["bn_apply_kernel<__half, 8>"] == (1, 3.0) and len(sums) == 4, sums
+PY
+"$PYTHON" "$repo/dev/kernel_profile.py" --row x "$out/absent.csv" "$out/o.csv" >"$out/absent_profile.out" 2>&1 &&
+    fail "kernel_profile.py took a missing file"
+grep -q "absent.csv: No such file" "$out/absent_profile.out" || fail "the missing ncu file is not named"
 echo "test_criteria: passed"
