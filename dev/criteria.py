@@ -100,8 +100,8 @@ def main(argv):
             raise Missing(f'a "batch norm" share in the row tagged "{PROFILE256}"')
         return share["batch norm"]
 
-    at_least = lambda a, b: a >= b
-    at_most = lambda a, b: a <= b
+    at_least, above = (lambda a, b: a >= b), (lambda a, b: a > b)
+    at_most, below = (lambda a, b: a <= b), (lambda a, b: a < b)
     fused_bars = [
         ("b256 AMP loop >= 7,500 img/s", lambda: (min(img_s(LOOP256)), 7500.0), at_least),
         ("b70 AMP slowest loop repeat >= 5,800 img/s", lambda: (min(img_s(LOOP70, REPEATS_B70)), 5800.0), at_least),
@@ -115,35 +115,35 @@ def main(argv):
          at_most),
     ]
     loop_bars = [
-        ("b256 AMP loop >= 6,000 img/s", lambda: (min(img_s(LOOP256)), 6000.0), lambda a, b: a >= b),
+        ("b256 AMP loop >= 6,000 img/s", lambda: (min(img_s(LOOP256)), 6000.0), at_least),
         ("b256 AMP loop within 3% of --bench", lambda: (min(img_s(LOOP256)), 0.97 * img_s(BENCH256)[0]),
-         lambda a, b: a >= b),
+         at_least),
         ("b70 AMP loop within 3% of --bench", lambda: (min(img_s(LOOP70)), 0.97 * img_s(BENCH70)[0]),
-         lambda a, b: a >= b),
-        ("b70 AMP loop >= 4,200 img/s", lambda: (min(img_s(LOOP70, REPEATS_B70)), 4200.0), lambda a, b: a >= b),
+         at_least),
+        ("b70 AMP loop >= 4,200 img/s", lambda: (min(img_s(LOOP70, REPEATS_B70)), 4200.0), at_least),
         ("b70 AMP slowest loop repeat > fastest PyTorch eager repeat",
-         lambda: (min(img_s(LOOP70, REPEATS_B70)), max(img_s(TORCH70, REPEATS_B70))), lambda a, b: a > b),
+         lambda: (min(img_s(LOOP70, REPEATS_B70)), max(img_s(TORCH70, REPEATS_B70))), above),
         ("b70 AMP slowest loop repeat > torch.compile reduce-overhead",
-         lambda: (min(img_s(LOOP70, REPEATS_B70)), max(img_s(COMPILE70))), lambda a, b: a > b),
+         lambda: (min(img_s(LOOP70, REPEATS_B70)), max(img_s(COMPILE70))), above),
         ("b256 fp32 loop >= PyTorch eager, both at their defaults",
-         lambda: (min(img_s(FP32)), max(img_s(TORCH_FP32))), lambda a, b: a >= b),
+         lambda: (min(img_s(FP32)), max(img_s(TORCH_FP32))), at_least),
         ("b256 fp32 loop >= PyTorch eager, TF32 off on both sides",
-         lambda: (min(img_s(FP32_EXACT)), max(img_s(TORCH_FP32_EXACT))), lambda a, b: a >= b),
+         lambda: (min(img_s(FP32_EXACT)), max(img_s(TORCH_FP32_EXACT))), at_least),
         ("b256 AMP peak memory <= 0.9x PyTorch eager's",
          lambda: (max(values(LOOP256, "peak_mem_MiB") + values(BENCH256, "peak_mem_MiB")),
-                  0.9 * min(values(TORCH256, "peak_mem_MiB"))), lambda a, b: a <= b),
+                  0.9 * min(values(TORCH256, "peak_mem_MiB"))), at_most),
         ("seed AMP: seconds after the model build <= 0.6x the seed's script",
          lambda: (max(values(SEED.format(1), "after_build_s")), 0.6 * min(values(SEED_TORCH.format(1), "total_s"))),
-         lambda a, b: a <= b),
+         at_most),
         ("seed fp32: seconds after the model build <= 0.9x the seed's script",
          lambda: (max(values(SEED.format(0), "after_build_s")), 0.9 * min(values(SEED_TORCH.format(0), "total_s"))),
-         lambda a, b: a <= b),
+         at_most),
         ("seed AMP: peak memory below the seed's script",
          lambda: (max(values(SEED.format(1), "peak_mib")), min(values(SEED_TORCH.format(1), "peak_mib"))),
-         lambda a, b: a < b),
+         below),
         ("seed fp32: peak memory below the seed's script",
          lambda: (max(values(SEED.format(0), "peak_mib")), min(values(SEED_TORCH.format(0), "peak_mib"))),
-         lambda a, b: a < b),
+         below),
     ]
     bars = fused_bars if bar_set == "fused" else loop_bars
     failed = missing = 0
