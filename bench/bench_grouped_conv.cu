@@ -13,8 +13,9 @@
 // not timed and the line says FAIL (exit 1). Printed per direction: the route's time, the heuristics' first
 // plan and the fastest, with their engines. Times: bench_time's median of TIMED_RUNS timings after
 // WARMUP_RUNS, each of CALLS_PER_TIMING calls queued back to back, divided by their number (one call between
-// two marks would count the host's work before its kernel starts: the legacy API's calls spend more there). The last lines weight each shape by its count in the model: one step's grouped convolutions
-// on the route and on the fastest plans.
+// two marks would count the host's work before its kernel starts: the legacy API's calls spend more there).
+// The last lines weight each shape by its count in the model: one step's grouped convolutions on the route
+// and on the fastest plans.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,8 @@
 
 #define WARMUP_RUNS 3
 #define TIMED_RUNS 20
-#define CALLS_PER_TIMING                                                                                     \
-    8  // calls queued back to back between one timing's marks: the GPU's time, not the host's
+// Calls queued back to back between one timing's marks: the GPU's time, not the host's.
+#define CALLS_PER_TIMING 8
 #define TOLERANCE 1e-2
 #define PLAN_WORKSPACE_MAX ((size_t)1 << 30)  // a plan asking more is skipped
 

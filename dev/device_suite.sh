@@ -109,10 +109,13 @@ stage_gputests() {
     grep -E "Checks:|parity|loss cpu|relative difference|tests passed|Failed|skipped" "$OUT/gputests.log" | tail -30
     return $rc
 }
+op_case_names() {  # test_gpu_ops' cases, one name a line, from its table in tests/gpu/test_gpu_ops.c
+    sed -n 's/^ *{"\([a-z0-9_]*\)", test_[a-z0-9_]*, .*},$/\1/p' tests/gpu/test_gpu_ops.c
+}
 stage_gpuall() {  # (op_cases, below, runs each case; exported so that xargs' shells can call it)
     local cases rc=0
-    cases=$(sed -n 's/^ *{"\([a-z0-9_]*\)", test_[a-z0-9_]*, .*},$/\1/p' tests/gpu/test_gpu_ops.c)
-    grep -qx batchnorm_large_auto <<<"$cases" || { echo "stage gpuall: no batchnorm_large_* cases in test_gpu_ops.c's table"; return 1; }
+    cases=$(op_case_names)
+    grep -q '^batchnorm' <<<"$cases" || { echo "stage gpuall: no batchnorm cases in test_gpu_ops.c's table"; return 1; }
     AMPTRAIN_REQUIRE_GPU=1 ctest --test-dir build -L gpu -E '^test_gpu_ops$' >"$OUT/gpuall_ctest.log" 2>&1 &
     local ctest_pid=$!
     export OUT; export -f op_cases
@@ -472,7 +475,7 @@ stage_groupedconv() {  # bench_grouped_conv at batch 256 and 70
     return $rc
 }
 stage_bntests() {  # test_gpu_ops' batch-norm cases alone (every dtype, mode and shape; bn_add_bn)
-    op_cases bntests $(sed -n 's/^ *{"\(batchnorm[a-z0-9_]*\)", test_batchnorm, .*},$/\1/p' tests/gpu/test_gpu_ops.c) bn_add_bn
+    op_cases bntests $(op_case_names | grep '^batchnorm') bn_add_bn
 }
 stage_bnconv() {  # test_gpu_ops' cases of batch norm fused into the 1x1 convolutions, forward and backward
     op_cases bnconv conv_bn bn_conv_bn bn_conv_backward_data
